@@ -1,0 +1,3 @@
+"""Flotilla: a batch job scheduler for ML and HPC platforms."""
+
+__version__ = "0.1.0"

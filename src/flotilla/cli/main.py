@@ -1,0 +1,124 @@
+"""``flotilla`` — the command line. Exit codes: 0 ok, 1 a ``--check`` failed, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from flotilla import __version__
+from flotilla.model.errors import SpecError
+from flotilla.model.loader import load_scenario
+
+app = typer.Typer(
+    help="Flotilla: a batch job scheduler for ML and HPC platforms.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class OutputFormat(StrEnum):
+    JSON = "json"
+    TABLE = "table"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"flotilla {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """Flotilla: a batch job scheduler for ML and HPC platforms."""
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario file (YAML or JSON).")],
+    until: Annotated[
+        float | None, typer.Option(help="Stop after the cycle at this virtual time.", min=0)
+    ] = None,
+    output_format: Annotated[
+        OutputFormat | None,
+        typer.Option("--format", help="json or table (default: table on a terminal, else json)."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the report here instead of standard output.")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if any of the scenario's expect entries fails.")
+    ] = False,
+) -> None:
+    """Run a scenario through the scheduling engine in virtual time and report what happened."""
+    from flotilla.sim.report import build_report, check_expectations
+    from flotilla.sim.simulator import SimulationOptions
+    from flotilla.sim.simulator import simulate as run_simulation
+    from flotilla.sim.table import render_table
+
+    err = Console(stderr=True)
+    try:
+        spec = load_scenario(scenario)
+        options = SimulationOptions(until=until, progress=_progress(err, len(spec.jobs)))
+        sim = run_simulation(spec, options)
+    except SpecError as error:
+        err.print(f"[bold red]error:[/] {scenario}: invalid scenario", highlight=False)
+        for problem in error.problems:
+            err.print(f"  {problem}", highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    report = build_report(sim)
+    fmt = output_format or (
+        OutputFormat.TABLE if sys.stdout.isatty() and output is None else OutputFormat.JSON
+    )
+    if fmt is OutputFormat.JSON:
+        text = json.dumps(report, indent=2)
+        if output is not None:
+            _write_atomically(output, text + "\n")
+        else:
+            typer.echo(text)
+    else:
+        if output is not None:
+            with output.open("w", encoding="utf-8") as handle:
+                render_table(report, Console(file=handle, width=120))
+        else:
+            render_table(report, Console())
+    if check:
+        failures = check_expectations(sim)
+        total = len(spec.expect)
+        if failures:
+            for failure in failures:
+                err.print(f"[red]FAILED[/] {failure}", highlight=False)
+            err.print(f"{total - len(failures)} of {total} expectations hold", highlight=False)
+            raise typer.Exit(1)
+        err.print(f"[green]all {total} expectations hold[/]", highlight=False)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename: never a half-written report."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
+def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-def]
+    if not console.is_terminal:
+        return None
+
+    def show(now: float, done: int, total: int) -> None:
+        console.print(f"  t={now:g}s  {done}/{total} jobs done", highlight=False, end="\r")
+
+    return show
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

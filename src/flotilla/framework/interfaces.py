@@ -1,0 +1,313 @@
+"""Every extension point of the scheduling framework, in one place.
+
+Each pluggable call takes one frozen input dataclass and returns a named result, so adding a
+field never breaks a plugin. A plugin is any object with a ``name`` and one or more of the
+methods below; the framework calls only the methods a plugin has. Plugins are loaded by
+entry point (group ``flotilla.plugins``) and grouped into profiles by configuration.
+
+Failure semantics, common to all points: a plugin that *raises* is a bug, not a verdict. The
+framework does not swallow it; the cycle fails and the caller (simulator or service) reports
+it. To say "no", return a result with ``ok=False`` and a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework.nodes import GpuAllocation, Mask
+from flotilla.framework.resources import Vector
+
+
+@dataclass
+class CycleState:
+    """Scratch space of one scheduling cycle, shared by the plugins (Kubernetes' CycleState).
+
+    Plugins may cache what they computed under their own name; it is dropped after the cycle.
+    """
+
+    time: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Status:
+    """The named result of a yes/no extension point."""
+
+    ok: bool = True
+    reason: str | None = None
+
+    @classmethod
+    def success(cls) -> Status:
+        return _SUCCESS
+
+    @classmethod
+    def unschedulable(cls, reason: str) -> Status:
+        return cls(ok=False, reason=reason)
+
+
+_SUCCESS = Status()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one replica of one task runs."""
+
+    task: str
+    replica: int
+    node: str
+    row: int
+    request: Vector
+    gpus: GpuAllocation | None = None
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        return self.gpus.device_ids if self.gpus else []
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A whole job placed on one cluster: every replica, all or nothing."""
+
+    cluster: str
+    placements: tuple[Placement, ...]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        return [placement.node for placement in self.placements]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an ``AssignmentStrategy`` decided: an assignment, or ``None`` and why not."""
+
+    assignment: Assignment | None
+    reason: str
+
+    @property
+    def found(self) -> bool:
+        return self.assignment is not None
+
+
+# --- QueueSort ----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class QueueSortPlugin(Protocol):
+    """Orders jobs within a queue. Lower keys go first. Exactly one per profile."""
+
+    name: str
+
+    def sort_key(self, job: SchedulingJob) -> tuple[Any, ...]: ...
+
+
+# --- PreFilter ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreFilterInput:
+    job: SchedulingJob
+    cycle: CycleState
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    """Job-level admission before any node is looked at (quota, gang readiness)."""
+
+    name: str
+
+    def pre_filter(self, request: PreFilterInput) -> Status: ...
+
+
+# --- Filter -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterInput:
+    job: SchedulingJob
+    task: TaskRequest
+    cluster: Cluster
+    cycle: CycleState
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    """Which nodes of a cluster could take one replica of ``task`` now: a boolean mask.
+
+    Called once per replica with the cluster's current allocation, so it must be vectorised
+    over nodes. ``explain`` is called only when no node is left, to say why in words
+    (e.g. ``"3 nodes have too little gpu (need 8, most free 4)"``); return ``None`` when this
+    plugin rejected no node.
+    """
+
+    name: str
+
+    def filter(self, request: FilterInput) -> Mask: ...
+
+    def explain(self, request: FilterInput, rejected: Mask) -> str | None: ...
+
+
+# --- Score --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    job: SchedulingJob
+    task: TaskRequest
+    cluster: Cluster
+    candidates: npt.NDArray[np.intp]
+    """Rows of the nodes that passed every filter."""
+    cycle: CycleState
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    """Scores candidate nodes, higher is better, one float per candidate in [0, 1]."""
+
+    name: str
+
+    def score(self, request: ScoreInput) -> Vector: ...
+
+
+# --- Reserve / Unreserve ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReserveInput:
+    job: SchedulingJob
+    task: TaskRequest
+    replica: int
+    cluster: Cluster
+    row: int
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """``gpus``: the devices chosen for the replica, when the plugin allocates devices."""
+
+    status: Status = Status()
+    gpus: GpuAllocation | None = None
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    """Claims plugin-owned state for a replica placed on ``row`` (devices, quota).
+
+    ``unreserve`` must undo exactly what ``reserve`` did; it is called, in reverse order,
+    when a later replica or plugin fails, so a job never half-holds resources.
+    """
+
+    name: str
+
+    def reserve(self, request: ReserveInput) -> ReserveResult: ...
+
+    def unreserve(self, request: ReserveInput, result: ReserveResult) -> None: ...
+
+
+# --- Permit -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PermitInput:
+    job: SchedulingJob
+    assignment: Assignment
+    cycle: CycleState
+
+
+@runtime_checkable
+class PermitPlugin(Protocol):
+    """Last word on a complete assignment before it is committed (gang readiness)."""
+
+    name: str
+
+    def permit(self, request: PermitInput) -> Status: ...
+
+
+# --- PreBind ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreBindInput:
+    job: SchedulingJob
+    assignment: Assignment
+
+
+@dataclass(frozen=True)
+class PreBindResult:
+    """Annotations merged into the assignment (e.g. ``CUDA_VISIBLE_DEVICES`` per replica)."""
+
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class PreBindPlugin(Protocol):
+    name: str
+
+    def pre_bind(self, request: PreBindInput) -> PreBindResult: ...
+
+
+# --- PostFilter ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostFilterInput:
+    job: SchedulingJob
+    reason: str
+    cycle: CycleState
+
+
+@dataclass(frozen=True)
+class PostFilterResult:
+    """Jobs to evict so that ``job`` fits (preemption); empty when none would help."""
+
+    victims: Sequence[str] = ()
+    reason: str | None = None
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    """Runs when a job could not be placed: may nominate victims to preempt."""
+
+    name: str
+
+    def post_filter(self, request: PostFilterInput) -> PostFilterResult: ...
+
+
+# --- AssignmentStrategy -------------------------------------------------------------------
+
+
+class Placer(Protocol):
+    """Tries to place the whole job on one cluster with the profile's plugins.
+
+    Never mutates the cluster; the same call returns the same answer within a decision.
+    """
+
+    def __call__(self, cluster: Cluster) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class SelectionInput:
+    job: SchedulingJob
+    clusters: Sequence[Cluster]
+    """Ready clusters that satisfy the job's required cluster affinity, in declaration order."""
+    place: Placer
+
+
+@runtime_checkable
+class AssignmentStrategy(Protocol):
+    """Picks the compute cluster for a job (Michelangelo's AssignmentStrategy).
+
+    Returns ``Decision(assignment, reason)``: an assignment from ``place`` on the chosen
+    cluster, or ``None`` with a reason naming what blocked the job. Must not mutate clusters.
+    """
+
+    name: str
+
+    def select(self, request: SelectionInput) -> Decision: ...

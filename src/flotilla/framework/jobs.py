@@ -1,0 +1,135 @@
+"""The scheduler's view of a job (Michelangelo's ``BatchJob``), with requests as vectors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from flotilla.framework.resources import ResourceSpace, Vector
+from flotilla.model.job import Affinity, GangSpec, JobSpec, Toleration, TopologyScope
+
+
+@runtime_checkable
+class BatchJob(Protocol):
+    """What an ``AssignmentStrategy`` may ask of a job (Michelangelo's BatchJob)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def affinity(self) -> Affinity: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def preemptible(self) -> bool: ...
+    def resource_requirement(self) -> dict[str, dict[str, float]]:
+        """Per role (task group), the resources of one replica."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class TaskRequest:
+    """One task group: ``replicas`` copies of ``request``."""
+
+    name: str
+    replicas: int
+    request: Vector
+    gpu: float
+    gpu_memory: float
+    gpu_scope: TopologyScope | None
+    resources: Mapping[str, float]
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulingJob:
+    """An immutable job as the engine sees it. Identity is the job name."""
+
+    name: str
+    queue: str
+    priority: int
+    preemptible: bool
+    submit_time: float
+    sequence: int
+    """Submission order across the whole system: the final tie-breaker everywhere."""
+    tasks: tuple[TaskRequest, ...]
+    total: Vector
+    """Sum of every replica's request: what the job takes from its queue's share."""
+    affinity: Affinity = field(default_factory=Affinity)
+    tolerations: tuple[Toleration, ...] = ()
+    gang: GangSpec | None = None
+    job_type: str = "command"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    expected_runtime: float | None = None
+    placement_key: tuple[object, ...] = ()
+    """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
+
+    @property
+    def replica_count(self) -> int:
+        return sum(task.replicas for task in self.tasks)
+
+    def resource_requirement(self) -> dict[str, dict[str, float]]:
+        return {task.name: dict(task.resources) for task in self.tasks}
+
+
+def build_job(
+    spec: JobSpec,
+    *,
+    name: str,
+    space: ResourceSpace,
+    sequence: int,
+    submit_time: float,
+    priority: int,
+    preemptible: bool,
+) -> SchedulingJob:
+    """Turn a validated ``JobSpec`` into the engine's vectorised job."""
+    tasks = []
+    total = space.zeros()
+    for task in spec.tasks:
+        request = space.vector(task.resources)
+        total += request * task.replicas
+        tasks.append(
+            TaskRequest(
+                name=task.name,
+                replicas=task.replicas,
+                request=request,
+                gpu=task.resources.get("gpu", 0.0),
+                gpu_memory=task.resources.get("gpu_memory", 0.0),
+                gpu_scope=task.topology.gpu if task.topology else None,
+                resources=dict(task.resources),
+            )
+        )
+    total.flags.writeable = False
+    key = (
+        tuple((t.replicas, tuple(t.request.tolist()), t.gpu_scope) for t in tasks),
+        spec.affinity.model_dump_json(),
+        tuple(t.model_dump_json() for t in spec.tolerations),
+    )
+    return SchedulingJob(
+        name=name,
+        queue=spec.queue,
+        priority=priority,
+        preemptible=preemptible,
+        submit_time=submit_time,
+        sequence=sequence,
+        tasks=tuple(tasks),
+        total=total,
+        affinity=spec.affinity,
+        tolerations=tuple(spec.tolerations),
+        gang=spec.gang,
+        job_type=spec.type,
+        labels=dict(spec.labels),
+        annotations=dict(spec.annotations),
+        user=spec.user,
+        expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
+        placement_key=key,
+    )

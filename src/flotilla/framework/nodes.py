@@ -1,0 +1,121 @@
+"""Node state of one cluster as numpy arrays, so filters and scores run vectorised.
+
+A ``NodeTable`` holds capacity and allocation per node and resource, plus each node's GPU
+devices (free share and free memory per device). It is the only mutable scheduling state:
+``allocate``/``release`` change it, ``copy`` makes the cheap snapshot a scheduling run works on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
+from flotilla.model.cluster import Taint, TaintEffect
+
+Mask = npt.NDArray[np.bool_]
+
+HARD_EFFECTS = (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
+
+
+@dataclass(frozen=True)
+class GpuAllocation:
+    """The share of each device a replica holds: ``{device id: share}``."""
+
+    shares: tuple[tuple[int, float], ...]
+    memory: float = 0.0
+
+    @property
+    def device_ids(self) -> list[int]:
+        return [device for device, _ in self.shares]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """The static description of one node (what does not change while it runs jobs)."""
+
+    name: str
+    capacity: Mapping[str, float]
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    gpu_count: int = 0
+    gpu_memory: float | None = None
+    numa_nodes: int = 1
+    pcie_switches: int | None = None
+
+
+class NodeTable:
+    """Capacity, allocation and GPU devices of a cluster's nodes, one row per node."""
+
+    def __init__(self, space: ResourceSpace, nodes: Sequence[NodeInfo]) -> None:
+        self.space = space
+        self.nodes = tuple(nodes)
+        self.names = [node.name for node in nodes]
+        self.row = {name: i for i, name in enumerate(self.names)}
+        self.capacity = np.array(
+            [space.vector(node.capacity) for node in nodes], dtype=np.float64
+        ).reshape(len(nodes), len(space))
+        self.capacity.flags.writeable = False
+        self.allocated = np.zeros_like(self.capacity)
+        width = max((node.gpu_count for node in nodes), default=0)
+        # Per device free share (1.0 = idle); padding columns of absent devices stay at 0.
+        self.device_free = np.zeros((len(nodes), width))
+        self.device_memory_free = np.zeros((len(nodes), width))
+        for i, node in enumerate(nodes):
+            self.device_free[i, : node.gpu_count] = 1.0
+            memory = node.gpu_memory if node.gpu_memory is not None else np.inf
+            self.device_memory_free[i, : node.gpu_count] = memory
+        self._label_masks: dict[tuple[str, str], Mask] = {}
+        self.hard_taints = [
+            tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
+        ]
+        self.any_hard_taints = any(self.hard_taints)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def free(self) -> Vector:
+        return self.capacity - self.allocated
+
+    def copy(self) -> NodeTable:
+        """A snapshot sharing the static parts; allocations are copied."""
+        clone = object.__new__(NodeTable)
+        clone.__dict__.update(self.__dict__)
+        clone.allocated = self.allocated.copy()
+        clone.device_free = self.device_free.copy()
+        clone.device_memory_free = self.device_memory_free.copy()
+        return clone
+
+    def label_mask(self, key: str, value: str) -> Mask:
+        """Nodes whose label ``key`` equals ``value`` (cached: labels never change)."""
+        mask = self._label_masks.get((key, value))
+        if mask is None:
+            mask = np.array([node.labels.get(key) == value for node in self.nodes], dtype=bool)
+            mask.flags.writeable = False
+            self._label_masks[(key, value)] = mask
+        return mask
+
+    def whole_free_gpus(self) -> npt.NDArray[np.int64]:
+        """Per node, how many devices are entirely free."""
+        counts: npt.NDArray[np.int64] = np.count_nonzero(self.device_free >= 1.0 - EPSILON, axis=1)
+        return counts
+
+    def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self.allocated[row] += request
+        if gpus is not None:
+            for device, share in gpus.shares:
+                self.device_free[row, device] -= share
+                self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
+
+    def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self.allocated[row] -= request
+        if gpus is not None:
+            for device, share in gpus.shares:
+                self.device_free[row, device] += share
+                self.device_memory_free[row, device] += gpus.memory / len(gpus.shares)
+        # Keep accumulated float error from turning into phantom allocations.
+        np.maximum(self.allocated[row], 0.0, out=self.allocated[row])

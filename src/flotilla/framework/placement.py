@@ -1,0 +1,153 @@
+"""Placing one job on one cluster by running the profile's plugins replica by replica.
+
+This is the framework's runtime (the part Kubernetes calls the framework runner): Filter and
+Score are vectorised over the cluster's nodes, Reserve claims devices and plugin state, and a
+failure anywhere rolls the whole job back — a job never holds part of what it needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.interfaces import (
+    Assignment,
+    CycleState,
+    Decision,
+    FilterInput,
+    Placement,
+    PreBindInput,
+    ReserveInput,
+    ReservePlugin,
+    ReserveResult,
+    ScoreInput,
+)
+from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework.registry import Framework
+
+
+class _Reservation:
+    """What one replica claimed, so it can be released in reverse order."""
+
+    def __init__(
+        self, request: ReserveInput, results: list[tuple[ReservePlugin, ReserveResult]]
+    ) -> None:
+        self.request = request
+        self.results = results
+
+
+def place_job(
+    framework: Framework, job: SchedulingJob, cluster: Cluster, cycle: CycleState, *, keep: bool
+) -> Decision:
+    """Place every replica of ``job`` on ``cluster``.
+
+    With ``keep`` the allocation stays in the cluster's node table (a commit on a snapshot);
+    without it everything is rolled back and the decision only says where it would go.
+    """
+    nodes = cluster.nodes
+    placements: list[Placement] = []
+    reservations: list[_Reservation] = []
+
+    def rollback() -> None:
+        for placement, reservation in zip(
+            reversed(placements), reversed(reservations), strict=True
+        ):
+            nodes.release(placement.row, placement.request, placement.gpus)
+            for claimed, result in reversed(reservation.results):
+                claimed.unreserve(reservation.request, result)
+
+    for task in job.tasks:
+        filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
+        for replica in range(task.replicas):
+            row = _best_node(framework, filter_input)
+            if row is None:
+                reason = _explain(framework, filter_input, job, placed=len(placements))
+                rollback()
+                return Decision(None, f"{cluster.name}: {reason}")
+            reserve_input = ReserveInput(
+                job=job, task=task, replica=replica, cluster=cluster, row=row
+            )
+            results: list[tuple[ReservePlugin, ReserveResult]] = []
+            failed: str | None = None
+            for reserver in framework.reserves:
+                result = reserver.reserve(reserve_input)
+                if not result.status.ok:
+                    failed = result.status.reason or f"{reserver.name} refused the reservation"
+                    break
+                results.append((reserver, result))
+            if failed is not None:
+                for claimed, result in reversed(results):
+                    claimed.unreserve(reserve_input, result)
+                rollback()
+                return Decision(None, f"{cluster.name}: {failed}")
+            gpus = next((r.gpus for _, r in results if r.gpus is not None), None)
+            nodes.allocate(row, task.request, gpus)
+            placements.append(
+                Placement(
+                    task=task.name,
+                    replica=replica,
+                    node=nodes.names[row],
+                    row=row,
+                    request=task.request,
+                    gpus=gpus,
+                )
+            )
+            reservations.append(_Reservation(reserve_input, results))
+
+    assignment = Assignment(cluster=cluster.name, placements=tuple(placements))
+    annotations: dict[str, str] = {}
+    for plugin in framework.pre_binds:
+        annotations.update(
+            plugin.pre_bind(PreBindInput(job=job, assignment=assignment)).annotations
+        )
+    if annotations:
+        assignment = Assignment(cluster.name, assignment.placements, annotations)
+    if not keep:
+        rollback()
+    return Decision(assignment, f"placed on {cluster.name}")
+
+
+def _best_node(framework: Framework, request: FilterInput) -> int | None:
+    mask = None
+    for plugin in framework.filters:
+        plugin_mask = plugin.filter(request)
+        mask = plugin_mask if mask is None else mask & plugin_mask
+        if not mask.any():
+            return None
+    if mask is None:
+        mask = np.ones(len(request.cluster.nodes), dtype=bool)
+    candidates = np.flatnonzero(mask)
+    if len(candidates) == 0:
+        return None
+    if len(candidates) == 1 or not framework.scores:
+        return int(candidates[0])
+    score_input = ScoreInput(
+        job=request.job,
+        task=request.task,
+        cluster=request.cluster,
+        candidates=candidates,
+        cycle=request.cycle,
+    )
+    total = np.zeros(len(candidates))
+    for scorer in framework.scores:
+        total += scorer.score(score_input)
+    # argmax keeps the first of equal scores: ties go to declaration order.
+    return int(candidates[int(np.argmax(total))])
+
+
+def _explain(framework: Framework, request: FilterInput, job: SchedulingJob, placed: int) -> str:
+    """Why no node is left for the next replica, filter by filter."""
+    task: TaskRequest = request.task
+    total = job.replica_count
+    space = request.cluster.nodes.space
+    head = f"no node fits {task.name} ({space.describe(task.request)})"
+    if total > 1:
+        head = f"only {placed} of {total} replicas placeable; " + head
+    details = []
+    for plugin in framework.filters:
+        rejected = ~plugin.filter(request)
+        if rejected.any():
+            text = plugin.explain(request, rejected)
+            if text:
+                details.append(text)
+    return head + (": " + "; ".join(details) if details else "")

@@ -1,0 +1,63 @@
+"""Typed specs of everything Flotilla schedules, and their validation.
+
+The bottom layer: it imports nothing else of Flotilla.
+"""
+
+from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, TaintEffect
+from flotilla.model.errors import SpecError
+from flotilla.model.job import (
+    Affinity,
+    GangMode,
+    GangSpec,
+    JobSpec,
+    LabelAffinity,
+    TaskSpec,
+    Toleration,
+    Topology,
+    TopologyScope,
+)
+from flotilla.model.loader import load_scenario, scenario_from_data
+from flotilla.model.quantity import format_quantity, parse_quantity
+from flotilla.model.queue import Preemption, PriorityClass, QueueSpec, QuotaSpec
+from flotilla.model.scenario import (
+    Expectation,
+    FairShare,
+    JobState,
+    Mode,
+    Queueing,
+    Scenario,
+    Settings,
+)
+
+__all__ = [
+    "Affinity",
+    "ClusterSpec",
+    "Expectation",
+    "FairShare",
+    "GangMode",
+    "GangSpec",
+    "GpuInventory",
+    "JobSpec",
+    "JobState",
+    "LabelAffinity",
+    "Mode",
+    "NodeGroup",
+    "Preemption",
+    "PriorityClass",
+    "QueueSpec",
+    "Queueing",
+    "QuotaSpec",
+    "Scenario",
+    "Settings",
+    "SpecError",
+    "Taint",
+    "TaintEffect",
+    "TaskSpec",
+    "Toleration",
+    "Topology",
+    "TopologyScope",
+    "format_quantity",
+    "load_scenario",
+    "parse_quantity",
+    "scenario_from_data",
+]

@@ -1,0 +1,88 @@
+"""Clusters, nodes, taints and GPU inventories."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from flotilla.model.base import Labels, Name, Quantity, ResourceList, Strict
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Taint(Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+class GpuInventory(Strict):
+    """A node's GPUs: ids 0..count-1.
+
+    NUMA node k (and PCIe switch k) holds the k-th contiguous block of ids.
+    """
+
+    count: int = Field(ge=0)
+    memory: Quantity | None = None
+    numa_nodes: int = Field(default=1, ge=1)
+    pcie_switches: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _blocks_divide(self) -> GpuInventory:
+        for field, groups in (
+            ("numa_nodes", self.numa_nodes),
+            ("pcie_switches", self.pcie_switches),
+        ):
+            if groups is not None and self.count and self.count % groups:
+                raise ValueError(f"{field}: {groups} does not divide count {self.count}")
+        return self
+
+
+class NodeGroup(Strict):
+    """One node, or with ``count`` N the nodes name-0 … name-(N-1), all alike."""
+
+    name: Name
+    count: int | None = Field(default=None, ge=1)
+    resources: ResourceList
+    labels: Labels = {}
+    taints: list[Taint] = []
+    gpus: GpuInventory | None = None
+
+    @model_validator(mode="after")
+    def _gpu_count_agrees(self) -> NodeGroup:
+        declared = self.resources.get("gpu")
+        if self.gpus is not None and declared is not None and declared != self.gpus.count:
+            raise ValueError(
+                f"resources.gpu ({declared:g}) and gpus.count ({self.gpus.count}) disagree"
+            )
+        if self.gpus is None and declared is not None and declared != int(declared):
+            raise ValueError("resources.gpu: a node has a whole number of GPUs")
+        return self
+
+    def node_names(self) -> list[str]:
+        if self.count is None:
+            return [self.name]
+        return [f"{self.name}-{index}" for index in range(self.count)]
+
+
+class ClusterSpec(Strict):
+    name: Name
+    labels: Labels = {}
+    cost: dict[str, float] = {}
+    """Price per unit-hour by resource (``cpu``, ``memory_gib``, ``gpu``, …)."""
+    backend: str = "sim"
+    startup_delay: float = Field(default=0, ge=0)
+    fail_at: float | None = Field(default=None, ge=0)
+    nodes: list[NodeGroup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _costs_non_negative(self) -> ClusterSpec:
+        for resource, price in self.cost.items():
+            if price < 0:
+                raise ValueError(f"cost.{resource}: must be >= 0")
+        return self

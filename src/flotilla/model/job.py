@@ -1,0 +1,117 @@
+"""Jobs: task groups, gangs, affinity and tolerations."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from flotilla.model.base import Labels, Name, ResourceList, Strict
+from flotilla.model.cluster import TaintEffect
+
+
+class TopologyScope(StrEnum):
+    DEVICE = "device"
+    PCIE = "pcie"
+    NUMA = "numa"
+    NODE = "node"
+
+
+class Topology(Strict):
+    gpu: TopologyScope | None = None
+
+
+class TaskSpec(Strict):
+    """A role of a job (head, worker…): ``replicas`` copies, each asking for ``resources``."""
+
+    name: Name
+    replicas: int = Field(default=1, ge=1)
+    resources: ResourceList
+    topology: Topology | None = None
+
+    @model_validator(mode="after")
+    def _gpu_shape(self) -> TaskSpec:
+        gpu = self.resources.get("gpu", 0.0)
+        if gpu > 1 and gpu != int(gpu):
+            raise ValueError(
+                f"resources.gpu: {gpu:g} is neither a share of one device (< 1) nor whole GPUs"
+            )
+        return self
+
+
+class GangMode(StrEnum):
+    STRICT = "strict"
+    NON_STRICT = "non-strict"
+
+
+class GangSpec(Strict):
+    min_member: int | None = Field(default=None, ge=1)
+    mode: GangMode = GangMode.STRICT
+    timeout: float = Field(default=600, gt=0)
+    name: str | None = None
+
+
+class LabelAffinity(Strict):
+    required: Labels = {}
+    preferred: Labels = {}
+
+
+class Affinity(Strict):
+    clusters: LabelAffinity = LabelAffinity()
+    nodes: LabelAffinity = LabelAffinity()
+
+
+class Toleration(Strict):
+    """Tolerates taints with this key (any key if empty), value (any if omitted) and effect."""
+
+    key: str = ""
+    operator: str = Field(default="Equal", pattern="^(Equal|Exists)$")
+    value: str | None = None
+    effect: TaintEffect | None = None
+
+
+class JobSpec(Strict):
+    """A job as submitted: the scenario contract's job schema."""
+
+    name: Name
+    count: int | None = Field(default=None, ge=1)
+    queue: str
+    submit_at: float = Field(default=0, ge=0)
+    duration: float | None = Field(default=None, ge=0)
+    cancel_at: float | None = Field(default=None, ge=0)
+    priority: int | None = None
+    priority_class: str | None = None
+    preemptible: bool | None = None
+    type: str = "command"
+    tasks: list[TaskSpec] = Field(min_length=1)
+    gang: GangSpec | None = None
+    affinity: Affinity = Affinity()
+    tolerations: list[Toleration] = []
+    labels: Labels = {}
+    annotations: Labels = {}
+    user: str | None = None
+    max_runtime: float | None = Field(default=None, gt=0)
+    payload: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _priority_once(self) -> JobSpec:
+        if self.priority is not None and self.priority_class is not None:
+            raise ValueError("priority and priority_class: give one, not both")
+        names = [task.name for task in self.tasks]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"tasks: duplicate task name {name!r}")
+        if self.gang is not None and self.gang.min_member is not None:
+            members = sum(task.replicas for task in self.tasks)
+            if self.gang.min_member > members and self.gang.name is None:
+                raise ValueError(
+                    f"gang.min_member: {self.gang.min_member} is more than the job's "
+                    f"{members} replicas"
+                )
+        return self
+
+    def job_names(self) -> list[str]:
+        if self.count is None:
+            return [self.name]
+        return [f"{self.name}-{index}" for index in range(self.count)]

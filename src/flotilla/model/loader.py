@@ -1,0 +1,189 @@
+"""Read a scenario file (YAML or JSON); check what a schema cannot: references and names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from flotilla.model.errors import SpecError, from_pydantic
+from flotilla.model.queue import QuotaSpec
+from flotilla.model.scenario import Scenario
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_document(text: str, source: str) -> Any:
+    """Parse YAML (a superset of JSON) or JSON text; syntax errors become ``SpecError``."""
+    if source.endswith(".json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SpecError([f"line {error.lineno}: {error.msg}"], source) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as error:
+        raise SpecError([str(error).replace("\n", " ")], source) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and fully validate a scenario file; raise ``SpecError`` naming every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError([f"cannot read file: {error.strerror}"], str(path)) from None
+    return scenario_from_data(parse_document(text, str(path)), str(path))
+
+
+def scenario_from_data(data: Any, source: str | None = None) -> Scenario:
+    if not isinstance(data, dict):
+        raise SpecError(["(top level): a scenario is a mapping of fields"], source)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as error:
+        raise from_pydantic(error, source) from None
+    problems = check_references(scenario)
+    if problems:
+        raise SpecError(problems, source)
+    return scenario
+
+
+def walk_quotas(
+    quotas: list[QuotaSpec], prefix: str = "quotas"
+) -> Iterator[tuple[str, QuotaSpec, QuotaSpec | None]]:
+    """Yield (field path, quota, parent) for every node of the quota forest, depth first."""
+
+    def visit(
+        nodes: list[QuotaSpec], path: str, parent: QuotaSpec | None
+    ) -> Iterator[tuple[str, QuotaSpec, QuotaSpec | None]]:
+        for index, quota in enumerate(nodes):
+            here = f"{path}[{index}]"
+            yield here, quota, parent
+            yield from visit(quota.children, f"{here}.children", quota)
+
+    yield from visit(quotas, prefix, None)
+
+
+def _duplicates(names: list[tuple[str, str]], what: str) -> list[str]:
+    seen: dict[str, str] = {}
+    problems = []
+    for path, name in names:
+        if name in seen:
+            problems.append(f"{path}: duplicate {what} name {name!r} (first at {seen[name]})")
+        else:
+            seen[name] = path
+    return problems
+
+
+def check_references(scenario: Scenario) -> list[str]:
+    """Cross-field checks: unknown references, duplicate names, inconsistent quotas."""
+    problems: list[str] = []
+    problems += _duplicates(
+        [(f"clusters[{i}].name", c.name) for i, c in enumerate(scenario.clusters)], "cluster"
+    )
+    for ci, cluster in enumerate(scenario.clusters):
+        problems += _duplicates(
+            [
+                (f"clusters[{ci}].nodes[{ni}].name", node_name)
+                for ni, group in enumerate(cluster.nodes)
+                for node_name in group.node_names()
+            ],
+            "node",
+        )
+    problems += _duplicates(
+        [(f"queues[{i}].name", q.name) for i, q in enumerate(scenario.queues)], "queue"
+    )
+    problems += _duplicates(
+        [(f"priority_classes[{i}].name", p.name) for i, p in enumerate(scenario.priority_classes)],
+        "priority class",
+    )
+    quota_paths = list(walk_quotas(scenario.quotas))
+    problems += _duplicates([(f"{path}.name", q.name) for path, q, _ in quota_paths], "quota")
+    for path, quota, _ in quota_paths:
+        for resource, amount in quota.min.items():
+            if quota.max is not None and resource in quota.max and amount > quota.max[resource]:
+                problems.append(
+                    f"{path}.min.{resource}: {amount:g} is above max {quota.max[resource]:g}"
+                )
+            if quota.lending_limit is not None and quota.lending_limit.get(resource, 0) > amount:
+                problems.append(f"{path}.lending_limit.{resource}: is above min {amount:g}")
+        if quota.lending_limit is not None:
+            for resource in quota.lending_limit:
+                if resource not in quota.min:
+                    problems.append(
+                        f"{path}.lending_limit.{resource}: the quota has no min for {resource}"
+                    )
+
+    quota_names = {q.name for _, q, _ in quota_paths}
+    for index, queue in enumerate(scenario.queues):
+        if queue.quota is not None and queue.quota not in quota_names:
+            problems.append(f"queues[{index}].quota: unknown quota {queue.quota!r}")
+
+    queue_names = {q.name for q in scenario.queues}
+    class_names = {p.name for p in scenario.priority_classes}
+    job_names: list[tuple[str, str]] = []
+    gang_members: dict[str, list[int]] = {}
+    for index, job in enumerate(scenario.jobs):
+        if job.queue not in queue_names:
+            problems.append(f"jobs[{index}].queue: unknown queue {job.queue!r}")
+        if job.priority_class is not None and job.priority_class not in class_names:
+            problems.append(
+                f"jobs[{index}].priority_class: unknown priority class {job.priority_class!r}"
+            )
+        if job.cancel_at is not None and job.cancel_at < job.submit_at:
+            problems.append(f"jobs[{index}].cancel_at: is before submit_at ({job.submit_at:g})")
+        job_names += [(f"jobs[{index}].name", name) for name in job.job_names()]
+        if job.gang is not None and job.gang.name is not None:
+            gang_members.setdefault(job.gang.name, []).append(index)
+    problems += _duplicates(job_names, "job")
+    for gang, indices in gang_members.items():
+        members = sum(
+            sum(t.replicas for t in scenario.jobs[i].tasks) * (scenario.jobs[i].count or 1)
+            for i in indices
+        )
+        wanted = {
+            gang_spec.min_member
+            for i in indices
+            if (gang_spec := scenario.jobs[i].gang) is not None and gang_spec.min_member is not None
+        }
+        if len(wanted) > 1:
+            problems.append(f"jobs[{indices[0]}].gang.min_member: gang {gang!r} disagrees")
+        for need in wanted:
+            if need is not None and need > members:
+                problems.append(
+                    f"jobs[{indices[0]}].gang.min_member: gang {gang!r} needs {need} "
+                    f"but its jobs have {members} replicas"
+                )
+
+    known_jobs = {name for _, name in job_names}
+    for index, expectation in enumerate(scenario.expect):
+        if expectation.job is not None and expectation.job not in known_jobs:
+            problems.append(f"expect[{index}].job: unknown job {expectation.job!r}")
+        if expectation.queue is not None and expectation.queue not in queue_names:
+            problems.append(f"expect[{index}].queue: unknown queue {expectation.queue!r}")
+        cluster_names = {c.name for c in scenario.clusters}
+        if expectation.cluster is not None and expectation.cluster not in cluster_names:
+            problems.append(f"expect[{index}].cluster: unknown cluster {expectation.cluster!r}")
+    return problems

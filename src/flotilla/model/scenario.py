@@ -1,0 +1,102 @@
+"""The scenario file: a fleet, its queues and quotas, and a workload over virtual time.
+
+This module is the contract of ``../shared/spec/scenario.md`` in pydantic form. Fields may be
+added; none of the contract's fields is renamed or changes meaning.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from flotilla.model.base import Strict
+from flotilla.model.cluster import ClusterSpec
+from flotilla.model.job import JobSpec
+from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
+
+
+class Mode(StrEnum):
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class FairShare(StrEnum):
+    DRF = "drf"
+    FIFO = "fifo"
+
+
+class Queueing(StrEnum):
+    BEST_EFFORT_FIFO = "best-effort-fifo"
+    STRICT_FIFO = "strict-fifo"
+    BACKFILL = "backfill"
+
+
+class PluginSettings(Strict):
+    """Which plugins run (a profile), by entry-point name. Extension of the contract."""
+
+    profile: str = "default"
+    enabled: list[str] = []
+    disabled: list[str] = []
+
+
+class Settings(Strict):
+    cycle_interval: float = Field(default=1, gt=0)
+    mode: Mode = Mode.SYNC
+    assignment_strategy: str = "cluster-only"
+    fair_share: FairShare = FairShare.DRF
+    queueing: Queueing = Queueing.BEST_EFFORT_FIFO
+    fair_share_preemption: bool = False
+    priority_preemption: bool = False
+    max_time: float | None = Field(default=None, ge=0)
+    plugins: PluginSettings = PluginSettings()
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+
+
+class Expectation(Strict):
+    """One ``expect`` entry: a job's or a queue's state after the cycle at ``at``."""
+
+    at: float | Literal["end"]
+    job: str | None = None
+    queue: str | None = None
+    state: JobState | None = None
+    cluster: str | None = None
+    running: int | None = Field(default=None, ge=0)
+    queued: int | None = Field(default=None, ge=0)
+    reason: str | None = None
+    """Extension: a substring the job's pending reason must contain."""
+    preemptions: int | None = Field(default=None, ge=0)
+    """Extension: how many times the job was preempted so far."""
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> Expectation:
+        if (self.job is None) == (self.queue is None):
+            raise ValueError("name exactly one of job or queue")
+        if self.job is not None and (self.running is not None or self.queued is not None):
+            raise ValueError("running and queued are counts of a queue, not of a job")
+        if self.queue is not None and (
+            self.state is not None or self.cluster is not None or self.reason is not None
+        ):
+            raise ValueError("state, cluster and reason describe a job, not a queue")
+        return self
+
+
+class Scenario(Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    settings: Settings = Settings()
+    priority_classes: list[PriorityClass] = []
+    clusters: list[ClusterSpec] = Field(min_length=1)
+    quotas: list[QuotaSpec] = []
+    queues: list[QueueSpec] = Field(min_length=1)
+    jobs: list[JobSpec] = []
+    expect: list[Expectation] = []

@@ -1,0 +1,1 @@
+"""Built-in scheduling plugins. Each implements extension points of ``flotilla.framework``."""

@@ -1,0 +1,80 @@
+"""Resource fit on every dimension (Filter), and bin-packing or spreading (Score)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flotilla.framework.interfaces import FilterInput, ScoreInput
+from flotilla.framework.nodes import Mask
+from flotilla.framework.resources import EPSILON, Vector
+from flotilla.model.quantity import format_quantity
+
+
+class ResourcesFit:
+    """A node fits a replica when its free amount covers the request on every resource."""
+
+    name = "resources-fit"
+
+    def filter(self, request: FilterInput) -> Mask:
+        nodes = request.cluster.nodes
+        wanted = np.flatnonzero(request.task.request)
+        if len(wanted) == 0:
+            return np.ones(len(nodes), dtype=bool)
+        free = nodes.capacity[:, wanted] - nodes.allocated[:, wanted]
+        fits: Mask = np.all(free >= request.task.request[wanted] - EPSILON, axis=1)
+        return fits
+
+    def explain(self, request: FilterInput, rejected: Mask) -> str | None:
+        nodes = request.cluster.nodes
+        parts = []
+        for dim in np.flatnonzero(request.task.request):
+            name = nodes.space.names[dim]
+            need = float(request.task.request[dim])
+            free = nodes.capacity[:, dim] - nodes.allocated[:, dim]
+            short = np.count_nonzero(free < need - EPSILON)
+            if short:
+                most = float(free.max()) if len(free) else 0.0
+                if float(nodes.capacity[:, dim].max(initial=0.0)) < need - EPSILON:
+                    largest = float(nodes.capacity[:, dim].max(initial=0.0))
+                    parts.append(
+                        f"no node has {format_quantity(name, need)} {name} at all "
+                        f"(largest {format_quantity(name, largest)})"
+                    )
+                else:
+                    parts.append(
+                        f"{short} node{'s' if short != 1 else ''} with too little free {name} "
+                        f"(need {format_quantity(name, need)}, most free "
+                        f"{format_quantity(name, max(most, 0.0))})"
+                    )
+        return "; ".join(parts) or None
+
+
+def _utilisation_after(request: ScoreInput) -> Vector:
+    """Mean share of each requested resource in use on each candidate after placing."""
+    nodes = request.cluster.nodes
+    wanted = np.flatnonzero(request.task.request)
+    if len(wanted) == 0:
+        return np.zeros(len(request.candidates))
+    capacity = nodes.capacity[np.ix_(request.candidates, wanted)]
+    used = nodes.allocated[np.ix_(request.candidates, wanted)] + request.task.request[wanted]
+    share = np.divide(used, capacity, out=np.ones_like(used), where=capacity > 0)
+    result: Vector = share.mean(axis=1)
+    return result
+
+
+class BinPackScore:
+    """Prefer the fullest node that fits (best fit): keeps whole nodes free for big jobs."""
+
+    name = "binpack"
+
+    def score(self, request: ScoreInput) -> Vector:
+        return _utilisation_after(request)
+
+
+class SpreadScore:
+    """Prefer the emptiest node: spreads load and the blast radius of a node failure."""
+
+    name = "spread"
+
+    def score(self, request: ScoreInput) -> Vector:
+        return 1.0 - _utilisation_after(request)

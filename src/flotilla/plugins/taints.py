@@ -1,0 +1,63 @@
+"""Taints and tolerations: a NoSchedule/NoExecute taint admits only jobs that tolerate it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flotilla.framework.interfaces import FilterInput
+from flotilla.framework.nodes import Mask, NodeTable
+from flotilla.model.cluster import Taint
+from flotilla.model.job import Toleration
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """Kubernetes semantics: empty key with Exists matches every taint."""
+    if toleration.effect is not None and toleration.effect != taint.effect:
+        return False
+    if toleration.key == "":
+        return toleration.operator == "Exists"
+    if toleration.key != taint.key:
+        return False
+    return toleration.operator == "Exists" or toleration.value in (None, taint.value)
+
+
+def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
+    """Nodes all of whose hard taints are tolerated; cached per toleration set on the table."""
+    if not nodes.any_hard_taints:
+        return np.ones(len(nodes), dtype=bool)
+    cache: dict[tuple[Toleration, ...], Mask] = nodes.__dict__.setdefault("_toleration_masks", {})
+    key = tuple(tolerations)
+    mask = cache.get(key)
+    if mask is None:
+        mask = np.array(
+            [
+                all(any(tolerates(t, taint) for t in tolerations) for taint in node_taints)
+                for node_taints in nodes.hard_taints
+            ],
+            dtype=bool,
+        )
+        mask.flags.writeable = False
+        cache[key] = mask
+    return mask
+
+
+class TaintToleration:
+    name = "taint-toleration"
+
+    def filter(self, request: FilterInput) -> Mask:
+        return tolerated_mask(request.cluster.nodes, request.job.tolerations)
+
+    def explain(self, request: FilterInput, rejected: Mask) -> str | None:
+        nodes = request.cluster.nodes
+        taints = sorted(
+            {
+                f"{t.key}={t.value}:{t.effect}"
+                for row in np.flatnonzero(rejected)
+                for t in nodes.hard_taints[row]
+                if not any(tolerates(tol, t) for tol in request.job.tolerations)
+            }
+        )
+        count = int(np.count_nonzero(rejected))
+        return f"{count} node{'s' if count != 1 else ''} with untolerated taint {', '.join(taints)}"

@@ -1,0 +1,23 @@
+"""The scheduling cycle: one algorithm, driven by the simulator and (later) the service."""
+
+from flotilla.scheduler.algorithm import SchedulingAlgorithm
+from flotilla.scheduler.types import (
+    CycleResult,
+    CycleStats,
+    QueueInfo,
+    RunningJob,
+    ScheduledJob,
+    SchedulingConfig,
+    SchedulingSnapshot,
+)
+
+__all__ = [
+    "CycleResult",
+    "CycleStats",
+    "QueueInfo",
+    "RunningJob",
+    "ScheduledJob",
+    "SchedulingAlgorithm",
+    "SchedulingConfig",
+    "SchedulingSnapshot",
+]

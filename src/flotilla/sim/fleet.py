@@ -1,0 +1,86 @@
+"""Build the engine's clusters and jobs from a scenario's specs."""
+
+from __future__ import annotations
+
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.nodes import NodeInfo, NodeTable
+from flotilla.framework.resources import ResourceSpace
+from flotilla.model.cluster import ClusterSpec, NodeGroup
+from flotilla.model.job import JobSpec
+from flotilla.model.scenario import Scenario
+
+
+def resource_space(scenario: Scenario) -> ResourceSpace:
+    """Every resource named by a node or a job, plus ``gpu_memory`` when GPUs carry memory."""
+    names: set[str] = set()
+    for cluster in scenario.clusters:
+        for group in cluster.nodes:
+            names.update(group.resources)
+            if group.gpus is not None and group.gpus.memory is not None:
+                names.add("gpu_memory")
+    for job in scenario.jobs:
+        for task in job.tasks:
+            names.update(task.resources)
+    return ResourceSpace(names)
+
+
+def node_infos(group: NodeGroup) -> list[NodeInfo]:
+    capacity = dict(group.resources)
+    gpu_count = group.gpus.count if group.gpus else int(capacity.get("gpu", 0))
+    capacity["gpu"] = float(gpu_count)
+    gpu_memory = group.gpus.memory if group.gpus else None
+    if gpu_memory is not None:
+        capacity.setdefault("gpu_memory", gpu_memory * gpu_count)
+    return [
+        NodeInfo(
+            name=name,
+            capacity=capacity,
+            labels=dict(group.labels),
+            taints=tuple(group.taints),
+            gpu_count=gpu_count,
+            gpu_memory=gpu_memory,
+            numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
+            pcie_switches=group.gpus.pcie_switches if group.gpus else None,
+        )
+        for name in group.node_names()
+    ]
+
+
+def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluster:
+    infos = [info for group in spec.nodes for info in node_infos(group)]
+    return Cluster(
+        name=spec.name,
+        order=order,
+        labels=dict(spec.labels),
+        cost=dict(spec.cost),
+        nodes=NodeTable(space, infos),
+        backend=spec.backend,
+    )
+
+
+def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, SchedulingJob]]:
+    """Expand ``count`` and resolve priority classes; sequence is file order."""
+    classes = {pc.name: pc for pc in scenario.priority_classes}
+    jobs: list[tuple[JobSpec, SchedulingJob]] = []
+    for spec in scenario.jobs:
+        priority_class = classes.get(spec.priority_class) if spec.priority_class else None
+        priority = spec.priority if spec.priority is not None else 0
+        preemptible = True
+        if priority_class is not None:
+            priority = priority_class.value
+            preemptible = priority_class.preemptible
+        if spec.preemptible is not None:
+            preemptible = spec.preemptible
+        for name in spec.job_names():
+            job = build_job(
+                spec,
+                name=name,
+                space=space,
+                sequence=len(jobs),
+                submit_time=spec.submit_at,
+                priority=priority,
+                preemptible=preemptible,
+            )
+            jobs.append((spec, job))
+    return jobs

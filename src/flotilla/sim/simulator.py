@@ -1,0 +1,396 @@
+"""Virtual-time simulation of a scenario with the real scheduling engine.
+
+Time advances on the cycle grid (0, ``cycle_interval``, 2×…). Before each cycle, every timer
+due by then fires in a fixed order (finishes, starts, cluster failures, submissions,
+cancellations). A cycle whose inputs did not change since a cycle that scheduled nothing
+would decide nothing, so the clock jumps to the next timer instead: a month of trace runs in
+seconds while ``summary.cycles`` still counts every cycle of the grid.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from flotilla.framework.clusters import Cluster, ClusterState
+from flotilla.framework.resources import EPSILON, ResourceSpace
+from flotilla.model.errors import SpecError
+from flotilla.model.scenario import JobState, Mode, Scenario
+from flotilla.scheduler.algorithm import SchedulingAlgorithm
+from flotilla.scheduler.types import (
+    CycleResult,
+    QueueInfo,
+    RunningJob,
+    ScheduledJob,
+    SchedulingConfig,
+    SchedulingSnapshot,
+)
+from flotilla.sim.fleet import build_cluster, build_jobs, resource_space
+from flotilla.sim.state import Event, Moment, SimJob
+from flotilla.sim.support import unsupported_features
+
+
+class Timer(IntEnum):
+    """Timers due at the same time fire in this order."""
+
+    FINISH = 0
+    START = 1
+    CLUSTER_FAILURE = 2
+    SUBMIT = 3
+    CANCEL = 4
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    until: float | None = None
+    progress: Callable[[float, int, int], None] | None = None
+    """Called now and then with (virtual time, jobs terminal, jobs total)."""
+
+
+class Simulator:
+    def __init__(self, scenario: Scenario, options: SimulationOptions | None = None) -> None:
+        problems = unsupported_features(scenario)
+        if problems:
+            raise SpecError(problems)
+        self.scenario = scenario
+        self.options = options or SimulationOptions()
+        settings = scenario.settings
+        self.interval = settings.cycle_interval
+        self.space: ResourceSpace = resource_space(scenario)
+        self.clusters = [
+            build_cluster(spec, order, self.space) for order, spec in enumerate(scenario.clusters)
+        ]
+        self.cluster_by_name = {cluster.name: cluster for cluster in self.clusters}
+        self.startup_delay = {spec.name: spec.startup_delay for spec in scenario.clusters}
+        self.queues = [
+            QueueInfo(name=queue.name, weight=queue.weight, order=order)
+            for order, queue in enumerate(scenario.queues)
+        ]
+        config = SchedulingConfig(
+            assignment_strategy=settings.assignment_strategy,
+            fair_share=settings.fair_share,
+            queueing=settings.queueing,
+            profile=settings.plugins.profile,
+            enabled_plugins=tuple(settings.plugins.enabled),
+            disabled_plugins=tuple(settings.plugins.disabled),
+        )
+        self.algorithm = _build_algorithm(config)
+        self.jobs = [SimJob(spec=spec, job=job) for spec, job in build_jobs(scenario, self.space)]
+        self.job_by_name = {job.name: job for job in self.jobs}
+        self.events: list[Event] = []
+        self.moments: dict[float, Moment] = {}
+        self.cycles = 0
+        self.end_time = 0.0
+        self.end_reason = ""
+        self.wall_seconds = 0.0
+        self.decisions = 0
+        self._timers: list[tuple[float, int, int, str, int]] = []
+        self._timer_sequence = 0
+        self._queued: dict[str, SimJob] = {}
+        self._running: dict[str, SimJob] = {}
+        self._pending_result: CycleResult | None = None
+        self._terminal = 0
+        self._allocated = np.zeros(len(self.space))
+        self._allocation_integral = np.zeros(len(self.space))
+        self._integral_time = 0.0
+        self._capacity = sum(
+            (cluster.total_capacity() for cluster in self.clusters), start=np.zeros(len(self.space))
+        )
+
+    # --- timers ---------------------------------------------------------------------------
+
+    def _schedule_timer(self, at: float, kind: Timer, subject: str, run: int = 0) -> None:
+        self._timer_sequence += 1
+        heapq.heappush(self._timers, (at, int(kind), self._timer_sequence, subject, run))
+
+    def _fire_timers(self, now: float) -> bool:
+        changed = False
+        while self._timers and self._timers[0][0] <= now + EPSILON:
+            at, kind, _, subject, run = heapq.heappop(self._timers)
+            changed |= self._fire(Timer(kind), at, subject, run)
+        return changed
+
+    def _fire(self, kind: Timer, at: float, subject: str, run: int) -> bool:
+        if kind is Timer.CLUSTER_FAILURE:
+            return self._lose_cluster(at, self.cluster_by_name[subject])
+        job = self.job_by_name[subject]
+        if kind is Timer.SUBMIT:
+            job.state = JobState.QUEUED
+            job.queued_since = at
+            self._queued[job.name] = job
+            self.events.append(Event(at, job.name, "submitted"))
+            return True
+        if kind is Timer.CANCEL:
+            if job.terminal or job.state is None:
+                return False
+            self._end(job, at, JobState.CANCELLED, "cancelled")
+            return True
+        if run != job.run or job.state is not JobState.RUNNING:
+            return False  # a timer of an earlier attempt
+        if kind is Timer.START:
+            self._start(job, at)
+            return False
+        self._end(job, at, JobState.SUCCEEDED, "succeeded")
+        return True
+
+    # --- job transitions ------------------------------------------------------------------
+
+    def _start(self, job: SimJob, at: float) -> None:
+        assert job.assignment is not None
+        job.started_at = at
+        if job.first_started_at is None:
+            job.first_started_at = at
+        self.events.append(
+            Event(at, job.name, "started", job.assignment.cluster, job.assignment.nodes)
+        )
+        if job.spec.duration is not None:
+            self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
+
+    def _end(self, job: SimJob, at: float, state: JobState, event: str) -> None:
+        if job.state is JobState.RUNNING:
+            self._release(job, at)
+        self._queued.pop(job.name, None)
+        job.state = state
+        self._terminal += 1
+        job.finished_at = at
+        job.reason = None
+        self.events.append(Event(at, job.name, event))
+
+    def _release(self, job: SimJob, at: float) -> None:
+        assert job.assignment is not None
+        cluster = self.cluster_by_name[job.assignment.cluster]
+        for placement in job.assignment.placements:
+            cluster.nodes.release(placement.row, placement.request, placement.gpus)
+        self._account(at, -job.job.total)
+        self._running.pop(job.name, None)
+
+    def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
+        cluster.state = ClusterState.UNREACHABLE
+        reason = f"cluster {cluster.name} became unreachable"
+        for job in [
+            j
+            for j in self._running.values()
+            if j.assignment and j.assignment.cluster == cluster.name
+        ]:
+            self._release(job, at)
+            job.run += 1
+            job.state = JobState.QUEUED
+            job.assignment = None
+            job.queued_since = at
+            job.reason = reason
+            self._queued[job.name] = job
+            self.events.append(Event(at, job.name, "requeued", reason=reason))
+        self._capacity = sum(
+            (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
+        )
+        return True
+
+    def _account(self, at: float, delta: np.ndarray) -> None:
+        self._allocation_integral += self._allocated * (at - self._integral_time)
+        self._integral_time = at
+        self._allocated = self._allocated + delta
+
+    # --- cycles ---------------------------------------------------------------------------
+
+    def _snapshot(self, now: float) -> SchedulingSnapshot:
+        return SchedulingSnapshot(
+            time=now,
+            clusters=self.clusters,
+            queues=self.queues,
+            queued=[job.job for job in self._queued.values()],
+            running=[
+                RunningJob(job.job, job.assignment)
+                for job in self._running.values()
+                if job.assignment is not None
+            ],
+        )
+
+    def _cycle(self, now: float) -> bool:
+        """Run one cycle; True when it changed anything (so the next cycle must run too)."""
+        if self.scenario.settings.mode is Mode.SYNC:
+            result = self.algorithm.schedule(self._snapshot(now))
+            self.decisions += result.stats.considered
+            return self._apply(result, now) > 0
+        # Async: take the result of the run triggered last cycle, reconcile it against what
+        # happened since, commit, then trigger the next run on the state after the commit.
+        applied = 0
+        if self._pending_result is not None:
+            applied = self._apply(self._pending_result, now, reconcile=True)
+            self._pending_result = None
+        if self._queued:
+            self._pending_result = self.algorithm.schedule(self._snapshot(now))
+            self.decisions += self._pending_result.stats.considered
+        return applied > 0 or (
+            self._pending_result is not None and bool(self._pending_result.scheduled)
+        )
+
+    def _apply(self, result: CycleResult, now: float, *, reconcile: bool = False) -> int:
+        applied = 0
+        for decision in result.scheduled:
+            job = self.job_by_name[decision.job.name]
+            if reconcile:
+                stale = self._stale(job, decision)
+                if stale is not None:
+                    if job.state is JobState.QUEUED:
+                        job.reason = f"decision from t={result.time:g} dropped: {stale}"
+                    continue
+            self._run(job, decision, now)
+            applied += 1
+        for name, reason in result.pending.items():
+            job = self.job_by_name[name]
+            if job.state is JobState.QUEUED:
+                job.reason = reason
+        return applied
+
+    def _stale(self, job: SimJob, decision: ScheduledJob) -> str | None:
+        if job.state is not JobState.QUEUED:
+            return f"job is {job.state}"
+        cluster = self.cluster_by_name[decision.assignment.cluster]
+        if not cluster.ready:
+            return f"cluster {cluster.name} is {cluster.state}"
+        nodes = cluster.nodes
+        for placement in decision.assignment.placements:
+            free = nodes.capacity[placement.row] - nodes.allocated[placement.row]
+            if np.any(free < placement.request - EPSILON):
+                return f"node {placement.node} no longer has room"
+        return None
+
+    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        assignment = decision.assignment
+        cluster = self.cluster_by_name[assignment.cluster]
+        for placement in assignment.placements:
+            cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
+        self._account(now, job.job.total)
+        self._queued.pop(job.name, None)
+        self._running[job.name] = job
+        job.state = JobState.RUNNING
+        job.assignment = assignment
+        job.reason = None
+        job.run += 1
+        if job.first_scheduled_at is None:
+            job.first_scheduled_at = now
+        self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))
+        delay = self.startup_delay[assignment.cluster]
+        if delay > 0:
+            self._schedule_timer(now + delay, Timer.START, job.name, job.run)
+        else:
+            self._start(job, now)
+
+    # --- the clock ------------------------------------------------------------------------
+
+    def run(self) -> Simulator:
+        started = time.perf_counter()
+        for job in self.jobs:
+            self._schedule_timer(job.spec.submit_at, Timer.SUBMIT, job.name)
+            if job.spec.cancel_at is not None:
+                self._schedule_timer(job.spec.cancel_at, Timer.CANCEL, job.name)
+        for spec in self.scenario.clusters:
+            if spec.fail_at is not None:
+                self._schedule_timer(spec.fail_at, Timer.CLUSTER_FAILURE, spec.name)
+        limits = [x for x in (self.options.until, self.scenario.settings.max_time) if x is not None]
+        limit = min(limits) if limits else None
+        watch_times = sorted(
+            {self.grid_floor(float(e.at)) for e in self.scenario.expect if e.at != "end"}
+        )
+        terminal_target = len(self.jobs)
+        step = 0
+        dirty = True
+        last_progress = time.perf_counter()
+        while True:
+            now = step * self.interval
+            if limit is not None and now > limit + EPSILON:
+                self.end_reason = "--until" if limit == self.options.until else "settings.max_time"
+                break
+            changed = self._fire_timers(now)
+            if changed or dirty or self._pending_result is not None:
+                dirty = self._cycle(now)
+            self.cycles = step + 1
+            self.end_time = now
+            if now in watch_times:
+                self._capture(now)
+            if self._terminal_count() == terminal_target:
+                self.end_reason = "every job is terminal"
+                break
+            if not dirty and self._pending_result is None and not self._timers:
+                self.end_reason = "nothing can change any more"
+                break
+            if self.options.progress and time.perf_counter() - last_progress > 0.5:
+                last_progress = time.perf_counter()
+                self.options.progress(now, self._terminal_count(), terminal_target)
+            if dirty or self._pending_result is not None:
+                step += 1
+                continue
+            upcoming = [t for t in watch_times if t > now + EPSILON]
+            candidates = [self._timers[0][0]] if self._timers else []
+            candidates += upcoming[:1]
+            next_time = min(candidates)
+            step = max(step + 1, math.ceil(next_time / self.interval - EPSILON))
+        self._account(self.end_time, np.zeros(len(self.space)))
+        self.wall_seconds = time.perf_counter() - started
+        return self
+
+    def grid_floor(self, at: float) -> float:
+        return math.floor(at / self.interval + EPSILON) * self.interval
+
+    def _terminal_count(self) -> int:
+        return self._terminal
+
+    def _capture(self, now: float) -> None:
+        moment = Moment(time=now)
+        for job in self.jobs:
+            moment.jobs[job.name] = self.job_facts(job)
+        for queue in self.queues:
+            moment.queues[queue.name] = self.queue_counts(queue.name)
+        self.moments[now] = moment
+
+    def job_facts(self, job: SimJob) -> dict[str, object]:
+        return {
+            "state": job.state.value if job.state else "unsubmitted",
+            "cluster": job.assignment.cluster if job.assignment else None,
+            "reason": job.reason,
+            "preemptions": job.preemptions,
+        }
+
+    def queue_counts(self, queue: str) -> dict[str, int]:
+        running = sum(1 for job in self._running.values() if job.job.queue == queue)
+        queued = sum(1 for job in self._queued.values() if job.job.queue == queue)
+        return {"running": running, "queued": queued}
+
+    # --- figures for the report -------------------------------------------------------------
+
+    @property
+    def capacity(self) -> np.ndarray:
+        return self._capacity
+
+    def utilization(self) -> dict[str, float]:
+        total = sum((c.total_capacity() for c in self.clusters), start=np.zeros(len(self.space)))
+        over_time = self.end_time > 0
+        mean = self._allocation_integral / self.end_time if over_time else self._allocated
+        return {
+            name: round(float(mean[i] / total[i]), 4)
+            for i, name in enumerate(self.space.names)
+            if total[i] > EPSILON
+        }
+
+
+def _build_algorithm(config: SchedulingConfig) -> SchedulingAlgorithm:
+    from flotilla.framework.registry import UnknownExtension
+
+    try:
+        return SchedulingAlgorithm(config)
+    except UnknownExtension as error:
+        field = {
+            "assignment strategy": "settings.assignment_strategy",
+            "profile": "settings.plugins.profile",
+        }.get(error.kind, "settings.plugins")
+        raise SpecError([f"{field}: {error}"]) from None
+
+
+def simulate(scenario: Scenario, options: SimulationOptions | None = None) -> Simulator:
+    return Simulator(scenario, options).run()

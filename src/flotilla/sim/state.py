@@ -1,0 +1,67 @@
+"""What the simulator records about each job and each moment it was asked about."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flotilla.framework.interfaces import Assignment
+from flotilla.framework.jobs import SchedulingJob
+from flotilla.model.job import JobSpec
+from flotilla.model.scenario import JobState
+
+
+@dataclass(eq=False)
+class SimJob:
+    spec: JobSpec
+    job: SchedulingJob
+    state: JobState | None = None
+    """``None`` until submitted."""
+    assignment: Assignment | None = None
+    started_at: float | None = None
+    first_started_at: float | None = None
+    first_scheduled_at: float | None = None
+    finished_at: float | None = None
+    queued_since: float | None = None
+    ends_at: float | None = None
+    preemptions: int = 0
+    reason: str | None = None
+    run: int = 0
+    """Attempt counter: timers of an earlier run are ignored after a requeue."""
+
+    @property
+    def name(self) -> str:
+        return self.job.name
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass
+class Event:
+    time: float
+    job: str
+    event: str
+    cluster: str | None = None
+    nodes: list[str] | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"time": self.time, "job": self.job, "event": self.event}
+        if self.cluster is not None:
+            record["cluster"] = self.cluster
+        if self.nodes is not None:
+            record["nodes"] = self.nodes
+        if self.reason is not None:
+            record["reason"] = self.reason
+        return record
+
+
+@dataclass
+class Moment:
+    """Job and queue facts captured after the cycle at one time, for ``expect`` checks."""
+
+    time: float
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)

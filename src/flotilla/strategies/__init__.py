@@ -1,0 +1,1 @@
+"""Built-in assignment strategies: which cluster a job goes to."""
