@@ -42,6 +42,9 @@ class Status:
 
     ok: bool = True
     reason: str | None = None
+    deferrable: bool = False
+    """A soft refusal (e.g. runtime quota): the job is retried in the cycle's leftover pass,
+    where soft limits are lifted, so capacity nobody else wants is never left idle."""
 
     @classmethod
     def success(cls) -> Status:
@@ -83,6 +86,13 @@ class Assignment:
     def nodes(self) -> list[str]:
         return [placement.node for placement in self.placements]
 
+    def held(self, size: int) -> Vector:
+        """What the assignment holds: the sum of its placements' requests."""
+        total = np.zeros(size)
+        for placement in self.placements:
+            total += placement.request
+        return total
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -115,6 +125,8 @@ class QueueSortPlugin(Protocol):
 class PreFilterInput:
     job: SchedulingJob
     cycle: CycleState
+    leftover_pass: bool = False
+    """True in the pass after every queue had its turn: soft limits do not apply."""
 
 
 @runtime_checkable
@@ -253,7 +265,92 @@ class PreBindPlugin(Protocol):
     def pre_bind(self, request: PreBindInput) -> PreBindResult: ...
 
 
+# --- CycleStart and the running set ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CycleStartInput:
+    """The run's snapshot (a ``flotilla.framework.snapshot.SchedulingSnapshot``)."""
+
+    snapshot: Any
+    cycle: CycleState
+
+
+@runtime_checkable
+class CycleStartPlugin(Protocol):
+    """Builds the plugin's per-run state from the snapshot, kept in ``cycle.data``."""
+
+    name: str
+
+    def start_cycle(self, request: CycleStartInput) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunningChange:
+    """A running job leaving (evicted) or re-entering (restored) the run's view."""
+
+    job: SchedulingJob
+    assignment: Assignment
+    cycle: CycleState
+
+
+@runtime_checkable
+class RunningSetPlugin(Protocol):
+    """Keeps per-run state true while preemption tries "what if these jobs were gone".
+
+    Kubernetes' PreFilterExtensions.AddPod/RemovePod: ``remove_running`` must exactly undo the
+    job's contribution, ``add_running`` restore it.
+    """
+
+    name: str
+
+    def remove_running(self, request: RunningChange) -> None: ...
+
+    def add_running(self, request: RunningChange) -> None: ...
+
+
 # --- PostFilter ---------------------------------------------------------------------------
+
+
+class PreemptionContext(Protocol):
+    """What a PostFilter may ask of the run while looking for victims.
+
+    ``fits_without`` evicts the given jobs in the run's view, tries to schedule ``job`` with
+    the full profile and strategy, then restores everything: it never changes the run.
+    """
+
+    @property
+    def running_jobs(self) -> Sequence[Any]:
+        """``RunningJob``s of the run's current view (the snapshot plus this run's starts)."""
+        ...
+
+    def fits_without(self, job: SchedulingJob, victims: Sequence[str]) -> bool: ...
+
+    def queue_share(self, queue: str, change: Vector | None = None) -> float:
+        """Weighted dominant share of ``queue``, optionally after adding ``change``."""
+        ...
+
+    def queue_policy(self, queue: str) -> Any:
+        """The queue's ``flotilla.model.queue.Preemption`` policy."""
+        ...
+
+    def quota_node(self, queue: str) -> int | None: ...
+
+    def same_cohort(self, queue: str, other: str) -> bool:
+        """Both queues draw on quota nodes under one root of the quota tree."""
+        ...
+
+    def borrowed(self, queue: str) -> Vector | None:
+        """What the queue's quota node uses above its guarantee; ``None`` without a quota."""
+        ...
+
+    def within_guarantee(self, job: SchedulingJob) -> bool:
+        """The job's queue stays within its quota guarantee with the job added."""
+        ...
+
+    def gang_of(self, job_name: str) -> Sequence[str]:
+        """Every running job that must be preempted together with ``job_name``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -261,11 +358,16 @@ class PostFilterInput:
     job: SchedulingJob
     reason: str
     cycle: CycleState
+    context: PreemptionContext | None = None
 
 
 @dataclass(frozen=True)
 class PostFilterResult:
-    """Jobs to evict so that ``job`` fits (preemption); empty when none would help."""
+    """Jobs to evict so that ``job`` fits (preemption); empty when none would help.
+
+    ``reason`` explains a refusal (shown as the job's pending reason) or, with victims, why
+    they were chosen (recorded with each preemption).
+    """
 
     victims: Sequence[str] = ()
     reason: str | None = None

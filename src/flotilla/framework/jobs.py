@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from flotilla.framework.resources import ResourceSpace, Vector
@@ -133,3 +133,75 @@ def build_job(
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
         placement_key=key,
     )
+
+
+GANG_TASK_SEPARATOR = "/"
+"""Separates member job and task in a gang's combined task names (job names cannot hold it)."""
+
+
+def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
+    """One job standing for a whole gang, so it is placed all at once on one cluster.
+
+    Its tasks are the members' tasks named ``job/task``; ``split_gang_assignment`` turns its
+    placements back into one assignment per member.
+    """
+    first = min(members, key=lambda job: job.sequence)
+    tasks = tuple(
+        TaskRequest(
+            name=f"{member.name}{GANG_TASK_SEPARATOR}{task.name}",
+            replicas=task.replicas,
+            request=task.request,
+            gpu=task.gpu,
+            gpu_memory=task.gpu_memory,
+            gpu_scope=task.gpu_scope,
+            resources=task.resources,
+        )
+        for member in sorted(members, key=lambda job: job.sequence)
+        for task in member.tasks
+    )
+    total = sum((member.total for member in members[1:]), start=members[0].total.copy())
+    total.flags.writeable = False
+    return SchedulingJob(
+        name=name,
+        queue=first.queue,
+        priority=max(member.priority for member in members),
+        preemptible=all(member.preemptible for member in members),
+        submit_time=first.submit_time,
+        sequence=first.sequence,
+        tasks=tasks,
+        total=total,
+        affinity=first.affinity,
+        tolerations=first.tolerations,
+        gang=first.gang,
+        job_type=first.job_type,
+        expected_runtime=max(
+            (m.expected_runtime for m in members if m.expected_runtime is not None), default=None
+        ),
+        placement_key=("gang", name, *(member.placement_key for member in members)),
+    )
+
+
+def remaining_replicas(job: SchedulingJob, placed: dict[str, int]) -> SchedulingJob | None:
+    """The replicas of ``job`` not yet placed (a non-strict gang growing), or ``None``."""
+    tasks = []
+    for task in job.tasks:
+        missing = task.replicas - placed.get(task.name, 0)
+        if missing > 0:
+            tasks.append(
+                TaskRequest(
+                    name=task.name,
+                    replicas=missing,
+                    request=task.request,
+                    gpu=task.gpu,
+                    gpu_memory=task.gpu_memory,
+                    gpu_scope=task.gpu_scope,
+                    resources=task.resources,
+                )
+            )
+    if not tasks:
+        return None
+    total = sum(
+        (t.request * t.replicas for t in tasks[1:]), start=tasks[0].request * tasks[0].replicas
+    )
+    total.flags.writeable = False
+    return replace(job, tasks=tuple(tasks), total=total, placement_key=("rest", job.name))

@@ -37,16 +37,25 @@ class _Reservation:
 
 
 def place_job(
-    framework: Framework, job: SchedulingJob, cluster: Cluster, cycle: CycleState, *, keep: bool
+    framework: Framework,
+    job: SchedulingJob,
+    cluster: Cluster,
+    cycle: CycleState,
+    *,
+    keep: bool,
+    minimum: int | None = None,
 ) -> Decision:
     """Place every replica of ``job`` on ``cluster``.
 
     With ``keep`` the allocation stays in the cluster's node table (a commit on a snapshot);
     without it everything is rolled back and the decision only says where it would go.
+    With ``minimum`` (a non-strict gang), replicas that do not fit are skipped and the job is
+    placed when at least ``minimum`` of them fit.
     """
     nodes = cluster.nodes
     placements: list[Placement] = []
     reservations: list[_Reservation] = []
+    first_miss: str | None = None
 
     def rollback() -> None:
         for placement, reservation in zip(
@@ -61,6 +70,10 @@ def place_job(
         for replica in range(task.replicas):
             row = _best_node(framework, filter_input)
             if row is None:
+                if minimum is not None:
+                    if first_miss is None:
+                        first_miss = _explain(framework, filter_input, job, placed=None)
+                    continue
                 reason = _explain(framework, filter_input, job, placed=len(placements))
                 rollback()
                 return Decision(None, f"{cluster.name}: {reason}")
@@ -94,6 +107,14 @@ def place_job(
             )
             reservations.append(_Reservation(reserve_input, results))
 
+    if minimum is not None and len(placements) < minimum:
+        placed = len(placements)
+        rollback()
+        return Decision(
+            None,
+            f"{cluster.name}: {_gang_label(job)} {placed}/{minimum} placeable"
+            + (f"; {first_miss}" if first_miss else ""),
+        )
     assignment = Assignment(cluster=cluster.name, placements=tuple(placements))
     annotations: dict[str, str] = {}
     for plugin in framework.pre_binds:
@@ -135,13 +156,23 @@ def _best_node(framework: Framework, request: FilterInput) -> int | None:
     return int(candidates[int(np.argmax(total))])
 
 
-def _explain(framework: Framework, request: FilterInput, job: SchedulingJob, placed: int) -> str:
+def _gang_label(job: SchedulingJob) -> str:
+    if job.gang is not None and job.gang.name:
+        return f"gang {job.gang.name}"
+    return f"gang {job.name}"
+
+
+def _explain(
+    framework: Framework, request: FilterInput, job: SchedulingJob, placed: int | None
+) -> str:
     """Why no node is left for the next replica, filter by filter."""
     task: TaskRequest = request.task
     total = job.replica_count
     space = request.cluster.nodes.space
     head = f"no node fits {task.name} ({space.describe(task.request)})"
-    if total > 1:
+    if placed is not None and job.gang is not None:
+        head = f"{_gang_label(job)} {placed}/{total} placeable; " + head
+    elif placed is not None and total > 1:
         head = f"only {placed} of {total} replicas placeable; " + head
     details = []
     for plugin in framework.filters:

@@ -14,6 +14,7 @@ from typing import Any
 
 from flotilla.framework.interfaces import (
     AssignmentStrategy,
+    CycleStartPlugin,
     FilterPlugin,
     PermitPlugin,
     PostFilterPlugin,
@@ -21,6 +22,7 @@ from flotilla.framework.interfaces import (
     PreFilterPlugin,
     QueueSortPlugin,
     ReservePlugin,
+    RunningSetPlugin,
     ScorePlugin,
 )
 
@@ -31,20 +33,24 @@ PROFILES: Mapping[str, tuple[str, ...]] = {
     # Bin-packing keeps whole nodes free for big gangs: the right default for batch work.
     "default": (
         "priority-sort",
+        "elastic-quota",
         "resources-fit",
         "node-affinity",
         "taint-toleration",
         "gpu-devices",
         "binpack",
+        "queue-preemption",
     ),
     # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
     "spread": (
         "priority-sort",
+        "elastic-quota",
         "resources-fit",
         "node-affinity",
         "taint-toleration",
         "gpu-devices",
         "spread",
+        "queue-preemption",
     ),
 }
 
@@ -144,3 +150,11 @@ class Framework:
     @cached_property
     def post_filters(self) -> list[PostFilterPlugin]:
         return self._having(PostFilterPlugin)
+
+    @cached_property
+    def cycle_starts(self) -> list[CycleStartPlugin]:
+        return self._having(CycleStartPlugin)
+
+    @cached_property
+    def running_sets(self) -> list[RunningSetPlugin]:
+        return self._having(RunningSetPlugin)

@@ -102,12 +102,18 @@ class JobSpec(Strict):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"tasks: duplicate task name {name!r}")
-        if self.gang is not None and self.gang.min_member is not None:
+        if self.gang is not None and self.gang.min_member is not None and self.gang.name is None:
             members = sum(task.replicas for task in self.tasks)
-            if self.gang.min_member > members and self.gang.name is None:
+            if self.gang.min_member > members:
                 raise ValueError(
                     f"gang.min_member: {self.gang.min_member} is more than the job's "
                     f"{members} replicas"
+                )
+            if self.gang.mode is GangMode.STRICT and self.gang.min_member < members:
+                raise ValueError(
+                    f"gang.min_member: {self.gang.min_member} is fewer than the job's {members} "
+                    "replicas; a strict gang places every member at once (use mode: non-strict "
+                    "to start with fewer)"
                 )
         return self
 

@@ -170,7 +170,16 @@ def check_references(scenario: Scenario) -> list[str]:
         }
         if len(wanted) > 1:
             problems.append(f"jobs[{indices[0]}].gang.min_member: gang {gang!r} disagrees")
+        strict = any(
+            (gang_spec := scenario.jobs[i].gang) is not None and gang_spec.mode == "strict"
+            for i in indices
+        )
         for need in wanted:
+            if strict and need < members:
+                problems.append(
+                    f"jobs[{indices[0]}].gang.min_member: gang {gang!r} is strict, so all "
+                    f"{members} replicas start together; {need} needs mode non-strict"
+                )
             if need is not None and need > members:
                 problems.append(
                     f"jobs[{indices[0]}].gang.min_member: gang {gang!r} needs {need} "

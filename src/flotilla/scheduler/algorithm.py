@@ -1,38 +1,45 @@
-"""One scheduling run over a snapshot: order jobs fairly, pick a cluster, place, explain.
+"""One scheduling run over a snapshot: order jobs fairly, admit, place, preempt, explain.
 
 The same ``SchedulingAlgorithm`` serves the simulator, the service and the tests. It reads a
 ``SchedulingSnapshot`` and returns a ``CycleResult``; applying the result is the caller's job.
+
+Per job, in fair-share order: PreFilter (quota, gang readiness) → the assignment strategy picks
+a cluster, placing with Filter/Score/Reserve → Permit → commit. A job that cannot be placed
+may preempt (PostFilter) or, with backfill, reserve the earliest time it will fit. A job
+refused only by a soft limit (runtime quota) is retried once every queue had its turn.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-import numpy as np
-
-from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
+    Assignment,
     AssignmentStrategy,
-    CycleState,
     Decision,
-    PermitInput,
-    PreFilterInput,
-    SelectionInput,
+    Placement,
+    PostFilterInput,
 )
-from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.placement import place_job
+from flotilla.framework.jobs import (
+    GANG_TASK_SEPARATOR,
+    SchedulingJob,
+    combine_gang,
+    remaining_replicas,
+)
 from flotilla.framework.registry import Framework, load_strategy
-from flotilla.framework.resources import Vector
-from flotilla.model.scenario import FairShare, Queueing
-from flotilla.scheduler.ordering import DrfOrder, FifoOrder, sort_queues
-from flotilla.scheduler.types import (
+from flotilla.framework.snapshot import (
     CycleResult,
     CycleStats,
-    ScheduledJob,
     SchedulingConfig,
     SchedulingSnapshot,
 )
+from flotilla.model.job import GangMode
+from flotilla.model.scenario import FairShare, Queueing
+from flotilla.scheduler.backfill import find_reservation
+from flotilla.scheduler.ordering import DrfOrder, FifoOrder, sort_queues
+from flotilla.scheduler.run import Outcome, SchedulingRun, held
+from flotilla.strategies.common import no_cluster_reason
 
 
 class SchedulingAlgorithm:
@@ -49,106 +56,306 @@ class SchedulingAlgorithm:
             config.profile, config.enabled_plugins, config.disabled_plugins
         )
         self.strategy = strategy or load_strategy(config.assignment_strategy)
-        self._sort_key = self.framework.queue_sort.sort_key
+        self.sort_key = self.framework.queue_sort.sort_key
 
     def schedule(self, snapshot: SchedulingSnapshot) -> CycleResult:
         started = time.perf_counter()
-        clusters = [cluster.snapshot() for cluster in snapshot.clusters]
-        ready = [cluster for cluster in clusters if cluster.ready]
-        cycle = CycleState(time=snapshot.time)
-        space_size = len(clusters[0].nodes.space) if clusters else 0
-        total = sum((c.total_capacity() for c in ready), start=_zeros(space_size))
-        allocated = {queue.name: _zeros(space_size) for queue in snapshot.queues}
-        for running in snapshot.running:
-            allocated.setdefault(running.job.queue, _zeros(space_size))
-            allocated[running.job.queue] = allocated[running.job.queue] + running.job.total
-
-        order: DrfOrder | FifoOrder
-        if self.config.fair_share is FairShare.FIFO:
-            order = FifoOrder(snapshot.queued)
-        else:
-            jobs_by_queue = sort_queues(snapshot.queued, snapshot.queues, self._sort_key)
-            order = DrfOrder(snapshot.queues, jobs_by_queue, allocated, total)
-
-        strict = self.config.queueing is Queueing.STRICT_FIFO
-        scheduled: list[ScheduledJob] = []
-        pending: dict[str, str] = {}
-        # Placement failures by placement key: within a run free resources only shrink, so a
-        # shape that did not fit will not fit later in the same run.
-        failed_shapes: dict[tuple[object, ...], str] = {}
-        considered = cache_hits = 0
-
-        for job in order:
-            considered += 1
-            reason = failed_shapes.get(job.placement_key)
-            if reason is not None:
-                cache_hits += 1
-            else:
-                decision = self._decide(job, ready, cycle)
-                if decision.assignment is not None:
-                    scheduled.append(ScheduledJob(job, decision.assignment))
-                    order.placed(job)
-                    continue
-                reason = decision.reason
-                if decision.reason.startswith(_PLACEMENT):
-                    failed_shapes[job.placement_key] = reason
-            pending[job.name] = reason.removeprefix(_PLACEMENT)
-            if strict:
-                for behind in order.blocked(job):
-                    pending[behind.name] = (
-                        f"waiting behind {job.name}, which heads its queue (strict-fifo)"
-                        if self.config.fair_share is FairShare.DRF
-                        else f"waiting behind {job.name}, the oldest job (strict-fifo)"
-                    )
-            else:
-                order.skipped(job)
-
+        run = SchedulingRun(self.framework, self.strategy, snapshot)
+        loop = _Loop(self, run, snapshot)
+        loop.execute()
         stats = CycleStats(
-            considered=considered,
-            scheduled=len(scheduled),
-            cache_hits=cache_hits,
+            considered=loop.considered,
+            scheduled=len(run.scheduled),
+            preempted=len(run.evictions),
+            cache_hits=loop.cache_hits,
             seconds=time.perf_counter() - started,
         )
         return CycleResult(
-            time=snapshot.time, scheduled=tuple(scheduled), pending=pending, stats=stats
+            time=snapshot.time,
+            scheduled=tuple(run.scheduled),
+            preempted=tuple(run.evictions),
+            pending=loop.pending,
+            stats=stats,
         )
 
-    def _decide(self, job: SchedulingJob, ready: Sequence[Cluster], cycle: CycleState) -> Decision:
-        for plugin in self.framework.pre_filters:
-            status = plugin.pre_filter(PreFilterInput(job=job, cycle=cycle))
-            if not status.ok:
-                return Decision(None, status.reason or f"refused by {plugin.name}")
-        required = job.affinity.clusters.required
-        candidates = [
-            cluster
-            for cluster in ready
-            if all(cluster.labels.get(key) == value for key, value in required.items())
+
+@dataclass(frozen=True)
+class _Unit:
+    """What is placed at once: a job, or a gang of jobs combined into one."""
+
+    job: SchedulingJob
+    members: tuple[SchedulingJob, ...]
+    minimum: int | None = None
+    pinned: str | None = None
+    waiting: str | None = None
+
+    @property
+    def combined(self) -> bool:
+        return len(self.members) > 1 or self.members[0] is not self.job
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    decision: Decision
+    kind: str | None = None
+    deferrable: bool = False
+
+
+class _Loop:
+    def __init__(
+        self, algorithm: SchedulingAlgorithm, run: SchedulingRun, snapshot: SchedulingSnapshot
+    ) -> None:
+        self.config = algorithm.config
+        self.framework = algorithm.framework
+        self.run = run
+        self.pending: dict[str, str] = {}
+        # Within a run free resources only shrink unless something is evicted, so a shape
+        # that did not fit will not fit later: identical jobs share one failed attempt.
+        self.failed_shapes: dict[tuple[object, ...], str] = {}
+        self.failed_preemptions: set[tuple[object, ...]] = set()
+        self.deferred: list[SchedulingJob] = []
+        self.handled: set[str] = set()
+        self.reserved_queues: set[str] = set()
+        self.reservation_times: list[float] = []
+        self.considered = 0
+        self.cache_hits = 0
+        self.gang_members: dict[str, list[SchedulingJob]] = {}
+        for job in snapshot.queued:
+            if job.gang is not None and job.gang.name:
+                self.gang_members.setdefault(job.gang.name, []).append(job)
+        self.order: DrfOrder | FifoOrder
+        if self.config.fair_share is FairShare.FIFO:
+            self.order = FifoOrder(snapshot.queued)
+        else:
+            jobs_by_queue = sort_queues(snapshot.queued, snapshot.queues, algorithm.sort_key)
+            self.order = DrfOrder(snapshot.queues, jobs_by_queue, run.allocated, run.total)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def execute(self) -> None:
+        self._grow_partial_gangs()
+        strict = self.config.queueing is Queueing.STRICT_FIFO
+        for job in self.order:
+            self.considered += 1
+            if job.name in self.handled:
+                self.order.skipped(job)
+                continue
+            unit = self._unit(job)
+            attempt = self._attempt(unit, leftover=False)
+            if attempt.decision.assignment is not None:
+                self._commit(unit, attempt.decision.assignment)
+                self.order.skipped(job)
+                continue
+            if attempt.deferrable:
+                self.deferred.append(job)
+                self._pend(unit, attempt.decision.reason)
+                self.order.skipped(job)
+                continue
+            reason = attempt.decision.reason
+            if unit.waiting is None:
+                preempted = self._preempt(unit, attempt)
+                if preempted is not None and preempted.decision.assignment is not None:
+                    self._commit(unit, preempted.decision.assignment)
+                    self.order.skipped(job)
+                    continue
+                if preempted is not None:
+                    reason = preempted.decision.reason
+                if attempt.kind == Outcome.PLACEMENT:
+                    reason = self._reserve(unit, reason)
+            self._pend(unit, reason)
+            if strict:
+                for behind in self.order.blocked(job):
+                    if behind.name not in self.handled:
+                        self.pending[behind.name] = (
+                            f"waiting behind {job.name}, which heads its queue (strict-fifo)"
+                            if self.config.fair_share is FairShare.DRF
+                            else f"waiting behind {job.name}, the oldest job (strict-fifo)"
+                        )
+            else:
+                self.order.skipped(job)
+        self._leftover_pass()
+
+    def _leftover_pass(self) -> None:
+        """Jobs refused only by a soft limit get what nobody else wanted this run."""
+        for job in self.deferred:
+            if job.name in self.run.running:
+                continue
+            unit = self._unit(job)
+            attempt = self._attempt(unit, leftover=True)
+            if attempt.decision.assignment is not None:
+                self._commit(unit, attempt.decision.assignment)
+            elif attempt.kind == Outcome.PLACEMENT:
+                self._pend(unit, attempt.decision.reason)
+
+    # --- units and attempts -------------------------------------------------------------------
+
+    def _unit(self, job: SchedulingJob) -> _Unit:
+        gang = job.gang
+        if gang is None:
+            return _Unit(job, (job,))
+        non_strict = gang.mode is GangMode.NON_STRICT
+        if not gang.name:
+            wanted = gang.min_member if non_strict and gang.min_member else None
+            minimum = wanted if wanted is not None and wanted < job.replica_count else None
+            return _Unit(job, (job,), minimum=minimum)
+        running = [
+            r for r in self.run.running.values() if r.job.gang and r.job.gang.name == gang.name
         ]
-        decision = self.strategy.select(
-            SelectionInput(
-                job=job,
-                clusters=candidates,
-                place=lambda cluster: place_job(self.framework, job, cluster, cycle, keep=False),
-            )
+        if running:
+            # The gang has started: later members join it on its cluster as they fit.
+            return _Unit(job, (job,), pinned=running[0].assignment.cluster)
+        members = tuple(
+            m for m in self.gang_members.get(gang.name, [job]) if m.name not in self.handled
         )
-        if decision.assignment is None:
-            return Decision(None, _PLACEMENT + decision.reason)
-        chosen = next(c for c in candidates if c.name == decision.assignment.cluster)
-        for permitter in self.framework.permits:
-            status = permitter.permit(
-                PermitInput(job=job, assignment=decision.assignment, cycle=cycle)
+        replicas = sum(member.replica_count for member in members)
+        need = gang.min_member or replicas
+        combined = combine_gang(gang.name, list(members))
+        if replicas < need:
+            return _Unit(
+                combined,
+                members,
+                waiting=f"gang {gang.name}: {replicas}/{need} members submitted",
             )
-            if not status.ok:
-                return Decision(None, status.reason or f"not permitted by {permitter.name}")
-        committed = place_job(self.framework, job, chosen, cycle, keep=True)
-        if committed.assignment is None:  # pragma: no cover - place_job is deterministic
-            raise RuntimeError(f"placement of {job.name} on {chosen.name} changed on commit")
-        return committed
+        minimum = need if non_strict and need < replicas else None
+        return _Unit(combined, members, minimum=minimum)
 
+    def _attempt(self, unit: _Unit, *, leftover: bool) -> _Attempt:
+        if unit.waiting is not None:
+            return _Attempt(Decision(None, unit.waiting), Outcome.ADMISSION)
+        job = unit.job
+        admitted, reason, deferrable = self.run.admit(job, leftover=leftover)
+        if not admitted:
+            return _Attempt(Decision(None, reason or "not admitted"), Outcome.ADMISSION, deferrable)
+        long = self._needs_long_view(job)
+        cacheable = not unit.combined and unit.pinned is None and unit.minimum is None
+        key = (job.placement_key, long)
+        if cacheable and key in self.failed_shapes:
+            self.cache_hits += 1
+            return _Attempt(Decision(None, self.failed_shapes[key]), Outcome.PLACEMENT)
+        clusters = self.run.candidates(job, long=long, pinned=unit.pinned)
+        if not clusters and unit.pinned is not None:
+            reason = f"gang runs on cluster {unit.pinned}, which is not ready"
+            return _Attempt(Decision(None, reason), Outcome.PLACEMENT)
+        if not clusters:
+            return _Attempt(Decision(None, no_cluster_reason(job)), Outcome.PLACEMENT)
+        decision = self.run.select(job, clusters, minimum=unit.minimum)
+        if decision.assignment is None:
+            if cacheable:
+                self.failed_shapes[key] = decision.reason
+            return _Attempt(decision, Outcome.PLACEMENT)
+        committed = self.run.permit_and_place(job, decision, clusters, unit.minimum)
+        if committed.assignment is None:
+            return _Attempt(committed, Outcome.ADMISSION)
+        return _Attempt(committed)
 
-_PLACEMENT = "\x00placement:"
-"""Marks reasons that come from placement (cacheable per shape) rather than admission."""
+    def _needs_long_view(self, job: SchedulingJob) -> bool:
+        if not self.reservation_times:
+            return False
+        if job.expected_runtime is None:
+            return True
+        return self.run.now + job.expected_runtime > min(self.reservation_times) + 1e-9
 
+    # --- outcomes -------------------------------------------------------------------------
 
-def _zeros(size: int) -> Vector:
-    return np.zeros(size)
+    def _commit(self, unit: _Unit, assignment: Assignment) -> None:
+        if not unit.combined:
+            self.run.commit(unit.job, assignment)
+            self.order.adjust(unit.job.queue, held(assignment, len(self.run.total)))
+            self.handled.add(unit.job.name)
+            return
+        by_member: dict[str, list[Placement]] = {}
+        for placement in assignment.placements:
+            owner, task = placement.task.split(GANG_TASK_SEPARATOR, 1)
+            by_member.setdefault(owner, []).append(replace(placement, task=task))
+        for member in unit.members:
+            self.handled.add(member.name)
+            placements = by_member.get(member.name)
+            if not placements:
+                self.pending[member.name] = (
+                    f"gang {unit.job.name} started without it; it joins when it fits"
+                )
+                self.handled.discard(member.name)
+                continue
+            part = Assignment(assignment.cluster, tuple(placements), assignment.annotations)
+            self.run.commit(member, part)
+            self.order.adjust(member.queue, held(part, len(self.run.total)))
+
+    def _pend(self, unit: _Unit, reason: str) -> None:
+        for member in unit.members:
+            self.pending[member.name] = reason
+            self.handled.add(member.name)
+
+    def _preempt(self, unit: _Unit, attempt: _Attempt) -> _Attempt | None:
+        if not self.framework.post_filters:
+            return None
+        job = unit.job
+        key = (job.placement_key, job.queue, job.priority)
+        if key in self.failed_preemptions:
+            return None
+        refusals = []
+        for plugin in self.framework.post_filters:
+            result = plugin.post_filter(
+                PostFilterInput(
+                    job=job, reason=attempt.decision.reason, cycle=self.run.cycle, context=self.run
+                )
+            )
+            if result.victims:
+                why = result.reason or f"preempted for {job.name} ({plugin.name})"
+                for queue, amount in self.run.evict(result.victims, by=job.name, reason=why):
+                    self.order.adjust(queue, -amount)
+                self.failed_shapes.clear()
+                self.failed_preemptions.clear()
+                return self._attempt(unit, leftover=True)
+            if result.reason:
+                refusals.append(result.reason)
+        self.failed_preemptions.add(key)
+        if refusals:
+            return _Attempt(Decision(None, f"{attempt.decision.reason}; {'; '.join(refusals)}"))
+        return None
+
+    def _reserve(self, unit: _Unit, reason: str) -> str:
+        """EASY backfill: the first blocked job of each queue reserves its earliest start."""
+        if self.config.queueing is not Queueing.BACKFILL or unit.job.queue in self.reserved_queues:
+            return reason
+        self.reserved_queues.add(unit.job.queue)
+        reservation = find_reservation(self.run, unit.job, unit.pinned, unit.minimum)
+        if reservation is None:
+            return f"{reason}; no reservation possible: not enough running jobs with a known end"
+        at, assignment = reservation
+        view = self.run.open_long_view()
+        cluster = next(c for c in view if c.name == assignment.cluster)
+        for placement in assignment.placements:
+            cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
+        self.reservation_times.append(at)
+        self.failed_shapes.clear()
+        return f"reserved at t={at:g} on {assignment.cluster} (backfill): {reason}"
+
+    def _grow_partial_gangs(self) -> None:
+        """Non-strict gangs that started with fewer members add the rest as they fit."""
+        for running in list(self.run.running.values()):
+            job = running.job
+            if len(running.assignment.placements) >= job.replica_count:
+                continue
+            placed: dict[str, int] = {}
+            for placement in running.assignment.placements:
+                placed[placement.task] = placed.get(placement.task, 0) + 1
+            rest = remaining_replicas(job, placed)
+            if rest is None:
+                continue
+            admitted, _, _ = self.run.admit(rest, leftover=False)
+            if not admitted:
+                continue
+            clusters = self.run.candidates(rest, long=False, pinned=running.assignment.cluster)
+            decision = self.run.select(rest, clusters, minimum=1)
+            if decision.assignment is None:
+                continue
+            committed = self.run.permit_and_place(rest, decision, clusters, 1)
+            if committed.assignment is None:
+                continue
+            renumbered = tuple(
+                replace(p, replica=p.replica + placed.get(p.task, 0))
+                for p in committed.assignment.placements
+            )
+            grown = Assignment(committed.assignment.cluster, renumbered)
+            self.run.commit(job, grown)
+            self.order.adjust(job.queue, held(grown, len(self.run.total)))

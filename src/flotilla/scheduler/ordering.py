@@ -19,7 +19,9 @@ from flotilla.scheduler.types import QueueInfo
 
 
 class DrfOrder:
-    """Yields jobs in DRF order; the caller reports each outcome with ``placed``/``blocked``."""
+    """Yields jobs in DRF order; the caller reports each outcome with ``placed``/``skipped``/
+    ``blocked``, and any other change of a queue's allocation (preemption, a gang member of
+    another queue) with ``adjust``."""
 
     def __init__(
         self,
@@ -32,30 +34,43 @@ class DrfOrder:
         self._weights = {queue.name: queue.weight for queue in queues}
         self._order = {queue.name: queue.order for queue in queues}
         self._allocated = {name: allocated[name].copy() for name in allocated}
+        for name in jobs_by_queue:
+            self._weights.setdefault(name, 1.0)
+            self._order.setdefault(name, len(self._order))
+            self._allocated.setdefault(name, np.zeros_like(total))
         self._inverse_total = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
         self._heads = dict.fromkeys(jobs_by_queue, 0)
-        self._heap: list[tuple[float, int, str]] = []
+        self._version = dict.fromkeys(jobs_by_queue, 0)
+        self._stopped: set[str] = set()
+        self._heap: list[tuple[float, int, int, str]] = []
         for name, jobs in jobs_by_queue.items():
             if jobs:
                 self._push(name)
 
     def share(self, queue: str, extra: Vector | None = None) -> float:
         """Weighted dominant share of ``queue``, optionally counting ``extra``."""
-        used = self._allocated[queue] if extra is None else self._allocated[queue] + extra
-        return float((used * self._inverse_total).max(initial=0.0)) / self._weights[queue]
+        used = self._allocated.get(queue)
+        if used is None:
+            used = np.zeros_like(self._inverse_total)
+        if extra is not None:
+            used = used + extra
+        weight = self._weights.get(queue, 1.0)
+        return float((used * self._inverse_total).max(initial=0.0)) / weight
 
     def _push(self, queue: str) -> None:
         head = self._jobs[queue][self._heads[queue]]
-        heapq.heappush(self._heap, (self.share(queue, head.total), self._order[queue], queue))
+        entry = (self.share(queue, head.total), self._order[queue], self._version[queue], queue)
+        heapq.heappush(self._heap, entry)
 
     def __iter__(self) -> Iterator[SchedulingJob]:
         while self._heap:
-            _, _, queue = heapq.heappop(self._heap)
-            self._current = queue
+            _, _, version, queue = heapq.heappop(self._heap)
+            if version != self._version[queue] or queue in self._stopped:
+                continue  # a stale entry: the queue's share changed after it was pushed
             yield self._jobs[queue][self._heads[queue]]
 
     def placed(self, job: SchedulingJob) -> None:
-        self._allocated[job.queue] += job.total
+        self._allocated[job.queue] = self._allocated[job.queue] + job.total
         self._advance(job.queue)
 
     def skipped(self, job: SchedulingJob) -> None:
@@ -64,11 +79,25 @@ class DrfOrder:
 
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
+        self._stopped.add(job.queue)
         start = self._heads[job.queue] + 1
         return self._jobs[job.queue][start:]
 
+    def adjust(self, queue: str, delta: Vector) -> None:
+        """A queue's allocation changed outside ``placed``: re-rank it."""
+        if queue not in self._allocated:
+            return
+        self._allocated[queue] = self._allocated[queue] + delta
+        # Re-push with a new version; if this queue is the one being served, the _advance
+        # that follows bumps the version again and this entry is dropped as stale.
+        waiting = queue in self._heads and self._heads[queue] < len(self._jobs[queue])
+        if waiting and queue not in self._stopped:
+            self._version[queue] += 1
+            self._push(queue)
+
     def _advance(self, queue: str) -> None:
         self._heads[queue] += 1
+        self._version[queue] += 1
         if self._heads[queue] < len(self._jobs[queue]):
             self._push(queue)
 
@@ -94,6 +123,9 @@ class FifoOrder:
         rest = self._jobs[self._index + 1 :]
         self._index = len(self._jobs)
         return rest
+
+    def adjust(self, queue: str, delta: Vector) -> None:
+        """Global FIFO does not rank by share."""
 
 
 def sort_queues(

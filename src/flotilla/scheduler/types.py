@@ -1,73 +1,23 @@
-"""Inputs and results of one scheduling run: a snapshot in, decisions and reasons out."""
+"""Re-exports of the run's inputs and results, which live in ``flotilla.framework.snapshot``."""
 
-from __future__ import annotations
+from flotilla.framework.snapshot import (
+    CycleResult,
+    CycleStats,
+    Eviction,
+    QueueInfo,
+    RunningJob,
+    ScheduledJob,
+    SchedulingConfig,
+    SchedulingSnapshot,
+)
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
-from flotilla.framework.clusters import Cluster
-from flotilla.framework.interfaces import Assignment
-from flotilla.framework.jobs import SchedulingJob
-from flotilla.model.scenario import FairShare, Queueing
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    name: str
-    weight: float = 1.0
-    order: int = 0
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    job: SchedulingJob
-    assignment: Assignment
-
-
-@dataclass(frozen=True)
-class SchedulingSnapshot:
-    """Everything one scheduling run reads. Cluster node tables include running allocations.
-
-    The run never mutates the snapshot: it works on copies of the node tables, so the same
-    snapshot can be handed to a run in another thread (async mode).
-    """
-
-    time: float
-    clusters: Sequence[Cluster]
-    queues: Sequence[QueueInfo]
-    queued: Sequence[SchedulingJob]
-    running: Sequence[RunningJob] = ()
-
-
-@dataclass(frozen=True)
-class ScheduledJob:
-    job: SchedulingJob
-    assignment: Assignment
-
-
-@dataclass(frozen=True)
-class CycleStats:
-    considered: int = 0
-    scheduled: int = 0
-    cache_hits: int = 0
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class CycleResult:
-    """Decisions of one run: jobs to start, and a reason for every job left queued."""
-
-    time: float
-    scheduled: tuple[ScheduledJob, ...] = ()
-    pending: Mapping[str, str] = field(default_factory=dict)
-    stats: CycleStats = CycleStats()
-
-
-@dataclass(frozen=True)
-class SchedulingConfig:
-    assignment_strategy: str = "cluster-only"
-    fair_share: FairShare = FairShare.DRF
-    queueing: Queueing = Queueing.BEST_EFFORT_FIFO
-    profile: str = "default"
-    enabled_plugins: tuple[str, ...] = ()
-    disabled_plugins: tuple[str, ...] = ()
+__all__ = [
+    "CycleResult",
+    "CycleStats",
+    "Eviction",
+    "QueueInfo",
+    "RunningJob",
+    "ScheduledJob",
+    "SchedulingConfig",
+    "SchedulingSnapshot",
+]

@@ -8,6 +8,7 @@ from flotilla.framework.nodes import NodeInfo, NodeTable
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.cluster import ClusterSpec, NodeGroup
 from flotilla.model.job import JobSpec
+from flotilla.model.loader import walk_quotas
 from flotilla.model.scenario import Scenario
 
 
@@ -22,6 +23,9 @@ def resource_space(scenario: Scenario) -> ResourceSpace:
     for job in scenario.jobs:
         for task in job.tasks:
             names.update(task.resources)
+    for _, quota, _ in walk_quotas(scenario.quotas):
+        names.update(quota.min)
+        names.update(quota.max or {})
     return ResourceSpace(names)
 
 

@@ -33,13 +33,13 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "name": job.name,
                 "queue": job.job.queue,
                 "state": job.state.value if job.state else "unsubmitted",
-                "cluster": last.cluster if last and job.state is not JobState.QUEUED else None,
+                "cluster": last.cluster if last and not job.waiting else None,
                 "placements": placements,
                 "submitted_at": _number(job.spec.submit_at),
                 "started_at": None if job.started_at is None else _number(job.started_at),
                 "finished_at": None if job.finished_at is None else _number(job.finished_at),
                 "preemptions": job.preemptions,
-                "reason": job.reason if job.state is JobState.QUEUED else None,
+                "reason": job.reason if job.waiting or job.state is JobState.FAILED else None,
                 "priority": job.job.priority,
             }
         )
@@ -66,7 +66,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "dominant_share": round(float(shares.max(initial=0.0)), 4),
                 "weight": _number(queue.weight),
                 "running": sum(1 for j in queue_jobs if j.state is JobState.RUNNING),
-                "queued": sum(1 for j in queue_jobs if j.state is JobState.QUEUED),
+                "queued": sum(1 for j in queue_jobs if j.waiting),
                 "mean_wait": round(sum(queue_waits) / len(queue_waits), 3) if queue_waits else None,
             }
         )
@@ -75,6 +75,34 @@ def build_report(sim: Simulator) -> dict[str, Any]:
         key = job.state.value if job.state else "unsubmitted"
         states[key] = states.get(key, 0) + 1
     ordered_events = sorted(enumerate(sim.events), key=lambda pair: (pair[1].time, pair[0]))
+    quotas = []
+    if sim.quotas is not None:
+        from flotilla.plugins.quota import start_usage
+
+        state = start_usage(sim.snapshot(sim.end_time))
+        if state is not None:
+            usage, runtime = state.usage.report()
+            tree = sim.quotas
+            for index, name in enumerate(tree.names):
+                bounded = tree.bounded[index]
+                parent = tree.parent[index]
+                quotas.append(
+                    {
+                        "name": name,
+                        "parent": None if parent is None else tree.names[parent],
+                        "usage": {k: _number(v) for k, v in usage[name].items()},
+                        "runtime_quota": {
+                            k: _number(v)
+                            for k, v in runtime[name].items()
+                            if bounded[sim.space.index[k]]
+                        },
+                        "guaranteed": {
+                            sim.space.names[d]: _number(float(tree.guaranteed[index][d]))
+                            for d in range(len(sim.space))
+                            if bounded[d]
+                        },
+                    }
+                )
     return {
         "scenario": sim.scenario.name,
         "end_time": _number(sim.end_time),
@@ -99,6 +127,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
             }
             for cluster in sim.clusters
         ],
+        "quotas": quotas,
         "summary": {
             "cycles": sim.cycles,
             "jobs": len(sim.jobs),
@@ -109,6 +138,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
             "states": states,
             "end_reason": sim.end_reason,
             "decisions": sim.decisions,
+            "preemptions": sim.preemptions,
         },
     }
 

@@ -19,6 +19,8 @@ from enum import IntEnum
 import numpy as np
 
 from flotilla.framework.clusters import Cluster, ClusterState
+from flotilla.framework.interfaces import Assignment
+from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import JobState, Mode, Scenario
@@ -44,6 +46,7 @@ class Timer(IntEnum):
     CLUSTER_FAILURE = 2
     SUBMIT = 3
     CANCEL = 4
+    GANG_TIMEOUT = 5
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,27 @@ class Simulator:
         self.cluster_by_name = {cluster.name: cluster for cluster in self.clusters}
         self.startup_delay = {spec.name: spec.startup_delay for spec in scenario.clusters}
         self.queues = [
-            QueueInfo(name=queue.name, weight=queue.weight, order=order)
+            QueueInfo(
+                name=queue.name,
+                weight=queue.weight,
+                order=order,
+                quota=queue.quota,
+                preemption=queue.preemption,
+            )
             for order, queue in enumerate(scenario.queues)
         ]
+        self.quotas = QuotaTree(scenario.quotas, self.space) if scenario.quotas else None
+        enabled = list(settings.plugins.enabled)
+        if settings.priority_preemption:
+            enabled.append("priority-preemption")
+        if settings.fair_share_preemption:
+            enabled.append("fair-share-preemption")
         config = SchedulingConfig(
             assignment_strategy=settings.assignment_strategy,
             fair_share=settings.fair_share,
             queueing=settings.queueing,
             profile=settings.plugins.profile,
-            enabled_plugins=tuple(settings.plugins.enabled),
+            enabled_plugins=tuple(enabled),
             disabled_plugins=tuple(settings.plugins.disabled),
         )
         self.algorithm = _build_algorithm(config)
@@ -96,6 +111,7 @@ class Simulator:
         self._running: dict[str, SimJob] = {}
         self._pending_result: CycleResult | None = None
         self._terminal = 0
+        self.preemptions = 0
         self._allocated = np.zeros(len(self.space))
         self._allocation_integral = np.zeros(len(self.space))
         self._integral_time = 0.0
@@ -121,11 +137,11 @@ class Simulator:
             return self._lose_cluster(at, self.cluster_by_name[subject])
         job = self.job_by_name[subject]
         if kind is Timer.SUBMIT:
-            job.state = JobState.QUEUED
-            job.queued_since = at
-            self._queued[job.name] = job
             self.events.append(Event(at, job.name, "submitted"))
+            self._enqueue(job, at, JobState.QUEUED)
             return True
+        if kind is Timer.GANG_TIMEOUT:
+            return self._gang_timeout(job, at, run)
         if kind is Timer.CANCEL:
             if job.terminal or job.state is None:
                 return False
@@ -141,6 +157,38 @@ class Simulator:
 
     # --- job transitions ------------------------------------------------------------------
 
+    def _enqueue(self, job: SimJob, at: float, state: JobState) -> None:
+        """The job waits (again): queued, or preempted until it is rescheduled."""
+        job.state = state
+        job.queued_since = at
+        job.assignment = None
+        self._queued[job.name] = job
+        gang = job.spec.gang
+        if gang is not None:
+            self._schedule_timer(at + gang.timeout, Timer.GANG_TIMEOUT, job.name, job.run)
+
+    def _gang_timeout(self, job: SimJob, at: float, run: int) -> bool:
+        if run != job.run or not job.waiting:
+            return False
+        gang = job.spec.gang
+        assert gang is not None
+        members = [job]
+        if gang.name:
+            members = [
+                other
+                for other in self._queued.values()
+                if other.spec.gang is not None and other.spec.gang.name == gang.name
+            ]
+        label = gang.name or job.name
+        for member in members:
+            last = member.reason or "never considered"
+            self._end(member, at, JobState.FAILED, "failed")
+            member.reason = (
+                f"gang {label} could not be placed within its timeout of {gang.timeout:g}s: {last}"
+            )
+            self.events[-1].reason = member.reason
+        return True
+
     def _start(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
         job.started_at = at
@@ -155,6 +203,7 @@ class Simulator:
     def _end(self, job: SimJob, at: float, state: JobState, event: str) -> None:
         if job.state is JobState.RUNNING:
             self._release(job, at)
+        job.run += 1
         self._queued.pop(job.name, None)
         job.state = state
         self._terminal += 1
@@ -167,24 +216,22 @@ class Simulator:
         cluster = self.cluster_by_name[job.assignment.cluster]
         for placement in job.assignment.placements:
             cluster.nodes.release(placement.row, placement.request, placement.gpus)
-        self._account(at, -job.job.total)
+        self._account(at, -job.assignment.held(len(self.space)))
         self._running.pop(job.name, None)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
         reason = f"cluster {cluster.name} became unreachable"
-        for job in [
+        lost = [
             j
             for j in self._running.values()
-            if j.assignment and j.assignment.cluster == cluster.name
-        ]:
+            if j.assignment is not None and j.assignment.cluster == cluster.name
+        ]
+        for job in lost:
             self._release(job, at)
             job.run += 1
-            job.state = JobState.QUEUED
-            job.assignment = None
-            job.queued_since = at
+            self._enqueue(job, at, JobState.QUEUED)
             job.reason = reason
-            self._queued[job.name] = job
             self.events.append(Event(at, job.name, "requeued", reason=reason))
         self._capacity = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
@@ -198,6 +245,10 @@ class Simulator:
 
     # --- cycles ---------------------------------------------------------------------------
 
+    def snapshot(self, now: float) -> SchedulingSnapshot:
+        """What a scheduling run at ``now`` would see."""
+        return self._snapshot(now)
+
     def _snapshot(self, now: float) -> SchedulingSnapshot:
         return SchedulingSnapshot(
             time=now,
@@ -205,10 +256,11 @@ class Simulator:
             queues=self.queues,
             queued=[job.job for job in self._queued.values()],
             running=[
-                RunningJob(job.job, job.assignment)
+                RunningJob(job.job, job.assignment, job.scheduled_at or 0.0)
                 for job in self._running.values()
                 if job.assignment is not None
             ],
+            quotas=self.quotas,
         )
 
     def _cycle(self, now: float) -> bool:
@@ -231,29 +283,64 @@ class Simulator:
         )
 
     def _apply(self, result: CycleResult, now: float, *, reconcile: bool = False) -> int:
+        dropped: dict[str, str] = {}
+        if reconcile:
+            dropped = self._stale_decisions(result)
+        for eviction in result.preempted:
+            victim = self.job_by_name[eviction.job]
+            if eviction.by in dropped or victim.state is not JobState.RUNNING:
+                continue
+            self._preempt(victim, now, eviction.reason)
         applied = 0
         for decision in result.scheduled:
             job = self.job_by_name[decision.job.name]
-            if reconcile:
-                stale = self._stale(job, decision)
-                if stale is not None:
-                    if job.state is JobState.QUEUED:
-                        job.reason = f"decision from t={result.time:g} dropped: {stale}"
-                    continue
+            stale = dropped.get(job.name) or (self._unfit(decision) if reconcile else None)
+            if stale is not None:
+                if job.waiting:
+                    job.reason = f"decision from t={result.time:g} dropped: {stale}"
+                continue
             self._run(job, decision, now)
             applied += 1
         for name, reason in result.pending.items():
             job = self.job_by_name[name]
-            if job.state is JobState.QUEUED:
+            if job.waiting:
                 job.reason = reason
         return applied
 
-    def _stale(self, job: SimJob, decision: ScheduledJob) -> str | None:
-        if job.state is not JobState.QUEUED:
-            return f"job is {job.state}"
+    def _preempt(self, job: SimJob, now: float, reason: str) -> None:
+        self._release(job, now)
+        job.run += 1
+        job.preemptions += 1
+        self.preemptions += 1
+        self.events.append(Event(now, job.name, "preempted", reason=reason))
+        self._enqueue(job, now, JobState.PREEMPTED)
+        job.reason = reason
+
+    def _stale_decisions(self, result: CycleResult) -> dict[str, str]:
+        """Async reconciliation: decisions about jobs that changed since the snapshot.
+
+        A whole gang is dropped when any of its members' decisions is."""
+        dropped: dict[str, str] = {}
+        for decision in result.scheduled:
+            job = self.job_by_name[decision.job.name]
+            growing = job.state is JobState.RUNNING and decision.job.name in self._running
+            if not job.waiting and not growing:
+                dropped[job.name] = f"job is {job.state}"
+            elif not self.cluster_by_name[decision.assignment.cluster].ready:
+                dropped[job.name] = f"cluster {decision.assignment.cluster} is not ready"
+        gangs = set()
+        for name in dropped:
+            gang = self.job_by_name[name].spec.gang
+            if gang is not None and gang.name:
+                gangs.add(gang.name)
+        for decision in result.scheduled:
+            gang = decision.job.gang
+            if gang is not None and gang.name in gangs and decision.job.name not in dropped:
+                dropped[decision.job.name] = f"another member of gang {gang.name} changed"
+        return dropped
+
+    def _unfit(self, decision: ScheduledJob) -> str | None:
         cluster = self.cluster_by_name[decision.assignment.cluster]
-        if not cluster.ready:
-            return f"cluster {cluster.name} is {cluster.state}"
         nodes = cluster.nodes
         for placement in decision.assignment.placements:
             free = nodes.capacity[placement.row] - nodes.allocated[placement.row]
@@ -266,7 +353,17 @@ class Simulator:
         cluster = self.cluster_by_name[assignment.cluster]
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
-        self._account(now, job.job.total)
+        self._account(now, assignment.held(len(self.space)))
+        if job.state is JobState.RUNNING and job.assignment is not None:
+            # A non-strict gang growing: more replicas join the running job.
+            job.assignment = Assignment(
+                job.assignment.cluster, job.assignment.placements + assignment.placements
+            )
+            self.events.append(
+                Event(now, job.name, "expanded", assignment.cluster, assignment.nodes)
+            )
+            return
+        job.scheduled_at = now
         self._queued.pop(job.name, None)
         self._running[job.name] = job
         job.state = JobState.RUNNING

@@ -21,6 +21,7 @@ class SimJob:
     started_at: float | None = None
     first_started_at: float | None = None
     first_scheduled_at: float | None = None
+    scheduled_at: float | None = None
     finished_at: float | None = None
     queued_since: float | None = None
     ends_at: float | None = None
@@ -32,6 +33,11 @@ class SimJob:
     @property
     def name(self) -> str:
         return self.job.name
+
+    @property
+    def waiting(self) -> bool:
+        """Queued, or preempted and not yet rescheduled: the scheduler considers it."""
+        return self.state in (JobState.QUEUED, JobState.PREEMPTED)
 
     @property
     def terminal(self) -> bool:

@@ -1,0 +1,292 @@
+"""The mutable state of one scheduling run, and the preemption context it offers plugins.
+
+A run works on copies of the snapshot's node tables. Committing a job allocates its
+placements; evicting a job releases them and tells the running-set plugins (quota) so their
+state stays exact. With backfill there is a second, "long" view of the nodes in which the
+reservations of blocked jobs are held as if running: jobs that would still run when a
+reservation starts are placed there, so they can never delay it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.interfaces import (
+    Assignment,
+    AssignmentStrategy,
+    CycleStartInput,
+    CycleState,
+    Decision,
+    PreFilterInput,
+    RunningChange,
+    SelectionInput,
+)
+from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.placement import place_job
+from flotilla.framework.registry import Framework
+from flotilla.framework.resources import EPSILON, Vector
+from flotilla.framework.snapshot import (
+    Eviction,
+    QueueInfo,
+    RunningJob,
+    ScheduledJob,
+    SchedulingSnapshot,
+)
+from flotilla.model.queue import Preemption
+from flotilla.plugins.quota import quota_state
+
+
+class Outcome:
+    """Why a decision failed, so the loop knows what may be cached or retried."""
+
+    ADMISSION = "admission"
+    PLACEMENT = "placement"
+
+
+class SchedulingRun:
+    """One run over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
+
+    def __init__(
+        self, framework: Framework, strategy: AssignmentStrategy, snapshot: SchedulingSnapshot
+    ) -> None:
+        self.framework = framework
+        self.strategy = strategy
+        self.now = snapshot.time
+        self.clusters = [cluster.snapshot() for cluster in snapshot.clusters]
+        self.long_view: list[Cluster] | None = None
+        self.cycle = CycleState(time=snapshot.time)
+        self.queues: dict[str, QueueInfo] = {queue.name: queue for queue in snapshot.queues}
+        self.running: dict[str, RunningJob] = {r.job.name: r for r in snapshot.running}
+        self.scheduled: list[ScheduledJob] = []
+        self.evictions: list[Eviction] = []
+        size = len(self.clusters[0].nodes.space) if self.clusters else 0
+        self.total: Vector = sum(
+            (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(size)
+        )
+        self.allocated: dict[str, Vector] = {name: np.zeros(size) for name in self.queues}
+        for running in snapshot.running:
+            self._charge(running.job.queue, held(running.assignment, size))
+        for plugin in framework.cycle_starts:
+            plugin.start_cycle(CycleStartInput(snapshot=snapshot, cycle=self.cycle))
+        self.on_allocation_change: list[object] = []
+
+    # --- views --------------------------------------------------------------------------
+
+    def ready(self, *, long: bool = False) -> list[Cluster]:
+        view = self.long_view if long and self.long_view is not None else self.clusters
+        return [cluster for cluster in view if cluster.ready]
+
+    def _views(self) -> list[list[Cluster]]:
+        return [self.clusters] + ([self.long_view] if self.long_view is not None else [])
+
+    def open_long_view(self) -> list[Cluster]:
+        if self.long_view is None:
+            self.long_view = [cluster.snapshot() for cluster in self.clusters]
+        return self.long_view
+
+    def _apply(self, assignment: Assignment, sign: int, skip: Cluster | None = None) -> None:
+        for view in self._views():
+            cluster = next(c for c in view if c.name == assignment.cluster)
+            if cluster is skip:
+                continue
+            for placement in assignment.placements:
+                if sign > 0:
+                    cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
+                else:
+                    cluster.nodes.release(placement.row, placement.request, placement.gpus)
+
+    # --- deciding -----------------------------------------------------------------------
+
+    def admit(self, job: SchedulingJob, *, leftover: bool) -> tuple[bool, str | None, bool]:
+        """PreFilter: (admitted, reason, deferrable)."""
+        for plugin in self.framework.pre_filters:
+            status = plugin.pre_filter(
+                PreFilterInput(job=job, cycle=self.cycle, leftover_pass=leftover)
+            )
+            if not status.ok:
+                return False, status.reason or f"refused by {plugin.name}", status.deferrable
+        return True, None, False
+
+    def candidates(
+        self, job: SchedulingJob, *, long: bool, pinned: str | None = None
+    ) -> list[Cluster]:
+        required = job.affinity.clusters.required
+        return [
+            cluster
+            for cluster in self.ready(long=long)
+            if (pinned is None or cluster.name == pinned)
+            and all(cluster.labels.get(key) == value for key, value in required.items())
+        ]
+
+    def select(
+        self,
+        job: SchedulingJob,
+        clusters: Sequence[Cluster],
+        *,
+        minimum: int | None = None,
+    ) -> Decision:
+        """The strategy's choice among ``clusters``; nothing is allocated."""
+        return self.strategy.select(
+            SelectionInput(
+                job=job,
+                clusters=clusters,
+                place=lambda cluster: place_job(
+                    self.framework, job, cluster, self.cycle, keep=False, minimum=minimum
+                ),
+            )
+        )
+
+    def permit_and_place(
+        self,
+        job: SchedulingJob,
+        decision: Decision,
+        clusters: Sequence[Cluster],
+        minimum: int | None,
+    ) -> Decision:
+        """Run Permit, then place for real on the chosen cluster of the given view."""
+        assert decision.assignment is not None
+        from flotilla.framework.interfaces import PermitInput
+
+        for permitter in self.framework.permits:
+            status = permitter.permit(
+                PermitInput(job=job, assignment=decision.assignment, cycle=self.cycle)
+            )
+            if not status.ok:
+                return Decision(None, status.reason or f"not permitted by {permitter.name}")
+        chosen = next(c for c in clusters if c.name == decision.assignment.cluster)
+        committed = place_job(self.framework, job, chosen, self.cycle, keep=True, minimum=minimum)
+        if committed.assignment is None:  # pragma: no cover - placement is deterministic
+            raise RuntimeError(f"placement of {job.name} on {chosen.name} changed on commit")
+        self._apply(committed.assignment, +1, skip=chosen)
+        return committed
+
+    # --- the running set ------------------------------------------------------------------
+
+    def commit(
+        self, job: SchedulingJob, assignment: Assignment, *, note: str | None = None
+    ) -> None:
+        """``job`` starts (or grows) with ``assignment``, already allocated in every view."""
+        size = len(self.total)
+        previous = self.running.get(job.name)
+        if previous is not None:
+            merged = Assignment(
+                cluster=assignment.cluster,
+                placements=previous.assignment.placements + assignment.placements,
+                annotations={**previous.assignment.annotations, **assignment.annotations},
+            )
+            self._running_change(previous, added=False)
+            self.running[job.name] = RunningJob(job, merged, previous.started_at)
+        else:
+            self.running[job.name] = RunningJob(job, assignment, self.now)
+        self._running_change(self.running[job.name], added=True)
+        self._charge(job.queue, held(assignment, size))
+        self.scheduled.append(ScheduledJob(job, assignment, note))
+
+    def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
+        """Preempt ``victims`` for real; returns each victim's queue and what it held."""
+        released = []
+        for name in victims:
+            running = self.running.pop(name)
+            self._apply(running.assignment, -1)
+            self._running_change(running, added=False)
+            amount = held(running.assignment, len(self.total))
+            self._charge(running.job.queue, -amount)
+            self.evictions.append(Eviction(job=name, by=by, reason=reason))
+            released.append((running.job.queue, amount))
+        return released
+
+    def _running_change(self, running: RunningJob, *, added: bool) -> None:
+        change = RunningChange(job=running.job, assignment=running.assignment, cycle=self.cycle)
+        for plugin in self.framework.running_sets:
+            if added:
+                plugin.add_running(change)
+            else:
+                plugin.remove_running(change)
+
+    def _charge(self, queue: str, amount: Vector) -> None:
+        if queue not in self.allocated:
+            self.allocated[queue] = np.zeros_like(amount)
+        self.allocated[queue] = self.allocated[queue] + amount
+
+    # --- PreemptionContext ------------------------------------------------------------------
+
+    @property
+    def running_jobs(self) -> list[RunningJob]:
+        return list(self.running.values())
+
+    def fits_without(self, job: SchedulingJob, victims: Sequence[str]) -> bool:
+        removed = [self.running.pop(name) for name in victims if name in self.running]
+        for running in removed:
+            self._apply(running.assignment, -1)
+            self._running_change(running, added=False)
+        try:
+            admitted, _, _ = self.admit(job, leftover=True)
+            if not admitted:
+                return False
+            return self.select(job, self.candidates(job, long=False)).found
+        finally:
+            for running in reversed(removed):
+                self._apply(running.assignment, +1)
+                self._running_change(running, added=True)
+                self.running[running.job.name] = running
+
+    def queue_share(self, queue: str, change: Vector | None = None) -> float:
+        used = self.allocated.get(queue, np.zeros_like(self.total))
+        if change is not None:
+            used = used + change
+        inverse = np.divide(
+            1.0, self.total, out=np.zeros_like(self.total), where=self.total > EPSILON
+        )
+        weight = self.queues[queue].weight if queue in self.queues else 1.0
+        return float((used * inverse).max(initial=0.0)) / weight
+
+    def queue_policy(self, queue: str) -> Preemption:
+        info = self.queues.get(queue)
+        return info.preemption if info is not None else Preemption()
+
+    def quota_node(self, queue: str) -> int | None:
+        state = quota_state(self.cycle)
+        return state.node_of_queue.get(queue) if state else None
+
+    def same_cohort(self, queue: str, other: str) -> bool:
+        state = quota_state(self.cycle)
+        if state is None:
+            return False
+        mine, theirs = state.node_of_queue.get(queue), state.node_of_queue.get(other)
+        if mine is None or theirs is None:
+            return False
+        tree = state.usage.tree
+        return tree.cohort_root(mine) == tree.cohort_root(theirs)
+
+    def borrowed(self, queue: str) -> Vector | None:
+        """What the queue's quota node uses above its guarantee (``None`` without a quota)."""
+        state = quota_state(self.cycle)
+        node = state.node_of_queue.get(queue) if state else None
+        if state is None or node is None:
+            return None
+        return state.usage.borrowed(node)
+
+    def within_guarantee(self, job: SchedulingJob) -> bool:
+        state = quota_state(self.cycle)
+        node = state.node_of_queue.get(job.queue) if state else None
+        if state is None or node is None:
+            return False
+        return state.usage.within_guarantee(node, job.total)
+
+    def gang_of(self, job_name: str) -> list[str]:
+        running = self.running.get(job_name)
+        if running is None or running.job.gang is None or not running.job.gang.name:
+            return [job_name]
+        gang = running.job.gang.name
+        return sorted(
+            name
+            for name, other in self.running.items()
+            if other.job.gang is not None and other.job.gang.name == gang
+        )
+
+
+def held(assignment: Assignment, size: int) -> Vector:
+    return assignment.held(size)
