@@ -54,7 +54,8 @@ def simulate(
         typer.Option("--format", help="json or table (default: table on a terminal, else json)."),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Write the report here instead of standard output.")
+        Path | None,
+        typer.Option("--output", "-o", help="Write the report here instead of standard output."),
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 if any of the scenario's expect entries fails.")

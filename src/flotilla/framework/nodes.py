@@ -64,10 +64,20 @@ class NodeTable:
         # Per device free share (1.0 = idle); padding columns of absent devices stay at 0.
         self.device_free = np.zeros((len(nodes), width))
         self.device_memory_free = np.zeros((len(nodes), width))
+        # Topology: the NUMA node and PCIe switch of each device (-1 for absent devices).
+        self.numa_block = np.full((len(nodes), width), -1, dtype=np.int64)
+        self.pcie_block = np.full((len(nodes), width), -1, dtype=np.int64)
         for i, node in enumerate(nodes):
             self.device_free[i, : node.gpu_count] = 1.0
             memory = node.gpu_memory if node.gpu_memory is not None else np.inf
             self.device_memory_free[i, : node.gpu_count] = memory
+            if node.gpu_count:
+                ids = np.arange(node.gpu_count)
+                self.numa_block[i, : node.gpu_count] = ids // (node.gpu_count // node.numa_nodes)
+                switches = node.pcie_switches or node.numa_nodes
+                self.pcie_block[i, : node.gpu_count] = ids // (node.gpu_count // switches)
+        self.numa_block.flags.writeable = False
+        self.pcie_block.flags.writeable = False
         self._label_masks: dict[tuple[str, str], Mask] = {}
         self.hard_taints = [
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes

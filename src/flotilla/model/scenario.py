@@ -76,6 +76,8 @@ class Expectation(Strict):
     """Extension: a substring the job's pending reason must contain."""
     preemptions: int | None = Field(default=None, ge=0)
     """Extension: how many times the job was preempted so far."""
+    placements: int | None = Field(default=None, ge=0)
+    """Extension: how many of the job's replicas are placed (a non-strict gang grows)."""
 
     @model_validator(mode="after")
     def _one_subject(self) -> Expectation:
@@ -84,9 +86,15 @@ class Expectation(Strict):
         if self.job is not None and (self.running is not None or self.queued is not None):
             raise ValueError("running and queued are counts of a queue, not of a job")
         if self.queue is not None and (
-            self.state is not None or self.cluster is not None or self.reason is not None
+            self.state is not None
+            or self.cluster is not None
+            or self.reason is not None
+            or self.placements is not None
+            or self.preemptions is not None
         ):
-            raise ValueError("state, cluster and reason describe a job, not a queue")
+            raise ValueError(
+                "state, cluster, reason, placements and preemptions describe a job, not a queue"
+            )
         return self
 
 

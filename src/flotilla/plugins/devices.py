@@ -1,17 +1,30 @@
 """GPU devices: whole GPUs get whole free devices, fractions share one device up to 1.0.
 
-Fractions are packed onto the device with the least free share that still fits, so idle
-devices stay whole for multi-GPU requests.
+Placement keeps the fleet unfragmented: a fraction goes to the partly used device with the
+least share left that still fits, and whole GPUs come from the NUMA group (or PCIe switch)
+with the fewest usable devices that can hold them, so idle devices and idle groups stay whole
+for big requests. A task's ``topology.gpu`` scope (device, pcie, numa, node) keeps its GPUs
+within one such unit.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from flotilla.framework.interfaces import FilterInput, ReserveInput, ReserveResult, Status
-from flotilla.framework.nodes import GpuAllocation, Mask
+from flotilla.framework.nodes import GpuAllocation, Mask, NodeTable
 from flotilla.framework.resources import EPSILON
+from flotilla.model.job import TopologyScope
 from flotilla.model.quantity import format_quantity
+
+
+def _blocks(nodes: NodeTable, scope: TopologyScope | None) -> npt.NDArray[np.int64] | None:
+    if scope is TopologyScope.NUMA:
+        return nodes.numa_block
+    if scope is TopologyScope.PCIE:
+        return nodes.pcie_block
+    return None
 
 
 class GpuDevices:
@@ -25,7 +38,17 @@ class GpuDevices:
         usable = self._usable_devices(request)
         if gpu < 1:
             return np.asarray(usable.any(axis=1), dtype=bool)
-        return np.asarray(np.count_nonzero(usable, axis=1) >= int(gpu), dtype=bool)
+        count = int(gpu)
+        scope = request.task.gpu_scope
+        if scope is TopologyScope.DEVICE:
+            return np.asarray(usable.any(axis=1) & (count <= 1), dtype=bool)
+        blocks = _blocks(nodes, scope)
+        if blocks is None:
+            return np.asarray(np.count_nonzero(usable, axis=1) >= count, dtype=bool)
+        fits = np.zeros(len(nodes), dtype=bool)
+        for block in range(int(blocks.max(initial=-1)) + 1):
+            fits |= np.count_nonzero(usable & (blocks == block), axis=1) >= count
+        return fits
 
     def _usable_devices(self, request: FilterInput | ReserveInput) -> Mask:
         nodes = request.cluster.nodes
@@ -38,35 +61,88 @@ class GpuDevices:
         return usable
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
-        count = int(np.count_nonzero(rejected))
+        nodes = request.cluster.nodes
         gpu = request.task.gpu
+        # Nodes short of GPUs in total are explained by resources-fit; say what is left:
+        # enough GPU overall but not on suitable devices (fragmentation or topology).
+        enough = (
+            nodes.capacity[:, nodes.space.index["gpu"]]
+            - nodes.allocated[:, nodes.space.index["gpu"]]
+            >= gpu - EPSILON
+        )
+        count = int(np.count_nonzero(rejected & enough))
+        if count == 0:
+            return None
         memory = request.task.gpu_memory
         extra = f" and {format_quantity('gpu_memory', memory)} GPU memory" if memory else ""
+        scope = request.task.gpu_scope
         if gpu < 1:
             what = f"no single GPU with {gpu:g} of it free{extra}"
+        elif scope in (TopologyScope.NUMA, TopologyScope.PCIE):
+            what = f"no {scope.value} group with {int(gpu)} whole free GPUs{extra}"
         else:
             what = f"fewer than {int(gpu)} whole free GPUs{extra}"
-        return f"{count} node{'s' if count != 1 else ''} with {what}"
+        return f"{count} node{'s' if count != 1 else ''} with enough GPU in total but {what}"
 
     def reserve(self, request: ReserveInput) -> ReserveResult:
         gpu = request.task.gpu
         if gpu <= 0:
             return ReserveResult()
         nodes = request.cluster.nodes
-        usable = self._usable_devices(request)[request.row]
+        row = request.row
+        usable = self._usable_devices(request)[row]
         candidates = np.flatnonzero(usable)
         if gpu < 1:
             if len(candidates) == 0:
                 return ReserveResult(Status.unschedulable("no GPU share left on the node"))
-            free = nodes.device_free[request.row, candidates]
-            device = int(candidates[int(np.argmin(free))])
+            free = nodes.device_free[row, candidates]
+            # Least share left first; among equals, the device in the busiest NUMA group.
+            group_free = np.array(
+                [
+                    nodes.device_free[row][nodes.numa_block[row] == nodes.numa_block[row, d]].sum()
+                    for d in candidates
+                ]
+            )
+            device = int(candidates[np.lexsort((candidates, group_free, free))[0]])
             shares: tuple[tuple[int, float], ...] = ((device, gpu),)
         else:
-            count = int(gpu)
-            if len(candidates) < count:
+            chosen = self._whole_devices(request, candidates, int(gpu))
+            if chosen is None:
                 return ReserveResult(Status.unschedulable("not enough whole GPUs left on the node"))
-            shares = tuple((int(device), 1.0) for device in candidates[:count])
+            shares = tuple((device, 1.0) for device in chosen)
         return ReserveResult(gpus=GpuAllocation(shares=shares, memory=request.task.gpu_memory))
+
+    def _whole_devices(
+        self, request: ReserveInput, candidates: npt.NDArray[np.intp], count: int
+    ) -> list[int] | None:
+        """Devices from the groups with the fewest usable devices first (best fit)."""
+        nodes = request.cluster.nodes
+        row = request.row
+        scope = request.task.gpu_scope
+        if scope is TopologyScope.DEVICE and count > 1:
+            return None
+        blocks = _blocks(nodes, scope)
+        grouping = blocks if blocks is not None else nodes.numa_block
+        by_group: dict[int, list[int]] = {}
+        for device in candidates:
+            by_group.setdefault(int(grouping[row, device]), []).append(int(device))
+        ordered = sorted(by_group.items(), key=lambda item: (len(item[1]), item[0]))
+        if blocks is not None:
+            for _, devices in ordered:
+                if len(devices) >= count:
+                    return devices[:count]
+            return None
+        # No scope: fill a group that holds the whole request if one does, else take from
+        # the smallest groups first so the larger ones stay whole.
+        for _, devices in ordered:
+            if len(devices) >= count:
+                return devices[:count]
+        chosen: list[int] = []
+        for _, devices in ordered:
+            chosen.extend(devices[: count - len(chosen)])
+            if len(chosen) == count:
+                return chosen
+        return None
 
     def unreserve(self, request: ReserveInput, result: ReserveResult) -> None:
         """Nothing to undo: the framework applies and releases the devices it was given."""

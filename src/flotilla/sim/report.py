@@ -196,6 +196,11 @@ def _compare(expectation: Expectation, facts: dict[str, Any]) -> list[str]:
             f"{subject} was preempted {facts['preemptions']} times, "
             f"expected {expectation.preemptions}"
         )
+    if expectation.placements is not None and facts["placements"] != expectation.placements:
+        problems.append(
+            f"{subject} has {facts['placements']} replicas placed, "
+            f"expected {expectation.placements}"
+        )
     for count in ("running", "queued"):
         wanted = getattr(expectation, count)
         if wanted is not None and facts[count] != wanted:

@@ -452,6 +452,9 @@ class Simulator:
             "cluster": job.assignment.cluster if job.assignment else None,
             "reason": job.reason,
             "preemptions": job.preemptions,
+            "placements": len(job.assignment.placements)
+            if job.assignment is not None and job.state is JobState.RUNNING
+            else 0,
         }
 
     def queue_counts(self, queue: str) -> dict[str, int]:
