@@ -16,7 +16,6 @@ from flotilla.backends.interface import (
     DispatchResult,
     ReplicaPlacement,
     RunState,
-    RunStatus,
 )
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.payload import Payload, PayloadError, parse_payload
@@ -145,6 +144,10 @@ class ChangeLog:
             self._last[run_id] = state
             self._changed[run_id] = None
 
+    def remember(self, run_id: str, state: RunState) -> None:
+        """Take ``state`` as already reported (a run loaded at start that is not news)."""
+        self._last[run_id] = state
+
     def mark(self, run_id: str) -> None:
         """Report ``run_id`` at the next poll even if its state did not change."""
         self._changed[run_id] = None
@@ -163,7 +166,3 @@ def saved_run_ids(state_dir: Path) -> list[str]:
     if not runs.is_dir():
         return []
     return sorted(entry.name for entry in runs.iterdir() if (entry / "run.json").is_file())
-
-
-def status_terminal(status: RunStatus) -> bool:
-    return status.state.terminal

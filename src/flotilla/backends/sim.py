@@ -261,7 +261,9 @@ class SimBackend:
                     continue
                 run = SimRun.from_json(data)
                 self._runs[run_id] = run
-                if not run.status(self.clock()).state.terminal:
+                state = run.status(self.clock()).state
+                self._changes.remember(run_id, state)
+                if not state.terminal:
                     self._changes.mark(run_id)
 
     def inventory(self) -> Inventory:
