@@ -184,6 +184,10 @@ def read_all(backend: Backend, run_id: str, stream: LogStream = LogStream.STDOUT
     return chunk.text
 
 
+def read_replica(backend: Backend, run_id: str, task: str, replica: int = 0) -> str:
+    return backend.logs(LogsRequest(run_id, task=task, replica=replica)).text
+
+
 def node_of(backend: Backend) -> str:
     return backend.inventory().nodes[0].name
 

@@ -308,7 +308,9 @@ class LocalBackend:
             unfinished = any(not replica.finished for replica in run.replicas)
             if failed is not None and unfinished:
                 message = f"replica {failed.placement.label} {failed.outcome()}"
-                self._begin_stop(run, Stop("replica-failed", message, now, self.grace_period))
+                grace = self.grace_period
+                halt = Stop("replica-failed", message, now, grace, exit_code=failed.exit_code)
+                self._begin_stop(run, halt)
             elif self._over_time(run, now):
                 message = f"exceeded max_runtime of {run.max_runtime:g}s"
                 self._begin_stop(run, Stop("max-runtime", message, now, self.grace_period))

@@ -41,6 +41,8 @@ class Stop:
     at: float
     grace_period: float
     killed: bool = False
+    exit_code: int | None = None
+    """For ``replica-failed``: the code of the replica whose failure stopped the others."""
 
 
 @dataclass
@@ -148,7 +150,9 @@ class Run:
             self.message = f"replica {lost.placement.label} {lost.outcome()}"
         elif stop is not None:
             self.state, self.message = RunState.FAILED, stop.message
-            self.exit_code = failed.exit_code if failed is not None else None
+            self.exit_code = stop.exit_code if stop.exit_code is not None else None
+            if self.exit_code is None and failed is not None:
+                self.exit_code = failed.exit_code
         elif failed is not None:
             self.state, self.exit_code = RunState.FAILED, failed.exit_code
             self.message = f"replica {failed.placement.label} {failed.outcome()}"
