@@ -341,7 +341,8 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release the backend's threads and handles. Idempotent.
 
-        Runs are not stopped: they keep running on the cluster and a new backend object over
+        Runs are not stopped (unless the backend is configured to, e.g. ``local``'s
+        ``stop_runs_on_close``): they keep running on the cluster and a new backend object over
         the same state adopts them (that is how the service survives a restart). Other calls
         after ``close`` raise ``BackendClosed``.
         """
