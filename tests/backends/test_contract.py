@@ -24,6 +24,7 @@ from .support import Harness, read_all, request
 
 def test_inventory_lists_nodes_with_capacity_and_a_heartbeat(harness: Harness) -> None:
     backend = harness.make()
+    assert isinstance(backend, Backend)
     inventory = backend.inventory()
     assert inventory.cluster == backend.cluster
     assert inventory.nodes
