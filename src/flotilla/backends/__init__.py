@@ -1,0 +1,92 @@
+"""Backends: the boundary through which Flotilla hands a scheduled run to a cluster's engine.
+
+``interface`` holds the contract (``Backend``) and its request/result types. Backends register
+under the entry-point group ``flotilla.backends`` (built-ins ``local`` and ``sim`` too), and
+``load_backend`` makes one from its name and configuration.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+from flotilla.backends.interface import (
+    Backend,
+    BackendClosed,
+    BackendError,
+    BackendUnavailable,
+    CancelOutcome,
+    CancelRequest,
+    CancelResult,
+    DispatchRejected,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    LogChunk,
+    LogsRequest,
+    LogStream,
+    ReplicaPlacement,
+    ReplicaStatus,
+    RunState,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+)
+
+BACKEND_GROUP = "flotilla.backends"
+
+
+class UnknownBackend(LookupError):
+    """A backend name that no installed package registers."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name, self.known = name, sorted(known)
+        super().__init__(
+            f"unknown backend {name!r} (known: {', '.join(self.known) or 'none'}; "
+            f"backends register under the entry-point group {BACKEND_GROUP!r})"
+        )
+
+
+def available_backends() -> list[str]:
+    return sorted({point.name for point in entry_points(group=BACKEND_GROUP)})
+
+
+def load_backend(name: str, **config: Any) -> Backend:
+    """A new backend object of the registered ``name``, configured by keyword.
+
+    A configuration key the backend does not take raises ``TypeError`` naming it.
+    """
+    points = {point.name: point for point in entry_points(group=BACKEND_GROUP)}
+    if name not in points:
+        raise UnknownBackend(name, list(points))
+    factory = points[name].load()
+    backend: Backend = factory(**config)
+    return backend
+
+
+__all__ = [
+    "BACKEND_GROUP",
+    "Backend",
+    "BackendClosed",
+    "BackendError",
+    "BackendUnavailable",
+    "CancelOutcome",
+    "CancelRequest",
+    "CancelResult",
+    "DispatchRejected",
+    "DispatchRequest",
+    "DispatchResult",
+    "Inventory",
+    "LogChunk",
+    "LogStream",
+    "LogsRequest",
+    "ReplicaPlacement",
+    "ReplicaStatus",
+    "RunState",
+    "RunStatus",
+    "StatusRequest",
+    "UnknownBackend",
+    "UnknownRun",
+    "available_backends",
+    "load_backend",
+]

@@ -1,0 +1,168 @@
+"""What every backend shares: request checks, run records on disk, and state-change tracking."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends.interface import (
+    RUN_ID_PATTERN,
+    DispatchRejected,
+    DispatchRequest,
+    DispatchResult,
+    ReplicaPlacement,
+    RunState,
+)
+from flotilla.framework.nodes import NodeInfo
+from flotilla.model.payload import Payload, PayloadError, parse_payload
+
+
+def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeInfo]) -> None:
+    """Reject, naming the field, what no backend of ``cluster`` could ever start."""
+    if not RUN_ID_PATTERN.match(request.run_id):
+        raise DispatchRejected(
+            f"run_id: {request.run_id!r} must be 1-200 characters of letters, digits, '.', '_'"
+            " or '-', starting with a letter or digit"
+        )
+    if request.cluster != cluster:
+        raise DispatchRejected(
+            f"cluster: {request.cluster!r} is not this backend's cluster {cluster!r}"
+        )
+    if not request.placements:
+        raise DispatchRejected("placements: a run needs at least one replica")
+    if request.max_runtime is not None and request.max_runtime <= 0:
+        raise DispatchRejected(f"max_runtime: {request.max_runtime:g} must be > 0")
+    by_name = {node.name: node for node in nodes}
+    seen: set[tuple[str, int]] = set()
+    for index, placement in enumerate(request.placements):
+        where = f"placements[{index}]"
+        if (placement.task, placement.replica) in seen:
+            raise DispatchRejected(f"{where}: replica {placement.label} is placed twice")
+        seen.add((placement.task, placement.replica))
+        node = by_name.get(placement.node)
+        if node is None:
+            raise DispatchRejected(
+                f"{where}.node: {placement.node!r} is not a node of cluster {cluster!r} "
+                f"(nodes: {', '.join(sorted(by_name))})"
+            )
+        for device in placement.gpu_ids:
+            if not 0 <= device < node.gpu_count:
+                raise DispatchRejected(
+                    f"{where}.gpu_ids: device {device} does not exist on node {node.name!r} "
+                    f"({node.gpu_count} GPUs)"
+                )
+
+
+def payload_of(request: DispatchRequest) -> Payload:
+    try:
+        return parse_payload(request.job_type, request.payload)
+    except PayloadError as error:
+        raise DispatchRejected(str(error)) from None
+
+
+def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
+    """A repeated dispatch must be the same run; a reused id for other work is a bug."""
+    if (existing.job, existing.cluster, existing.placements) != (
+        request.job,
+        request.cluster,
+        request.placements,
+    ):
+        raise DispatchRejected(
+            f"run_id: {request.run_id!r} was already dispatched for job {existing.job!r} "
+            "with other placements; a run id names one attempt"
+        )
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write-then-rename, fsynced: a reader (or a restart after kill -9) sees old or new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(data, file, indent=1, sort_keys=True)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The object in ``path``, or ``None`` when missing or unreadable (a torn write)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def placements_to_json(placements: Sequence[ReplicaPlacement]) -> list[dict[str, Any]]:
+    return [
+        {"task": p.task, "replica": p.replica, "node": p.node, "gpu_ids": list(p.gpu_ids)}
+        for p in placements
+    ]
+
+
+def placements_from_json(data: Sequence[Mapping[str, Any]]) -> tuple[ReplicaPlacement, ...]:
+    return tuple(
+        ReplicaPlacement(
+            task=str(item["task"]),
+            replica=int(item["replica"]),
+            node=str(item["node"]),
+            gpu_ids=tuple(int(device) for device in item["gpu_ids"]),
+        )
+        for item in data
+    )
+
+
+def pick_replica(
+    placements: Sequence[ReplicaPlacement], task: str | None, replica: int | None
+) -> int:
+    """Index of the replica a logs request names (the first one when it names none)."""
+    for index, placement in enumerate(placements):
+        if (task is None or placement.task == task) and (
+            replica is None or placement.replica == replica
+        ):
+            return index
+    raise ValueError(f"the run has no replica {task or '*'}/{'*' if replica is None else replica}")
+
+
+class ChangeLog:
+    """Remembers which runs changed state since the last ``poll`` (each run once, in order)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, RunState] = {}
+        self._changed: dict[str, None] = {}
+
+    def observe(self, run_id: str, state: RunState) -> None:
+        if self._last.get(run_id) is not state:
+            self._last[run_id] = state
+            self._changed[run_id] = None
+
+    def remember(self, run_id: str, state: RunState) -> None:
+        """Take ``state`` as already reported (a run loaded at start that is not news)."""
+        self._last[run_id] = state
+
+    def mark(self, run_id: str) -> None:
+        """Report ``run_id`` at the next poll even if its state did not change."""
+        self._changed[run_id] = None
+
+    def drain(self) -> Iterator[str]:
+        changed, self._changed = list(self._changed), {}
+        yield from changed
+
+
+def run_directory(state_dir: Path, run_id: str) -> Path:
+    return state_dir / "runs" / run_id
+
+
+def saved_run_ids(state_dir: Path) -> list[str]:
+    runs = state_dir / "runs"
+    if not runs.is_dir():
+        return []
+    return sorted(entry.name for entry in runs.iterdir() if (entry / "run.json").is_file())

@@ -1,0 +1,349 @@
+"""The backend boundary: how Flotilla hands a scheduled run to the engine that runs a cluster.
+
+One ``Backend`` object serves one cluster (Michelangelo's federated client, per cluster). The
+scheduler decides *where* a job runs (an ``Assignment``); the backend only starts, watches,
+stops and reports runs there. Every call takes one frozen request dataclass and returns a named
+result dataclass, so adding a field never breaks a backend or a caller.
+
+Failure semantics, common to every backend:
+
+* A call **raises** only when it did nothing:
+
+  - ``BackendUnavailable`` — the cluster or its engine cannot be reached now (transient).
+    Retry later with the same request; every mutating call is idempotent, so a retry after a
+    timeout whose outcome is unknown is safe. ``BackendClosed`` (a subclass) after ``close()``.
+  - ``DispatchRejected`` — the request can never succeed on this backend (invalid or
+    unsupported payload, a node or device the cluster does not have, a run id reused for
+    another job). Do not retry; fail the run with the message, which names the field.
+  - ``UnknownRun`` — ``status``/``logs`` of a run id this backend has no record of. During
+    reconciliation after a restart the scheduler should treat such a run as lost.
+
+* Anything that happens to a run once it exists is **returned** as its ``RunStatus``: a
+  command that cannot start (missing program, bad working directory), a non-zero exit, a kill
+  by signal, a ``max_runtime`` overrun, a process that vanished. Such a run is ``failed`` or
+  ``lost`` with a ``message`` a person can act on; the call itself succeeds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from flotilla.framework.interfaces import Assignment
+from flotilla.framework.nodes import NodeInfo
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+"""Run ids become file and process names, so they are restricted to a safe alphabet."""
+
+
+class BackendError(Exception):
+    """Base of every error a backend raises."""
+
+
+class BackendUnavailable(BackendError):
+    """The cluster cannot be reached now; retry the same (idempotent) request later."""
+
+
+class BackendClosed(BackendUnavailable):
+    """The backend object was closed; make a new one (it will know the old one's runs)."""
+
+
+class DispatchRejected(BackendError, ValueError):
+    """The dispatch request can never succeed here; the message names the offending field."""
+
+
+class UnknownRun(BackendError, LookupError):
+    """No record of this run id on this backend."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} on this backend")
+
+
+class RunState(StrEnum):
+    """The state of one run as its backend sees it.
+
+    ``lost``: the backend can no longer tell what happened (the process vanished while nobody
+    watched, the node disappeared). The scheduler decides whether to requeue.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (RunState.PENDING, RunState.RUNNING)
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    """Where one replica of one task runs: the part of a ``Placement`` a backend needs."""
+
+    task: str
+    replica: int
+    node: str
+    gpu_ids: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.task}/{self.replica}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What a cluster has, as its backend reports it.
+
+    ``heartbeat``: when the backend last confirmed the cluster is alive (seconds since the
+    epoch, backend clock); a stale heartbeat is how the scheduler spots an unreachable cluster.
+    ``active_runs``: ids of the runs not yet in a terminal state.
+    """
+
+    cluster: str
+    nodes: tuple[NodeInfo, ...]
+    heartbeat: float
+    active_runs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """Start one run of a job on this backend's cluster, one process per placement.
+
+    ``payload`` is the job's raw payload; the backend validates it for ``job_type``.
+    ``env`` is set for every replica (below the payload's own env, which is the user's word);
+    backend-owned variables (``FLOTILLA_*``, ``CUDA_VISIBLE_DEVICES``) always win.
+    ``max_runtime``: seconds after which the run is stopped and reported failed.
+    """
+
+    run_id: str
+    job: str
+    cluster: str
+    placements: tuple[ReplicaPlacement, ...]
+    payload: Mapping[str, Any] | None
+    job_type: str = "command"
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_runtime: float | None = None
+
+    @classmethod
+    def from_assignment(
+        cls,
+        run_id: str,
+        job: str,
+        assignment: Assignment,
+        payload: Mapping[str, Any] | None,
+        *,
+        job_type: str = "command",
+        env: Mapping[str, str] | None = None,
+        max_runtime: float | None = None,
+    ) -> DispatchRequest:
+        """The request for a scheduler ``Assignment`` (cluster, node and GPUs per replica)."""
+        placements = tuple(
+            ReplicaPlacement(
+                task=placement.task,
+                replica=placement.replica,
+                node=placement.node,
+                gpu_ids=tuple(placement.gpu_ids),
+            )
+            for placement in assignment.placements
+        )
+        return cls(
+            run_id=run_id,
+            job=job,
+            cluster=assignment.cluster,
+            placements=placements,
+            payload=payload,
+            job_type=job_type,
+            env=dict(env or {}),
+            max_runtime=max_runtime,
+        )
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """The run as dispatched. Dispatching the same run id again returns an equal result."""
+
+    run_id: str
+    job: str
+    cluster: str
+    dispatched_at: float
+    placements: tuple[ReplicaPlacement, ...]
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Stop a run: SIGTERM (or the engine's equivalent), then a hard kill after the grace.
+
+    ``reason`` ends up in the run's message (e.g. ``"preempted by team-a/train-7"``).
+    ``grace_period``: seconds between the polite and the hard stop; ``None`` = backend default.
+    """
+
+    run_id: str
+    reason: str = "cancelled"
+    grace_period: float | None = None
+
+
+class CancelOutcome(StrEnum):
+    """What a cancel did. Only ``stopping`` changed anything; the rest are not errors."""
+
+    STOPPING = "stopping"
+    """The stop was started; the run becomes ``cancelled`` once every replica is gone."""
+    ALREADY_STOPPING = "already-stopping"
+    ALREADY_FINISHED = "already-finished"
+    UNKNOWN_RUN = "unknown-run"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run_id: str
+    outcome: CancelOutcome
+    message: str
+    status: RunStatus | None = None
+    """The run's status after the call; ``None`` for an unknown run."""
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of a run. ``process_id``: its process group on ``local``, else ``None``."""
+
+    task: str
+    replica: int
+    node: str
+    state: RunState
+    exit_code: int | None = None
+    process_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's state and what explains it.
+
+    ``exit_code``: 0 on success; the failing replica's code on failure; negative when it was
+    killed by that signal (``-9``: SIGKILL), as Python's ``subprocess`` reports it; ``None``
+    when there is no code (cancelled, lost, never started). Times are seconds since the epoch.
+    """
+
+    run_id: str
+    job: str
+    cluster: str
+    state: RunState
+    dispatched_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    message: str = ""
+    replicas: tuple[ReplicaStatus, ...] = ()
+
+
+class LogStream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+@dataclass(frozen=True)
+class LogsRequest:
+    """Read one replica's output from byte ``offset`` (the first replica when none is named).
+
+    To follow, call again with the previous chunk's ``next_offset`` until ``complete``.
+    """
+
+    run_id: str
+    stream: LogStream = LogStream.STDOUT
+    offset: int = 0
+    task: str | None = None
+    replica: int | None = None
+    limit: int = 1 << 16
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Bytes ``[offset, next_offset)`` of a replica's stream.
+
+    ``complete``: the run is terminal and this chunk reaches the end, so a follower stops.
+    """
+
+    run_id: str
+    stream: LogStream
+    offset: int
+    next_offset: int
+    data: bytes
+    complete: bool
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The engine that runs one cluster. See the module docstring for failure semantics.
+
+    Implementations are thread-safe: the scheduler loop, the API and a log follower may call
+    one backend concurrently.
+    """
+
+    name: str
+    """The backend's registered name (``local``, ``sim``…)."""
+    cluster: str
+    """The cluster this backend object serves; requests for another cluster are rejected."""
+
+    def inventory(self) -> Inventory:
+        """The cluster's nodes and a fresh heartbeat. Raises ``BackendUnavailable``."""
+        ...
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        """Start the run: one replica per placement. Idempotent by ``run_id``.
+
+        A run id seen before (by this object or, through the backend's state, by an earlier
+        one) starts nothing and returns an equal result; the same id for another job raises
+        ``DispatchRejected``. Returns once every replica has been started or has failed to
+        start (a start failure is the run's status, not an exception).
+        """
+        ...
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        """Begin stopping the run and return without waiting for it to end. Idempotent.
+
+        Cancelling a finished, already-cancelling or unknown run changes nothing and says so
+        in ``outcome``. A stopped run ends ``cancelled`` even if it exits 0 on SIGTERM; the
+        hard kill follows the grace period without another call.
+        """
+        ...
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        """The run's current status. Raises ``UnknownRun`` for a run id it never had."""
+        ...
+
+    def poll(self) -> list[RunStatus]:
+        """The current status of every run whose state changed since the previous ``poll``.
+
+        The scheduler's loop calls this instead of asking for every run. After a restart the
+        first poll reports every run that was still active in the previous instance's state,
+        so the caller can reconcile (runs whose process vanished come back as ``lost``).
+        """
+        ...
+
+    def logs(self, request: LogsRequest) -> LogChunk:
+        """A chunk of one replica's stdout or stderr. Raises ``UnknownRun``, ``ValueError``
+        for a replica the run does not have."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend's threads and handles. Idempotent.
+
+        Runs are not stopped (unless the backend is configured to, e.g. ``local``'s
+        ``stop_runs_on_close``): they keep running on the cluster and a new backend object over
+        the same state adopts them (that is how the service survives a restart). Other calls
+        after ``close`` raise ``BackendClosed``.
+        """
+        ...

@@ -1,0 +1,397 @@
+"""The ``local`` backend: runs each replica as a process group on this machine.
+
+Every run has a directory under ``state_dir/runs/RUN_ID`` holding ``run.json`` (its record,
+rewritten atomically on every change) and, per replica, ``TASK-REPLICA.stdout``, ``.stderr``
+and ``.exit`` (written by the supervisor when the command ends). A new ``LocalBackend`` over
+the same state dir reads the records, adopts the processes still alive, takes the outcome of
+the ones that ended meanwhile from their exit files, and reports the others ``lost``.
+A monitor thread enforces ``max_runtime`` and the SIGKILL after the grace period, so neither
+depends on anyone calling.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends import processes
+from flotilla.backends.common import (
+    ChangeLog,
+    check_request,
+    check_same_job,
+    payload_of,
+    pick_replica,
+    read_json,
+    run_directory,
+    saved_run_ids,
+)
+from flotilla.backends.interface import (
+    BackendClosed,
+    CancelOutcome,
+    CancelRequest,
+    CancelResult,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    LogChunk,
+    LogsRequest,
+    ReplicaPlacement,
+    RunState,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+)
+from flotilla.backends.local_records import Replica, Run, Stop, save_run
+from flotilla.framework.nodes import NodeInfo
+
+GPU_ENV = "FLOTILLA_LOCAL_GPUS"
+
+
+def default_state_dir(cluster: str) -> Path:
+    base = os.environ.get("FLOTILLA_STATE_DIR") or Path.home() / ".local/state/flotilla"
+    return Path(base) / "backends" / cluster
+
+
+def local_node(name: str | None = None, gpus: int | None = None) -> NodeInfo:
+    """This machine as one node: its usable cores, its memory, GPUs from ``FLOTILLA_LOCAL_GPUS``."""
+    host = name or socket.gethostname()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    if gpus is None:
+        gpus = int(os.environ.get(GPU_ENV, "0") or 0)
+    return NodeInfo(
+        name=host,
+        capacity={"cpu": float(cores), "memory": float(_memory_bytes()), "gpu": float(gpus)},
+        labels={"hostname": host, "backend": "local"},
+        taints=(),
+        gpu_count=gpus,
+    )
+
+
+def _memory_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass
+class LocalBackend:
+    """Runs on this machine. One cluster, one node; see the module docstring for the layout.
+
+    ``working_dir``: where commands run, and what a relative payload ``working_dir`` is
+    relative to (default: the backend's current directory). ``stop_runs_on_close``: stop
+    every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a successor.
+    """
+
+    cluster: str = "local"
+    state_dir: Path | None = None
+    grace_period: float = 10.0
+    gpus: int | None = None
+    node_name: str | None = None
+    working_dir: Path | None = None
+    stop_runs_on_close: bool = False
+    monitor_interval: float = 0.05
+    clock: Callable[[], float] = time.time
+    name: str = field(default="local", init=False)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir or default_state_dir(self.cluster))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.working_dir = Path(self.working_dir or Path.cwd())
+        self._node = local_node(self.node_name, self.gpus)
+        self._lock = threading.RLock()
+        self._runs: dict[str, Run] = {}
+        self._changes = ChangeLog()
+        self._closed = False
+        self._load()
+        self._stopping = threading.Event()
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"flotilla-local-{self.cluster}", daemon=True
+        )
+        self._monitor.start()
+
+    # --- the Backend protocol -------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        with self._lock:
+            self._check_open()
+            active = tuple(run_id for run_id, run in self._runs.items() if not run.state.terminal)
+            return Inventory(self.cluster, (self._node,), self.clock(), active)
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        with self._lock:
+            self._check_open()
+            existing = self._runs.get(request.run_id)
+            if existing is not None:
+                check_same_job(existing.result, request)
+                return existing.result
+            check_request(request, self.cluster, (self._node,))
+            payload = payload_of(request)
+            assert self.working_dir is not None
+            working_dir = self.working_dir / (payload.working_dir or ".")
+            run = Run(
+                result=DispatchResult(
+                    run_id=request.run_id,
+                    job=request.job,
+                    cluster=self.cluster,
+                    dispatched_at=self.clock(),
+                    placements=request.placements,
+                ),
+                directory=run_directory(self._state, request.run_id),
+                max_runtime=request.max_runtime,
+                replicas=[Replica(placement) for placement in request.placements],
+            )
+            run.directory.mkdir(parents=True, exist_ok=True)
+            save_run(run)  # before any process exists: a crash now leaves a run to call lost
+            for replica in run.replicas:
+                env = {
+                    **os.environ,
+                    **request.env,
+                    **payload.env,
+                    **self._backend_env(request, replica.placement),
+                }
+                try:
+                    process = processes.start_supervised(
+                        payload.argv(),
+                        exit_file=run.exit_file(replica),
+                        stdout=run.log_file(replica, "stdout"),
+                        stderr=run.log_file(replica, "stderr"),
+                        env=env,
+                        working_dir=working_dir,
+                    )
+                except OSError as error:
+                    replica.finish(exit_code=None, error=f"could not start: {error}")
+                    continue
+                replica.attach(process, processes.start_ticks(process.pid))
+                save_run(run)  # the pid on disk before the next start: no untracked process
+            run.state, run.started_at = RunState.RUNNING, self.clock()
+            self._runs[request.run_id] = run
+            self._refresh(run)
+            save_run(run)
+            self._changes.observe(run.run_id, run.state)
+            return run.result
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        with self._lock:
+            self._check_open()
+            run = self._runs.get(request.run_id)
+            if run is None:
+                message = f"no run {request.run_id!r} on this backend; nothing to cancel"
+                return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, message)
+            self._refresh(run)
+            if run.state.terminal:
+                outcome, message = CancelOutcome.ALREADY_FINISHED, f"run already {run.state}"
+            elif run.stop is not None:
+                outcome = CancelOutcome.ALREADY_STOPPING
+                message = f"run is already stopping: {run.stop.message}"
+            else:
+                grace = self.grace_period if request.grace_period is None else request.grace_period
+                self._begin_stop(run, Stop("cancel", request.reason, self.clock(), grace))
+                outcome, message = CancelOutcome.STOPPING, "SIGTERM sent to every replica"
+            return CancelResult(request.run_id, outcome, message, run.status())
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        with self._lock:
+            self._check_open()
+            run = self._get(request.run_id)
+            self._refresh(run)
+            return run.status()
+
+    def poll(self) -> list[RunStatus]:
+        with self._lock:
+            self._check_open()
+            self._refresh_all()
+            return [self._runs[run_id].status() for run_id in self._changes.drain()]
+
+    def logs(self, request: LogsRequest) -> LogChunk:
+        with self._lock:
+            self._check_open()
+            run = self._get(request.run_id)
+            self._refresh(run)
+            index = pick_replica(run.result.placements, request.task, request.replica)
+            path = run.log_file(run.replicas[index], request.stream.value)
+            terminal = run.state.terminal
+        try:
+            with path.open("rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                file.seek(request.offset)
+                data = file.read(max(0, request.limit))
+        except FileNotFoundError:
+            size, data = 0, b""
+        next_offset = request.offset + len(data)
+        complete = terminal and next_offset >= size
+        return LogChunk(request.run_id, request.stream, request.offset, next_offset, data, complete)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stopping.set()
+        self._monitor.join()
+        if self.stop_runs_on_close:
+            self._stop_everything()
+
+    # --- internals ------------------------------------------------------------------------
+
+    @property
+    def _state(self) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosed(f"the local backend of cluster {self.cluster!r} is closed")
+
+    def _get(self, run_id: str) -> Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        return run
+
+    def _backend_env(self, request: DispatchRequest, placement: ReplicaPlacement) -> dict[str, str]:
+        return {
+            "FLOTILLA_JOB": request.job,
+            "FLOTILLA_RUN": request.run_id,
+            "FLOTILLA_TASK": placement.task,
+            "FLOTILLA_REPLICA": str(placement.replica),
+            "FLOTILLA_NODE": placement.node,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in placement.gpu_ids),
+        }
+
+    def _load(self) -> None:
+        """Adopt the runs of an earlier backend over the same state dir."""
+        for run_id in saved_run_ids(self._state):
+            run = Run.load(run_directory(self._state, run_id))
+            if run is None:
+                continue
+            self._runs[run_id] = run
+            if not run.state.terminal:
+                self._refresh(run)
+                self._changes.mark(run_id)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(self.monitor_interval):
+            with self._lock:
+                self._refresh_all()
+
+    def _refresh_all(self) -> None:
+        for run in self._runs.values():
+            if not run.state.terminal:
+                self._refresh(run)
+
+    def _refresh(self, run: Run) -> None:
+        """Bring ``run`` up to date: reap replicas, enforce limits, settle the final state."""
+        if run.state.terminal:
+            return
+        now = self.clock()
+        changed = False
+        for replica in run.replicas:
+            if not replica.finished and self._reap(run, replica):
+                changed = True
+        if run.stop is None:
+            failed = next((r for r in run.replicas if r.finished and not r.succeeded), None)
+            unfinished = any(not replica.finished for replica in run.replicas)
+            if failed is not None and unfinished:
+                message = f"replica {failed.placement.label} {failed.outcome()}"
+                grace = self.grace_period
+                halt = Stop("replica-failed", message, now, grace, exit_code=failed.exit_code)
+                self._begin_stop(run, halt)
+            elif self._over_time(run, now):
+                message = f"exceeded max_runtime of {run.max_runtime:g}s"
+                self._begin_stop(run, Stop("max-runtime", message, now, self.grace_period))
+        stop = run.stop
+        if stop is not None and not stop.killed and now >= stop.at + stop.grace_period:
+            stop.killed = True
+            for replica in run.replicas:
+                if not replica.finished and replica.pid is not None:
+                    processes.signal_group(replica.pid, signal.SIGKILL)
+            changed = True
+        if all(replica.finished for replica in run.replicas):
+            run.settle(now)
+            changed = True
+        if changed:
+            save_run(run)
+            self._changes.observe(run.run_id, run.state)
+
+    @staticmethod
+    def _over_time(run: Run, now: float) -> bool:
+        limit, started = run.max_runtime, run.started_at
+        return limit is not None and started is not None and now - started >= limit
+
+    def _reap(self, run: Run, replica: Replica) -> bool:
+        """True when ``replica`` has just been found finished (its whole group gone)."""
+        if replica.pid is None:  # the earlier backend died between record and start
+            replica.finish(exit_code=None, vanished=True)
+            return True
+        process: subprocess.Popen[bytes] | None = replica.process
+        if process is not None:
+            code = process.poll()
+            if code is None:
+                return False
+        elif processes.process_alive(replica.pid, replica.start_ticks):
+            return False
+        else:
+            code = None
+        # The supervisor is gone; leave no stragglers of the command behind.
+        if processes.group_alive(replica.pid):
+            processes.signal_group(replica.pid, signal.SIGKILL)
+            if processes.group_alive(replica.pid):
+                return False
+        outcome = read_json(run.exit_file(replica))
+        if outcome is not None:
+            error = outcome.get("error")
+            replica.finish(int(outcome["exit_code"]), str(error) if error else None)
+        elif code is not None:
+            replica.finish(code)
+        elif run.stop is not None and run.stop.killed:
+            replica.finish(-int(signal.SIGKILL))
+        else:
+            replica.finish(exit_code=None, vanished=True)
+        return True
+
+    def _begin_stop(self, run: Run, stop: Stop) -> None:
+        run.stop = stop
+        for replica in run.replicas:
+            if not replica.finished and replica.pid is not None:
+                processes.signal_group(replica.pid, signal.SIGTERM)
+        save_run(run)
+        self._changes.mark(run.run_id)
+
+    def _stop_everything(self) -> None:
+        with self._lock:
+            active = [run for run in self._runs.values() if not run.state.terminal]
+            for run in active:
+                self._refresh(run)
+                if run.stop is None and not run.state.terminal:
+                    stop = Stop("cancel", "backend closed", self.clock(), self.grace_period)
+                    self._begin_stop(run, stop)
+        deadline = time.monotonic() + self.grace_period + 5.0
+        while active and time.monotonic() < deadline:
+            with self._lock:
+                for run in active:
+                    self._refresh(run)
+                active = [run for run in active if not run.state.terminal]
+            time.sleep(self.monitor_interval)
+
+
+def make_local_backend(**config: Any) -> LocalBackend:
+    """The entry-point factory: ``state_dir`` and ``working_dir`` may be strings."""
+    for key in ("state_dir", "working_dir"):
+        if isinstance(config.get(key), str):
+            config[key] = Path(config[key])
+    return LocalBackend(**config)

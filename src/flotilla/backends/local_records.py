@@ -1,0 +1,237 @@
+"""The ``local`` backend's run records: in memory while it runs, ``run.json`` on disk.
+
+Kept apart from the process handling so the record format (what a restart relies on) is in
+one short place. ``RECORD_VERSION`` changes whenever a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends.common import (
+    placements_from_json,
+    placements_to_json,
+    read_json,
+    write_json_atomic,
+)
+from flotilla.backends.interface import (
+    DispatchResult,
+    ReplicaPlacement,
+    ReplicaStatus,
+    RunState,
+    RunStatus,
+)
+from flotilla.backends.processes import describe_exit
+
+RECORD_VERSION = 1
+
+
+@dataclass
+class Stop:
+    """Why and since when a run is being stopped; ``killed`` once SIGKILL was sent.
+
+    ``kind``: ``cancel`` (ends cancelled), ``max-runtime`` or ``replica-failed`` (end failed).
+    """
+
+    kind: str
+    message: str
+    at: float
+    grace_period: float
+    killed: bool = False
+    exit_code: int | None = None
+    """For ``replica-failed``: the code of the replica whose failure stopped the others."""
+
+
+@dataclass
+class Replica:
+    """One replica's process. ``pid`` is also its process group id (it leads a session)."""
+
+    placement: ReplicaPlacement
+    pid: int | None = None
+    start_ticks: int | None = None
+    finished: bool = False
+    exit_code: int | None = None
+    error: str | None = None
+    vanished: bool = False
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
+        self.process, self.pid, self.start_ticks = process, process.pid, ticks
+
+    def finish(
+        self, exit_code: int | None, error: str | None = None, *, vanished: bool = False
+    ) -> None:
+        self.finished, self.exit_code, self.error, self.vanished = True, exit_code, error, vanished
+        self.process = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.finished and self.exit_code == 0 and self.error is None
+
+    def outcome(self) -> str:
+        if self.error:
+            return self.error
+        if self.vanished or self.exit_code is None:
+            return "vanished while no backend was watching; its outcome is unknown"
+        return describe_exit(self.exit_code)
+
+    def state(self, run_state: RunState) -> RunState:
+        if not self.finished:
+            return RunState.RUNNING
+        if self.vanished:
+            return RunState.LOST
+        if run_state is RunState.CANCELLED:
+            return RunState.CANCELLED
+        return RunState.SUCCEEDED if self.succeeded else RunState.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "placement": placements_to_json([self.placement])[0],
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "finished": self.finished,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "vanished": self.vanished,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Replica:
+        return cls(
+            placement=placements_from_json([data["placement"]])[0],
+            pid=data["pid"],
+            start_ticks=data["start_ticks"],
+            finished=data["finished"],
+            exit_code=data["exit_code"],
+            error=data["error"],
+            vanished=data["vanished"],
+        )
+
+
+@dataclass
+class Run:
+    result: DispatchResult
+    directory: Path
+    max_runtime: float | None
+    replicas: list[Replica]
+    state: RunState = RunState.PENDING
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    message: str = ""
+    stop: Stop | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.result.run_id
+
+    def _stem(self, replica: Replica) -> str:
+        return f"{replica.placement.task}-{replica.placement.replica}"
+
+    def log_file(self, replica: Replica, stream: str) -> Path:
+        return self.directory / f"{self._stem(replica)}.{stream}"
+
+    def exit_file(self, replica: Replica) -> Path:
+        return self.directory / f"{self._stem(replica)}.exit"
+
+    def settle(self, now: float) -> None:
+        """Every replica is gone: decide the run's final state, once."""
+        self.finished_at = now
+        stop = self.stop
+        failed = next((r for r in self.replicas if r.finished and not r.succeeded), None)
+        if stop is not None and stop.kind == "cancel":
+            self.state, self.exit_code, self.message = RunState.CANCELLED, None, stop.message
+        elif any(replica.vanished for replica in self.replicas):
+            lost = next(replica for replica in self.replicas if replica.vanished)
+            self.state, self.exit_code = RunState.LOST, None
+            self.message = f"replica {lost.placement.label} {lost.outcome()}"
+        elif stop is not None:
+            self.state, self.message = RunState.FAILED, stop.message
+            self.exit_code = stop.exit_code if stop.exit_code is not None else None
+            if self.exit_code is None and failed is not None:
+                self.exit_code = failed.exit_code
+        elif failed is not None:
+            self.state, self.exit_code = RunState.FAILED, failed.exit_code
+            self.message = f"replica {failed.placement.label} {failed.outcome()}"
+        else:
+            self.state, self.exit_code, self.message = RunState.SUCCEEDED, 0, ""
+
+    def status(self) -> RunStatus:
+        message = self.message
+        if not self.state.terminal and self.stop is not None:
+            message = f"stopping: {self.stop.message}"
+        return RunStatus(
+            run_id=self.run_id,
+            job=self.result.job,
+            cluster=self.result.cluster,
+            state=self.state,
+            dispatched_at=self.result.dispatched_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            exit_code=self.exit_code,
+            message=message,
+            replicas=tuple(
+                ReplicaStatus(
+                    task=replica.placement.task,
+                    replica=replica.placement.replica,
+                    node=replica.placement.node,
+                    state=replica.state(self.state),
+                    exit_code=replica.exit_code,
+                    process_id=replica.pid,
+                )
+                for replica in self.replicas
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        stop = self.stop
+        return {
+            "version": RECORD_VERSION,
+            "run_id": self.run_id,
+            "job": self.result.job,
+            "cluster": self.result.cluster,
+            "dispatched_at": self.result.dispatched_at,
+            "max_runtime": self.max_runtime,
+            "state": self.state.value,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "stop": None if stop is None else vars(stop).copy(),
+            "replicas": [replica.to_json() for replica in self.replicas],
+        }
+
+    @classmethod
+    def load(cls, directory: Path) -> Run | None:
+        """The run recorded in ``directory``, or ``None`` for an unreadable or alien record."""
+        data = read_json(directory / "run.json")
+        if data is None or data.get("version") != RECORD_VERSION:
+            return None
+        replicas = [Replica.from_json(item) for item in data["replicas"]]
+        result = DispatchResult(
+            run_id=data["run_id"],
+            job=data["job"],
+            cluster=data["cluster"],
+            dispatched_at=data["dispatched_at"],
+            placements=tuple(replica.placement for replica in replicas),
+        )
+        stop = data["stop"]
+        return cls(
+            result=result,
+            directory=directory,
+            max_runtime=data["max_runtime"],
+            replicas=replicas,
+            state=RunState(data["state"]),
+            started_at=data["started_at"],
+            finished_at=data["finished_at"],
+            exit_code=data["exit_code"],
+            message=data["message"],
+            stop=None if stop is None else Stop(**stop),
+        )
+
+
+def save_run(run: Run) -> None:
+    write_json_atomic(run.directory / "run.json", run.to_json())

@@ -1,0 +1,391 @@
+"""The ``sim`` backend: fake nodes whose runs end after a duration, on a wall or fake clock.
+
+Nothing is executed. A run's life is a pure function of the clock and of what was asked
+(dispatch time, the payload's ``sim`` section, cancels), so it behaves like ``local`` —
+pending, running, SIGTERM with a grace period, SIGKILL, ``max_runtime`` — while tests drive it
+with a ``FakeClock`` and demos or load tests run it in wall time. With a ``state_dir`` its
+records survive a restart like ``local``'s.
+
+The payload's ``sim`` section (``flotilla.model.payload.SimBehaviour``)::
+
+    {"sim": {"duration": 2.5, "exit_code": 0, "output": ["hello"], "sigterm_delay": 0}}
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends.common import (
+    ChangeLog,
+    check_request,
+    check_same_job,
+    pick_replica,
+    placements_from_json,
+    placements_to_json,
+    read_json,
+    run_directory,
+    saved_run_ids,
+    write_json_atomic,
+)
+from flotilla.backends.interface import (
+    BackendClosed,
+    CancelOutcome,
+    CancelRequest,
+    CancelResult,
+    DispatchRejected,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    LogChunk,
+    LogsRequest,
+    LogStream,
+    ReplicaPlacement,
+    ReplicaStatus,
+    RunState,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+)
+from flotilla.framework.nodes import NodeInfo
+from flotilla.model.cluster import NodeGroup
+from flotilla.model.payload import PayloadError, SimBehaviour, parse_payload, parse_sim_behaviour
+
+SIGTERM_CODE = -int(signal.SIGTERM)
+SIGKILL_CODE = -int(signal.SIGKILL)
+
+DEFAULT_NODES: tuple[Mapping[str, Any], ...] = (
+    {"name": "sim-node", "count": 4, "resources": {"cpu": 16, "memory": "64Gi"}},
+)
+
+
+class FakeClock:
+    """A clock tests move by hand: ``clock.advance(2.5)``. Starts at a fixed epoch time."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def sim_nodes(specs: Sequence[NodeInfo | Mapping[str, Any]]) -> tuple[NodeInfo, ...]:
+    """``NodeInfo``s as given, or built from scenario-style node groups (``count`` expands)."""
+    nodes: list[NodeInfo] = []
+    for spec in specs:
+        if isinstance(spec, NodeInfo):
+            nodes.append(spec)
+            continue
+        group = NodeGroup.model_validate(spec)
+        capacity = dict(group.resources)
+        gpu_count = group.gpus.count if group.gpus else int(capacity.get("gpu", 0))
+        capacity["gpu"] = float(gpu_count)
+        nodes.extend(
+            NodeInfo(
+                name=name,
+                capacity=capacity,
+                labels=dict(group.labels),
+                taints=tuple(group.taints),
+                gpu_count=gpu_count,
+                gpu_memory=group.gpus.memory if group.gpus else None,
+                numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
+                pcie_switches=group.gpus.pcie_switches if group.gpus else None,
+            )
+            for name in group.node_names()
+        )
+    return tuple(nodes)
+
+
+@dataclass(frozen=True)
+class SimStop:
+    kind: str
+    """``cancel`` (ends cancelled) or ``max-runtime`` (ends failed)."""
+    message: str
+    at: float
+    grace_period: float
+
+
+@dataclass(frozen=True)
+class SimRun:
+    result: DispatchResult
+    behaviour: SimBehaviour
+    max_runtime: float | None
+    started_at: float
+    grace_period: float
+    stop: SimStop | None = None
+
+    def termination(self) -> SimStop | None:
+        """The first stop asked for: a cancel, or ``max_runtime`` running out."""
+        candidates = [self.stop] if self.stop is not None else []
+        if self.max_runtime is not None:
+            message = f"exceeded max_runtime of {self.max_runtime:g}s"
+            at = self.started_at + self.max_runtime
+            candidates.append(SimStop("max-runtime", message, at, self.grace_period))
+        return min(candidates, key=lambda stop: stop.at, default=None)
+
+    def outcome(self) -> tuple[float, RunState, int | None, str]:
+        """When the run ends, in which state, with which exit code and message."""
+        natural_end = self.started_at + self.behaviour.duration
+        stop = self.termination()
+        if stop is None or natural_end <= stop.at:
+            code = self.behaviour.exit_code
+            if code == 0:
+                return natural_end, RunState.SUCCEEDED, 0, ""
+            return natural_end, RunState.FAILED, code, f"exited with code {code}"
+        if stop.at < self.started_at:  # stopped while pending: nothing to signal
+            return stop.at, RunState.CANCELLED, None, stop.message
+        killed = self.behaviour.sigterm_delay > stop.grace_period
+        delay = stop.grace_period if killed else self.behaviour.sigterm_delay
+        end = min(natural_end, stop.at + delay)
+        code = SIGKILL_CODE if killed else SIGTERM_CODE
+        if stop.kind == "cancel":
+            return end, RunState.CANCELLED, None, stop.message
+        return end, RunState.FAILED, code, stop.message
+
+    def status(self, now: float) -> RunStatus:
+        end, final, code, message = self.outcome()
+        result = self.result
+        if now >= end:
+            started = self.started_at if self.started_at <= end else None
+            state, finished = final, end
+        elif now < self.started_at:
+            state, started, finished, code, message = RunState.PENDING, None, None, None, ""
+        else:
+            state, started, finished, code = RunState.RUNNING, self.started_at, None, None
+            stop = self.termination()
+            message = f"stopping: {stop.message}" if stop and stop.at <= now else ""
+        return RunStatus(
+            run_id=result.run_id,
+            job=result.job,
+            cluster=result.cluster,
+            state=state,
+            dispatched_at=result.dispatched_at,
+            started_at=started,
+            finished_at=finished,
+            exit_code=code,
+            message=message,
+            replicas=tuple(
+                ReplicaStatus(p.task, p.replica, p.node, state, code) for p in result.placements
+            ),
+        )
+
+    def log_text(self, placement: ReplicaPlacement, stream: LogStream, now: float) -> bytes:
+        """The synthetic output written so far: a start line, the payload's lines, progress."""
+        end, final, code, _ = self.outcome()
+        lines: list[str] = []
+        label = f"{placement.label} of {self.result.job}"
+        if now >= self.started_at and stream is LogStream.STDOUT:
+            lines.append(f"[sim] {label} started on {placement.node}")
+            lines.extend(self.behaviour.output)
+            lines.extend(
+                f"[sim] {label} running for {second}s"
+                for second in range(1, int(min(now, end) - self.started_at) + 1)
+            )
+        if now >= end and now >= self.started_at:
+            if stream is LogStream.STDOUT and final is RunState.SUCCEEDED:
+                lines.append(f"[sim] {label} exited with code 0")
+            elif stream is LogStream.STDERR and final is not RunState.SUCCEEDED:
+                ending = f"exited with code {code}" if code is not None else final.value
+                lines.append(f"[sim] {label} {ending}")
+        return "".join(f"{line}\n" for line in lines).encode()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "run_id": self.result.run_id,
+            "job": self.result.job,
+            "cluster": self.result.cluster,
+            "dispatched_at": self.result.dispatched_at,
+            "placements": placements_to_json(self.result.placements),
+            "behaviour": self.behaviour.model_dump(),
+            "max_runtime": self.max_runtime,
+            "started_at": self.started_at,
+            "grace_period": self.grace_period,
+            "stop": None if self.stop is None else vars(self.stop).copy(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SimRun:
+        stop = data["stop"]
+        return cls(
+            result=DispatchResult(
+                run_id=data["run_id"],
+                job=data["job"],
+                cluster=data["cluster"],
+                dispatched_at=data["dispatched_at"],
+                placements=placements_from_json(data["placements"]),
+            ),
+            behaviour=SimBehaviour.model_validate(data["behaviour"]),
+            max_runtime=data["max_runtime"],
+            started_at=data["started_at"],
+            grace_period=data["grace_period"],
+            stop=None if stop is None else SimStop(**stop),
+        )
+
+
+@dataclass
+class SimBackend:
+    """Fake nodes, fake runs. ``startup_delay``: seconds a run stays pending.
+
+    ``default_duration`` applies to runs whose payload has no ``sim`` section.
+    """
+
+    cluster: str = "sim"
+    nodes: Sequence[NodeInfo | Mapping[str, Any]] = DEFAULT_NODES
+    state_dir: Path | None = None
+    clock: Callable[[], float] = time.time
+    grace_period: float = 10.0
+    startup_delay: float = 0.0
+    default_duration: float = 1.0
+    name: str = field(default="sim", init=False)
+
+    def __post_init__(self) -> None:
+        self._nodes = sim_nodes(self.nodes)
+        self._lock = threading.RLock()
+        self._runs: dict[str, SimRun] = {}
+        self._changes = ChangeLog()
+        self._closed = False
+        if self.state_dir is not None:
+            self.state_dir = Path(self.state_dir)
+            for run_id in saved_run_ids(self.state_dir):
+                data = read_json(run_directory(self.state_dir, run_id) / "run.json")
+                if data is None or data.get("version") != 1:
+                    continue
+                run = SimRun.from_json(data)
+                self._runs[run_id] = run
+                state = run.status(self.clock()).state
+                self._changes.remember(run_id, state)
+                if not state.terminal:
+                    self._changes.mark(run_id)
+
+    def inventory(self) -> Inventory:
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            active = tuple(
+                run_id for run_id, run in self._runs.items() if not run.status(now).state.terminal
+            )
+            return Inventory(self.cluster, self._nodes, now, active)
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        with self._lock:
+            self._check_open()
+            existing = self._runs.get(request.run_id)
+            if existing is not None:
+                check_same_job(existing.result, request)
+                return existing.result
+            check_request(request, self.cluster, self._nodes)
+            behaviour = self._behaviour(request)
+            now = self.clock()
+            result = DispatchResult(
+                request.run_id, request.job, self.cluster, now, request.placements
+            )
+            run = SimRun(
+                result=result,
+                behaviour=behaviour,
+                max_runtime=request.max_runtime,
+                started_at=now + self.startup_delay,
+                grace_period=self.grace_period,
+            )
+            self._store(run)
+            self._changes.observe(run.result.run_id, run.status(now).state)
+            return result
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        with self._lock:
+            self._check_open()
+            run = self._runs.get(request.run_id)
+            if run is None:
+                message = f"no run {request.run_id!r} on this backend; nothing to cancel"
+                return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, message)
+            now = self.clock()
+            status = run.status(now)
+            termination = run.termination()
+            if status.state.terminal:
+                outcome, message = CancelOutcome.ALREADY_FINISHED, f"run already {status.state}"
+            elif termination is not None and termination.at <= now:
+                outcome = CancelOutcome.ALREADY_STOPPING
+                message = f"run is already stopping: {termination.message}"
+            else:
+                grace = self.grace_period if request.grace_period is None else request.grace_period
+                run = replace(run, stop=SimStop("cancel", request.reason, now, grace))
+                self._store(run)
+                outcome, message = CancelOutcome.STOPPING, "SIGTERM sent to every replica"
+                status = run.status(now)
+                self._changes.observe(request.run_id, status.state)
+                self._changes.mark(request.run_id)
+            return CancelResult(request.run_id, outcome, message, status)
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        with self._lock:
+            self._check_open()
+            return self._get(request.run_id).status(self.clock())
+
+    def poll(self) -> list[RunStatus]:
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            for run_id, run in self._runs.items():
+                self._changes.observe(run_id, run.status(now).state)
+            return [self._runs[run_id].status(now) for run_id in self._changes.drain()]
+
+    def logs(self, request: LogsRequest) -> LogChunk:
+        with self._lock:
+            self._check_open()
+            run = self._get(request.run_id)
+            now = self.clock()
+            index = pick_replica(run.result.placements, request.task, request.replica)
+            text = run.log_text(run.result.placements[index], request.stream, now)
+            terminal = run.status(now).state.terminal
+        data = text[request.offset : request.offset + max(0, request.limit)]
+        next_offset = request.offset + len(data)
+        complete = terminal and next_offset >= len(text)
+        return LogChunk(request.run_id, request.stream, request.offset, next_offset, data, complete)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosed(f"the sim backend of cluster {self.cluster!r} is closed")
+
+    def _get(self, run_id: str) -> SimRun:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        return run
+
+    def _behaviour(self, request: DispatchRequest) -> SimBehaviour:
+        """The ``sim`` section; the rest of the payload is checked as a real backend would."""
+        payload = request.payload or {}
+        try:
+            behaviour = parse_sim_behaviour(payload)
+            if set(payload) - {"sim"}:
+                parse_payload(request.job_type, payload)
+        except PayloadError as error:
+            raise DispatchRejected(str(error)) from None
+        return behaviour or SimBehaviour(duration=self.default_duration)
+
+    def _store(self, run: SimRun) -> None:
+        self._runs[run.result.run_id] = run
+        if self.state_dir is not None:
+            path = run_directory(self.state_dir, run.result.run_id) / "run.json"
+            write_json_atomic(path, run.to_json())
+
+
+def make_sim_backend(**config: Any) -> SimBackend:
+    """The entry-point factory: ``state_dir`` may be a string."""
+    if isinstance(config.get("state_dir"), str):
+        config["state_dir"] = Path(config["state_dir"])
+    return SimBackend(**config)

@@ -1,0 +1,147 @@
+"""Typed job payloads: what a backend needs to start a job of a given ``type``.
+
+A ``JobSpec`` carries ``type`` (the discriminator) and a free-form ``payload`` dict; this module
+turns the pair into a typed, strictly validated model. Only ``command`` runs today. The other
+job types Flotilla is designed for (``ray``, ``spark``, ``container``) have their place in
+``PLANNED_TYPES`` so that a job using one is refused with a message saying so, rather than with
+a puzzling "unknown field".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from flotilla.model.base import Strict
+from flotilla.model.errors import from_pydantic
+
+
+class PayloadError(ValueError):
+    """An invalid or unsupported payload. ``problems``: one ``payload.field: message`` each."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid payload: " + "; ".join(self.problems))
+
+
+class StrictPayload(Strict):
+    """Payloads are strict as well as closed: ``"1"`` is not a number, ``1`` is not a string."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SimBehaviour(StrictPayload):
+    """How the job behaves on the ``sim`` backend; real backends ignore it.
+
+    Lives in the payload so that one job file runs unchanged on ``sim`` (demos, load tests) and
+    on a real backend.
+    """
+
+    duration: float = Field(default=1.0, ge=0)
+    exit_code: int = 0
+    output: list[str] = []
+    """Lines the fake run writes to stdout when it starts."""
+    sigterm_delay: float = Field(default=0.0, ge=0)
+    """How long the fake process takes to exit after SIGTERM (beyond the grace period: killed)."""
+
+
+class CommandPayload(StrictPayload):
+    """A plain command, run once per replica.
+
+    ``command`` as a list is executed directly (no shell, no quoting surprises); as a string it
+    is run by ``/bin/sh -c``.
+    """
+
+    type: Literal["command"] = "command"
+    command: list[str] | str
+    env: dict[str, str] = {}
+    working_dir: str | None = None
+    sim: SimBehaviour | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, command: list[str] | str) -> list[str] | str:
+        if isinstance(command, str) and not command.strip():
+            raise ValueError("must not be empty")
+        if isinstance(command, list) and (not command or not command[0]):
+            raise ValueError("must name a program as its first element")
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return env
+
+    def argv(self) -> list[str]:
+        if isinstance(self.command, str):
+            return ["/bin/sh", "-c", self.command]
+        return list(self.command)
+
+
+Payload = CommandPayload
+"""Every payload type a backend can run today (a union once more types are built)."""
+
+PAYLOAD_TYPES: Mapping[str, type[StrictPayload]] = {"command": CommandPayload}
+
+PLANNED_TYPES: Mapping[str, str] = {
+    "ray": "Ray jobs need the ray backend, which is not built yet",
+    "spark": "Spark jobs need a spark-submit payload, which is not built yet",
+    "container": "container jobs need the kubernetes backend, which is not built yet",
+}
+
+
+def parse_payload(job_type: str, data: Mapping[str, Any] | None) -> Payload:
+    """Validate ``data`` as the payload of a job of ``job_type``.
+
+    Raises ``PayloadError`` naming each bad field (``payload.command: required field is
+    missing``), or saying that the type is planned but unsupported, or unknown.
+    """
+    if job_type in PLANNED_TYPES:
+        supported = ", ".join(PAYLOAD_TYPES)
+        raise PayloadError(
+            [
+                f"type: {job_type!r} is not supported yet ({PLANNED_TYPES[job_type]}; "
+                f"supported: {supported})"
+            ]
+        )
+    if job_type not in PAYLOAD_TYPES:
+        known = ", ".join([*PAYLOAD_TYPES, *(f"{name} (planned)" for name in PLANNED_TYPES)])
+        raise PayloadError([f"type: unknown job type {job_type!r} (known: {known})"])
+    if data is None:
+        raise PayloadError([f"payload: a {job_type} job needs a payload"])
+    if not isinstance(data, Mapping):
+        raise PayloadError(["payload: must be a mapping"])
+    fields = dict(data)
+    declared = fields.pop("type", job_type)
+    if declared != job_type:
+        raise PayloadError([f"payload.type: {declared!r} disagrees with the job type {job_type!r}"])
+    try:
+        return CommandPayload.model_validate(fields)
+    except ValidationError as error:
+        problems = from_pydantic(error).problems
+        raise PayloadError([_under("payload", line) for line in problems]) from None
+
+
+def parse_sim_behaviour(data: Mapping[str, Any] | None) -> SimBehaviour | None:
+    """The ``sim`` section of a payload alone, for backends that need nothing else."""
+    if data is None or data.get("sim") is None:
+        return None
+    try:
+        return SimBehaviour.model_validate(data["sim"])
+    except ValidationError as error:
+        problems = from_pydantic(error).problems
+        raise PayloadError([_under("payload.sim", line) for line in problems]) from None
+
+
+def _under(prefix: str, line: str) -> str:
+    """Re-root a ``field: message`` line under ``prefix`` so it names the payload field."""
+    if line.startswith("(top level)"):
+        return prefix + line[len("(top level)") :]
+    if line.startswith("["):
+        return prefix + line
+    return f"{prefix}.{line}"

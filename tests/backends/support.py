@@ -1,0 +1,213 @@
+"""What the backend tests share: harnesses that make backends and let time pass.
+
+A ``Harness`` hides the only things that differ between backends in the contract tests: how
+to make one, and how to let time pass (real sleeps in short bounded loops for ``local``, a
+``FakeClock`` for ``sim``). The payloads are shared: ``local`` runs ``command`` and ignores
+``sim``; ``sim`` follows ``sim`` and checks ``command`` like a real backend would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends import (
+    Backend,
+    DispatchRequest,
+    LogsRequest,
+    LogStream,
+    ReplicaPlacement,
+    RunStatus,
+    StatusRequest,
+)
+from flotilla.backends.local import LocalBackend
+from flotilla.backends.processes import group_alive
+from flotilla.backends.sim import FakeClock, SimBackend
+
+WAIT_LIMIT = 15.0
+"""Upper bound of any wait in real time; reaching it fails the test, it never passes it."""
+
+
+class Harness:
+    name = "base"
+
+    def __init__(self, state_dir: Path, scratch: Path) -> None:
+        self.state_dir = state_dir
+        self.scratch = scratch
+        self.backends: list[Backend] = []
+        self._gates = 0
+
+    # --- making backends ---
+
+    def make(self, **config: Any) -> Backend:
+        raise NotImplementedError
+
+    def close_leaving_runs(self, backend: Backend) -> None:
+        """Close like a service that stops (or dies) with runs still going."""
+        backend.close()
+
+    def close_all(self) -> None:
+        for backend in reversed(self.backends):
+            backend.close()
+
+    # --- time ---
+
+    def pass_time(self) -> None:
+        raise NotImplementedError
+
+    def wait(
+        self, backend: Backend, run_id: str, until: Callable[[RunStatus], bool], what: str
+    ) -> RunStatus:
+        deadline = time.monotonic() + WAIT_LIMIT
+        while True:
+            status = backend.status(StatusRequest(run_id))
+            if until(status):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never became {what}: {status}")
+            self.pass_time()
+
+    def wait_terminal(self, backend: Backend, run_id: str) -> RunStatus:
+        return self.wait(backend, run_id, lambda status: status.state.terminal, "terminal")
+
+    def wait_output(self, backend: Backend, run_id: str, text: str) -> None:
+        """Until the run's stdout contains ``text`` (e.g. a process says it is ready)."""
+        deadline = time.monotonic() + WAIT_LIMIT
+        while text not in read_all(backend, run_id):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never printed {text!r}")
+            self.pass_time()
+
+    # --- payloads shared by every backend ---
+
+    def gated(self, output: str = "hello", exit_code: int = 0) -> tuple[dict[str, Any], Path]:
+        """A run that stays running until its gate file exists, then prints and exits."""
+        self._gates += 1
+        gate = self.scratch / f"gate-{self._gates}"
+        script = (
+            f"while [ ! -e '{gate}' ]; do sleep 0.01; done; "
+            f"echo {output}; echo done >&2; exit {exit_code}"
+        )
+        payload = {
+            "command": script,
+            "sim": {"duration": 1.0, "output": [output], "exit_code": exit_code},
+        }
+        return payload, gate
+
+    def release(self, gate: Path) -> None:
+        gate.touch()
+
+    @staticmethod
+    def quick(output: str = "hello", exit_code: int = 0) -> dict[str, Any]:
+        return {
+            "command": f"echo {output}; echo finishing >&2; exit {exit_code}",
+            "sim": {"duration": 0.3, "output": [output], "exit_code": exit_code},
+        }
+
+    @staticmethod
+    def long() -> dict[str, Any]:
+        """Runs until stopped (SIGTERM ends it at once)."""
+        return {"command": ["sleep", "60"], "sim": {"duration": 60.0}}
+
+    def assert_gone(self, status: RunStatus) -> None:
+        """Nothing of the run is left executing."""
+
+
+class LocalHarness(Harness):
+    name = "local"
+
+    def make(self, **config: Any) -> Backend:
+        settings: dict[str, Any] = {
+            "state_dir": self.state_dir,
+            "grace_period": 2.0,
+            "stop_runs_on_close": True,
+            "monitor_interval": 0.02,
+            "working_dir": self.scratch,
+        }
+        settings.update(config)
+        backend = LocalBackend(**settings)
+        self.backends.append(backend)
+        return backend
+
+    def close_leaving_runs(self, backend: Backend) -> None:
+        assert isinstance(backend, LocalBackend)
+        backend.stop_runs_on_close = False
+        backend.close()
+
+    def close_all(self) -> None:
+        super().close_all()
+        # Safety net: a test that failed half-way must still leave no process behind.
+        for record in self.state_dir.glob("runs/*/run.json"):
+            text = record.read_text()
+            for token in text.split('"pid": ')[1:]:
+                pid = token.split(",")[0].strip()
+                if pid.isdigit() and group_alive(int(pid)):
+                    os.killpg(int(pid), signal.SIGKILL)
+
+    def pass_time(self) -> None:
+        time.sleep(0.02)
+
+    def assert_gone(self, status: RunStatus) -> None:
+        for replica in status.replicas:
+            assert replica.process_id is not None
+            assert not group_alive(replica.process_id), f"{replica} still has processes"
+
+
+class SimHarness(Harness):
+    name = "sim"
+
+    def __init__(self, state_dir: Path, scratch: Path) -> None:
+        super().__init__(state_dir, scratch)
+        self.clock = FakeClock()
+
+    def make(self, **config: Any) -> Backend:
+        settings: dict[str, Any] = {
+            "state_dir": self.state_dir,
+            "grace_period": 2.0,
+            "clock": self.clock,
+        }
+        settings.update(config)
+        backend = SimBackend(**settings)
+        self.backends.append(backend)
+        return backend
+
+    def pass_time(self) -> None:
+        self.clock.advance(0.1)
+
+
+def read_all(backend: Backend, run_id: str, stream: LogStream = LogStream.STDOUT) -> str:
+    chunk = backend.logs(LogsRequest(run_id, stream=stream))
+    return chunk.text
+
+
+def read_replica(backend: Backend, run_id: str, task: str, replica: int = 0) -> str:
+    return backend.logs(LogsRequest(run_id, task=task, replica=replica)).text
+
+
+def node_of(backend: Backend) -> str:
+    return backend.inventory().nodes[0].name
+
+
+def request(
+    backend: Backend,
+    run_id: str,
+    payload: dict[str, Any] | None,
+    *,
+    job: str = "job-a",
+    replicas: int = 1,
+    **fields: Any,
+) -> DispatchRequest:
+    node = node_of(backend)
+    placements = tuple(ReplicaPlacement("main", index, node) for index in range(replicas))
+    return DispatchRequest(
+        run_id=run_id,
+        job=job,
+        cluster=backend.cluster,
+        placements=placements,
+        payload=payload,
+        **fields,
+    )

@@ -1,0 +1,264 @@
+"""The ``Backend`` contract, asserted identically over every backend (``local`` and ``sim``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flotilla.backends import (
+    Backend,
+    BackendClosed,
+    CancelOutcome,
+    CancelRequest,
+    DispatchRejected,
+    DispatchRequest,
+    LogsRequest,
+    LogStream,
+    ReplicaPlacement,
+    RunState,
+    StatusRequest,
+    UnknownRun,
+)
+
+from .support import Harness, read_all, request
+
+
+def test_inventory_lists_nodes_with_capacity_and_a_heartbeat(harness: Harness) -> None:
+    backend = harness.make()
+    assert isinstance(backend, Backend)
+    inventory = backend.inventory()
+    assert inventory.cluster == backend.cluster
+    assert inventory.nodes
+    for node in inventory.nodes:
+        assert node.capacity["cpu"] > 0
+        assert node.capacity["gpu"] == node.gpu_count
+    assert inventory.heartbeat > 0
+    assert inventory.active_runs == ()
+
+
+def test_dispatched_run_runs_then_succeeds_with_its_output(harness: Harness) -> None:
+    backend = harness.make()
+    payload, gate = harness.gated(output="hello-from-run")
+    result = backend.dispatch(request(backend, "run-1", payload))
+    assert (result.run_id, result.job, result.cluster) == ("run-1", "job-a", backend.cluster)
+
+    running = backend.status(StatusRequest("run-1"))
+    assert running.state in (RunState.PENDING, RunState.RUNNING)
+    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    assert backend.inventory().active_runs == ("run-1",)
+
+    harness.release(gate)
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+    assert status.exit_code == 0
+    assert status.started_at is not None and status.finished_at is not None
+    assert status.dispatched_at <= status.started_at <= status.finished_at
+    assert [replica.state for replica in status.replicas] == [RunState.SUCCEEDED]
+    assert "hello-from-run" in read_all(backend, "run-1")
+    assert backend.inventory().active_runs == ()
+
+
+def test_failing_command_fails_with_its_exit_code(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick(exit_code=3)))
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is RunState.FAILED
+    assert status.exit_code == 3
+    assert "3" in status.message
+    assert read_all(backend, "run-1", LogStream.STDERR)
+
+
+def test_cancel_stops_a_running_run_and_leaves_nothing_behind(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.long()))
+    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+
+    result = backend.cancel(CancelRequest("run-1", reason="preempted by job-b"))
+    assert result.outcome is CancelOutcome.STOPPING
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is RunState.CANCELLED
+    assert status.message == "preempted by job-b"
+    assert status.exit_code is None
+    harness.assert_gone(status)
+
+
+def test_cancel_is_idempotent(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.long()))
+    first = backend.cancel(CancelRequest("run-1"))
+    second = backend.cancel(CancelRequest("run-1"))
+    assert first.outcome is CancelOutcome.STOPPING
+    assert second.outcome in (CancelOutcome.ALREADY_STOPPING, CancelOutcome.ALREADY_FINISHED)
+    harness.wait_terminal(backend, "run-1")
+
+    after = backend.cancel(CancelRequest("run-1"))
+    assert after.outcome is CancelOutcome.ALREADY_FINISHED
+    assert after.status is not None and after.status.state is RunState.CANCELLED
+
+
+def test_cancel_of_a_finished_run_changes_nothing(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick()))
+    harness.wait_terminal(backend, "run-1")
+    result = backend.cancel(CancelRequest("run-1"))
+    assert result.outcome is CancelOutcome.ALREADY_FINISHED
+    assert "succeeded" in result.message
+    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+
+
+def test_dispatch_is_idempotent_by_run_id(harness: Harness) -> None:
+    backend = harness.make()
+    payload, gate = harness.gated(output="once")
+    first = backend.dispatch(request(backend, "run-1", payload))
+    again = backend.dispatch(request(backend, "run-1", payload))
+    assert again == first
+    harness.release(gate)
+    harness.wait_terminal(backend, "run-1")
+    assert backend.dispatch(request(backend, "run-1", payload)) == first
+    assert read_all(backend, "run-1").count("once") == 1
+
+
+def test_a_run_id_reused_for_another_job_is_rejected(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick(), job="job-a"))
+    with pytest.raises(DispatchRejected, match="run_id"):
+        backend.dispatch(request(backend, "run-1", harness.quick(), job="job-b"))
+
+
+def test_unknown_run_ids(harness: Harness) -> None:
+    backend = harness.make()
+    with pytest.raises(UnknownRun):
+        backend.status(StatusRequest("no-such-run"))
+    with pytest.raises(UnknownRun):
+        backend.logs(LogsRequest("no-such-run"))
+    result = backend.cancel(CancelRequest("no-such-run"))
+    assert result.outcome is CancelOutcome.UNKNOWN_RUN
+    assert result.status is None
+    assert "no-such-run" in result.message
+
+
+def test_invalid_requests_are_rejected_naming_the_field(harness: Harness) -> None:
+    backend = harness.make()
+    with pytest.raises(DispatchRejected, match=r"payload\.command"):
+        backend.dispatch(request(backend, "run-1", {"command": [], "sim": {"duration": 1}}))
+    with pytest.raises(DispatchRejected, match="not supported yet"):
+        backend.dispatch(request(backend, "run-1", {"image": "x"}, job_type="container"))
+    placement = ReplicaPlacement("main", 0, "no-such-node")
+    bad_node = request(backend, "run-1", harness.quick())
+    with pytest.raises(DispatchRejected, match=r"placements\[0\]\.node"):
+        backend.dispatch(type(bad_node)(**{**vars(bad_node), "placements": (placement,)}))
+    with pytest.raises(DispatchRejected, match="cluster"):
+        backend.dispatch(type(bad_node)(**{**vars(bad_node), "cluster": "elsewhere"}))
+    with pytest.raises(DispatchRejected, match="run_id"):
+        backend.dispatch(request(backend, "../escape", harness.quick()))
+    with pytest.raises(UnknownRun):
+        backend.status(StatusRequest("run-1"))
+
+
+def test_max_runtime_ends_the_run_as_failed(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.long(), max_runtime=0.2))
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is RunState.FAILED
+    assert "exceeded max_runtime of 0.2s" in status.message
+    harness.assert_gone(status)
+
+
+def test_poll_reports_each_change_once(harness: Harness) -> None:
+    backend = harness.make()
+    payload, gate = harness.gated()
+    backend.dispatch(request(backend, "run-1", payload))
+    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    assert [status.run_id for status in backend.poll()] == ["run-1"]
+    assert backend.poll() == []
+    harness.release(gate)
+    harness.wait_terminal(backend, "run-1")
+    changes = backend.poll()
+    assert [(status.run_id, status.state) for status in changes] == [("run-1", RunState.SUCCEEDED)]
+    assert backend.poll() == []
+
+
+def test_logs_can_be_followed_from_an_offset(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick(output="abcdefghij")))
+    harness.wait_terminal(backend, "run-1")
+    whole = backend.logs(LogsRequest("run-1"))
+    assert whole.complete
+    pieces, offset = b"", 0
+    for _ in range(len(whole.data) + 1):
+        chunk = backend.logs(LogsRequest("run-1", offset=offset, limit=4))
+        assert chunk.offset == offset
+        pieces += chunk.data
+        offset = chunk.next_offset
+        if chunk.complete:
+            break
+    assert pieces == whole.data
+    assert b"abcdefghij" in pieces
+
+
+def test_every_replica_runs_and_has_its_own_logs(harness: Harness) -> None:
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick(output="replica-says-hi"), replicas=3))
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+    assert [(r.task, r.replica) for r in status.replicas] == [("main", 0), ("main", 1), ("main", 2)]
+    for index in range(3):
+        chunk = backend.logs(LogsRequest("run-1", task="main", replica=index))
+        assert "replica-says-hi" in chunk.text
+    with pytest.raises(ValueError, match="no replica"):
+        backend.logs(LogsRequest("run-1", task="main", replica=7))
+
+
+def test_a_new_backend_over_the_same_state_knows_finished_runs(harness: Harness) -> None:
+    first = harness.make()
+    first.dispatch(request(first, "done", harness.quick(output="kept")))
+    first.dispatch(request(first, "broken", harness.quick(exit_code=5)))
+    done = harness.wait_terminal(first, "done")
+    broken = harness.wait_terminal(first, "broken")
+    first.close()
+
+    second = harness.make()
+    assert second.status(StatusRequest("done")) == done
+    assert second.status(StatusRequest("broken")) == broken
+    assert "kept" in read_all(second, "done")
+    assert second.poll() == []
+
+
+def test_a_new_backend_adopts_runs_still_going(harness: Harness) -> None:
+    first = harness.make()
+    payload, gate = harness.gated(output="adopted")
+    first.dispatch(request(first, "gated", payload))
+    first.dispatch(request(first, "long", harness.long()))
+    harness.wait(first, "long", lambda s: s.state is RunState.RUNNING, "running")
+    harness.close_leaving_runs(first)
+    with pytest.raises(BackendClosed):
+        first.status(StatusRequest("long"))
+
+    second: Backend = harness.make()
+    assert sorted(status.run_id for status in second.poll()) == ["gated", "long"]
+    assert second.status(StatusRequest("long")).state is RunState.RUNNING
+    assert sorted(second.inventory().active_runs) == ["gated", "long"]
+    assert second.dispatch(request(second, "long", harness.long())).run_id == "long"
+
+    harness.release(gate)
+    finished = harness.wait_terminal(second, "gated")
+    assert finished.state is RunState.SUCCEEDED
+    assert "adopted" in read_all(second, "gated")
+
+    assert second.cancel(CancelRequest("long")).outcome is CancelOutcome.STOPPING
+    cancelled = harness.wait_terminal(second, "long")
+    assert cancelled.state is RunState.CANCELLED
+    harness.assert_gone(cancelled)
+
+
+def test_a_closed_backend_refuses_calls(harness: Harness) -> None:
+    backend = harness.make()
+    backend.close()
+    backend.close()
+    with pytest.raises(BackendClosed):
+        backend.inventory()
+    with pytest.raises(BackendClosed):
+        backend.dispatch(
+            DispatchRequest(
+                "run-1", "job-a", backend.cluster, (ReplicaPlacement("main", 0, "n"),), None
+            )
+        )

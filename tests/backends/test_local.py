@@ -1,0 +1,226 @@
+"""What only the ``local`` backend does: real processes, their environment, signals, restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends import (
+    CancelRequest,
+    DispatchRequest,
+    LogStream,
+    ReplicaPlacement,
+    RunState,
+    StatusRequest,
+    UnknownBackend,
+    load_backend,
+)
+from flotilla.backends.local import LocalBackend
+from flotilla.backends.processes import group_alive, process_alive
+
+from .support import WAIT_LIMIT, LocalHarness, node_of, read_all, read_replica, request
+
+
+def wait_for_file(path: Path) -> str:
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def test_cuda_visible_devices_lists_the_assigned_gpus(local: LocalHarness) -> None:
+    backend = local.make(gpus=4)
+    node = node_of(backend)
+    assert backend.inventory().nodes[0].gpu_count == 4
+    placements = (
+        ReplicaPlacement("train", 0, node, gpu_ids=(1, 3)),
+        ReplicaPlacement("eval", 0, node),
+    )
+    payload = {"command": 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"'}
+    backend.dispatch(DispatchRequest("run-1", "job-a", backend.cluster, placements, payload))
+    assert local.wait_terminal(backend, "run-1").state is RunState.SUCCEEDED
+    assert read_replica(backend, "run-1", "train") == "[1,3]\n"
+    assert read_replica(backend, "run-1", "eval") == "[]\n"
+
+
+def test_gpu_count_comes_from_the_environment(
+    local: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOTILLA_LOCAL_GPUS", "2")
+    node = local.make().inventory().nodes[0]
+    assert (node.gpu_count, node.capacity["gpu"]) == (2, 2.0)
+    monkeypatch.delenv("FLOTILLA_LOCAL_GPUS")
+    assert local.make().inventory().nodes[0].gpu_count == 0
+
+
+def test_a_device_the_node_lacks_is_rejected(local: LocalHarness) -> None:
+    backend = local.make(gpus=0)
+    placement = ReplicaPlacement("main", 0, node_of(backend), gpu_ids=(0,))
+    with pytest.raises(ValueError, match=r"gpu_ids: device 0 does not exist"):
+        backend.dispatch(
+            DispatchRequest("run-1", "job-a", backend.cluster, (placement,), {"command": "true"})
+        )
+
+
+def test_every_replica_knows_its_job_run_task_and_index(local: LocalHarness) -> None:
+    backend = local.make()
+    payload = {
+        "command": 'echo "$FLOTILLA_JOB $FLOTILLA_RUN $FLOTILLA_TASK $FLOTILLA_REPLICA $MODE"',
+        "env": {"MODE": "user", "CUDA_VISIBLE_DEVICES": "7"},
+    }
+    backend.dispatch(request(backend, "run-9", payload, job="train", replicas=2, env={"MODE": "x"}))
+    assert local.wait_terminal(backend, "run-9").state is RunState.SUCCEEDED
+    for index in range(2):
+        line = read_replica(backend, "run-9", "main", index)
+        assert line == f"train run-9 main {index} user\n"
+
+
+def test_backend_owned_variables_win_over_the_users(local: LocalHarness) -> None:
+    backend = local.make()
+    payload = {"command": 'echo "[$CUDA_VISIBLE_DEVICES]"', "env": {"CUDA_VISIBLE_DEVICES": "7"}}
+    backend.dispatch(request(backend, "run-1", payload))
+    local.wait_terminal(backend, "run-1")
+    assert read_all(backend, "run-1") == "[]\n"
+
+
+def test_working_dir_is_where_the_command_runs(local: LocalHarness) -> None:
+    (local.scratch / "data").mkdir()
+    backend = local.make()
+    backend.dispatch(request(backend, "relative", {"command": ["pwd"], "working_dir": "data"}))
+    backend.dispatch(request(backend, "absolute", {"command": ["pwd"], "working_dir": "/"}))
+    backend.dispatch(request(backend, "default", {"command": ["pwd"]}))
+    for run_id in ("relative", "absolute", "default"):
+        local.wait_terminal(backend, run_id)
+    assert read_all(backend, "relative").strip() == str((local.scratch / "data").resolve())
+    assert read_all(backend, "absolute").strip() == "/"
+    assert read_all(backend, "default").strip() == str(local.scratch.resolve())
+
+
+def test_a_command_that_cannot_start_fails_with_a_reason(local: LocalHarness) -> None:
+    backend = local.make()
+    backend.dispatch(request(backend, "no-dir", {"command": ["pwd"], "working_dir": "missing"}))
+    backend.dispatch(request(backend, "no-program", {"command": ["/no/such/program"]}))
+    no_dir = local.wait_terminal(backend, "no-dir")
+    no_program = local.wait_terminal(backend, "no-program")
+    assert no_dir.state is RunState.FAILED
+    assert "could not start" in no_dir.message and "missing" in no_dir.message
+    assert no_program.state is RunState.FAILED
+    assert no_program.exit_code == 127
+    assert "/no/such/program" in no_program.message
+
+
+def test_max_runtime_stops_the_process_with_sigterm(local: LocalHarness) -> None:
+    backend = local.make()
+    backend.dispatch(request(backend, "run-1", {"command": ["sleep", "60"]}, max_runtime=0.2))
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is RunState.FAILED
+    assert status.message == "exceeded max_runtime of 0.2s"
+    assert status.exit_code == -signal.SIGTERM
+    local.assert_gone(status)
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(local: LocalHarness) -> None:
+    backend = local.make(grace_period=0.3)
+    command = "trap '' TERM; echo ready; sleep 60; echo survived"
+    backend.dispatch(request(backend, "stubborn", {"command": command}))
+    local.wait_output(backend, "stubborn", "ready")
+    backend.cancel(CancelRequest("stubborn"))
+    status = local.wait_terminal(backend, "stubborn")
+    assert status.state is RunState.CANCELLED
+    assert status.replicas[0].exit_code == -signal.SIGKILL
+    assert "survived" not in read_all(backend, "stubborn")
+    local.assert_gone(status)
+
+
+def test_kill_9_of_the_command_is_a_failure_by_signal(local: LocalHarness) -> None:
+    backend = local.make()
+    pid_file = local.scratch / "pid"
+    backend.dispatch(request(backend, "run-1", {"command": f"echo $$ > {pid_file}; exec sleep 60"}))
+    os.kill(int(wait_for_file(pid_file)), signal.SIGKILL)
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is RunState.FAILED
+    assert status.exit_code == -signal.SIGKILL
+    assert "killed by signal SIGKILL" in status.message
+
+
+def test_a_failed_replica_stops_its_siblings(local: LocalHarness) -> None:
+    backend = local.make(grace_period=1.0)
+    payload = {"command": 'if [ "$FLOTILLA_REPLICA" = 1 ]; then exit 4; fi; exec sleep 60'}
+    backend.dispatch(request(backend, "gang", payload, replicas=3))
+    status = local.wait_terminal(backend, "gang")
+    assert status.state is RunState.FAILED
+    assert status.exit_code == 4
+    assert status.message == "replica main/1 exited with code 4"
+    local.assert_gone(status)
+
+
+def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarness) -> None:
+    backend = local.make()
+    pid_file = local.scratch / "straggler"
+    backend.dispatch(request(backend, "run-1", {"command": f"sleep 60 & echo $! > {pid_file}"}))
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+    local.assert_gone(status)
+    straggler = int(wait_for_file(pid_file))
+    assert not process_alive(straggler, None)
+
+
+def test_a_run_whose_process_vanished_while_unwatched_is_lost(local: LocalHarness) -> None:
+    first = local.make()
+    first.dispatch(request(first, "run-1", local.long()))
+    status = local.wait(first, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    group = status.replicas[0].process_id
+    assert group is not None
+    local.close_leaving_runs(first)
+    os.killpg(group, signal.SIGKILL)  # the machine's OOM killer, or a reboot, took it
+    deadline = time.monotonic() + WAIT_LIMIT
+    while group_alive(group):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    second = local.make()
+    lost = second.status(StatusRequest("run-1"))
+    assert lost.state is RunState.LOST
+    assert "vanished" in lost.message
+    assert [(change.run_id, change.state) for change in second.poll()] == [("run-1", RunState.LOST)]
+
+
+def test_a_run_that_ended_while_unwatched_keeps_its_outcome(local: LocalHarness) -> None:
+    first = local.make()
+    payload, gate = local.gated(exit_code=6)
+    first.dispatch(request(first, "run-1", payload))
+    local.close_leaving_runs(first)
+    local.release(gate)
+    wait_for_file(local.state_dir / "runs" / "run-1" / "main-0.exit")
+
+    second = local.make()
+    status = local.wait_terminal(second, "run-1")
+    assert status.state is RunState.FAILED
+    assert status.exit_code == 6
+    assert "done" in read_all(second, "run-1", LogStream.STDERR)
+
+
+def test_records_are_json_files_in_the_state_dir(local: LocalHarness) -> None:
+    backend = local.make()
+    backend.dispatch(request(backend, "run-1", local.quick()))
+    local.wait_terminal(backend, "run-1")
+    files = sorted(path.name for path in (local.state_dir / "runs" / "run-1").iterdir())
+    assert files == ["main-0.exit", "main-0.stderr", "main-0.stdout", "run.json"]
+
+
+def test_load_backend_by_name(tmp_path: Path) -> None:
+    backend = load_backend("local", state_dir=str(tmp_path), cluster="dev")
+    try:
+        assert isinstance(backend, LocalBackend)
+        assert backend.inventory().cluster == "dev"
+    finally:
+        backend.close()
+    with pytest.raises(UnknownBackend, match=r"unknown backend 'slurm' \(known: local, sim"):
+        load_backend("slurm")
+    with pytest.raises(TypeError, match="colour"):
+        load_backend("local", state_dir=str(tmp_path), colour="blue")

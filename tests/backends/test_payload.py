@@ -1,0 +1,65 @@
+"""Typed payloads: what a command job may say, and clear refusals naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flotilla.model.payload import CommandPayload, PayloadError, parse_payload
+
+
+def problems(job_type: str, data: Any) -> list[str]:
+    with pytest.raises(PayloadError) as caught:
+        parse_payload(job_type, data)
+    return caught.value.problems
+
+
+def test_a_list_command_runs_as_given_and_a_string_through_the_shell() -> None:
+    listed = parse_payload("command", {"command": ["python", "-c", "print(1)"]})
+    shell = parse_payload("command", {"command": "echo $HOME | wc -c", "env": {"A": "1"}})
+    assert listed.argv() == ["python", "-c", "print(1)"]
+    assert shell.argv() == ["/bin/sh", "-c", "echo $HOME | wc -c"]
+    assert shell.env == {"A": "1"}
+    assert isinstance(shell, CommandPayload)
+
+
+def test_errors_name_the_field() -> None:
+    assert problems("command", {}) == ["payload.command: required field is missing"]
+    assert problems("command", {"command": "x", "cwd": "/"}) == ["payload.cwd: unknown field"]
+    assert problems("command", {"command": []}) == [
+        "payload.command: must name a program as its first element"
+    ]
+    assert problems("command", {"command": "  "}) == ["payload.command: must not be empty"]
+    assert problems("command", {"command": "x", "env": {"A": 1}}) == [
+        "payload.env.A: Input should be a valid string"
+    ]
+    assert problems("command", {"command": "x", "sim": {"duration": -1}})[0].startswith(
+        "payload.sim.duration"
+    )
+    assert problems("command", None) == ["payload: a command job needs a payload"]
+
+
+def test_values_are_not_coerced() -> None:
+    assert problems("command", {"command": "x", "working_dir": 5})[0].startswith(
+        "payload.working_dir"
+    )
+
+
+def test_planned_types_are_refused_saying_they_are_not_built_yet() -> None:
+    for job_type in ("ray", "spark", "container"):
+        (line,) = problems(job_type, {"entrypoint": "x"})
+        assert line.startswith(f"type: {job_type!r} is not supported yet")
+        assert "supported: command" in line
+
+
+def test_unknown_types_list_the_known_ones() -> None:
+    (line,) = problems("mpi", {"command": "x"})
+    assert "unknown job type 'mpi'" in line
+    assert "command" in line and "ray (planned)" in line
+
+
+def test_a_payload_type_must_agree_with_the_job_type() -> None:
+    assert parse_payload("command", {"type": "command", "command": "x"}).command == "x"
+    (line,) = problems("command", {"type": "ray", "command": "x"})
+    assert line.startswith("payload.type")

@@ -1,0 +1,118 @@
+"""What only the ``sim`` backend does: fake nodes, fake time, synthetic output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends import (
+    CancelRequest,
+    DispatchRejected,
+    LogsRequest,
+    LogStream,
+    RunState,
+    StatusRequest,
+    load_backend,
+)
+from flotilla.backends.sim import FakeClock, SimBackend
+
+from .support import SimHarness, request
+
+
+def test_nodes_come_from_scenario_style_groups() -> None:
+    backend = SimBackend(
+        nodes=[
+            {"name": "gpu", "count": 2, "resources": {"cpu": 32, "memory": "256Gi", "gpu": 8}},
+            {"name": "cpu", "resources": {"cpu": 4, "memory": "8Gi"}, "labels": {"zone": "a"}},
+        ]
+    )
+    nodes = backend.inventory().nodes
+    assert [node.name for node in nodes] == ["gpu-0", "gpu-1", "cpu"]
+    assert nodes[0].gpu_count == 8
+    assert nodes[0].capacity["memory"] == 256 * 2**30
+    assert nodes[2].labels == {"zone": "a"}
+
+
+def test_a_run_ends_after_its_duration_on_the_injected_clock(sim: SimHarness) -> None:
+    backend = sim.make(startup_delay=1.0)
+    payload = {"sim": {"duration": 2.5, "exit_code": 0}}
+    backend.dispatch(request(backend, "run-1", payload))
+    assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
+    sim.clock.advance(1.0)
+    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    sim.clock.advance(2.4)
+    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    sim.clock.advance(0.1)
+    status = backend.status(StatusRequest("run-1"))
+    assert status.state is RunState.SUCCEEDED
+    assert status.finished_at == status.dispatched_at + 3.5
+
+
+def test_a_run_without_a_sim_section_lasts_the_default_duration(sim: SimHarness) -> None:
+    backend = sim.make(default_duration=5.0)
+    backend.dispatch(request(backend, "run-1", None))
+    sim.clock.advance(4.9)
+    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    sim.clock.advance(0.1)
+    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+
+
+def test_a_slow_exit_after_sigterm_is_killed_at_the_end_of_the_grace(sim: SimHarness) -> None:
+    backend = sim.make(grace_period=2.0)
+    payload = {"sim": {"duration": 60, "sigterm_delay": 30}}
+    backend.dispatch(request(backend, "run-1", payload, max_runtime=10))
+    sim.clock.advance(10.0)
+    stopping = backend.status(StatusRequest("run-1"))
+    assert stopping.state is RunState.RUNNING
+    assert stopping.message == "stopping: exceeded max_runtime of 10s"
+    assert backend.cancel(CancelRequest("run-1")).outcome.value == "already-stopping"
+    sim.clock.advance(2.0)
+    status = backend.status(StatusRequest("run-1"))
+    assert (status.state, status.exit_code) == (RunState.FAILED, -9)
+
+
+def test_cancelling_a_pending_run_cancels_it_at_once(sim: SimHarness) -> None:
+    backend = sim.make(startup_delay=5.0)
+    backend.dispatch(request(backend, "run-1", {"sim": {"duration": 1}}))
+    backend.cancel(CancelRequest("run-1", reason="queue deleted"))
+    status = backend.status(StatusRequest("run-1"))
+    assert (status.state, status.started_at, status.message) == (
+        RunState.CANCELLED,
+        None,
+        "queue deleted",
+    )
+
+
+def test_logs_grow_with_time(sim: SimHarness) -> None:
+    backend = sim.make()
+    backend.dispatch(request(backend, "run-1", {"sim": {"duration": 3, "output": ["step one"]}}))
+    first = backend.logs(LogsRequest("run-1"))
+    assert first.text.splitlines()[1:] == ["step one"]
+    assert not first.complete
+    sim.clock.advance(3.0)
+    rest = backend.logs(LogsRequest("run-1", offset=first.next_offset))
+    assert rest.complete
+    assert rest.text.splitlines()[-1].endswith("exited with code 0")
+    assert "running for 2s" in rest.text
+    assert backend.logs(LogsRequest("run-1", stream=LogStream.STDERR)).data == b""
+
+
+def test_an_invalid_sim_section_is_rejected_naming_the_field(sim: SimHarness) -> None:
+    backend = sim.make()
+    with pytest.raises(DispatchRejected, match=r"payload\.sim\.duration"):
+        backend.dispatch(request(backend, "run-1", {"sim": {"duration": "long"}}))
+
+
+def test_without_a_state_dir_runs_live_in_memory() -> None:
+    clock = FakeClock()
+    backend = SimBackend(clock=clock)
+    backend.dispatch(request(backend, "run-1", {"sim": {"duration": 1}}))
+    clock.advance(1)
+    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+
+
+def test_load_backend_by_name(tmp_path: Path) -> None:
+    backend = load_backend("sim", cluster="demo", state_dir=str(tmp_path), grace_period=1)
+    assert isinstance(backend, SimBackend)
+    assert backend.inventory().cluster == "demo"
