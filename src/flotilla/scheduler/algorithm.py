@@ -11,6 +11,7 @@ refused only by a soft limit (runtime quota) is retried once every queue had its
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 
@@ -39,6 +40,7 @@ from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, sort_queues
 from flotilla.scheduler.run import Outcome, SchedulingRun, held
+from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
 
 
@@ -58,10 +60,13 @@ class SchedulingAlgorithm:
         self.strategy = strategy or load_strategy(config.assignment_strategy)
         self.sort_key = self.framework.queue_sort.sort_key
 
-    def schedule(self, snapshot: SchedulingSnapshot) -> CycleResult:
+    def schedule(
+        self, snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+    ) -> CycleResult:
+        """Decide on ``snapshot``. Setting ``cancel`` makes the run stop with ``RunCancelled``."""
         started = time.perf_counter()
         run = SchedulingRun(self.framework, self.strategy, snapshot)
-        loop = _Loop(self, run, snapshot)
+        loop = _Loop(self, run, snapshot, cancel)
         loop.execute()
         stats = CycleStats(
             considered=loop.considered,
@@ -103,8 +108,13 @@ class _Attempt:
 
 class _Loop:
     def __init__(
-        self, algorithm: SchedulingAlgorithm, run: SchedulingRun, snapshot: SchedulingSnapshot
+        self,
+        algorithm: SchedulingAlgorithm,
+        run: SchedulingRun,
+        snapshot: SchedulingSnapshot,
+        cancel: threading.Event | None,
     ) -> None:
+        self.cancel = cancel
         self.config = algorithm.config
         self.framework = algorithm.framework
         self.run = run
@@ -137,6 +147,8 @@ class _Loop:
         strict = self.config.queueing is Queueing.STRICT_FIFO
         for job in self.order:
             self.considered += 1
+            if self.cancel is not None and self.considered % 64 == 0 and self.cancel.is_set():
+                raise RunCancelled
             if job.name in self.handled:
                 self.order.skipped(job)
                 continue

@@ -25,6 +25,8 @@ from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import JobState, Mode, Scenario
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
+from flotilla.scheduler.reconcile import reconcile
+from flotilla.scheduler.runner import AsyncSchedulingRunner, InlineExecutor
 from flotilla.scheduler.types import (
     CycleResult,
     QueueInfo,
@@ -96,6 +98,13 @@ class Simulator:
             disabled_plugins=tuple(settings.plugins.disabled),
         )
         self.algorithm = _build_algorithm(config)
+        self.runner: AsyncSchedulingRunner | None = None
+        if settings.mode is Mode.ASYNC:
+            algorithm = self.algorithm
+            self.runner = AsyncSchedulingRunner(
+                lambda snapshot, cancel: algorithm.schedule(snapshot, cancel), InlineExecutor()
+            )
+        self.pending_result = False
         self.jobs = [SimJob(spec=spec, job=job) for spec, job in build_jobs(scenario, self.space)]
         self.job_by_name = {job.name: job for job in self.jobs}
         self.events: list[Event] = []
@@ -109,7 +118,6 @@ class Simulator:
         self._timer_sequence = 0
         self._queued: dict[str, SimJob] = {}
         self._running: dict[str, SimJob] = {}
-        self._pending_result: CycleResult | None = None
         self._terminal = 0
         self.preemptions = 0
         self._allocated = np.zeros(len(self.space))
@@ -265,40 +273,47 @@ class Simulator:
 
     def _cycle(self, now: float) -> bool:
         """Run one cycle; True when it changed anything (so the next cycle must run too)."""
-        if self.scenario.settings.mode is Mode.SYNC:
+        if self.runner is None:
             result = self.algorithm.schedule(self._snapshot(now))
             self.decisions += result.stats.considered
             return self._apply(result, now) > 0
-        # Async: take the result of the run triggered last cycle, reconcile it against what
-        # happened since, commit, then trigger the next run on the state after the commit.
+        # Async (Armada): take the result of the run triggered last cycle, reconcile it
+        # against what happened since, commit, then trigger the next run on the state after
+        # the commit. The simulator's executor runs inline, so runs are deterministic.
         applied = 0
-        if self._pending_result is not None:
-            applied = self._apply(self._pending_result, now, reconcile=True)
-            self._pending_result = None
+        ready = self.runner.take_result()
+        if ready is not None:
+            self.decisions += ready.stats.considered
+            reconciled = reconcile(ready, self)
+            applied = self._apply(reconciled.result, now, dropped=reconciled.dropped)
         if self._queued:
-            self._pending_result = self.algorithm.schedule(self._snapshot(now))
-            self.decisions += self._pending_result.stats.considered
-        return applied > 0 or (
-            self._pending_result is not None and bool(self._pending_result.scheduled)
+            self.runner.trigger(self._snapshot(now))
+        upcoming = self.runner.peek()
+        # Only a result that decides something forces the next cycle; an empty one would
+        # change nothing, so the clock may jump to the next timer.
+        self.pending_result = upcoming is not None and bool(
+            upcoming.scheduled or upcoming.preempted
         )
+        return applied > 0
 
-    def _apply(self, result: CycleResult, now: float, *, reconcile: bool = False) -> int:
-        dropped: dict[str, str] = {}
-        if reconcile:
-            dropped = self._stale_decisions(result)
+    def _apply(
+        self, result: CycleResult, now: float, *, dropped: dict[str, str] | None = None
+    ) -> int:
+        if dropped is not None:
+            for name, why in dropped.items():
+                job = self.job_by_name[name]
+                if job.waiting:
+                    job.reason = f"decision from t={result.time:g} dropped: {why}"
         for eviction in result.preempted:
-            victim = self.job_by_name[eviction.job]
-            if eviction.by in dropped or victim.state is not JobState.RUNNING:
-                continue
-            self._preempt(victim, now, eviction.reason)
+            self._preempt(self.job_by_name[eviction.job], now, eviction.reason)
         applied = 0
         for decision in result.scheduled:
             job = self.job_by_name[decision.job.name]
-            stale = dropped.get(job.name) or (self._unfit(decision) if reconcile else None)
-            if stale is not None:
-                if job.waiting:
-                    job.reason = f"decision from t={result.time:g} dropped: {stale}"
-                continue
+            if dropped is not None:
+                unfit = self.room_for(decision.assignment)
+                if unfit is not None:
+                    job.reason = f"decision from t={result.time:g} dropped: {unfit}"
+                    continue
             self._run(job, decision, now)
             applied += 1
         for name, reason in result.pending.items():
@@ -316,33 +331,20 @@ class Simulator:
         self._enqueue(job, now, JobState.PREEMPTED)
         job.reason = reason
 
-    def _stale_decisions(self, result: CycleResult) -> dict[str, str]:
-        """Async reconciliation: decisions about jobs that changed since the snapshot.
+    # --- CurrentState, for reconciliation ---------------------------------------------------
 
-        A whole gang is dropped when any of its members' decisions is."""
-        dropped: dict[str, str] = {}
-        for decision in result.scheduled:
-            job = self.job_by_name[decision.job.name]
-            growing = job.state is JobState.RUNNING and decision.job.name in self._running
-            if not job.waiting and not growing:
-                dropped[job.name] = f"job is {job.state}"
-            elif not self.cluster_by_name[decision.assignment.cluster].ready:
-                dropped[job.name] = f"cluster {decision.assignment.cluster} is not ready"
-        gangs = set()
-        for name in dropped:
-            gang = self.job_by_name[name].spec.gang
-            if gang is not None and gang.name:
-                gangs.add(gang.name)
-        for decision in result.scheduled:
-            gang = decision.job.gang
-            if gang is not None and gang.name in gangs and decision.job.name not in dropped:
-                dropped[decision.job.name] = f"another member of gang {gang.name} changed"
-        return dropped
+    def waiting(self, job: str) -> bool:
+        return self.job_by_name[job].waiting
 
-    def _unfit(self, decision: ScheduledJob) -> str | None:
-        cluster = self.cluster_by_name[decision.assignment.cluster]
-        nodes = cluster.nodes
-        for placement in decision.assignment.placements:
+    def running(self, job: str) -> bool:
+        return self.job_by_name[job].state is JobState.RUNNING
+
+    def cluster_ready(self, cluster: str) -> bool:
+        return self.cluster_by_name[cluster].ready
+
+    def room_for(self, assignment: Assignment) -> str | None:
+        nodes = self.cluster_by_name[assignment.cluster].nodes
+        for placement in assignment.placements:
             free = nodes.capacity[placement.row] - nodes.allocated[placement.row]
             if np.any(free < placement.request - EPSILON):
                 return f"node {placement.node} no longer has room"
@@ -405,7 +407,7 @@ class Simulator:
                 self.end_reason = "--until" if limit == self.options.until else "settings.max_time"
                 break
             changed = self._fire_timers(now)
-            if changed or dirty or self._pending_result is not None:
+            if changed or dirty or self.pending_result:
                 dirty = self._cycle(now)
             self.cycles = step + 1
             self.end_time = now
@@ -414,13 +416,13 @@ class Simulator:
             if self._terminal_count() == terminal_target:
                 self.end_reason = "every job is terminal"
                 break
-            if not dirty and self._pending_result is None and not self._timers:
+            if not dirty and not self.pending_result and not self._timers:
                 self.end_reason = "nothing can change any more"
                 break
             if self.options.progress and time.perf_counter() - last_progress > 0.5:
                 last_progress = time.perf_counter()
                 self.options.progress(now, self._terminal_count(), terminal_target)
-            if dirty or self._pending_result is not None:
+            if dirty or self.pending_result:
                 step += 1
                 continue
             upcoming = [t for t in watch_times if t > now + EPSILON]
