@@ -1,0 +1,56 @@
+"""What the API server may ask of the scheduling loop running in the same process.
+
+The server reads and writes durable state through the ``Store``; everything that only the
+loop knows — why a job waits right now, whether this replica leads, how the last cycle went,
+the backends that hold logs — it asks through this handle. A server without a local loop
+(``None``) answers those parts from the store alone (reasons recorded on the job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from flotilla.backends.interface import LogChunk, LogsRequest
+from flotilla.scheduler.metrics import SchedulerMetrics
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """The last completed cycle, for ``GET /v1/scheduling/report``."""
+
+    number: int = 0
+    finished_at: float | None = None
+    seconds: float = 0.0
+    algorithm_seconds: float | None = None
+    leader: bool = False
+    considered: int = 0
+    scheduled: int = 0
+    preempted: int = 0
+    queued_by_queue: Mapping[str, int] = field(default_factory=dict)
+    running_by_queue: Mapping[str, int] = field(default_factory=dict)
+    dominant_share: Mapping[str, float] = field(default_factory=dict)
+    runner_state: str | None = None
+    """Async mode: idle | run-requested | running | result-ready."""
+
+
+class SchedulerHandle(Protocol):
+    metrics: SchedulerMetrics
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def pending_reason(self, job_id: str) -> str | None:
+        """Why a waiting job waits, from the latest scheduling run; None if unknown."""
+        ...
+
+    def last_cycle(self) -> CycleReport: ...
+
+    def logs(self, job_id: str, request: LogsRequest) -> LogChunk:
+        """Log output of the job's run from its cluster's backend (``UnknownRun`` if none)."""
+        ...
+
+    def wake(self) -> None:
+        """Something changed (a submission, a cancel): run the next cycle now."""
+        ...
