@@ -306,6 +306,10 @@ class Simulator:
             now = step * self.interval
             if limit is not None and now > limit + EPSILON:
                 self.end_reason = "--until" if limit == self.options.until else "settings.max_time"
+                # The clock may have jumped over idle cycles past the limit: the run still
+                # lasted until the cycle at the limit, which would have changed nothing.
+                self.end_time = self.grid_floor(limit)
+                self.cycles = round(self.end_time / self.interval) + 1
                 break
             changed = self._fire_timers(now)
             if changed or dirty or self._pending_result is not None:
