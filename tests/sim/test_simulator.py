@@ -285,7 +285,7 @@ def test_async_reason_says_a_dropped_decision_was_dropped() -> None:
     assert check_expectations(run(data)) == []
 
 
-@pytest.mark.parametrize("mode", ["sync"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_job_that_never_fits_ends_the_run_in_either_mode(mode: str) -> None:
     data = scenario(
         clusters=one_node(cpu=4),

@@ -224,11 +224,16 @@ class Simulator:
             applied = self._apply(self._pending_result, now, reconcile=True)
             self._pending_result = None
         if self._queued:
-            self._pending_result = self.algorithm.schedule(self._snapshot(now))
-            self.decisions += self._pending_result.stats.considered
-        return applied > 0 or (
-            self._pending_result is not None and bool(self._pending_result.scheduled)
-        )
+            result = self.algorithm.schedule(self._snapshot(now))
+            self.decisions += result.stats.considered
+            if result.scheduled:
+                self._pending_result = result
+            else:
+                # Nothing to reconcile: a run that places nothing only explains, about the
+                # state it saw, which is the current one. Holding it in flight would keep the
+                # clock ticking forever on a job that can never fit.
+                self._apply(result, now)
+        return applied > 0 or self._pending_result is not None
 
     def _apply(self, result: CycleResult, now: float, *, reconcile: bool = False) -> int:
         applied = 0
