@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.resources import ResourceSpace
 from flotilla.model import Scenario, scenario_from_data
 from flotilla.sim import SimulationOptions, Simulator, simulate
+from flotilla.sim.fleet import build_cluster, build_jobs, resource_space
 from flotilla.sim.report import build_report, check_expectations
 
 Data = dict[str, Any]
@@ -300,3 +304,32 @@ def simulate_report(data: Data, until: float | None = None) -> Report:
 
 def failed_expectations(data: Data, until: float | None = None) -> list[str]:
     return check_expectations(run(data, until))
+
+
+# --- engine objects, for unit tests of plugins, strategies and ordering ----------------------
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The engine's clusters and jobs built from scenario data, as the simulator builds them."""
+
+    space: ResourceSpace
+    clusters: list[Cluster]
+    jobs: dict[str, SchedulingJob]
+
+    def cluster(self, name: str | None = None) -> Cluster:
+        if name is None:
+            assert len(self.clusters) == 1
+            return self.clusters[0]
+        return next(c for c in self.clusters if c.name == name)
+
+    def job(self, name: str) -> SchedulingJob:
+        return self.jobs[name]
+
+
+def fleet(data: Data) -> Fleet:
+    spec = load(data)
+    space = resource_space(spec)
+    clusters = [build_cluster(c, order, space) for order, c in enumerate(spec.clusters)]
+    built = {job.name: job for _, job in build_jobs(spec, space)}
+    return Fleet(space, clusters, built)
