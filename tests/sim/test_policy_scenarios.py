@@ -16,9 +16,7 @@ from flotilla.cli.main import app
 POLICIES = Path(__file__).resolve().parents[1] / "scenarios" / "policies"
 
 
-@pytest.mark.parametrize(
-    "scenario", sorted(POLICIES.glob("*.yaml")), ids=lambda path: path.stem
-)
+@pytest.mark.parametrize("scenario", sorted(POLICIES.glob("*.yaml")), ids=lambda path: path.stem)
 def test_policy_scenario_holds_its_expectations(scenario: Path) -> None:
     result = CliRunner().invoke(
         app, ["simulate", str(scenario), "--check", "--format", "json", "--output", "/dev/null"]

@@ -20,7 +20,8 @@ def build_report(sim: Simulator) -> dict[str, Any]:
     jobs = []
     waits = []
     for job in sim.jobs:
-        assignment = job.assignment if job.state is JobState.RUNNING else None
+        # The last run's placements, as the contract's example shows for a finished job.
+        assignment = job.assignment if job.state is not JobState.QUEUED else None
         placements = [
             {"task": p.task, "replica": p.replica, "node": p.node, "gpus": p.gpu_ids}
             for p in (assignment.placements if assignment else ())

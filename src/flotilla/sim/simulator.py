@@ -37,7 +37,6 @@ from flotilla.scheduler.types import (
 )
 from flotilla.sim.fleet import build_cluster, build_jobs, resource_space
 from flotilla.sim.state import Event, Moment, SimJob
-from flotilla.sim.support import unsupported_features
 
 
 class Timer(IntEnum):
@@ -60,9 +59,6 @@ class SimulationOptions:
 
 class Simulator:
     def __init__(self, scenario: Scenario, options: SimulationOptions | None = None) -> None:
-        problems = unsupported_features(scenario)
-        if problems:
-            raise SpecError(problems)
         self.scenario = scenario
         self.options = options or SimulationOptions()
         settings = scenario.settings
@@ -289,11 +285,15 @@ class Simulator:
         if self._queued:
             self.runner.trigger(self._snapshot(now))
         upcoming = self.runner.peek()
-        # Only a result that decides something forces the next cycle; an empty one would
-        # change nothing, so the clock may jump to the next timer.
-        self.pending_result = upcoming is not None and bool(
-            upcoming.scheduled or upcoming.preempted
-        )
+        if upcoming is not None and not (upcoming.scheduled or upcoming.preempted):
+            # A run that decides nothing only explains the state it saw, which is the current
+            # one: apply its reasons now instead of holding it in flight, or the clock would
+            # tick forever on a job that can never fit.
+            self.runner.take_result()
+            self.decisions += upcoming.stats.considered
+            self._apply(upcoming, now)
+            upcoming = None
+        self.pending_result = upcoming is not None
         return applied > 0
 
     def _apply(
@@ -405,6 +405,10 @@ class Simulator:
             now = step * self.interval
             if limit is not None and now > limit + EPSILON:
                 self.end_reason = "--until" if limit == self.options.until else "settings.max_time"
+                # The clock may have jumped over idle cycles past the limit: the run still
+                # lasted until the cycle at the limit, which would have changed nothing.
+                self.end_time = self.grid_floor(limit)
+                self.cycles = round(self.end_time / self.interval) + 1
                 break
             changed = self._fire_timers(now)
             if changed or dirty or self.pending_result:
