@@ -8,12 +8,13 @@ PostgreSQL: psycopg 3, READ COMMITTED; serial ordering comes from the counter ro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.engine import URL
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 DEFAULT_URL = "sqlite:///./flotilla.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -57,6 +58,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config  # imported here: Alembic is slow to import
+
     config = Config()
     config.set_main_option("script_location", MIGRATIONS)
     return config
@@ -64,6 +67,8 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to ``revision``; safe to run from several replicas at once."""
+    from alembic import command
+
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection

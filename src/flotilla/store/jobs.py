@@ -251,7 +251,7 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
         select(Run.job_id, func.max(Run.attempt))
         .where(Run.job_id.in_(list(jobs)))
         .group_by(Run.job_id)
-    ).tuples():
+    ):
         attempts[job_id] = attempt
     runs: list[Run] = []
     for request in requests:
@@ -277,7 +277,7 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
         job.serial = serial
         job.updated_at = now
         serial += 1
-        session.flush([run])
+        session.flush()
         add_event(session, job, now, "transition", old, JobState.LEASED, request.reason)
         runs.append(run)
     return runs
