@@ -1,0 +1,65 @@
+"""The durable store: jobs, runs, events, queues, quotas, clusters, nodes and leases in SQL.
+
+``SqlStore.open(url)`` connects (SQLite file by default, PostgreSQL by URL) and migrates the
+schema to the latest revision. ``Store`` is the contract; see ``flotilla.store.protocol``.
+"""
+
+from flotilla.store.engine import DEFAULT_URL, make_engine, upgrade
+from flotilla.store.errors import (
+    ConflictError,
+    DuplicateJobError,
+    IllegalTransitionError,
+    InvalidJobError,
+    LeaseLostError,
+    NotFoundError,
+    StaleRunError,
+    StoreError,
+)
+from flotilla.store.protocol import RunRequest, Store, Transition
+from flotilla.store.records import (
+    ClusterRecord,
+    EventRecord,
+    JobPage,
+    JobRecord,
+    Lease,
+    NodeRecord,
+    RunRecord,
+)
+from flotilla.store.sql import SqlStore
+from flotilla.store.states import (
+    ACTIVE_JOB_STATES,
+    JOB_TRANSITIONS,
+    TERMINAL_JOB_STATES,
+    JobState,
+    RunState,
+)
+
+__all__ = [
+    "ACTIVE_JOB_STATES",
+    "DEFAULT_URL",
+    "JOB_TRANSITIONS",
+    "TERMINAL_JOB_STATES",
+    "ClusterRecord",
+    "ConflictError",
+    "DuplicateJobError",
+    "EventRecord",
+    "IllegalTransitionError",
+    "InvalidJobError",
+    "JobPage",
+    "JobRecord",
+    "JobState",
+    "Lease",
+    "LeaseLostError",
+    "NodeRecord",
+    "NotFoundError",
+    "RunRecord",
+    "RunRequest",
+    "RunState",
+    "SqlStore",
+    "StaleRunError",
+    "Store",
+    "StoreError",
+    "Transition",
+    "make_engine",
+    "upgrade",
+]

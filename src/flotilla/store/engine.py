@@ -1,0 +1,75 @@
+"""Engines from URLs, with the settings that make each database safe to share, and migrations.
+
+SQLite: WAL (readers never block the writer), foreign keys on, a busy timeout, synchronous=FULL
+(a commit is on disk before it returns) and ``BEGIN IMMEDIATE`` for every transaction, so a
+transaction that reads and then writes never fails half-way on a lock upgrade.
+PostgreSQL: psycopg 3, READ COMMITTED; serial ordering comes from the counter row lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.engine import URL
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+DEFAULT_URL = "sqlite:///./flotilla.db"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATIONS = "flotilla.store:migrations"
+
+
+def normalise_url(url: str | URL) -> URL:
+    """``postgresql://`` means psycopg 3 here (SQLAlchemy's default driver is not installed)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str | URL = DEFAULT_URL, **options: Any) -> Engine:
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **options
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, **options)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" hook below issue BEGIN, not the sqlite3 module.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def alembic_config() -> Config:
+    from alembic.config import Config  # imported here: Alembic is slow to import
+
+    config = Config()
+    config.set_main_option("script_location", MIGRATIONS)
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision``; safe to run from several replicas at once."""
+    from alembic import command
+
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)

@@ -1,0 +1,48 @@
+"""Errors the store raises. Every one means the transaction was rolled back: nothing was written."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every store error."""
+
+
+class NotFoundError(StoreError, LookupError):
+    """A job, run, queue, quota, cluster or node that does not exist."""
+
+
+class InvalidJobError(StoreError, ValueError):
+    """A job of a submitted batch cannot be stored (for example its queue does not exist)."""
+
+
+class DuplicateJobError(InvalidJobError):
+    """A job name already used in its queue, or twice in one batch."""
+
+    def __init__(self, queue: str, names: list[str]) -> None:
+        self.queue = queue
+        self.names = names
+        shown = ", ".join(repr(name) for name in names[:5])
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        super().__init__(f"queue {queue!r} already has job(s) named {shown}{more}")
+
+
+class IllegalTransitionError(StoreError):
+    """A state change the job state machine does not allow."""
+
+    def __init__(self, job_id: str, old: str, new: str) -> None:
+        self.job_id = job_id
+        self.old = old
+        self.new = new
+        super().__init__(f"job {job_id}: cannot move from {old} to {new}")
+
+
+class StaleRunError(StoreError):
+    """A report about a run that is no longer the job's active run (a late message)."""
+
+
+class ConflictError(StoreError):
+    """The change would break a reference (for example deleting a queue that has jobs)."""
+
+
+class LeaseLostError(StoreError):
+    """A fenced write by a replica that no longer holds the leader lease."""

@@ -1,0 +1,109 @@
+"""Leader leases with fencing tokens, in one row per lease name.
+
+Acquire is one atomic upsert (``INSERT … ON CONFLICT DO UPDATE … WHERE free``): on PostgreSQL
+the row lock makes concurrent acquirers queue, and the WHERE is evaluated against the row as the
+previous winner committed it, so exactly one of them gets an unexpired lease. The token grows on
+every change of hands; fenced writes check it inside their own transaction (``check_fence``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import cast
+
+from sqlalchemy import Table, and_, case, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from flotilla.store.errors import LeaseLostError
+from flotilla.store.records import Lease
+from flotilla.store.schema import LeaseRow
+
+TABLE = cast(Table, LeaseRow.__table__)
+
+
+def acquire(session: Session, name: str, holder: str, ttl: float, now: datetime) -> Lease | None:
+    expires = now + timedelta(seconds=ttl)
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    values = {
+        "name": name,
+        "holder": holder,
+        "expires_at": expires,
+        "fencing_token": 1,
+        "acquired_at": now,
+        "renewed_at": now,
+    }
+    ours = and_(TABLE.c.holder == holder, TABLE.c.expires_at > now)
+    statement = insert(TABLE).values(values)
+    returning = statement.on_conflict_do_update(
+        index_elements=[TABLE.c.name],
+        set_={
+            "holder": holder,
+            "expires_at": expires,
+            "fencing_token": case((ours, TABLE.c.fencing_token), else_=TABLE.c.fencing_token + 1),
+            "acquired_at": case((ours, TABLE.c.acquired_at), else_=now),
+            "renewed_at": now,
+        },
+        where=or_(TABLE.c.expires_at <= now, TABLE.c.holder == holder),
+    ).returning(TABLE.c.fencing_token)
+    token = session.execute(returning).scalar_one_or_none()
+    if token is None:
+        return None
+    return Lease(name=name, holder=holder, token=int(token), expires_at=expires)
+
+
+def renew(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease | None:
+    expires = now + timedelta(seconds=ttl)
+    token = session.execute(
+        update(LeaseRow)
+        .where(
+            LeaseRow.name == lease.name,
+            LeaseRow.holder == lease.holder,
+            LeaseRow.fencing_token == lease.token,
+            LeaseRow.expires_at > now,
+        )
+        .values(expires_at=expires, renewed_at=now)
+        .returning(LeaseRow.fencing_token)
+    ).scalar_one_or_none()
+    if token is None:
+        return None
+    return Lease(name=lease.name, holder=lease.holder, token=lease.token, expires_at=expires)
+
+
+def release(session: Session, lease: Lease, now: datetime) -> None:
+    session.execute(
+        update(LeaseRow)
+        .where(
+            LeaseRow.name == lease.name,
+            LeaseRow.holder == lease.holder,
+            LeaseRow.fencing_token == lease.token,
+        )
+        .values(expires_at=now, renewed_at=now)
+    )
+
+
+def current(session: Session, name: str, now: datetime) -> Lease | None:
+    row = session.get(LeaseRow, name)
+    if row is None or row.expires_at <= now:
+        return None
+    return Lease(
+        name=row.name, holder=row.holder, token=row.fencing_token, expires_at=row.expires_at
+    )
+
+
+def check_fence(session: Session, lease: Lease, now: datetime) -> None:
+    """Raise ``LeaseLostError`` unless ``lease`` is still held. On PostgreSQL the row stays
+    share-locked until commit, so no one can take the lease between this check and the write."""
+    row = session.execute(
+        select(LeaseRow).where(LeaseRow.name == lease.name).with_for_update(read=True)
+    ).scalar_one_or_none()
+    if (
+        row is None
+        or row.holder != lease.holder
+        or row.fencing_token != lease.token
+        or row.expires_at <= now
+    ):
+        raise LeaseLostError(
+            f"lease {lease.name} (token {lease.token}) is no longer held by {lease.holder}"
+        )

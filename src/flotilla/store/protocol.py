@@ -1,0 +1,228 @@
+"""The ``Store`` protocol: the one contract every durable store of Flotilla keeps.
+
+Contract and failure semantics, for every method:
+
+- **Atomic.** Each call is one database transaction. It either commits whole or raises and
+  writes nothing; a process killed at any point leaves the database as of the last commit.
+  Batch methods (``submit_jobs``, ``record_runs``, ``transition_many``) are one transaction for
+  the whole batch: one invalid item and nothing of the batch is stored.
+- **Validated.** Job state changes follow ``flotilla.store.states.JOB_TRANSITIONS``; an illegal
+  one raises ``IllegalTransitionError``. Unknown ids raise ``NotFoundError``. Errors are
+  subclasses of ``StoreError`` and leave the store unchanged.
+- **Histories.** Every job state change, submission and cancel request appends an event in the
+  same transaction; a job's events replay its states exactly.
+- **Serials.** Every write to a job or its runs gives the job a fresh serial from one counter,
+  strictly increasing in commit order (also with concurrent writers on PostgreSQL). So
+  ``jobs_since(s)`` returns every job changed after a reader saw serial ``s``, and nothing
+  committed later can appear with a smaller serial: incremental sync never misses a change.
+- **One run at a time.** A run is created only for a queued job (``record_run``), so a job has
+  at most one active run, and a report about an old run raises ``StaleRunError``.
+- **Fencing.** Writes that carry ``fence`` (a held ``Lease``) commit only if that lease is
+  still held, unexpired and not handed over (same token), checked inside the transaction;
+  otherwise they raise ``LeaseLostError`` and write nothing. A deposed leader cannot write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
+from flotilla.store.records import (
+    ClusterRecord,
+    EventRecord,
+    JobPage,
+    JobRecord,
+    Lease,
+    NodeRecord,
+    RunRecord,
+)
+from flotilla.store.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """Lease a queued job to a cluster: creates its next run."""
+
+    job_id: str
+    cluster: str
+    assignment: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = "scheduled"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Move a job to ``new_state``. ``run``, when given, must be the job's latest run: a
+    report about an older attempt is rejected (``StaleRunError``). ``exit_code`` and
+    ``message`` are recorded on the run that ends."""
+
+    job_id: str
+    new_state: JobState
+    reason: str
+    run: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+class Store(Protocol):
+    # Jobs ---------------------------------------------------------------------------------
+    def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
+        """Store a batch of jobs (a spec with ``count`` N stands for N jobs name-0…name-N-1)
+        as queued, all or nothing; returns their ids in order. Raises ``InvalidJobError`` if
+        a queue does not exist, ``DuplicateJobError`` if a name is taken in its queue or
+        repeated in the batch. ``owner`` defaults to each spec's ``user``."""
+        ...
+
+    def cancel(self, job_id: str, reason: str) -> JobRecord:
+        """Cancel a job: a queued or preempted job is cancelled now; an active one (leased,
+        pending, running) gets ``cancel_requested`` for the scheduler to stop its run and then
+        move it to cancelled. Idempotent: a finished job is returned unchanged."""
+        ...
+
+    def transition(
+        self,
+        job_id: str,
+        new_state: JobState,
+        reason: str,
+        *,
+        run: str | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+        fence: Lease | None = None,
+    ) -> JobRecord:
+        """One state change (see ``Transition``); the active run follows the job's state."""
+        ...
+
+    def transition_many(
+        self, changes: Sequence[Transition], *, fence: Lease | None = None
+    ) -> list[JobRecord]:
+        """Several state changes in one transaction, applied in order."""
+        ...
+
+    def record_run(
+        self,
+        job_id: str,
+        cluster: str,
+        assignment: Mapping[str, Any],
+        *,
+        reason: str = "scheduled",
+        fence: Lease | None = None,
+    ) -> RunRecord:
+        """Lease a queued job: create its next run (state leased) and move the job to leased.
+        ``assignment`` holds node and device ids per task replica."""
+        ...
+
+    def record_runs(
+        self, requests: Sequence[RunRequest], *, fence: Lease | None = None
+    ) -> list[RunRecord]:
+        """A scheduling cycle's leases, all in one transaction."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord: ...
+
+    def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
+        """Jobs whose serial is greater than ``serial``, by serial, at most ``limit``: call
+        again with the last one's serial until the answer is empty."""
+        ...
+
+    def latest_serial(self) -> int:
+        """The highest serial handed out so far (0 for an empty store)."""
+        ...
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """The job's history, oldest first."""
+        ...
+
+    def runs(self, job_id: str) -> list[RunRecord]:
+        """The job's runs, first attempt first."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        states: Sequence[JobState] | None = None,
+        owner: str | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> JobPage:
+        """Jobs in submission order, filtered; keyset-paginated: pass the page's
+        ``next_cursor`` as ``after``. Stable under concurrent submissions."""
+        ...
+
+    # Queues and quotas --------------------------------------------------------------------
+    def put_queue(self, spec: QueueSpec) -> None:
+        """Create or replace a queue."""
+        ...
+
+    def get_queue(self, name: str) -> QueueSpec: ...
+
+    def list_queues(self) -> list[QueueSpec]: ...
+
+    def delete_queue(self, name: str) -> None:
+        """Raises ``ConflictError`` if the queue has jobs (their history would dangle)."""
+        ...
+
+    def put_quota(self, spec: QuotaSpec, *, parent: str | None = None) -> None:
+        """Create or replace a quota and its whole subtree (children not in ``spec`` go)."""
+        ...
+
+    def get_quota(self, name: str) -> QuotaSpec:
+        """The quota with its subtree."""
+        ...
+
+    def list_quotas(self) -> list[QuotaSpec]:
+        """The roots of the quota forest, each with its subtree."""
+        ...
+
+    def delete_quota(self, name: str) -> None:
+        """Delete a quota and its subtree."""
+        ...
+
+    # Clusters and nodes -------------------------------------------------------------------
+    def upsert_cluster(self, spec: ClusterSpec, *, state: str = "ready") -> ClusterRecord:
+        """Create or replace a cluster and its nodes (node groups expanded); nodes no longer
+        in the spec are removed, the others keep their state and heartbeat."""
+        ...
+
+    def upsert_node(self, cluster: str, node: NodeGroup, *, state: str = "ready") -> NodeRecord:
+        """Create or replace one node (a group without ``count``)."""
+        ...
+
+    def heartbeat(self, cluster: str, nodes: Sequence[str] | None = None) -> ClusterRecord:
+        """Record that the cluster (and ``nodes``, or all its nodes) reported just now."""
+        ...
+
+    def set_cluster_state(self, name: str, state: str) -> ClusterRecord: ...
+
+    def get_cluster(self, name: str) -> ClusterRecord: ...
+
+    def list_clusters(self) -> list[ClusterRecord]: ...
+
+    def list_nodes(self, cluster: str) -> list[NodeRecord]: ...
+
+    def delete_cluster(self, name: str) -> None: ...
+
+    # Leader lease -------------------------------------------------------------------------
+    def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
+        """Take the lease for ``ttl`` seconds if it is free or expired (or already ours, which
+        renews it); None if another holder has it. Each change of hands increments the
+        token. Exactly one holder at a time across processes (PostgreSQL)."""
+        ...
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a held lease; None if it was lost (expired or taken): stop leading now."""
+        ...
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up so another replica can take it without waiting for expiry."""
+        ...
+
+    def current_lease(self, name: str) -> Lease | None:
+        """Who holds the lease now; None if nobody does (never taken, released or expired)."""
+        ...
+
+    def close(self) -> None:
+        """Release database connections."""
+        ...

@@ -1,0 +1,114 @@
+"""What the store hands out: immutable plain records, detached from any database session.
+
+They are frozen so the JobDb can share them between snapshots without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from flotilla.model import JobSpec
+from flotilla.store.states import JobState, RunState
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One attempt of a job on a cluster."""
+
+    id: str
+    job_id: str
+    attempt: int
+    cluster: str
+    assignment: Mapping[str, Any]
+    """Placement as the scheduler decided it, e.g. ``{"tasks": [{"task": "worker",
+    "replica": 0, "node": "gpu-3", "gpus": [0, 1]}]}``; the store keeps it as given."""
+    state: RunState
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as stored, with its latest run (the active one while the job is active)."""
+
+    id: str
+    name: str
+    queue: str
+    spec: JobSpec
+    state: JobState
+    priority: int
+    submitted_at: datetime
+    updated_at: datetime
+    submit_serial: int
+    """Serial at submission: unique, never changes, so it orders jobs by submission."""
+    serial: int
+    """Serial of the last write to this job or its runs."""
+    owner: str | None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cancel_requested: bool = False
+    reason: str = ""
+    """Why the job is in its state: the reason of its last transition."""
+    run: RunRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One line of a job's history."""
+
+    id: int
+    job_id: str
+    run_id: str | None
+    time: datetime
+    kind: str
+    """``submitted``, ``transition`` or ``cancel_requested``."""
+    from_state: JobState | None
+    to_state: JobState | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job listing; pass ``next_cursor`` back as ``after`` for the next."""
+
+    jobs: list[JobRecord]
+    next_cursor: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    cluster: str
+    name: str
+    resources: Mapping[str, float]
+    labels: Mapping[str, str]
+    spec: Mapping[str, Any]
+    """The node's ``NodeGroup`` (with no count) as JSON data."""
+    state: str
+    heartbeat_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    name: str
+    backend: str
+    labels: Mapping[str, str]
+    spec: Mapping[str, Any]
+    """The ``ClusterSpec`` as JSON data."""
+    state: str
+    heartbeat_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held leader lease. ``token`` grows every time the lease changes hands (fencing)."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: datetime

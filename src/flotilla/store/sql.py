@@ -1,0 +1,302 @@
+"""``SqlStore``: the ``Store`` protocol on SQLAlchemy 2, for SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
+from flotilla.store import catalog, jobs, leases
+from flotilla.store.convert import event_record, job_record, run_record
+from flotilla.store.engine import DEFAULT_URL, make_engine, upgrade
+from flotilla.store.errors import InvalidJobError, NotFoundError
+from flotilla.store.protocol import RunRequest, Transition
+from flotilla.store.records import (
+    ClusterRecord,
+    EventRecord,
+    JobPage,
+    JobRecord,
+    Lease,
+    NodeRecord,
+    RunRecord,
+)
+from flotilla.store.schema import Cluster, Event, Job, Node, Run
+from flotilla.store.states import JobState
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqlStore:
+    """The store on a SQLAlchemy engine. ``clock`` stamps every write; when not given, job
+    times come from this host and lease times from the database server (PostgreSQL), so
+    replicas on hosts with skewed clocks still agree on when a lease expires."""
+
+    def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self._clock = clock
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
+        """Connect and upgrade the schema to the latest migration."""
+        engine = make_engine(url)
+        upgrade(engine)
+        return cls(engine, clock=clock)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def _now(self) -> datetime:
+        return (self._clock or system_clock)()
+
+    def _lease_now(self, session: Session) -> datetime:
+        if self._clock is None and session.get_bind().dialect.name == "postgresql":
+            now: datetime = session.execute(select(func.clock_timestamp())).scalar_one()
+            return now.astimezone(UTC)
+        return self._now()
+
+    def _fence(self, session: Session, fence: Lease | None) -> None:
+        if fence is not None:
+            leases.check_fence(session, fence, self._lease_now(session))
+
+    # Jobs ---------------------------------------------------------------------------------
+    def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
+        try:
+            with self._write() as session:
+                return jobs.submit(session, batch, owner, self._now())
+        except IntegrityError as error:
+            raise InvalidJobError(
+                f"batch conflicts with a concurrent change (nothing was submitted): {error.orig}"
+            ) from error
+
+    def cancel(self, job_id: str, reason: str) -> JobRecord:
+        with self._write() as session:
+            job = jobs.cancel(session, job_id, reason, self._now())
+            return self._record(session, job)
+
+    def transition(
+        self,
+        job_id: str,
+        new_state: JobState,
+        reason: str,
+        *,
+        run: str | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+        fence: Lease | None = None,
+    ) -> JobRecord:
+        change = Transition(job_id, new_state, reason, run, exit_code, message)
+        return self.transition_many([change], fence=fence)[0]
+
+    def transition_many(
+        self, changes: Sequence[Transition], *, fence: Lease | None = None
+    ) -> list[JobRecord]:
+        with self._write() as session:
+            self._fence(session, fence)
+            touched = jobs.apply_transitions(session, changes, self._now())
+            session.flush()
+            runs = jobs.latest_runs(session, touched)
+            return [
+                job_record(job, runs.get(job.run_id) if job.run_id else None) for job in touched
+            ]
+
+    def record_run(
+        self,
+        job_id: str,
+        cluster: str,
+        assignment: Mapping[str, Any],
+        *,
+        reason: str = "scheduled",
+        fence: Lease | None = None,
+    ) -> RunRecord:
+        return self.record_runs([RunRequest(job_id, cluster, assignment, reason)], fence=fence)[0]
+
+    def record_runs(
+        self, requests: Sequence[RunRequest], *, fence: Lease | None = None
+    ) -> list[RunRecord]:
+        with self._write() as session:
+            self._fence(session, fence)
+            runs = jobs.create_runs(session, requests, self._now())
+            session.flush()
+            return [run_record(run) for run in runs]
+
+    def _record(self, session: Session, job: Job) -> JobRecord:
+        session.flush()
+        run = session.get(Run, job.run_id) if job.run_id else None
+        return job_record(job, run)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        with self._sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                raise NotFoundError(f"no such job: {job_id}")
+            return self._record(session, job)
+
+    def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
+        with self._sessions() as session:
+            rows = list(
+                session.scalars(
+                    select(Job).where(Job.serial > serial).order_by(Job.serial).limit(limit)
+                )
+            )
+            return self._records(session, rows)
+
+    def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
+        runs = jobs.latest_runs(session, rows)
+        return [job_record(row, runs.get(row.run_id) if row.run_id else None) for row in rows]
+
+    def latest_serial(self) -> int:
+        with self._sessions() as session:
+            return jobs.latest_serial(session)
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        with self._sessions() as session:
+            self._require_job(session, job_id)
+            rows = session.scalars(select(Event).where(Event.job_id == job_id).order_by(Event.id))
+            return [event_record(row) for row in rows]
+
+    def runs(self, job_id: str) -> list[RunRecord]:
+        with self._sessions() as session:
+            self._require_job(session, job_id)
+            rows = session.scalars(select(Run).where(Run.job_id == job_id).order_by(Run.attempt))
+            return [run_record(row) for row in rows]
+
+    def _require_job(self, session: Session, job_id: str) -> None:
+        if session.get(Job, job_id) is None:
+            raise NotFoundError(f"no such job: {job_id}")
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        states: Sequence[JobState] | None = None,
+        owner: str | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> JobPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        query = select(Job).order_by(Job.submit_serial).limit(limit + 1)
+        if queue is not None:
+            query = query.where(Job.queue == queue)
+        if states is not None:
+            query = query.where(Job.state.in_([state.value for state in states]))
+        if owner is not None:
+            query = query.where(Job.owner == owner)
+        if after is not None:
+            query = query.where(Job.submit_serial > after)
+        with self._sessions() as session:
+            rows = list(session.scalars(query))
+            more = len(rows) > limit
+            rows = rows[:limit]
+            cursor = rows[-1].submit_serial if more else None
+            return JobPage(jobs=self._records(session, rows), next_cursor=cursor)
+
+    # Queues and quotas --------------------------------------------------------------------
+    def put_queue(self, spec: QueueSpec) -> None:
+        with self._write() as session:
+            catalog.put_queue(session, spec, self._now())
+
+    def get_queue(self, name: str) -> QueueSpec:
+        with self._sessions() as session:
+            return catalog.get_queue(session, name)
+
+    def list_queues(self) -> list[QueueSpec]:
+        with self._sessions() as session:
+            return catalog.list_queues(session)
+
+    def delete_queue(self, name: str) -> None:
+        with self._write() as session:
+            catalog.delete_queue(session, name)
+
+    def put_quota(self, spec: QuotaSpec, *, parent: str | None = None) -> None:
+        with self._write() as session:
+            catalog.put_quota(session, spec, parent, self._now())
+
+    def get_quota(self, name: str) -> QuotaSpec:
+        with self._sessions() as session:
+            return catalog.get_quota(session, name)
+
+    def list_quotas(self) -> list[QuotaSpec]:
+        with self._sessions() as session:
+            return catalog.list_quotas(session)
+
+    def delete_quota(self, name: str) -> None:
+        with self._write() as session:
+            catalog.delete_quota(session, name)
+
+    # Clusters and nodes -------------------------------------------------------------------
+    def upsert_cluster(self, spec: ClusterSpec, *, state: str = "ready") -> ClusterRecord:
+        with self._write() as session:
+            row = catalog.upsert_cluster(session, spec, state, self._now())
+            session.flush()
+            return catalog.cluster_record(row)
+
+    def upsert_node(self, cluster: str, node: NodeGroup, *, state: str = "ready") -> NodeRecord:
+        with self._write() as session:
+            row = catalog.upsert_node(session, cluster, node, state)
+            session.flush()
+            return catalog.node_record(row)
+
+    def heartbeat(self, cluster: str, nodes: Sequence[str] | None = None) -> ClusterRecord:
+        with self._write() as session:
+            return catalog.cluster_record(catalog.heartbeat(session, cluster, nodes, self._now()))
+
+    def set_cluster_state(self, name: str, state: str) -> ClusterRecord:
+        with self._write() as session:
+            row = catalog.get_cluster(session, name)
+            row.state = state
+            row.updated_at = self._now()
+            return catalog.cluster_record(row)
+
+    def get_cluster(self, name: str) -> ClusterRecord:
+        with self._sessions() as session:
+            return catalog.cluster_record(catalog.get_cluster(session, name))
+
+    def list_clusters(self) -> list[ClusterRecord]:
+        with self._sessions() as session:
+            rows = session.scalars(select(Cluster).order_by(Cluster.name))
+            return [catalog.cluster_record(row) for row in rows]
+
+    def list_nodes(self, cluster: str) -> list[NodeRecord]:
+        with self._sessions() as session:
+            catalog.get_cluster(session, cluster)
+            rows = session.scalars(select(Node).where(Node.cluster == cluster).order_by(Node.name))
+            return [catalog.node_record(row) for row in rows]
+
+    def delete_cluster(self, name: str) -> None:
+        with self._write() as session:
+            session.delete(catalog.get_cluster(session, name))
+
+    # Leader lease -------------------------------------------------------------------------
+    def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
+        with self._write() as session:
+            return leases.acquire(session, name, holder, ttl, self._lease_now(session))
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        with self._write() as session:
+            return leases.renew(session, lease, ttl, self._lease_now(session))
+
+    def release_lease(self, lease: Lease) -> None:
+        with self._write() as session:
+            leases.release(session, lease, self._lease_now(session))
+
+    def current_lease(self, name: str) -> Lease | None:
+        with self._sessions() as session:
+            return leases.current(session, name, self._lease_now(session))

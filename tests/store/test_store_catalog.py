@@ -1,0 +1,77 @@
+"""The store contract for queues, quotas, clusters and nodes."""
+
+from __future__ import annotations
+
+import pytest
+from store_support import FakeClock, job
+
+from flotilla.model import ClusterSpec, NodeGroup, QueueSpec, QuotaSpec
+from flotilla.store import ConflictError, NotFoundError, SqlStore
+
+
+def test_queues_are_created_replaced_listed_and_deleted(store: SqlStore) -> None:
+    store.put_queue(QueueSpec(name="team-c", quota="research", weight=3))
+    assert store.get_queue("team-c") == QueueSpec(name="team-c", quota="research", weight=3)
+    store.put_queue(QueueSpec(name="team-c", weight=0.5))
+    assert store.get_queue("team-c").weight == 0.5
+    assert [queue.name for queue in store.list_queues()] == ["team-a", "team-b", "team-c"]
+    store.delete_queue("team-c")
+    with pytest.raises(NotFoundError):
+        store.get_queue("team-c")
+
+
+def test_a_queue_with_jobs_cannot_be_deleted(store: SqlStore) -> None:
+    store.submit_jobs([job("j")])
+    with pytest.raises(ConflictError):
+        store.delete_queue("team-a")
+    assert store.get_queue("team-a").name == "team-a"
+
+
+def test_quota_trees_round_trip_and_replace_whole_subtrees(store: SqlStore) -> None:
+    tree = QuotaSpec(
+        name="org",
+        min={"gpu": 8},
+        children=[
+            QuotaSpec(name="research", min={"gpu": 6}, max={"gpu": 8}),
+            QuotaSpec(name="prod", min={"gpu": 2}, children=[QuotaSpec(name="serving")]),
+        ],
+    )
+    store.put_quota(tree)
+    assert store.get_quota("org") == tree
+    assert store.get_quota("prod") == tree.children[1]
+    smaller = QuotaSpec(name="org", min={"gpu": 4}, children=[QuotaSpec(name="research")])
+    store.put_quota(smaller)
+    assert store.list_quotas() == [smaller]
+    with pytest.raises(NotFoundError):
+        store.get_quota("serving")
+    store.put_quota(QuotaSpec(name="batch"), parent="org")
+    assert [child.name for child in store.get_quota("org").children] == ["research", "batch"]
+    store.delete_quota("org")
+    assert store.list_quotas() == []
+
+
+def test_clusters_expand_node_groups_and_keep_heartbeats(store: SqlStore, clock: FakeClock) -> None:
+    spec = ClusterSpec(
+        name="c1",
+        labels={"region": "eu"},
+        nodes=[NodeGroup(name="gpu", count=3, resources={"cpu": 32, "gpu": 8})],
+    )
+    record = store.upsert_cluster(spec)
+    assert (record.state, record.heartbeat_at, record.labels) == ("ready", None, {"region": "eu"})
+    assert [node.name for node in store.list_nodes("c1")] == ["gpu-0", "gpu-1", "gpu-2"]
+    clock.advance(5)
+    beat = store.heartbeat("c1", ["gpu-1"])
+    assert beat.heartbeat_at == clock.now
+    beats = {node.name: node.heartbeat_at for node in store.list_nodes("c1")}
+    assert beats == {"gpu-0": None, "gpu-1": clock.now, "gpu-2": None}
+    smaller = spec.model_copy(update={"nodes": [spec.nodes[0].model_copy(update={"count": 2})]})
+    store.upsert_cluster(smaller)
+    assert [node.heartbeat_at for node in store.list_nodes("c1")] == [None, clock.now]
+    store.upsert_node("c1", NodeGroup(name="cpu", resources={"cpu": 4}), state="cordoned")
+    assert {node.name: node.state for node in store.list_nodes("c1")}["cpu"] == "cordoned"
+    assert store.set_cluster_state("c1", "unreachable").state == "unreachable"
+    assert [cluster.name for cluster in store.list_clusters()] == ["c1"]
+    store.delete_cluster("c1")
+    assert store.list_clusters() == []
+    with pytest.raises(NotFoundError):
+        store.list_nodes("c1")
