@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from flotilla.framework.clusters import Cluster
+from flotilla.framework.fleet import build_cluster
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import Scenario, scenario_from_data
 from flotilla.sim import SimulationOptions, Simulator, simulate
-from flotilla.sim.fleet import build_cluster, build_jobs, resource_space
+from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.report import build_report, check_expectations
 
 Data = dict[str, Any]

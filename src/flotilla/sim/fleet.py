@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from flotilla.framework.clusters import Cluster
 from flotilla.framework.jobs import SchedulingJob, build_job
-from flotilla.framework.nodes import NodeInfo, NodeTable
 from flotilla.framework.resources import ResourceSpace
-from flotilla.model.cluster import ClusterSpec, NodeGroup
 from flotilla.model.job import JobSpec
 from flotilla.model.loader import walk_quotas
 from flotilla.model.scenario import Scenario
@@ -27,40 +24,6 @@ def resource_space(scenario: Scenario) -> ResourceSpace:
         names.update(quota.min)
         names.update(quota.max or {})
     return ResourceSpace(names)
-
-
-def node_infos(group: NodeGroup) -> list[NodeInfo]:
-    capacity = dict(group.resources)
-    gpu_count = group.gpus.count if group.gpus else int(capacity.get("gpu", 0))
-    capacity["gpu"] = float(gpu_count)
-    gpu_memory = group.gpus.memory if group.gpus else None
-    if gpu_memory is not None:
-        capacity.setdefault("gpu_memory", gpu_memory * gpu_count)
-    return [
-        NodeInfo(
-            name=name,
-            capacity=capacity,
-            labels=dict(group.labels),
-            taints=tuple(group.taints),
-            gpu_count=gpu_count,
-            gpu_memory=gpu_memory,
-            numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
-            pcie_switches=group.gpus.pcie_switches if group.gpus else None,
-        )
-        for name in group.node_names()
-    ]
-
-
-def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluster:
-    infos = [info for group in spec.nodes for info in node_infos(group)]
-    return Cluster(
-        name=spec.name,
-        order=order,
-        labels=dict(spec.labels),
-        cost=dict(spec.cost),
-        nodes=NodeTable(space, infos),
-        backend=spec.backend,
-    )
 
 
 def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, SchedulingJob]]:

@@ -19,6 +19,7 @@ from enum import IntEnum
 import numpy as np
 
 from flotilla.framework.clusters import Cluster, ClusterState
+from flotilla.framework.fleet import build_cluster
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
@@ -35,7 +36,7 @@ from flotilla.scheduler.types import (
     SchedulingConfig,
     SchedulingSnapshot,
 )
-from flotilla.sim.fleet import build_cluster, build_jobs, resource_space
+from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.state import Event, Moment, SimJob
 
 
@@ -340,7 +341,7 @@ class Simulator:
         return self.job_by_name[job].state is JobState.RUNNING
 
     def cluster_ready(self, cluster: str) -> bool:
-        return self.cluster_by_name[cluster].ready
+        return bool(self.cluster_by_name[cluster].ready)
 
     def room_for(self, assignment: Assignment) -> str | None:
         nodes = self.cluster_by_name[assignment.cluster].nodes

@@ -1,0 +1,137 @@
+"""Between the store's records and the engine's objects: jobs, clusters, assignments.
+
+An assignment is stored as JSON on its run (``{"placements": [{task, replica, node, gpus,
+shares, gpu_memory}]}``) and rebuilt against the current node table, so running jobs'
+allocations can be replayed onto fresh node tables at every cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from flotilla.framework.clusters import Cluster, ClusterState
+from flotilla.framework.fleet import build_cluster
+from flotilla.framework.interfaces import Assignment, Placement
+from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.nodes import GpuAllocation, NodeInfo
+from flotilla.framework.resources import ResourceSpace
+from flotilla.model import ClusterSpec, GpuInventory, JobSpec, NodeGroup
+from flotilla.store import ClusterRecord, JobRecord
+
+
+def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
+    return {
+        "cluster": assignment.cluster,
+        "placements": [
+            {
+                "task": p.task,
+                "replica": p.replica,
+                "node": p.node,
+                "gpus": p.gpu_ids,
+                "shares": [list(share) for share in p.gpus.shares] if p.gpus else [],
+                "gpu_memory": p.gpus.memory if p.gpus else 0.0,
+            }
+            for p in assignment.placements
+        ],
+    }
+
+
+def assignment_from_json(
+    data: Mapping[str, Any], job: SchedulingJob, cluster: Cluster
+) -> Assignment | None:
+    """The assignment on ``cluster``'s current node table; None if a node is gone."""
+    requests = {task.name: task.request for task in job.tasks}
+    placements = []
+    for item in data.get("placements", []):
+        row = cluster.nodes.row.get(item["node"])
+        request = requests.get(item["task"])
+        if row is None or request is None:
+            return None
+        shares = tuple((int(device), float(share)) for device, share in item.get("shares", []))
+        gpus = GpuAllocation(shares, float(item.get("gpu_memory", 0.0))) if shares else None
+        placements.append(
+            Placement(
+                task=item["task"],
+                replica=int(item["replica"]),
+                node=item["node"],
+                row=row,
+                request=request,
+                gpus=gpus,
+            )
+        )
+    return Assignment(cluster=cluster.name, placements=tuple(placements))
+
+
+def space_for(clusters: Sequence[ClusterSpec], jobs: Sequence[JobSpec]) -> ResourceSpace:
+    names: set[str] = set()
+    for cluster in clusters:
+        for group in cluster.nodes:
+            names.update(group.resources)
+            if group.gpus is not None and group.gpus.memory is not None:
+                names.add("gpu_memory")
+    for job in jobs:
+        for task in job.tasks:
+            names.update(task.resources)
+    return ResourceSpace(names)
+
+
+def cluster_from_record(record: ClusterRecord, order: int, space: ResourceSpace) -> Cluster:
+    spec = ClusterSpec.model_validate(record.spec)
+    cluster = build_cluster(spec, order, space)
+    cluster.state = ClusterState(record.state) if record.state in _STATES else ClusterState.READY
+    return cluster
+
+
+_STATES = {state.value for state in ClusterState}
+
+
+def job_from_record(record: JobRecord, space: ResourceSpace) -> SchedulingJob:
+    spec = record.spec
+    return build_job(
+        spec,
+        name=record.id,
+        space=space,
+        sequence=record.submit_serial,
+        submit_time=record.submitted_at.timestamp(),
+        priority=record.priority,
+        preemptible=spec.preemptible if spec.preemptible is not None else True,
+    )
+
+
+def unknown_resources(spec: JobSpec, space: ResourceSpace) -> list[str]:
+    """Resources the job asks for that no node of any cluster offers."""
+    return sorted({name for task in spec.tasks for name in task.resources} - set(space.names))
+
+
+def zero_vector(space: ResourceSpace) -> np.ndarray:
+    return np.zeros(len(space))
+
+
+def cluster_spec_from_inventory(
+    name: str, backend: str, nodes: Sequence[NodeInfo], labels: Mapping[str, str] | None = None
+) -> ClusterSpec:
+    """What a backend reports about its nodes, as the cluster spec the store keeps."""
+    groups = []
+    for node in nodes:
+        resources = {k: v for k, v in node.capacity.items() if k not in ("gpu", "gpu_memory")}
+        gpus = None
+        if node.gpu_count:
+            gpus = GpuInventory(
+                count=node.gpu_count,
+                memory=node.gpu_memory,
+                numa_nodes=node.numa_nodes,
+                pcie_switches=node.pcie_switches,
+            )
+        groups.append(
+            NodeGroup(
+                name=node.name,
+                resources=resources,
+                labels=dict(node.labels),
+                taints=list(node.taints),
+                gpus=gpus,
+            )
+        )
+    return ClusterSpec(name=name, backend=backend, labels=dict(labels or {}), nodes=groups)

@@ -1,0 +1,141 @@
+"""The service's scheduling loop against a real store (SQLite) and the real local backend.
+
+Jobs are real processes on this machine; the loop's cycles are driven by the test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends.interface import LogsRequest
+from flotilla.backends.local import LocalBackend
+from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.model.scenario import Mode
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.scheduler.runner import RunnerState
+from flotilla.store import JobState, SqlStore
+
+
+class Service:
+    def __init__(self, tmp_path: Path, mode: Mode = Mode.SYNC) -> None:
+        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+        self.backend = LocalBackend(
+            cluster="local", state_dir=tmp_path / "runs", grace_period=1.0, stop_runs_on_close=True
+        )
+        nodes = self.backend.inventory().nodes
+        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
+        self.store.put_queue(QueueSpec(name="default"))
+        self.loop = SchedulingLoop(
+            self.store,
+            {"local": self.backend},
+            LoopSettings(mode=mode, cycle_interval=0.05, replica="replica-a"),
+        )
+
+    def submit(self, name: str, command: str, **resources: float) -> str:
+        spec = JobSpec.model_validate(
+            {
+                "name": name,
+                "queue": "default",
+                "tasks": [{"name": "main", "resources": resources or {"cpu": 0.1}}],
+                "payload": {"command": ["sh", "-c", command]},
+            }
+        )
+        return self.store.submit_jobs([spec])[0]
+
+    def state(self, job_id: str) -> JobState:
+        return self.store.get_job(job_id).state
+
+    def cycle_until(self, done: Callable[[], bool], limit: float = 20.0) -> None:
+        deadline = time.monotonic() + limit
+        while not done():
+            assert time.monotonic() < deadline, "the loop did not get there in time"
+            self.loop.cycle()
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.loop.close()
+        self.backend.close()
+        self.store.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    running = Service(tmp_path)
+    yield running
+    running.close()
+
+
+def test_a_submitted_job_runs_as_a_process_and_succeeds_with_its_output(service: Service) -> None:
+    job = service.submit("hello", "echo hello from flotilla")
+    service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+    events = [event.to_state for event in service.store.events(job)]
+    assert events[-4:] == [JobState.LEASED, JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED]
+    chunk = service.loop.logs(job, LogsRequest(run_id=""))
+    assert b"hello from flotilla" in chunk.data
+
+
+def test_a_failing_command_fails_the_job_with_its_exit_code(service: Service) -> None:
+    job = service.submit("broken", "exit 3")
+    service.cycle_until(lambda: service.state(job) is JobState.FAILED)
+    assert service.store.runs(job)[-1].exit_code == 3
+
+
+def test_cancelling_a_running_job_stops_its_process(service: Service) -> None:
+    job = service.submit("sleeper", "sleep 60")
+    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+    service.store.cancel(job, "no longer needed")
+    service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
+
+
+def test_a_job_no_node_can_hold_waits_with_a_reason(service: Service) -> None:
+    job = service.submit("huge", "true", cpu=100000)
+    service.loop.cycle()
+    assert service.state(job) is JobState.QUEUED
+    assert "cpu" in (service.loop.pending_reason(job) or "")
+
+
+def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
+    other = SchedulingLoop(
+        service.store, {"local": service.backend}, LoopSettings(replica="replica-b")
+    )
+    service.loop.cycle()
+    other.cycle()
+    assert service.loop.is_leader and not other.is_leader
+    service.loop.close()
+    other.cycle()
+    assert other.is_leader
+    other.close()
+
+
+def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Path) -> None:
+    service = Service(tmp_path, Mode.ASYNC)
+    try:
+        release = threading.Event()
+        original = service.loop.algorithm.schedule
+
+        def slow(
+            snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+        ) -> CycleResult:
+            release.wait(30)
+            return original(snapshot, cancel)
+
+        service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
+        waiting = service.submit("waiting", "true")
+        service.loop.cycle()  # triggers a run that blocks until released
+        assert service.loop.runner is not None
+        assert service.loop.runner.state in (RunnerState.RUN_REQUESTED, RunnerState.RUNNING)
+        service.store.cancel(waiting, "changed my mind")
+        service.loop.cycle()
+        assert service.state(waiting) is JobState.CANCELLED  # while the run is still in flight
+        release.set()
+        service.cycle_until(lambda: service.loop.runner.state is RunnerState.IDLE)  # type: ignore[union-attr]
+        assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped
+    finally:
+        service.close()
