@@ -210,7 +210,8 @@ def test_records_are_json_files_in_the_state_dir(local: LocalHarness) -> None:
     backend.dispatch(request(backend, "run-1", local.quick()))
     local.wait_terminal(backend, "run-1")
     files = sorted(path.name for path in (local.state_dir / "runs" / "run-1").iterdir())
-    assert files == ["main-0.exit", "main-0.stderr", "main-0.stdout", "run.json"]
+    assert files == ["gate", "main-0.exit", "main-0.stderr", "main-0.stdout", "run.json"]
+    assert (local.state_dir / "runs" / "run-1" / "gate").read_text() == "go"
 
 
 def test_load_backend_by_name(tmp_path: Path) -> None:

@@ -1,11 +1,19 @@
 """The tiny parent of every local replica: records the command's exit status in a file.
 
-Run as ``python -I -S _supervise.py EXIT_FILE -- ARGV...`` (standard library only, so it starts
-fast and needs no environment). It leads the replica's process group, so a SIGTERM to the group
-reaches the command directly; the supervisor itself outlives SIGTERM to write down how the
-command ended. The file is what lets a restarted backend report the outcome of a run that
-finished while no backend was watching. A supervisor killed with SIGKILL writes nothing; the
-backend then knows the outcome from its own records (it sent the kill) or reports the run lost.
+Run as ``python -I -S _supervise.py EXIT_FILE GATE_FILE -- ARGV...`` (standard library only,
+so it starts fast and needs no environment).
+
+Start gate: the command runs only once the run's gate file says ``go``. The backend writes it
+after every replica's pid is on disk; a backend restarted after a crash in between claims
+``abandon`` instead, and so does the supervisor itself after ``GATE_SECONDS`` without an
+answer. Whoever creates the file first decides (exclusive create), so a run whose start was
+interrupted is either fully tracked or never runs at all — never run twice.
+
+It leads the replica's process group, so a SIGTERM to the group reaches the command
+directly; the supervisor itself outlives SIGTERM to write down how the command ended. The
+file is what lets a restarted backend report the outcome of a run that finished while no
+backend was watching. A supervisor killed with SIGKILL writes nothing; the backend then knows
+the outcome from its own records (it sent the kill) or reports the run lost.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 
 def _write(path: str, outcome: dict[str, object]) -> None:
@@ -26,14 +35,48 @@ def _write(path: str, outcome: dict[str, object]) -> None:
     os.replace(temporary, path)
 
 
+GATE_SECONDS = 30.0
+
+
+def claim_gate(path: str, decision: str) -> str:
+    """Create the gate file with ``decision`` unless it exists; return the decision in force."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        for _ in range(200):  # the winner may not have written its word yet
+            with open(path, encoding="utf-8") as file:
+                text = file.read().strip()
+            if text:
+                return text
+            time.sleep(0.005)
+        return "abandon"
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(decision)
+        file.flush()
+        os.fsync(file.fileno())
+    return decision
+
+
+def _await_gate(path: str) -> str:
+    deadline = time.monotonic() + GATE_SECONDS
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return claim_gate(path, "abandon")
+        time.sleep(0.005)
+    return claim_gate(path, "abandon")
+
+
 def main(arguments: list[str]) -> int:
-    exit_file, separator, *argv = arguments
+    exit_file, gate_file, separator, *argv = arguments
     if separator != "--" or not argv:
-        print("usage: _supervise.py EXIT_FILE -- ARGV...", file=sys.stderr)
+        print("usage: _supervise.py EXIT_FILE GATE_FILE -- ARGV...", file=sys.stderr)
         return 2
     # A handler (not SIG_IGN) keeps the supervisor alive; exec resets it in the command.
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda *_: None)
+    if _await_gate(gate_file) != "go":
+        _write(exit_file, {"exit_code": None, "abandoned": True})
+        return 0
     try:
         command = subprocess.Popen(argv)
     except OSError as error:

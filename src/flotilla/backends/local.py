@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flotilla.backends import processes
+from flotilla.backends._supervise import claim_gate
 from flotilla.backends.common import (
     ChangeLog,
     check_request,
@@ -168,6 +169,7 @@ class LocalBackend:
                     process = processes.start_supervised(
                         payload.argv(),
                         exit_file=run.exit_file(replica),
+                        gate_file=run.gate_file(),
                         stdout=run.log_file(replica, "stdout"),
                         stderr=run.log_file(replica, "stderr"),
                         env=env,
@@ -178,6 +180,9 @@ class LocalBackend:
                     continue
                 replica.attach(process, processes.start_ticks(process.pid))
                 save_run(run)  # the pid on disk before the next start: no untracked process
+            # Every pid is on disk: only now may the commands run (a crash before this line
+            # leaves supervisors waiting, and the next backend abandons them).
+            claim_gate(str(run.gate_file()), "go")
             run.state, run.started_at = RunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
@@ -281,6 +286,11 @@ class LocalBackend:
                 continue
             self._runs[run_id] = run
             if not run.state.terminal:
+                if not run.gate_file().exists():
+                    # The earlier backend died while starting this run: let it run only if
+                    # every replica's process is on record, else make sure none ever does.
+                    tracked = all(r.pid is not None or r.finished for r in run.replicas)
+                    claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
                 self._refresh(run)
                 self._changes.mark(run_id)
 
@@ -353,7 +363,9 @@ class LocalBackend:
             if processes.group_alive(replica.pid):
                 return False
         outcome = read_json(run.exit_file(replica))
-        if outcome is not None:
+        if outcome is not None and outcome.get("abandoned"):
+            replica.finish(exit_code=None, vanished=True)  # never ran: safe to run again
+        elif outcome is not None:
             error = outcome.get("error")
             replica.finish(int(outcome["exit_code"]), str(error) if error else None)
         elif code is not None:

@@ -137,6 +137,10 @@ class Run:
     def exit_file(self, replica: Replica) -> Path:
         return self.directory / f"{self._stem(replica)}.exit"
 
+    def gate_file(self) -> Path:
+        """``go`` or ``abandon``: whether the replicas' commands may run (see _supervise)."""
+        return self.directory / "gate"
+
     def settle(self, now: float) -> None:
         """Every replica is gone: decide the run's final state, once."""
         self.finished_at = now

@@ -83,6 +83,7 @@ def start_supervised(
     argv: Sequence[str],
     *,
     exit_file: Path,
+    gate_file: Path,
     stdout: Path,
     stderr: Path,
     env: Mapping[str, str],
@@ -94,7 +95,16 @@ def start_supervised(
     """
     with stdout.open("ab") as out, stderr.open("ab") as err:
         return subprocess.Popen(
-            [sys.executable, "-I", "-S", str(SUPERVISOR), str(exit_file), "--", *argv],
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(SUPERVISOR),
+                str(exit_file),
+                str(gate_file),
+                "--",
+                *argv,
+            ],
             cwd=working_dir,
             env=dict(env),
             stdin=subprocess.DEVNULL,

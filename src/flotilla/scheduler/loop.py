@@ -76,6 +76,7 @@ from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, Thread
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     JobRecord,
+    IllegalTransitionError,
     JobState,
     Lease,
     LeaseLostError,
@@ -205,7 +206,9 @@ class SchedulingLoop:
         if self.lease is not None:
             try:
                 self._observe_clusters()
+                self.jobdb.sync(self.store)
                 self._apply_requests()
+                self.jobdb.sync(self.store)
                 self._dispatch_leased()
                 self.jobdb.sync(self.store)
                 result = self._schedule()
@@ -280,6 +283,9 @@ class SchedulingLoop:
             self.metrics.transitions.labels(state=state.value).inc()
         except StaleRunError:
             log.info("ignored a report about an old run of job %s", job_id)
+        except IllegalTransitionError as error:
+            # The job moved on since this cycle read it (e.g. its run ended meanwhile).
+            log.info("skipped a transition that no longer applies: %s", error)
 
     def _observe_clusters(self) -> None:
         now = time.time()

@@ -1,0 +1,26 @@
+"""A scheduler replica as its own process, for crash tests: ``python loop_process.py URL DIR``.
+
+It runs the scheduling loop with the local backend until killed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from flotilla.backends.local import LocalBackend
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.store import SqlStore
+
+
+def main(url: str, state_dir: str, replica: str) -> None:
+    store = SqlStore.open(url)
+    backend = LocalBackend(cluster="local", state_dir=Path(state_dir), grace_period=1.0)
+    settings = LoopSettings(cycle_interval=0.05, lease_ttl=1.5, replica=replica)
+    print("ready", flush=True)
+    SchedulingLoop(store, {"local": backend}, settings).run(threading.Event())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
