@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def run_case(name: str) -> dict[str, Any]:
     case = CASES[name]
+    load = os.getloadavg()
     result = case.run()
+    result["load_average_before"] = list(load)
+    result["load_average_after"] = list(os.getloadavg())
     result["case"] = name
     result["target"] = case.target
     result["command"] = f"python3 -m uv run python -m bench --case {name}"

@@ -63,6 +63,7 @@ class EngineCase:
     prefill: float = 0.0
     """Fraction of the fleet's dominant capacity filled by the harness before cycle 1."""
     budget_s: float = 60.0
+    """Time allowed for the cycles (building and prefill excluded); checked between cycles."""
     config: SchedulingConfig = field(default_factory=SchedulingConfig)
     tags: tuple[str, ...] = ()
 
@@ -210,7 +211,9 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
     running: dict[str, _Running] = {r.job.name: r for r in prefilled}
     fill_after_prefill = _dominant_use(fleet)
 
+    cycles_started = time.perf_counter()
     cycle_seconds: list[float] = []
+    cpu_seconds: list[float] = []
     cycles: list[dict[str, Any]] = []
     harness_s = 0.0
     stop = "cycles"
@@ -224,9 +227,10 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
             running=[r.record for r in running.values()],
         )
         harness_s += time.perf_counter() - h0
-        c0 = time.perf_counter()
+        c0, p0 = time.perf_counter(), time.process_time()
         result = algorithm.schedule(snapshot)
         seconds = time.perf_counter() - c0
+        cpu_seconds.append(time.process_time() - p0)
         h0 = time.perf_counter()
         replicas = 0
         for scheduled in result.scheduled:
@@ -254,7 +258,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
             }
         )
         del snapshot, result
-        if time.perf_counter() - started > case.budget_s and index + 1 < case.cycles:
+        if time.perf_counter() - cycles_started > case.budget_s and index + 1 < case.cycles:
             stop = f"time budget {case.budget_s:g}s"
             harness_s += time.perf_counter() - h0
             break
@@ -277,6 +281,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
         harness_s += time.perf_counter() - h0
 
     engine_s = sum(cycle_seconds)
+    engine_cpu_s = sum(cpu_seconds)
     placed = sum(c["scheduled"] for c in cycles)
     replicas = sum(c["replicas"] for c in cycles)
     considered = sum(c["considered"] for c in cycles)
@@ -315,6 +320,9 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
         "cycles": cycles,
         "cycle_count": len(cycles),
         "engine_s": engine_s,
+        "engine_cpu_s": engine_cpu_s,
+        "cpu_share": engine_cpu_s / engine_s if engine_s else None,
+        "placements_per_cpu_s": placed / engine_cpu_s if engine_cpu_s else 0.0,
         "placements": placed,
         "replicas_placed": replicas,
         "decisions": considered,

@@ -56,4 +56,5 @@ def machine_info() -> dict[str, Any]:
         "numpy": np.__version__,
         "pydantic": pydantic.__version__,
         "commit": git_commit(),
+        "load_average_1_5_15": list(os.getloadavg()),
     }

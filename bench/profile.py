@@ -44,7 +44,9 @@ def _wrap(start: Callable[[], None], stop: Callable[[], None]) -> Callable[[], N
     return restore
 
 
-def profile_case(name: str, out: Path, cycles: int | None = None) -> list[Path]:
+def profile_case(
+    name: str, out: Path, cycles: int | None = None, jobs: int | None = None
+) -> list[Path]:
     from dataclasses import replace
 
     from pyinstrument import Profiler
@@ -52,13 +54,18 @@ def profile_case(name: str, out: Path, cycles: int | None = None) -> list[Path]:
     case = ENGINE_CASES[name]
     if cycles is not None:
         case = replace(case, cycles=cycles)
+    if jobs is not None:
+        case = replace(case, workload=replace(case.workload, jobs=jobs))
     out.mkdir(parents=True, exist_ok=True)
-    header = (
-        f"# case {name}: {case.description}\n"
-        f"# command: python3 -m uv run python -m bench.profile --case {name}"
-        + (f" --cycles {cycles}" if cycles is not None else "")
-        + "\n"
+    options = (f" --cycles {cycles}" if cycles is not None else "") + (
+        f" --jobs {jobs}" if jobs is not None else ""
     )
+    header = (
+        f"# case {name}{options}: {case.description}\n"
+        f"# command: python3 -m uv run python -m bench.profile --case {name}{options}\n"
+    )
+    if jobs is not None:
+        header += f"# the backlog is overridden to {jobs:,} jobs\n"
     written = []
 
     profiler = Profiler(interval=0.001)
@@ -88,6 +95,30 @@ def profile_case(name: str, out: Path, cycles: int | None = None) -> list[Path]:
     return written
 
 
+def profile_philly(limit: int | None, out: Path) -> Path:
+    """pyinstrument over the whole replay (conversion, validation, simulation, report)."""
+    from pyinstrument import Profiler
+
+    from bench.philly import run_philly
+
+    out.mkdir(parents=True, exist_ok=True)
+    label = "philly" if limit is None else f"philly-{limit}"
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    result = run_philly(limit=limit)
+    profiler.stop()
+    header = (
+        f"# Philly replay, {result['params']['jobs']:,} jobs, whole run under pyinstrument\n"
+        f"# command: python3 -m uv run python -m bench.profile --philly {limit or 0}\n"
+        f"# under this profiler: end to end {result['end_to_end_s']:.1f}s, simulate "
+        f"{result['simulate_s']:.1f}s, schedule() {result['engine_s']:.1f}s over "
+        f"{result['executed_cycles']} cycles; measured {time.strftime('%Y-%m-%d')}\n\n"
+    )
+    path = out / f"{label}.pyinstrument.txt"
+    path.write_text(header + profiler.output_text(unicode=True, color=False))
+    return path
+
+
 def _trim(text: str) -> str:
     root = str(Path(__file__).resolve().parent.parent)
     return text.replace(root + "/", "")
@@ -103,13 +134,17 @@ def _summary(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("--case", action="append", required=True, choices=sorted(ENGINE_CASES))
+    parser.add_argument("--case", action="append", default=[], choices=sorted(ENGINE_CASES))
+    parser.add_argument("--jobs", type=int, help="override the case's backlog size")
+    parser.add_argument("--philly", type=int, help="profile the Philly replay (N jobs, 0 = all)")
     parser.add_argument("--out", type=Path, default=DOCS)
     parser.add_argument("--cycles", type=int, help="override the case's cycle count")
     args = parser.parse_args()
     for name in args.case:
-        for path in profile_case(name, args.out, args.cycles):
+        for path in profile_case(name, args.out, args.cycles, args.jobs):
             print(f"wrote {path}")
+    if args.philly is not None:
+        print(f"wrote {profile_philly(args.philly or None, args.out)}")
 
 
 if __name__ == "__main__":

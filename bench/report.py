@@ -38,6 +38,7 @@ def engine_table(results: Sequence[dict[str, Any]]) -> Table:
         "cycles",
         "placed",
         "placements/s",
+        "per CPU-s",
         "µs/placement",
         "decisions/s",
         "µs/decision",
@@ -58,6 +59,7 @@ def engine_table(results: Sequence[dict[str, Any]]) -> Table:
             str(r["cycle_count"]),
             _num(r["placements"]),
             _num(r["placements_per_s"]),
+            _num(r["placements_per_cpu_s"]),
             _num(r["us_per_placement"], 1),
             _num(r["decisions_per_s"]),
             _num(r["us_per_decision"], 1),
@@ -142,7 +144,8 @@ def render(results: Sequence[dict[str, Any]], machine: dict[str, Any], console: 
     console.print(
         f"[bold]Machine[/bold]: {machine['cpu_model']}, {machine['cores']} cores, "
         f"{machine['memory_bytes'] / 2**30:.0f} GiB; Python {machine['python']}, "
-        f"numpy {machine['numpy']}; commit {machine['commit']}"
+        f"numpy {machine['numpy']}; commit {machine['commit']}; "
+        f"load average at start {machine['load_average_1_5_15'][0]:.2f}"
     )
     if any(r.get("kind") == "engine" for r in results):
         console.print(engine_table(results))
