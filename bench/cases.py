@@ -1,0 +1,196 @@
+"""The benchmark cases. ``quick`` ones form the default suite; ``--full`` adds the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bench.engine import EngineCase, run_engine_case
+from bench.generators import (
+    GPU_NODE,
+    MULTI_REPLICA_MIX,
+    OVERSIZED,
+    FleetParams,
+    WorkloadParams,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    description: str
+    quick: bool
+    run: Callable[[], dict[str, Any]]
+    target: str = ""
+
+
+def _engine(case: EngineCase, target: str = "", quick: bool = True) -> Case:
+    return Case(case.name, case.description, quick, lambda: run_engine_case(case), target)
+
+
+HEADLINE = EngineCase(
+    name="headline-5k",
+    description=(
+        "5,000 nodes (80% 64-CPU, 20% 8-GPU tainted), 100 queues (weights 1-2), DRF, single-task "
+        "jobs of 8 shapes, 2 priorities; 50k-job backlog fills the fleet from empty, then 5% churn "
+        "per cycle. Quota tree generated but not enforced (engine has none yet)."
+    ),
+    fleet=FleetParams(nodes=5_000),
+    workload=WorkloadParams(jobs=50_000, queues=100, weight_skew=2.0, quota_tree=True),
+    cycles=6,
+    churn=0.05,
+    budget_s=120,
+    tags=("headline",),
+)
+
+NODES_15K = EngineCase(
+    name="nodes-15k",
+    description=(
+        "15,000 nodes, same mix as headline-5k; fleet prefilled to 90% by the harness, so the "
+        "engine places the last 10% from a 40k-job backlog, then 5% churn per cycle."
+    ),
+    fleet=FleetParams(nodes=15_000),
+    workload=WorkloadParams(jobs=40_000, queues=100, weight_skew=2.0, quota_tree=True),
+    cycles=3,
+    churn=0.05,
+    prefill=0.9,
+    budget_s=120,
+    tags=("headline",),
+)
+
+
+def _node_scaling(nodes: int) -> EngineCase:
+    return EngineCase(
+        name=f"scale-nodes-{nodes // 1000}k",
+        description=f"{nodes:,} nodes, 100 queues, 3,000 single-task jobs, one cycle from empty",
+        fleet=FleetParams(nodes=nodes),
+        workload=WorkloadParams(jobs=3_000, queues=100, weight_skew=2.0),
+        cycles=1,
+        churn=0.0,
+        budget_s=60,
+        tags=("scale-nodes",),
+    )
+
+
+def _unschedulable(jobs: int) -> EngineCase:
+    return EngineCase(
+        name=f"unschedulable-{_short(jobs)}",
+        description=(
+            f"{jobs:,} identical queued jobs larger than any node, 1,000 nodes, 100 queues: "
+            "a cycle that can schedule nothing"
+        ),
+        fleet=FleetParams(nodes=1_000),
+        workload=WorkloadParams(jobs=jobs, queues=100, shapes=(OVERSIZED,), priorities=(0,)),
+        cycles=2,
+        churn=0.0,
+        budget_s=120,
+        tags=("scale-jobs",),
+    )
+
+
+def _queued_scaling(jobs: int) -> EngineCase:
+    return EngineCase(
+        name=f"scale-queued-{_short(jobs)}",
+        description=(
+            f"5,000 nodes prefilled to 95%, {jobs:,} queued single-task jobs of 8 shapes, "
+            "100 queues; 3 cycles with 1% churn (mostly rescanning the backlog)"
+        ),
+        fleet=FleetParams(nodes=5_000),
+        workload=WorkloadParams(jobs=jobs, queues=100, weight_skew=2.0),
+        cycles=3,
+        churn=0.01,
+        prefill=0.95,
+        budget_s=240,
+        tags=("scale-jobs",),
+    )
+
+
+def _short(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1_000}k"
+
+
+MULTI_REPLICA = EngineCase(
+    name="multi-replica-1k",
+    description=(
+        "1,000 8-GPU nodes, 20 queues, all-or-nothing jobs of 2-8 replicas (1-8 GPUs each); "
+        "5k-job backlog fills the fleet, then 5% churn"
+    ),
+    fleet=FleetParams(nodes=1_000, shapes=(replace(GPU_NODE, weight=1.0),)),
+    workload=WorkloadParams(jobs=5_000, queues=20, shapes=MULTI_REPLICA_MIX),
+    cycles=5,
+    churn=0.05,
+    budget_s=90,
+    tags=("multi-replica",),
+)
+
+TINY = EngineCase(
+    name="tiny",
+    description="Smoke case: 40 nodes, 4 queues, 300 jobs, 3 cycles",
+    fleet=FleetParams(nodes=40, clusters=2),
+    workload=WorkloadParams(jobs=300, queues=4, quota_tree=True),
+    cycles=3,
+    churn=0.2,
+    prefill=0.3,
+    budget_s=30,
+    tags=("smoke",),
+)
+
+
+def _philly(limit: int | None = None) -> Case:
+    def run() -> dict[str, Any]:
+        from bench.philly import run_philly
+
+        return run_philly(limit=limit)
+
+    name = "philly" if limit is None else f"philly-{_short(limit)}"
+    jobs = "82,247" if limit is None else f"the first {limit:,}"
+    return Case(
+        name,
+        f"Philly trace, {jobs} jobs, through the simulator end to end (512 GPUs, 60 s cycles)",
+        quick=limit is not None,
+        run=run,
+        target="≤ 60 s end to end" if limit is None else "",
+    )
+
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        _engine(HEADLINE, "≥ 50,000 placements/s (≈ 20 µs/decision)"),
+        _engine(NODES_15K, "≥ 10,000 placements/s"),
+        _engine(_node_scaling(1_000)),
+        _engine(_node_scaling(5_000)),
+        _engine(_node_scaling(15_000)),
+        _engine(_unschedulable(10_000)),
+        _engine(_unschedulable(100_000)),
+        _engine(_unschedulable(1_000_000), "≤ 1 GiB held; cycle ≤ 1 s"),
+        _engine(_queued_scaling(10_000)),
+        _engine(_queued_scaling(100_000)),
+        _engine(_queued_scaling(1_000_000), quick=False),
+        _engine(MULTI_REPLICA),
+        _philly(10_000),
+        _philly(),
+        _engine(TINY, quick=False),
+    )
+}
+ENGINE_CASES: dict[str, EngineCase] = {
+    c.name: c
+    for c in (
+        HEADLINE,
+        NODES_15K,
+        MULTI_REPLICA,
+        TINY,
+        *(_node_scaling(n) for n in (1_000, 5_000, 15_000)),
+        *(_unschedulable(n) for n in (10_000, 100_000, 1_000_000)),
+        *(_queued_scaling(n) for n in (10_000, 100_000, 1_000_000)),
+    )
+}
+
+
+def quick_suite() -> list[str]:
+    return [name for name, case in CASES.items() if case.quick]
+
+
+def full_suite() -> list[str]:
+    return [name for name in CASES if name != "tiny"]

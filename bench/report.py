@@ -1,0 +1,167 @@
+"""Readable tables of benchmark results (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+MIB = 2**20
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:,.1f}"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f}"
+
+
+def engine_table(results: Sequence[dict[str, Any]]) -> Table:
+    table = Table(
+        title="Engine cases (SchedulingAlgorithm.schedule, repeated cycles)", title_justify="left"
+    )
+    for column in (
+        "case",
+        "nodes",
+        "queued",
+        "cycles",
+        "placed",
+        "placements/s",
+        "per CPU-s",
+        "µs/placement",
+        "decisions/s",
+        "µs/decision",
+        "cycle p50 ms",
+        "cycle p99 ms",
+        "peak RSS MiB",
+        "B/queued job",
+        "target",
+    ):
+        table.add_column(column, justify="left" if column in ("case", "target") else "right")
+    for r in results:
+        if r.get("kind") != "engine":
+            continue
+        table.add_row(
+            r["case"],
+            _num(r["params"]["nodes"]),
+            _num(r["params"]["jobs"]),
+            str(r["cycle_count"]),
+            _num(r["placements"]),
+            _num(r["placements_per_s"]),
+            _num(r["placements_per_cpu_s"]),
+            _num(r["us_per_placement"], 1),
+            _num(r["decisions_per_s"]),
+            _num(r["us_per_decision"], 1),
+            _ms(r["cycle_p50_s"]),
+            _ms(r["cycle_p99_s"]),
+            _mib(r["peak_rss_bytes"]),
+            _num(r.get("bytes_per_queued_job")),
+            r.get("target", ""),
+        )
+    return table
+
+
+def simulator_table(results: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="Simulator cases (trace replay, end to end)", title_justify="left")
+    for column in (
+        "case",
+        "jobs",
+        "GPUs",
+        "end to end s",
+        "simulate s",
+        "engine s",
+        "cycles run",
+        "decisions/s",
+        "cycle p50 ms",
+        "cycle p99 ms",
+        "peak RSS MiB",
+        "mean wait s",
+        "target",
+    ):
+        table.add_column(column, justify="left" if column in ("case", "target") else "right")
+    for r in results:
+        if r.get("kind") != "simulator":
+            continue
+        table.add_row(
+            r["case"],
+            _num(r["params"]["jobs"]),
+            _num(r["params"]["gpus"]),
+            _num(r["end_to_end_s"], 1),
+            _num(r["simulate_s"], 1),
+            _num(r["engine_s"], 1),
+            _num(r["executed_cycles"]),
+            _num(r["decisions_per_s"]),
+            _ms(r["cycle_p50_s"]),
+            _ms(r["cycle_p99_s"]),
+            _mib(r["peak_rss_bytes"]),
+            _num(r["mean_wait_s"]),
+            r.get("target", ""),
+        )
+    return table
+
+
+def scaling_table(results: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="Scaling (growth with nodes and with queued jobs)", title_justify="left")
+    for column in (
+        "case",
+        "nodes",
+        "queued",
+        "µs/placement",
+        "µs/decision",
+        "first cycle ms",
+        "B/queued job",
+        "RSS Δ/job B",
+    ):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for r in results:
+        if r.get("kind") != "engine" or not set(r["tags"]) & {"scale-nodes", "scale-jobs"}:
+            continue
+        table.add_row(
+            r["case"],
+            _num(r["params"]["nodes"]),
+            _num(r["params"]["jobs"]),
+            _num(r["us_per_placement"], 1),
+            _num(r["us_per_decision"], 2),
+            _ms(r["cycles"][0]["seconds"] if r["cycles"] else None),
+            _num(r.get("bytes_per_queued_job")),
+            _num(r.get("rss_bytes_per_job")),
+        )
+    return table
+
+
+def render(results: Sequence[dict[str, Any]], machine: dict[str, Any], console: Console) -> None:
+    console.print(
+        f"[bold]Machine[/bold]: {machine['cpu_model']}, {machine['cores']} cores, "
+        f"{machine['memory_bytes'] / 2**30:.0f} GiB; Python {machine['python']}, "
+        f"numpy {machine['numpy']}; commit {machine['commit']}; "
+        f"load average at start {machine['load_average_1_5_15'][0]:.2f}"
+    )
+    if any(r.get("kind") == "engine" for r in results):
+        console.print(engine_table(results))
+    if any(
+        r.get("kind") == "engine" and set(r["tags"]) & {"scale-nodes", "scale-jobs"}
+        for r in results
+    ):
+        console.print(scaling_table(results))
+    if any(r.get("kind") == "simulator" for r in results):
+        console.print(simulator_table(results))
+    failed = [r for r in results if r.get("kind") == "error"]
+    for r in failed:
+        console.print(f"[red]{r['case']} failed[/red]: {r['error']}")
+    console.print(
+        "Peak RSS: getrusage ru_maxrss of the case's own process (one process per case). "
+        "B/queued job: tracemalloc over 10,000 jobs built with build_job. "
+        "Only schedule() is timed; µs/placement counts cycles that placed something."
+    )
+    console.print("Reproduce one case: python3 -m uv run python -m bench --case NAME")

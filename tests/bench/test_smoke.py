@@ -1,0 +1,87 @@
+"""The benchmark harness runs a tiny case end to end and writes well-formed results.
+
+No timing assertions: figures are printed by the harness, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.cases import CASES, ENGINE_CASES, quick_suite  # noqa: E402
+from bench.engine import run_engine_case  # noqa: E402
+from bench.generators import FleetParams, WorkloadParams, build_fleet, build_workload  # noqa: E402
+from bench.philly import read_trace, run_philly, scenario_data  # noqa: E402
+
+from flotilla.model import scenario_from_data  # noqa: E402
+
+
+def test_tiny_engine_case_produces_figures() -> None:
+    result = run_engine_case(ENGINE_CASES["tiny"])
+    assert result["kind"] == "engine"
+    assert result["cycle_count"] >= 1
+    assert result["placements"] > 0
+    assert result["decisions"] >= result["placements"]
+    assert result["bytes_per_queued_job"] > 0
+    assert result["peak_rss_bytes"] > 0
+    for key in ("placements_per_s", "decisions_per_s", "cycle_p50_s", "cycle_p99_s"):
+        assert result[key] >= 0
+    json.dumps(result)
+
+
+def test_generators_follow_parameters() -> None:
+    fleet = build_fleet(FleetParams(nodes=30, clusters=3))
+    assert fleet.nodes == 30 and len(fleet.clusters) == 3
+    workload = build_workload(WorkloadParams(jobs=50, queues=5, quota_tree=True), fleet)
+    assert len(workload.jobs) == 50
+    assert {job.queue for job in workload.jobs} == {q.name for q in workload.queues}
+    assert set(workload.queue_quota) == {q.name for q in workload.queues}
+    assert workload.quotas[0].name == "org"
+
+
+def test_philly_conversion_builds_a_valid_scenario(tmp_path: Path) -> None:
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,aa\n"
+        "2017-10-09 07:00:00,100.0,16,1600.0,bb\n"
+        "2017-10-09 07:03:00,10.0,12,120.0,aa\n"
+    )
+    rows = read_trace(trace)
+    scenario = scenario_from_data(scenario_data(rows, nodes=4))
+    assert [job.submit_at for job in scenario.jobs] == [0, 115, 180]
+    assert scenario.jobs[0].tasks[0].replicas == 2  # 16 GPUs = 2 × 8
+    assert scenario.jobs[2].tasks[0].replicas == 3  # 12 GPUs = 3 × 4
+    result = run_philly(nodes=4, path=trace)
+    assert result["states"] == {"succeeded": 3}
+    json.dumps(result)
+
+
+def test_cli_runs_a_case_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--case", "tiny", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(out.read_text())
+    assert payload["machine"]["cores"] >= 1
+    assert payload["machine"]["numpy"]
+    [result] = payload["results"]
+    assert result["case"] == "tiny"
+    assert result["command"].endswith("--case tiny")
+    assert "tiny" in proc.stdout
+
+
+def test_suites_name_known_cases() -> None:
+    assert set(quick_suite()) <= set(CASES)
+    assert "headline-5k" in quick_suite()
