@@ -75,8 +75,8 @@ from flotilla.scheduler.records import (
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.store import (
     ACTIVE_JOB_STATES,
-    JobRecord,
     IllegalTransitionError,
+    JobRecord,
     JobState,
     Lease,
     LeaseLostError,
