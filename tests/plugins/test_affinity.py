@@ -43,6 +43,6 @@ def test_preferred_labels_score_the_share_matched() -> None:
     assert scores.tolist() == pytest.approx([0.5, 1.0, 0.5])
 
 
-def test_no_preference_scores_zero() -> None:
+def test_no_preference_has_no_opinion() -> None:
     f = fleet(scenario(clusters=[CLUSTER], jobs=[job()]))
-    assert PLUGIN.score(score_input(f.job("j"), f.cluster(), [0, 2])).tolist() == [0.0, 0.0]
+    assert PLUGIN.score(score_input(f.job("j"), f.cluster(), [0, 2])) is None

@@ -181,11 +181,14 @@ class ScoreInput:
 
 @runtime_checkable
 class ScorePlugin(Protocol):
-    """Scores candidate nodes, higher is better, one float per candidate in [0, 1]."""
+    """Scores candidate nodes, higher is better, one float per candidate in [0, 1].
+
+    Returns ``None`` when it has no opinion on this job (e.g. no preferred labels): cheaper
+    than a vector of zeros, and equal in effect."""
 
     name: str
 
-    def score(self, request: ScoreInput) -> Vector: ...
+    def score(self, request: ScoreInput) -> Vector | None: ...
 
 
 # --- Reserve / Unreserve ------------------------------------------------------------------
@@ -210,10 +213,14 @@ class ReserveResult:
 
 @runtime_checkable
 class ReservePlugin(Protocol):
-    """Claims plugin-owned state for a replica placed on ``row`` (devices, quota).
+    """Chooses and claims what a replica needs on node ``row`` beyond plain resources
+    (GPU devices), while a placement is being worked out.
 
     ``unreserve`` must undo exactly what ``reserve`` did; it is called, in reverse order,
-    when a later replica or plugin fails, so a job never half-holds resources.
+    when a later replica or plugin fails, and after every tentative placement (a strategy
+    trying clusters). A committed placement is applied as it was reserved, without calling
+    ``reserve`` again: state that must live for the rest of the run (quota usage) belongs in
+    the running-set hooks (``RunningSetPlugin.add_running``), not here.
     """
 
     name: str

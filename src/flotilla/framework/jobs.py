@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 from flotilla.framework.resources import ResourceSpace, Vector
 from flotilla.model.job import Affinity, GangSpec, JobSpec, Toleration, TopologyScope
 
@@ -46,6 +49,11 @@ class TaskRequest:
     gpu_memory: float
     gpu_scope: TopologyScope | None
     resources: Mapping[str, float]
+    wanted: npt.NDArray[np.intp] = field(init=False)
+    """Positions of the resources it asks for: filters and scores look only at these."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wanted", np.flatnonzero(self.request))
 
 
 @dataclass(frozen=True, eq=False)

@@ -59,7 +59,16 @@ class NodeTable:
             [space.vector(node.capacity) for node in nodes], dtype=np.float64
         ).reshape(len(nodes), len(space))
         self.capacity.flags.writeable = False
+        self.inverse_capacity = np.divide(
+            1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0
+        )
+        self.inverse_capacity.flags.writeable = False
         self.allocated = np.zeros_like(self.capacity)
+        self.free = self.capacity.copy()
+        """Capacity minus allocation, kept up to date by ``allocate``/``release``."""
+        self.everywhere = np.ones(len(nodes), dtype=bool)
+        """A shared all-true mask: filters with nothing to say return it (never modify it)."""
+        self.everywhere.flags.writeable = False
         width = max((node.gpu_count for node in nodes), default=0)
         # Per device free share (1.0 = idle); padding columns of absent devices stay at 0.
         self.device_free = np.zeros((len(nodes), width))
@@ -87,15 +96,12 @@ class NodeTable:
     def __len__(self) -> int:
         return len(self.names)
 
-    @property
-    def free(self) -> Vector:
-        return self.capacity - self.allocated
-
     def copy(self) -> NodeTable:
         """A snapshot sharing the static parts; allocations are copied."""
         clone = object.__new__(NodeTable)
         clone.__dict__.update(self.__dict__)
         clone.allocated = self.allocated.copy()
+        clone.free = self.free.copy()
         clone.device_free = self.device_free.copy()
         clone.device_memory_free = self.device_memory_free.copy()
         return clone
@@ -116,6 +122,7 @@ class NodeTable:
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
         self.allocated[row] += request
+        self.free[row] -= request
         if gpus is not None:
             for device, share in gpus.shares:
                 self.device_free[row, device] -= share
@@ -129,3 +136,4 @@ class NodeTable:
                 self.device_memory_free[row, device] += gpus.memory / len(gpus.shares)
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
+        self.free[row] = self.capacity[row] - self.allocated[row]

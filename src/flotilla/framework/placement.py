@@ -129,14 +129,15 @@ def place_job(
 
 
 def _best_node(framework: Framework, request: FilterInput) -> int | None:
-    mask = None
+    everywhere = request.cluster.nodes.everywhere
+    mask = everywhere
     for plugin in framework.filters:
         plugin_mask = plugin.filter(request)
-        mask = plugin_mask if mask is None else mask & plugin_mask
+        if plugin_mask is everywhere:
+            continue
+        mask = plugin_mask if mask is everywhere else mask & plugin_mask
         if not mask.any():
             return None
-    if mask is None:
-        mask = np.ones(len(request.cluster.nodes), dtype=bool)
     candidates = np.flatnonzero(mask)
     if len(candidates) == 0:
         return None
@@ -151,7 +152,9 @@ def _best_node(framework: Framework, request: FilterInput) -> int | None:
     )
     total = np.zeros(len(candidates))
     for scorer in framework.scores:
-        total += scorer.score(score_input)
+        scores = scorer.score(score_input)
+        if scores is not None:
+            total += scores
     # argmax keeps the first of equal scores: ties go to declaration order.
     return int(candidates[int(np.argmax(total))])
 

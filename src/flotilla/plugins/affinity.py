@@ -14,8 +14,11 @@ class NodeAffinity:
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
+        required = request.job.affinity.nodes.required
+        if not required:
+            return nodes.everywhere
         mask = np.ones(len(nodes), dtype=bool)
-        for key, value in request.job.affinity.nodes.required.items():
+        for key, value in required.items():
             mask &= nodes.label_mask(key, value)
         return mask
 
@@ -24,10 +27,10 @@ class NodeAffinity:
         labels = ", ".join(f"{k}={v}" for k, v in request.job.affinity.nodes.required.items())
         return f"{count} node{'s' if count != 1 else ''} without required labels {labels}"
 
-    def score(self, request: ScoreInput) -> Vector:
+    def score(self, request: ScoreInput) -> Vector | None:
         preferred = request.job.affinity.nodes.preferred
         if not preferred:
-            return np.zeros(len(request.candidates))
+            return None
         nodes = request.cluster.nodes
         matched = np.zeros(len(request.candidates))
         for key, value in preferred.items():

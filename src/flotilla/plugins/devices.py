@@ -34,7 +34,7 @@ class GpuDevices:
         nodes = request.cluster.nodes
         gpu = request.task.gpu
         if gpu <= 0:
-            return np.ones(len(nodes), dtype=bool)
+            return nodes.everywhere
         usable = self._usable_devices(request)
         if gpu < 1:
             return np.asarray(usable.any(axis=1), dtype=bool)

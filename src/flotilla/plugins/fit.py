@@ -17,11 +17,14 @@ class ResourcesFit:
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
-        wanted = np.flatnonzero(request.task.request)
+        wanted = request.task.wanted
         if len(wanted) == 0:
-            return np.ones(len(nodes), dtype=bool)
-        free = nodes.capacity[:, wanted] - nodes.allocated[:, wanted]
-        fits: Mask = np.all(free >= request.task.request[wanted] - EPSILON, axis=1)
+            return nodes.everywhere
+        if len(wanted) == 1:
+            dim = int(wanted[0])
+            single: Mask = nodes.free[:, dim] >= request.task.request[dim] - EPSILON
+            return single
+        fits: Mask = np.all(nodes.free[:, wanted] >= request.task.request[wanted] - EPSILON, axis=1)
         return fits
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
@@ -50,15 +53,20 @@ class ResourcesFit:
 
 
 def _utilisation_after(request: ScoreInput) -> Vector:
-    """Mean share of each requested resource in use on each candidate after placing."""
+    """Mean share of each requested resource in use on each candidate after placing.
+
+    A resource a node does not have at all counts as fully used there (share 1)."""
     nodes = request.cluster.nodes
-    wanted = np.flatnonzero(request.task.request)
+    wanted = request.task.wanted
     if len(wanted) == 0:
         return np.zeros(len(request.candidates))
-    capacity = nodes.capacity[np.ix_(request.candidates, wanted)]
-    used = nodes.allocated[np.ix_(request.candidates, wanted)] + request.task.request[wanted]
-    share = np.divide(used, capacity, out=np.ones_like(used), where=capacity > 0)
-    result: Vector = share.mean(axis=1)
+    candidates = request.candidates
+    total = np.zeros(len(candidates))
+    for dim in wanted:
+        inverse = nodes.inverse_capacity[candidates, dim]
+        used = nodes.allocated[candidates, dim] + request.task.request[dim]
+        total += np.where(inverse > 0, used * inverse, 1.0)
+    result: Vector = total / len(wanted)
     return result
 
 

@@ -26,7 +26,7 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
 def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
     """Nodes all of whose hard taints are tolerated; cached per toleration set on the table."""
     if not nodes.any_hard_taints:
-        return np.ones(len(nodes), dtype=bool)
+        return nodes.everywhere
     cache: dict[tuple[Toleration, ...], Mask] = nodes.__dict__.setdefault("_toleration_masks", {})
     key = tuple(tolerations)
     mask = cache.get(key)

@@ -87,11 +87,9 @@ class SchedulingRun:
             self.long_view = [cluster.snapshot() for cluster in self.clusters]
         return self.long_view
 
-    def _apply(self, assignment: Assignment, sign: int, skip: Cluster | None = None) -> None:
+    def _apply(self, assignment: Assignment, sign: int) -> None:
         for view in self._views():
             cluster = next(c for c in view if c.name == assignment.cluster)
-            if cluster is skip:
-                continue
             for placement in assignment.placements:
                 if sign > 0:
                     cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
@@ -156,12 +154,10 @@ class SchedulingRun:
             )
             if not status.ok:
                 return Decision(None, status.reason or f"not permitted by {permitter.name}")
-        chosen = next(c for c in clusters if c.name == decision.assignment.cluster)
-        committed = place_job(self.framework, job, chosen, self.cycle, keep=True, minimum=minimum)
-        if committed.assignment is None:  # pragma: no cover - placement is deterministic
-            raise RuntimeError(f"placement of {job.name} on {chosen.name} changed on commit")
-        self._apply(committed.assignment, +1, skip=chosen)
-        return committed
+        # The strategy's tentative placement was rolled back exactly, so applying it as it is
+        # commits the same result without placing the job a second time.
+        self._apply(decision.assignment, +1)
+        return decision
 
     # --- the running set ------------------------------------------------------------------
 
