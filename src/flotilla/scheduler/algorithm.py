@@ -38,7 +38,7 @@ from flotilla.framework.snapshot import (
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
-from flotilla.scheduler.ordering import DrfOrder, FifoOrder, sort_queues
+from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.run import Outcome, SchedulingRun, held
 from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
@@ -175,6 +175,18 @@ class _Loop:
                 if attempt.kind == Outcome.PLACEMENT:
                     reason = self._reserve(unit, reason)
             self._pend(unit, reason)
+            if not strict and unit.job.gang is None and attempt.kind is not None:
+                # Identical jobs right behind it would fail the same way: skip them at once,
+                # so a backlog of identical unschedulable jobs costs one attempt, not one each.
+                long = self._needs_long_view(job)
+
+                def same(other: SchedulingJob) -> bool:
+                    return alike(other, job) and self._needs_long_view(other) == long
+
+                for alike_job in self.order.skip_alike(job, same):
+                    self.pending[alike_job.name] = reason
+                    self.handled.add(alike_job.name)
+                continue
             if strict:
                 for behind in self.order.blocked(job):
                     if behind.name not in self.handled:

@@ -77,6 +77,21 @@ class DrfOrder:
         """The job stays queued; the queue moves on to its next job (best-effort FIFO)."""
         self._advance(job.queue)
 
+    def skip_alike(
+        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool]
+    ) -> list[SchedulingJob]:
+        """Skip ``job`` and every job right behind it in its queue for which ``same`` holds
+        (it would fail the same way); returns the ones skipped after it."""
+        queue = job.queue
+        jobs = self._jobs[queue]
+        start = self._heads[queue] + 1
+        end = start
+        while end < len(jobs) and same(jobs[end]):
+            end += 1
+        self._heads[queue] = end - 1
+        self._advance(queue)
+        return jobs[start:end]
+
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
         self._stopped.add(job.queue)
@@ -119,6 +134,16 @@ class FifoOrder:
     def skipped(self, job: SchedulingJob) -> None:
         self._index += 1
 
+    def skip_alike(
+        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool]
+    ) -> list[SchedulingJob]:
+        start = self._index + 1
+        end = start
+        while end < len(self._jobs) and same(self._jobs[end]):
+            end += 1
+        self._index = end
+        return self._jobs[start:end]
+
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         rest = self._jobs[self._index + 1 :]
         self._index = len(self._jobs)
@@ -126,6 +151,16 @@ class FifoOrder:
 
     def adjust(self, queue: str, delta: Vector) -> None:
         """Global FIFO does not rank by share."""
+
+
+def alike(job: SchedulingJob, model: SchedulingJob) -> bool:
+    """Would fail exactly as ``model`` did: same queue, priority and shape, and no gang."""
+    return (
+        job.gang is None
+        and job.queue == model.queue
+        and job.priority == model.priority
+        and (job.placement_key is model.placement_key or job.placement_key == model.placement_key)
+    )
 
 
 def sort_queues(

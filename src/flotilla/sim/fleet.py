@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.job import JobSpec
@@ -39,15 +41,16 @@ def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, 
             preemptible = priority_class.preemptible
         if spec.preemptible is not None:
             preemptible = spec.preemptible
+        # Jobs expanded from one spec share its tasks, vectors and placement key.
+        first = build_job(
+            spec,
+            name=spec.job_names()[0],
+            space=space,
+            sequence=len(jobs),
+            submit_time=spec.submit_at,
+            priority=priority,
+            preemptible=preemptible,
+        )
         for name in spec.job_names():
-            job = build_job(
-                spec,
-                name=name,
-                space=space,
-                sequence=len(jobs),
-                submit_time=spec.submit_at,
-                priority=priority,
-                preemptible=preemptible,
-            )
-            jobs.append((spec, job))
+            jobs.append((spec, replace(first, name=name, sequence=len(jobs))))
     return jobs
