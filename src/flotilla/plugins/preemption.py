@@ -42,23 +42,36 @@ class QueuePreemption:
             return PostFilterResult()
         job = request.job
         policy = context.queue_policy(job.queue)
-        reclaim = context.within_guarantee(job)
         borrow = policy.borrow_within_cohort
+        within = policy.within_queue is WithinQueue.LOWER_PRIORITY
+        across = (
+            policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+            or borrow.policy is not BorrowPolicy.NEVER
+        ) and context.quota_node(job.queue) is not None
+        if not within and not across:
+            return PostFilterResult()  # this queue's policy allows no preemption
+        reclaim = context.within_guarantee(job)
         eligible: list[tuple[tuple[Any, ...], SchedulingJob]] = []
         cohort_borrowers: set[str] = set()
-        for running in sorted(context.running_jobs, key=_least_important):
+        borrowing: dict[str, bool] = {}
+        for running in context.running_jobs:
             victim = running.job
+            if not victim.preemptible:
+                continue
             if victim.queue == job.queue:
-                if (
-                    policy.within_queue is WithinQueue.LOWER_PRIORITY
-                    and victim.priority < job.priority
-                ):
+                if within and victim.priority < job.priority:
                     eligible.append(((1, *_least_important(running)), victim))
                 continue
-            if not context.same_cohort(job.queue, victim.queue):
+            if not across:
                 continue
-            borrowed = context.borrowed(victim.queue)
-            if borrowed is None or not np.any(borrowed > EPSILON):
+            if victim.queue not in borrowing:
+                borrowed = context.borrowed(victim.queue)
+                borrowing[victim.queue] = (
+                    context.same_cohort(job.queue, victim.queue)
+                    and borrowed is not None
+                    and bool(np.any(borrowed > EPSILON))
+                )
+            if not borrowing[victim.queue]:
                 continue
             if reclaim:
                 allowed = policy.reclaim_within_cohort is ReclaimWithinCohort.ANY or (
@@ -128,8 +141,10 @@ class PriorityPreemption:
         job = request.job
         lower = [
             r.job
-            for r in sorted(context.running_jobs, key=_least_important)
-            if r.job.priority < job.priority
+            for r in sorted(
+                (r for r in context.running_jobs if r.job.priority < job.priority),
+                key=_least_important,
+            )
         ]
         units = candidate_units(context, lower)
         victims = minimal_victims(context, job, [unit for _, unit in units])
