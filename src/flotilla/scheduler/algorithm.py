@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 from flotilla.framework.interfaces import (
     Assignment,
@@ -179,10 +180,7 @@ class _Loop:
                 # Identical jobs right behind it would fail the same way: skip them at once,
                 # so a backlog of identical unschedulable jobs costs one attempt, not one each.
                 long = self._needs_long_view(job)
-
-                def same(other: SchedulingJob) -> bool:
-                    return alike(other, job) and self._needs_long_view(other) == long
-
+                same = partial(self._alike, model=job, long=long)
                 for alike_job in self.order.skip_alike(job, same):
                     self.pending[alike_job.name] = reason
                     self.handled.add(alike_job.name)
@@ -271,6 +269,9 @@ class _Loop:
         if committed.assignment is None:
             return _Attempt(committed, Outcome.ADMISSION)
         return _Attempt(committed)
+
+    def _alike(self, other: SchedulingJob, *, model: SchedulingJob, long: bool) -> bool:
+        return alike(other, model) and self._needs_long_view(other) == long
 
     def _needs_long_view(self, job: SchedulingJob) -> bool:
         if not self.reservation_times:
