@@ -38,7 +38,7 @@ ServerOption = Annotated[
     ),
 ]
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class ApiFailure(Exception):

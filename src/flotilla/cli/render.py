@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from flotilla.model import format_quantity
+
 PIPED_WIDTH = 200
 
 
@@ -48,12 +50,10 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
-def quantity(value: float) -> str:
-    return f"{value:g}"
-
-
 def resources(data: dict[str, Any]) -> str:
-    return ", ".join(f"{name}={quantity(float(amount))}" for name, amount in data.items()) or "-"
+    """``{"cpu": 2, "memory": 4294967296}`` → ``cpu=2, memory=4Gi``."""
+    parts = [f"{name}={format_quantity(name, float(amount))}" for name, amount in data.items()]
+    return ", ".join(parts) or "-"
 
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
