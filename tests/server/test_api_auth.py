@@ -48,6 +48,12 @@ def test_no_token_is_401_and_a_bad_token_is_401(api: TestClient) -> None:
     assert api.get("/v1/jobs", headers=as_user("ana-token")).status_code == 200
 
 
+def test_authentication_comes_before_body_validation(api: TestClient) -> None:
+    assert api.post("/v1/jobs", json={"bogus": 1}).status_code == 401
+    assert api.put("/v1/queues/q", json={"weight": -1}).status_code == 401
+    assert api.post("/v1/jobs/x/priority", json={}).status_code == 401
+
+
 def test_probes_and_metrics_need_no_token(api: TestClient) -> None:
     assert api.get("/healthz").status_code == 200
     assert api.get("/readyz").status_code == 200

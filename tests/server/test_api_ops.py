@@ -46,6 +46,14 @@ def test_not_ready_when_the_schema_is_not_migrated(tmp_path: Path) -> None:
     assert client.get("/healthz").status_code == 200
 
 
+def test_not_ready_when_the_schema_is_behind_the_code(client: TestClient, store: SqlStore) -> None:
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = 'older'")
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["detail"].startswith("schema at revision older")
+
+
 def test_openapi_documents_the_routes_and_the_job_spec(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     for path in ("/v1/jobs", "/v1/jobs/{job_id}/why", "/v1/queues/{name}", "/metrics"):
