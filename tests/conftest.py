@@ -1,13 +1,23 @@
-"""Suite-wide fixtures: where the shared contract lives, and a CLI runner."""
+"""Suite-wide fixtures: where the shared contract lives, and a PostgreSQL database.
+
+PostgreSQL: one fresh database per test session (per xdist worker), dropped afterwards. When
+the server is unreachable its tests are skipped with a reason, except under CI=true, where they
+fail: CI never silently skips them.
+"""
 
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy.exc import OperationalError
 
 from tests.builders import SHARED_DIR
+from tests.postgres_support import POSTGRES_URL
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +33,24 @@ def shared_dir() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return SHARED_DIR
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[tuple[Engine, str]]:
+    """An autocommit engine on a database created for this session, and that database's URL."""
+    server = create_engine(make_url(POSTGRES_URL), isolation_level="AUTOCOMMIT")
+    try:
+        connection = server.connect()
+    except OperationalError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL must be reachable in CI at {POSTGRES_URL}: {error}")
+        pytest.skip(f"PostgreSQL unreachable at {POSTGRES_URL} (start it to run these)")
+    name = f"flotilla_test_{uuid.uuid4().hex[:12]}"
+    connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = make_url(POSTGRES_URL).set(database=name)
+    database = create_engine(url, isolation_level="AUTOCOMMIT")
+    yield database, url.render_as_string(hide_password=False)
+    database.dispose()
+    connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    connection.close()
+    server.dispose()

@@ -1,4 +1,5 @@
-"""``flotilla`` — the command line. Exit codes: 0 ok, 1 a ``--check`` failed, 2 bad input."""
+"""``flotilla`` — the command line. Exit codes: 0 ok, 1 a ``--check`` failed or the API refused,
+2 bad input."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
+from flotilla.cli import fleet, jobs, serve
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
 
@@ -119,6 +121,11 @@ def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-de
         console.print(f"  t={now:g}s  {done}/{total} jobs done", highlight=False, end="\r")
 
     return show
+
+
+# The client commands live in their own modules and register after ``simulate``.
+for _module in (jobs, fleet, serve):
+    _module.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

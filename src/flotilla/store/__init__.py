@@ -4,7 +4,7 @@
 schema to the latest revision. ``Store`` is the contract; see ``flotilla.store.protocol``.
 """
 
-from flotilla.store.engine import DEFAULT_URL, make_engine, upgrade
+from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, upgrade
 from flotilla.store.errors import (
     ConflictError,
     DuplicateJobError,
@@ -30,6 +30,7 @@ from flotilla.store.states import (
     ACTIVE_JOB_STATES,
     JOB_TRANSITIONS,
     TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
     JobState,
     RunState,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_URL",
     "JOB_TRANSITIONS",
     "TERMINAL_JOB_STATES",
+    "WAITING_JOB_STATES",
     "ClusterRecord",
     "ConflictError",
     "DuplicateJobError",
@@ -55,6 +57,7 @@ __all__ = [
     "RunRecord",
     "RunRequest",
     "RunState",
+    "SchemaStatus",
     "SqlStore",
     "StaleRunError",
     "Store",

@@ -8,6 +8,7 @@ PostgreSQL: psycopg 3, READ COMMITTED; serial ordering comes from the counter ro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, make_url
@@ -73,3 +74,26 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaStatus:
+    """The database's migration revision against the newest one this code ships."""
+
+    current: str | None
+    head: str | None
+
+    @property
+    def at_head(self) -> bool:
+        return self.current is not None and self.current == self.head
+
+
+def schema_status(engine: Engine) -> SchemaStatus:
+    """Read the revision the database is at (raises if the database cannot be reached)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    return SchemaStatus(current=current, head=head)

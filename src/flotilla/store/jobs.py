@@ -13,11 +13,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
 from flotilla.store.errors import (
+    ConflictError,
     DuplicateJobError,
     IllegalTransitionError,
     InvalidJobError,
@@ -30,6 +31,7 @@ from flotilla.store.states import (
     ACTIVE_JOB_STATES,
     RUN_STATE_FOR_JOB,
     TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
     JobState,
     RunState,
     is_allowed,
@@ -284,8 +286,23 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
 
 
 def cancel(session: Session, job_id: str, reason: str, now: datetime) -> Job:
-    serial = reserve_serials(session, 1)
-    job = lock_jobs(session, [job_id])[job_id]
+    return cancel_many(session, [job_id], reason, now)[0]
+
+
+def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: datetime) -> list[Job]:
+    """Cancel jobs in the caller's transaction; an unknown id raises before anything changes."""
+    if not job_ids:
+        return []
+    serial = reserve_serials(session, len(job_ids))
+    jobs = lock_jobs(session, job_ids)
+    cancelled: list[Job] = []
+    for offset, job_id in enumerate(job_ids):
+        cancelled.append(_cancel_locked(session, jobs[job_id], reason, now, serial + offset))
+    return cancelled
+
+
+def _cancel_locked(session: Session, job: Job, reason: str, now: datetime, serial: int) -> Job:
+    job_id = job.id
     state = JobState(job.state)
     if state in TERMINAL_JOB_STATES or job.cancel_requested:
         return job
@@ -306,3 +323,58 @@ def latest_runs(session: Session, jobs: Sequence[Job]) -> dict[str, Run]:
         for run in session.scalars(select(Run).where(Run.id.in_(part))):
             runs[run.id] = run
     return runs
+
+
+def set_priority(session: Session, job_id: str, priority: int, reason: str, now: datetime) -> Job:
+    """Change a waiting job's priority. Only a queued or preempted job: the priority of a job
+    that holds resources already did its work, and changing it would rewrite history."""
+    serial = reserve_serials(session, 1)
+    job = lock_jobs(session, [job_id])[job_id]
+    state = JobState(job.state)
+    if state not in WAITING_JOB_STATES:
+        raise ConflictError(
+            f"job {job_id} is {state}: only a waiting job (queued or preempted) can be "
+            "reprioritized"
+        )
+    old = job.priority
+    job.priority = priority
+    if job.spec.get("priority_class") is None:
+        # Keep the stored spec telling the same story as the column the JobDb orders by.
+        job.spec = {**job.spec, "priority": priority}
+    job.serial = serial
+    job.updated_at = now
+    note = f"priority {old} → {priority}" + (f": {reason}" if reason else "")
+    add_event(session, job, now, "reprioritized", state, state, note)
+    return job
+
+
+def queue_position(session: Session, job_id: str) -> int | None:
+    """1-based place of a queued job in its queue's order (−priority, submission); None when
+    the job is not queued."""
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFoundError(f"no such job: {job_id}")
+    if job.state != JobState.QUEUED.value:
+        return None
+    ahead = session.execute(
+        select(func.count())
+        .select_from(Job)
+        .where(
+            Job.queue == job.queue,
+            Job.state == JobState.QUEUED.value,
+            or_(
+                Job.priority > job.priority,
+                and_(Job.priority == job.priority, Job.submit_serial < job.submit_serial),
+            ),
+        )
+    ).scalar_one()
+    return int(ahead) + 1
+
+
+def job_counts(session: Session) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, count in session.execute(
+        select(Job.queue, Job.state, func.count()).group_by(Job.queue, Job.state)
+    ):
+        counts.setdefault(queue, {})[state] = int(count)
+    return counts

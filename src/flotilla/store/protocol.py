@@ -80,6 +80,24 @@ class Store(Protocol):
         move it to cancelled. Idempotent: a finished job is returned unchanged."""
         ...
 
+    def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        """``cancel`` for several jobs in one transaction: an unknown id cancels none."""
+        ...
+
+    def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
+        """Change a waiting (queued or preempted) job's priority, with a ``reprioritized``
+        event and a fresh serial. Raises ``ConflictError`` for a job in any other state."""
+        ...
+
+    def queue_position(self, job_id: str) -> int | None:
+        """A queued job's 1-based place in its queue's order (higher priority first, then
+        submission); None when the job is not queued."""
+        ...
+
+    def job_counts(self) -> dict[str, dict[str, int]]:
+        """Number of jobs per queue and state: ``{queue: {state: n}}`` (zeros left out)."""
+        ...
+
     def transition(
         self,
         job_id: str,
@@ -144,10 +162,12 @@ class Store(Protocol):
         queue: str | None = None,
         states: Sequence[JobState] | None = None,
         owner: str | None = None,
+        labels: Mapping[str, str] | None = None,
         after: int | None = None,
         limit: int = 100,
     ) -> JobPage:
-        """Jobs in submission order, filtered; keyset-paginated: pass the page's
+        """Jobs in submission order, filtered (``labels``: every pair must match);
+        keyset-paginated: pass the page's
         ``next_cursor`` as ``after``. Stable under concurrent submissions."""
         ...
 

@@ -66,7 +66,7 @@ class EventRecord:
     run_id: str | None
     time: datetime
     kind: str
-    """``submitted``, ``transition`` or ``cancel_requested``."""
+    """``submitted``, ``transition``, ``cancel_requested`` or ``reprioritized``."""
     from_state: JobState | None
     to_state: JobState | None
     reason: str

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
 from flotilla.store.convert import event_record, job_record, run_record
-from flotilla.store.engine import DEFAULT_URL, make_engine, upgrade
+from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, schema_status, upgrade
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import (
@@ -89,6 +89,28 @@ class SqlStore:
         with self._write() as session:
             job = jobs.cancel(session, job_id, reason, self._now())
             return self._record(session, job)
+
+    def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write() as session:
+            touched = jobs.cancel_many(session, job_ids, reason, self._now())
+            session.flush()
+            return self._records(session, touched)
+
+    def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
+        with self._write() as session:
+            job = jobs.set_priority(session, job_id, priority, reason, self._now())
+            return self._record(session, job)
+
+    def queue_position(self, job_id: str) -> int | None:
+        with self._sessions() as session:
+            return jobs.queue_position(session, job_id)
+
+    def job_counts(self) -> dict[str, dict[str, int]]:
+        with self._sessions() as session:
+            return jobs.job_counts(session)
+
+    def schema_status(self) -> SchemaStatus:
+        return schema_status(self.engine)
 
     def transition(
         self,
@@ -187,6 +209,7 @@ class SqlStore:
         queue: str | None = None,
         states: Sequence[JobState] | None = None,
         owner: str | None = None,
+        labels: Mapping[str, str] | None = None,
         after: int | None = None,
         limit: int = 100,
     ) -> JobPage:
@@ -199,6 +222,8 @@ class SqlStore:
             query = query.where(Job.state.in_([state.value for state in states]))
         if owner is not None:
             query = query.where(Job.owner == owner)
+        for key, value in (labels or {}).items():
+            query = query.where(Job.labels[key].as_string() == value)
         if after is not None:
             query = query.where(Job.submit_serial > after)
         with self._sessions() as session:

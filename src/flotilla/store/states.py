@@ -43,6 +43,9 @@ ACTIVE_JOB_STATES: frozenset[JobState] = frozenset(
 )
 """States in which the job has exactly one active run."""
 
+WAITING_JOB_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PREEMPTED})
+"""States in which a job waits for the scheduler (a preempted job waits to be requeued)."""
+
 ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(
     {RunState.LEASED, RunState.PENDING, RunState.RUNNING}
 )

@@ -1,0 +1,45 @@
+"""``flotilla serve``: the REST API alone, over a database (no scheduling loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flotilla.cli.client import fail
+
+
+def serve(
+    db: Annotated[
+        str, typer.Option("--db", help="Database URL (sqlite:///… or postgresql://…).")
+    ] = ("sqlite:///./flotilla.db"),
+    host: Annotated[str, typer.Option(help="Listen address; beyond loopback needs --auth.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Listen port.", min=0, max=65535)] = 8467,
+    auth: Annotated[
+        Path | None, typer.Option("--auth", help="Token config (YAML); see docs/api.md.")
+    ] = None,
+) -> None:
+    """Serve the REST API over a database, without a scheduler in this process."""
+    from flotilla.model.errors import SpecError
+    from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+    from flotilla.store import SqlStore
+
+    try:
+        settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
+        check_bind(host, settings)
+    except SpecError as error:
+        fail(f"{auth}: invalid token config", error.problems, code=2)
+    except InsecureBindError as error:
+        fail(str(error), code=2)
+    store = SqlStore.open(db)
+    try:
+        run_server(create_app(store, None, settings), host, port)
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)

@@ -1,0 +1,188 @@
+"""Bearer tokens mapped to users, and per-queue permissions.
+
+The token file is YAML (or JSON)::
+
+    users:
+      - name: ana
+        token_sha256: 5e88489...      # sha256 of the token, hex: the file holds no secret
+        queues: {team-a: [submit, cancel], "*": [submit]}
+      - name: ops
+        token_env: FLOTILLA_OPS_TOKEN  # or the token itself, read from this variable at start
+        admin: true
+
+Permissions per queue: ``submit`` (submit jobs; cancel one's own), ``cancel`` (cancel anyone's
+jobs in the queue), ``admin`` (both, and reprioritize). ``*`` stands for every queue. An
+``admin`` user may do everything, including queue and quota changes.
+
+Without a token file everyone is an anonymous admin. That is only safe when nobody else can
+connect, so ``check_bind`` refuses any listen address but loopback in that case. Tokens are
+compared by their sha256 and never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from flotilla.model.base import Name
+from flotilla.model.errors import SpecError, from_pydantic
+
+
+class Permission(StrEnum):
+    SUBMIT = "submit"
+    CANCEL = "cancel"
+    ADMIN = "admin"
+
+
+ANY_QUEUE = "*"
+
+
+@dataclass(frozen=True)
+class User:
+    """Who made a request, and what they may do."""
+
+    name: str
+    admin: bool = False
+    queues: Mapping[str, frozenset[Permission]] = field(default_factory=dict)
+
+    def can(self, permission: Permission, queue: str) -> bool:
+        if self.admin:
+            return True
+        granted = self.queues.get(queue, frozenset()) | self.queues.get(ANY_QUEUE, frozenset())
+        return permission in granted or Permission.ADMIN in granted
+
+
+ANONYMOUS = User(name="anonymous", admin=True)
+"""Everyone, when the server runs without a token file (loopback only)."""
+
+
+class _UserEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    token_env: str | None = Field(default=None, min_length=1)
+    admin: bool = False
+    queues: dict[str, list[Permission]] = {}
+
+    @model_validator(mode="after")
+    def _one_token(self) -> _UserEntry:
+        if (self.token_sha256 is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_sha256 and token_env")
+        return self
+
+
+class _AuthFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: list[_UserEntry] = Field(min_length=1)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """Users by the sha256 of their token. Empty: authentication is off (anonymous admin)."""
+
+    users_by_token_hash: Mapping[str, User] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users_by_token_hash)
+
+    @classmethod
+    def disabled(cls) -> AuthSettings:
+        return cls()
+
+    @classmethod
+    def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> AuthSettings:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise SpecError(
+                [f"(top level): cannot read token config: {error}"], str(path)
+            ) from None
+        return cls.from_data(data, environ, source=str(path))
+
+    @classmethod
+    def from_data(
+        cls, data: Any, environ: Mapping[str, str] | None = None, source: str | None = None
+    ) -> AuthSettings:
+        """Raises ``SpecError`` naming each bad field (``users[1].token_env: …``)."""
+        environ = os.environ if environ is None else environ
+        try:
+            config = _AuthFile.model_validate(data)
+        except ValidationError as error:
+            raise from_pydantic(error, source) from None
+        users: dict[str, User] = {}
+        names: set[str] = set()
+        problems: list[str] = []
+        for index, entry in enumerate(config.users):
+            where = f"users[{index}]"
+            if entry.name in names:
+                problems.append(f"{where}.name: user {entry.name!r} is defined twice")
+            names.add(entry.name)
+            if entry.token_env is not None:
+                token = environ.get(entry.token_env, "")
+                if not token:
+                    problems.append(
+                        f"{where}.token_env: environment variable {entry.token_env} is not set"
+                    )
+                    continue
+                digest = token_hash(token)
+            else:
+                digest = (entry.token_sha256 or "").lower()
+            if digest in users:
+                problems.append(f"{where}: has the same token as user {users[digest].name!r}")
+                continue
+            queues = {queue: frozenset(perms) for queue, perms in entry.queues.items()}
+            users[digest] = User(name=entry.name, admin=entry.admin, queues=queues)
+        if problems:
+            raise SpecError(problems, source)
+        return cls(users_by_token_hash=users)
+
+    def authenticate(self, authorization: str | None) -> User | None:
+        """The user an ``Authorization: Bearer …`` header names; None if it names nobody."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        # Looked up by digest: timing can at most reveal a prefix of a sha256, not the token.
+        return self.users_by_token_hash.get(token_hash(token.strip()))
+
+
+class InsecureBindError(RuntimeError):
+    """Listening beyond this host without authentication would make anyone an admin."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, auth: AuthSettings) -> None:
+    """Refuse a non-loopback listen address unless tokens are configured."""
+    if not auth.enabled and not is_loopback(host):
+        raise InsecureBindError(
+            f"refusing to listen on {host} without authentication: anyone who can reach it "
+            "would be an admin. Give a token config (--auth FILE; see docs/api.md) or listen "
+            "on 127.0.0.1."
+        )

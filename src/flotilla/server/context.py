@@ -1,0 +1,96 @@
+"""What every route needs: the store, the scheduler handle (if any), auth and the caller.
+
+Routes take these as FastAPI dependencies, so the app factory is the only place that wires
+them and tests can build an app over any store and a fake handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from flotilla.scheduler.handle import SchedulerHandle
+from flotilla.server.auth import AuthSettings, Permission, User
+from flotilla.server.errors import ApiError
+from flotilla.store import Store
+
+_SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class ApiMetrics:
+    """The server's own metrics, in its own registry (one per app, so tests never clash)."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.requests = Counter(
+            "flotilla_api_requests_total",
+            "API requests by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "flotilla_api_request_seconds",
+            "API request duration by method and route template.",
+            ["method", "route"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+
+
+@dataclass
+class ServerContext:
+    store: Store
+    scheduler: SchedulerHandle | None
+    auth: AuthSettings
+    poll_interval: float = 0.2
+    """How often an event stream polls the store for changes."""
+    metrics: ApiMetrics = field(default_factory=ApiMetrics)
+
+    def wake(self) -> None:
+        """Tell a local scheduler that there is new work (or less of it)."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+
+def get_context(request: Request) -> ServerContext:
+    context: ServerContext = request.app.state.flotilla
+    return context
+
+
+_bearer = HTTPBearer(auto_error=False, description="A token from the server's token config.")
+
+
+def current_user(
+    request: Request,
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    """The caller; 401 without a token or with one nobody has."""
+    context = get_context(request)
+    header = request.headers.get("authorization")
+    user = context.auth.authenticate(header)
+    if user is None:
+        message = "a bearer token is required" if not header else "the bearer token is not valid"
+        raise ApiError(401, message, headers={"WWW-Authenticate": "Bearer"})
+    return user
+
+
+Context = Annotated[ServerContext, Depends(get_context)]
+Caller = Annotated[User, Depends(current_user)]
+
+
+def require(user: User, permission: Permission, queue: str) -> None:
+    if not user.can(permission, queue):
+        raise ApiError(
+            403, f"user {user.name!r} lacks the {permission.value!r} permission on queue {queue!r}"
+        )
+
+
+def require_admin(user: User, action: str) -> None:
+    if not user.admin:
+        raise ApiError(403, f"user {user.name!r} needs the admin role to {action}")

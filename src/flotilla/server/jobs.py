@@ -1,0 +1,203 @@
+"""Job routes: submit (one or a batch, all or nothing), list, show, cancel, reprioritize."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from flotilla.model import JobSpec
+from flotilla.server.auth import Permission, User
+from flotilla.server.context import Caller, Context, ServerContext, require
+from flotilla.server.errors import ApiError
+from flotilla.server.schemas import (
+    BulkCancelBody,
+    CancelBody,
+    CancelResult,
+    Job,
+    JobDetail,
+    JobList,
+    PriorityBody,
+    SubmitResult,
+    SubmittedJob,
+)
+from flotilla.server.submission import parse_submission
+from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+SUBMIT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": 'One job spec, or {"jobs": [spec, ...]} stored all or nothing.',
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/JobSpec"},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "jobs": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/JobSpec"},
+                                }
+                            },
+                            "required": ["jobs"],
+                        },
+                    ]
+                }
+            }
+        },
+    }
+}
+
+
+def _check_queues(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+    known = {queue.name for queue in context.store.list_queues()}
+    problems = [
+        f"{prefix + '.' if prefix else ''}queue: no such queue {spec.queue!r}"
+        for spec, prefix in zip(specs, prefixes, strict=True)
+        if spec.queue not in known
+    ]
+    if problems:
+        raise ApiError(400, "unknown queue; nothing was submitted", problems)
+
+
+@router.post("/jobs", status_code=201, openapi_extra=SUBMIT_BODY)
+async def submit_jobs(request: Request, context: Context, user: Caller) -> SubmitResult:
+    """Submit one job or a batch. Every job is validated first; then all are stored in one
+    transaction, or none (unknown queue: 400, name taken in its queue: 409)."""
+    try:
+        body = json.loads(await request.body())
+    except ValueError as error:
+        raise ApiError(400, f"the body is not valid JSON: {error}") from None
+    specs, prefixes = parse_submission(body)
+    for queue in sorted({spec.queue for spec in specs}):
+        require(user, Permission.SUBMIT, queue)
+    await run_in_threadpool(_check_queues, context, specs, prefixes)
+    owner = user.name if context.auth.enabled else None
+    ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+    context.wake()
+    named = [(spec.queue, name) for spec in specs for name in spec.job_names()]
+    jobs = [
+        SubmittedJob(id=job_id, name=name, queue=queue)
+        for job_id, (queue, name) in zip(ids, named, strict=True)
+    ]
+    return SubmitResult(ids=ids, jobs=jobs)
+
+
+def parse_labels(pairs: list[str] | None) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ApiError(
+                400, "invalid label filter", [f"label: expected key=value, got {pair!r}"]
+            )
+        labels[key] = value
+    return labels
+
+
+@router.get("/jobs")
+def list_jobs(
+    context: Context,
+    _user: Caller,
+    queue: str | None = None,
+    state: Annotated[list[JobState] | None, Query(description="Repeat for several.")] = None,
+    owner: str | None = None,
+    label: Annotated[list[str] | None, Query(description="key=value; repeat: all match.")] = None,
+    after: Annotated[int | None, Query(ge=0, description="A page's next_cursor.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JobList:
+    """Jobs in submission order, filtered, a page at a time (keyset: stable under submits)."""
+    page = context.store.list_jobs(
+        queue=queue,
+        states=state,
+        owner=owner,
+        labels=parse_labels(label),
+        after=after,
+        limit=limit,
+    )
+    return JobList(jobs=[Job.from_record(job) for job in page.jobs], next_cursor=page.next_cursor)
+
+
+def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
+    if job.state not in WAITING_JOB_STATES:
+        return None
+    live = context.scheduler.pending_reason(job.id) if context.scheduler is not None else None
+    return live or job.reason
+
+
+@router.get("/jobs/{job_id}")
+def get_job(job_id: str, context: Context, _user: Caller) -> JobDetail:
+    job = context.store.get_job(job_id)
+    runs = context.store.runs(job_id)
+    return JobDetail.build(job, runs, pending_reason(context, job))
+
+
+def may_cancel(user: User, job: JobRecord) -> bool:
+    """Anyone's job with ``cancel`` on its queue; one's own with ``submit``."""
+    own = job.owner is not None and job.owner == user.name
+    return user.can(Permission.CANCEL, job.queue) or (
+        own and user.can(Permission.SUBMIT, job.queue)
+    )
+
+
+def require_cancel(user: User, job: JobRecord) -> None:
+    if not may_cancel(user, job):
+        require(user, Permission.CANCEL, job.queue)
+
+
+@router.post("/jobs/cancel")
+def cancel_jobs(body: BulkCancelBody, context: Context, user: Caller) -> CancelResult:
+    """Cancel every unfinished job of a queue and/or carrying all the given labels. If the
+    caller may not cancel one of them, none is cancelled (403)."""
+    if body.queue is None and not body.labels:
+        raise ApiError(400, "give a queue and/or labels: refusing to cancel every job")
+    states = [state for state in JobState if state not in TERMINAL_JOB_STATES]
+    targets: list[JobRecord] = []
+    after: int | None = None
+    while True:
+        page = context.store.list_jobs(
+            queue=body.queue, states=states, labels=body.labels, after=after, limit=1000
+        )
+        targets.extend(job for job in page.jobs if not job.cancel_requested)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    for job in targets:
+        require_cancel(user, job)
+    records = context.store.cancel_many([job.id for job in targets], body.reason)
+    context.wake()
+    done = [job for job in records if job.state is JobState.CANCELLED or job.cancel_requested]
+    return CancelResult(cancelled=[Job.from_record(job) for job in done])
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(
+    job_id: str,
+    context: Context,
+    user: Caller,
+    body: Annotated[CancelBody | None, Body()] = None,
+) -> Job:
+    """A waiting job is cancelled at once; a running one is asked to stop
+    (``cancel_requested``) and becomes cancelled when its run has ended. Idempotent."""
+    job = context.store.get_job(job_id)
+    require_cancel(user, job)
+    reason = (body or CancelBody()).reason
+    record = context.store.cancel(job_id, reason)
+    context.wake()
+    return Job.from_record(record)
+
+
+@router.post("/jobs/{job_id}/priority")
+def set_priority(job_id: str, body: PriorityBody, context: Context, user: Caller) -> Job:
+    """Change a waiting job's priority (needs ``admin`` on its queue); 409 if it runs."""
+    job = context.store.get_job(job_id)
+    require(user, Permission.ADMIN, job.queue)
+    record = context.store.set_priority(job_id, body.priority, body.reason)
+    context.wake()
+    return Job.from_record(record)

@@ -1,0 +1,258 @@
+"""Request and response bodies of the REST API (they make the OpenAPI schema).
+
+Responses are built from store records by the ``from_record`` helpers, so the wire format
+stays stable if a record grows a field the API does not want to expose.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flotilla.store import ClusterRecord, EventRecord, JobRecord, NodeRecord, RunRecord
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Run(BaseModel):
+    id: str
+    attempt: int
+    cluster: str
+    assignment: dict[str, Any]
+    state: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    message: str | None
+
+    @classmethod
+    def from_record(cls, run: RunRecord) -> Run:
+        return cls(
+            id=run.id,
+            attempt=run.attempt,
+            cluster=run.cluster,
+            assignment=dict(run.assignment),
+            state=run.state.value,
+            created_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            exit_code=run.exit_code,
+            message=run.message,
+        )
+
+
+class Job(BaseModel):
+    """A job as listed: its state, why it is in it, and its latest run."""
+
+    id: str
+    name: str
+    queue: str
+    state: str
+    priority: int
+    owner: str | None
+    labels: dict[str, str]
+    submitted_at: datetime
+    updated_at: datetime
+    cancel_requested: bool
+    reason: str
+    run: Run | None
+    cursor: int = Field(description="Submission serial: pass as `after` to list later jobs.")
+
+    @classmethod
+    def from_record(cls, job: JobRecord) -> Job:
+        return cls(**_job_fields(job))
+
+
+def _job_fields(job: JobRecord) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "queue": job.queue,
+        "state": job.state.value,
+        "priority": job.priority,
+        "owner": job.owner,
+        "labels": dict(job.labels),
+        "submitted_at": job.submitted_at,
+        "updated_at": job.updated_at,
+        "cancel_requested": job.cancel_requested,
+        "reason": job.reason,
+        "run": None if job.run is None else Run.from_record(job.run),
+        "cursor": job.submit_serial,
+    }
+
+
+class JobDetail(Job):
+    """One job in full: spec as stored, every run, and why it waits if it does."""
+
+    spec: dict[str, Any]
+    runs: list[Run]
+    pending_reason: str | None = Field(
+        description="Why a waiting job waits: from the scheduler's latest run when one is "
+        "attached to this server, else the reason stored with the job."
+    )
+
+    @classmethod
+    def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
+        return cls(
+            **_job_fields(job),
+            spec=job.spec.model_dump(mode="json", exclude_none=True),
+            runs=[Run.from_record(run) for run in runs],
+            pending_reason=pending,
+        )
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+    next_cursor: int | None = Field(description="Pass as `after` for the next page; null: done.")
+
+
+class SubmittedJob(BaseModel):
+    id: str
+    name: str
+    queue: str
+
+
+class SubmitResult(BaseModel):
+    ids: list[str]
+    jobs: list[SubmittedJob]
+
+
+class CancelBody(_Closed):
+    reason: str = "cancelled by user"
+
+
+class BulkCancelBody(_Closed):
+    queue: str | None = None
+    labels: dict[str, str] = {}
+    reason: str = "cancelled by user"
+
+
+class CancelResult(BaseModel):
+    cancelled: list[Job] = Field(
+        description="Jobs cancelled now, or asked to stop (cancel_requested) if they were active."
+    )
+
+
+class PriorityBody(_Closed):
+    priority: int
+    reason: str = ""
+
+
+class Event(BaseModel):
+    id: int
+    job_id: str
+    run_id: str | None
+    time: datetime
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    reason: str
+
+    @classmethod
+    def from_record(cls, event: EventRecord) -> Event:
+        return cls(
+            id=event.id,
+            job_id=event.job_id,
+            run_id=event.run_id,
+            time=event.time,
+            kind=event.kind,
+            from_state=None if event.from_state is None else event.from_state.value,
+            to_state=None if event.to_state is None else event.to_state.value,
+            reason=event.reason,
+        )
+
+
+class LogChunk(BaseModel):
+    run_id: str
+    stream: str
+    offset: int
+    next_offset: int = Field(description="Pass as `offset` to read on.")
+    data: str
+    complete: bool = Field(description="The run has ended and this chunk reaches the end.")
+
+
+class Cluster(BaseModel):
+    name: str
+    backend: str
+    labels: dict[str, str]
+    state: str
+    heartbeat_at: datetime | None
+    updated_at: datetime
+    spec: dict[str, Any]
+
+    @classmethod
+    def from_record(cls, cluster: ClusterRecord) -> Cluster:
+        return cls(
+            name=cluster.name,
+            backend=cluster.backend,
+            labels=dict(cluster.labels),
+            state=cluster.state,
+            heartbeat_at=cluster.heartbeat_at,
+            updated_at=cluster.updated_at,
+            spec=dict(cluster.spec),
+        )
+
+
+class Node(BaseModel):
+    cluster: str
+    name: str
+    resources: dict[str, float]
+    labels: dict[str, str]
+    state: str
+    heartbeat_at: datetime | None
+
+    @classmethod
+    def from_record(cls, node: NodeRecord) -> Node:
+        return cls(
+            cluster=node.cluster,
+            name=node.name,
+            resources=dict(node.resources),
+            labels=dict(node.labels),
+            state=node.state,
+            heartbeat_at=node.heartbeat_at,
+        )
+
+
+class QuotaLevel(BaseModel):
+    """One quota on the path from the tree's root to a queue's own quota."""
+
+    name: str
+    min: dict[str, float]
+    max: dict[str, float] | None
+    lending_limit: dict[str, float] | None
+    weight: float
+
+
+class Why(BaseModel):
+    """Everything that explains where a job stands, in one answer."""
+
+    job_id: str
+    name: str
+    queue: str
+    state: str
+    waiting: bool
+    reason: str
+    cancel_requested: bool
+    queue_position: int | None = Field(description="1-based, among the queue's queued jobs.")
+    queued_in_queue: int
+    quota: list[QuotaLevel] = Field(description="The queue's quota and its ancestors, root first.")
+    queue_running: int | None = Field(description="From the last scheduling cycle, if known.")
+    queue_dominant_share: float | None
+    summary: str
+
+
+class Report(BaseModel):
+    scheduler: dict[str, Any] | None = Field(
+        description="The last scheduling cycle, or null when no scheduler runs in this process."
+    )
+    queues: dict[str, dict[str, int]] = Field(description="Jobs per queue and state (store).")
+
+
+class Health(BaseModel):
+    status: str
+    detail: str = ""

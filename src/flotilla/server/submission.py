@@ -1,0 +1,97 @@
+"""Parse a submission body into job specs, naming the field of every problem.
+
+The body is one job spec, or ``{"jobs": [spec, ...]}``. All problems of all jobs are reported
+at once (``jobs[1].tasks[0].resources.cpu: must be >= 0``) so a user fixes a file in one go;
+nothing reaches the store unless every job is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from flotilla.model import JobSpec
+from flotilla.model.errors import from_pydantic
+from flotilla.model.payload import (
+    PAYLOAD_TYPES,
+    PayloadError,
+    parse_payload,
+    parse_sim_behaviour,
+)
+from flotilla.server.errors import ApiError
+
+
+def _under(prefix: str, line: str) -> str:
+    if not prefix:
+        return line
+    if line.startswith("(top level)"):
+        return prefix + line[len("(top level)") :]
+    if line.startswith("["):
+        return prefix + line
+    return f"{prefix}.{line}"
+
+
+def check_payload(spec: JobSpec) -> list[str]:
+    """Problems with a job's type and payload, as the backends will see them.
+
+    A payload holding only ``sim`` is complete for the ``sim`` backend (as that backend
+    decides); a job without a payload runs there with default behaviour. Anything else is
+    validated as the job type's payload model, so a typo fails now rather than at dispatch.
+    """
+    try:
+        sim_only = spec.payload is None or set(spec.payload) <= {"sim"}
+        if spec.type in PAYLOAD_TYPES and sim_only:
+            parse_sim_behaviour(spec.payload)
+        else:
+            parse_payload(spec.type, spec.payload)
+    except PayloadError as error:
+        return error.problems
+    return []
+
+
+def check_service_fields(spec: JobSpec) -> list[str]:
+    """Scenario fields that mean nothing to a running service: refused, never ignored."""
+    problems: list[str] = []
+    if spec.submit_at != 0:
+        problems.append("submit_at: only meaningful in a simulation scenario")
+    if spec.cancel_at is not None:
+        problems.append("cancel_at: only meaningful in a simulation scenario")
+    return problems
+
+
+def parse_job(data: Any, prefix: str) -> tuple[JobSpec | None, list[str]]:
+    if not isinstance(data, Mapping):
+        return None, [f"{prefix or '(top level)'}: expected a job (a mapping)"]
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as error:
+        return None, [_under(prefix, line) for line in from_pydantic(error).problems]
+    problems = check_service_fields(spec) + check_payload(spec)
+    return spec, [_under(prefix, line) for line in problems]
+
+
+def parse_submission(body: Any) -> tuple[list[JobSpec], list[str]]:
+    """The specs and, per spec, the path prefix of its fields (``jobs[2]`` or ``""``).
+
+    Raises ``ApiError`` (422) listing every problem.
+    """
+    if isinstance(body, Mapping) and "jobs" in body:
+        extra = sorted(str(key) for key in body if key != "jobs")
+        problems = [f"{key}: unknown field (a batch holds only 'jobs')" for key in extra]
+        items = body["jobs"]
+        if not isinstance(items, list) or not items:
+            raise ApiError(422, "invalid submission", ["jobs: must be a non-empty list of jobs"])
+        prefixes = [f"jobs[{index}]" for index in range(len(items))]
+    else:
+        problems, items, prefixes = [], [body], [""]
+    specs: list[JobSpec] = []
+    for item, prefix in zip(items, prefixes, strict=True):
+        spec, found = parse_job(item, prefix)
+        problems.extend(found)
+        if spec is not None:
+            specs.append(spec)
+    if problems:
+        raise ApiError(422, "invalid job spec", problems)
+    return specs, prefixes

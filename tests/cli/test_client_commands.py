@@ -1,0 +1,215 @@
+"""The client commands against the real API app (ASGI, no socket) over a SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner, Result
+
+from flotilla.cli import client as cli_client
+from flotilla.cli.main import app
+from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
+from flotilla.server import AuthSettings, create_app
+from flotilla.server.auth import token_hash
+from flotilla.store import JobState, SqlStore
+from tests.server.api_support import FakeScheduler, spec
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    store = SqlStore.open(f"sqlite:///{tmp_path}/flotilla.db")
+    store.put_quota(QuotaSpec(name="org", min={"gpu": 8}, children=[QuotaSpec(name="vision")]))
+    store.put_queue(QueueSpec(name="team-a", quota="vision"))
+    store.put_queue(QueueSpec(name="team-b"))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def scheduler() -> FakeScheduler:
+    return FakeScheduler()
+
+
+@pytest.fixture
+def servers(
+    store: SqlStore, scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """Point the CLI's client factory at the app; returns the server URLs it was asked for."""
+    application = create_app(store, scheduler, AuthSettings.disabled(), poll_interval=0)
+    asked: list[str] = []
+
+    def factory(server: str, token: str | None) -> httpx.Client:
+        asked.append(server)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return TestClient(application, base_url=server, headers=headers)
+
+    monkeypatch.setattr(cli_client, "client_factory", factory)
+    return asked
+
+
+def job_spec(name: str, queue: str = "team-a") -> JobSpec:
+    """A job put straight into the store, as another client would."""
+    return JobSpec.model_validate(spec(name, queue))
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def write(tmp_path: Path, data: object, name: str = "jobs.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_submit_a_list_then_list_and_describe(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    path = write(tmp_path, [spec("prep"), spec("train", labels={"kind": "gpu"})])
+    result = run("submit", str(path))
+    assert result.exit_code == 0, result.output
+    assert "submitted 2 jobs" in result.output
+    ids = [job.id for job in store.list_jobs().jobs]
+    assert all(job_id in result.output for job_id in ids)
+    assert servers == ["http://127.0.0.1:8467"]
+
+    listed = run("jobs", "--label", "kind=gpu")
+    assert listed.exit_code == 0 and ids[1] in listed.output and ids[0] not in listed.output
+
+    store.record_run(ids[0], "east", {})
+    described = run("describe", ids[0])
+    assert described.exit_code == 0, described.output
+    for text in ("prep", "team-a", "leased", "echo prep", "east", "submitted"):
+        assert text in described.output
+
+
+def test_server_comes_from_the_environment_or_the_option(
+    tmp_path: Path, servers: list[str]
+) -> None:
+    assert run("jobs", env={"FLOTILLA_SERVER": "http://env:1"}).exit_code == 0
+    assert run("jobs", "--server", "http://flag:2").exit_code == 0
+    assert servers == ["http://env:1", "http://flag:2"]
+
+
+def test_a_bad_job_file_is_exit_2_naming_the_field(tmp_path: Path, servers: list[str]) -> None:
+    bad = write(tmp_path, [spec("a"), spec("b", tasks=[{"name": "m", "resources": {"cpu": -1}}])])
+    result = run("submit", str(bad))
+    assert result.exit_code == 2
+    assert "jobs[1].tasks[0].resources.cpu: must be >= 0" in result.output
+    assert servers == []
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("jobs: [")
+    assert run("submit", str(broken)).exit_code == 2
+    assert run("submit", str(tmp_path / "missing.yaml")).exit_code == 2
+
+
+def test_api_errors_show_the_message_and_exit_1(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    path = write(tmp_path, spec("train", queue="nope"))
+    result = run("submit", str(path))
+    assert result.exit_code == 1
+    assert "unknown queue" in result.output and "queue: no such queue 'nope'" in result.output
+    missing = run("describe", "no-such-job")
+    assert missing.exit_code == 1 and "no such job: no-such-job" in missing.output
+
+
+def test_cancel_by_id_and_by_queue(tmp_path: Path, servers: list[str], store: SqlStore) -> None:
+    a, b, c = store.submit_jobs(
+        [
+            job_spec("a"),
+            job_spec("b"),
+            job_spec("c", queue="team-b"),
+        ]
+    )
+    store.record_run(b, "east", {})
+    result = run("cancel", a, b)
+    assert result.exit_code == 0, result.output
+    assert f"{a} a: cancelled" in result.output and f"{b} b: cancel requested" in result.output
+    by_queue = run("cancel", "--queue", "team-b")
+    assert by_queue.exit_code == 0 and f"{c} c: cancelled" in by_queue.output
+    assert store.get_job(c).state is JobState.CANCELLED
+    assert run("cancel").exit_code == 2
+    assert run("cancel", a, "--queue", "team-a").exit_code == 2
+
+
+def test_logs_print_and_follow_until_the_run_ends(
+    servers: list[str], store: SqlStore, scheduler: FakeScheduler
+) -> None:
+    (job_id,) = store.submit_jobs([job_spec("train")])
+    run_record = store.record_run(job_id, "east", {})
+    scheduler.logs_by_run[run_record.id] = b"epoch 1\nepoch 2\n"
+    scheduler.finished_runs.add(run_record.id)
+    result = run("logs", job_id, "-f")
+    assert result.exit_code == 0 and result.output == "epoch 1\nepoch 2\n"
+    assert scheduler.log_requests[-1].offset == 0
+    not_yet = run("logs", store.submit_jobs([job_spec("waiting")])[0])
+    assert not_yet.exit_code == 1 and "has no run yet" in not_yet.output
+
+
+def test_watch_draws_a_bounded_number_of_refreshes(servers: list[str], store: SqlStore) -> None:
+    (job_id,) = store.submit_jobs([job_spec("train")])
+    result = run("watch", "--iterations", "1", "--queue", "team-a")
+    assert result.exit_code == 0, result.output
+    assert job_id in result.output and "1 job(s)" in result.output
+
+
+def test_queues_quotas_clusters_and_why(servers: list[str], store: SqlStore) -> None:
+    store.upsert_cluster(
+        ClusterSpec.model_validate(
+            {"name": "east", "nodes": [{"name": "n", "count": 2, "resources": {"cpu": 8}}]}
+        )
+    )
+    (job_id,) = store.submit_jobs([job_spec("train")])
+    queues = run("queues")
+    assert queues.exit_code == 0 and "team-a" in queues.output and "vision" in queues.output
+    quotas = run("quotas")
+    assert quotas.exit_code == 0 and "org" in quotas.output and "vision" in quotas.output
+    clusters = run("clusters", "--nodes")
+    assert clusters.exit_code == 0 and "east" in clusters.output and "n-1" in clusters.output
+    why = run("why", job_id)
+    assert why.exit_code == 0 and "1 of 1 queued in team-a" in why.output
+    assert "quota vision" in why.output
+
+
+def test_the_token_comes_from_flotilla_token(
+    tmp_path: Path, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = AuthSettings.from_data(
+        {"users": [{"name": "ana", "token_sha256": token_hash("s3cret"), "admin": True}]}
+    )
+    application = create_app(store, None, auth)
+    monkeypatch.setattr(
+        cli_client,
+        "client_factory",
+        lambda server, token: TestClient(
+            application,
+            base_url=server,
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+        ),
+    )
+    refused = run("jobs")
+    assert refused.exit_code == 1 and "a bearer token is required" in refused.output
+    assert run("jobs", env={"FLOTILLA_TOKEN": "s3cret"}).exit_code == 0
+
+
+def test_unreachable_server_is_exit_1_naming_it() -> None:
+    result = run("jobs", "--server", "http://127.0.0.1:9")
+    assert result.exit_code == 1
+    assert "cannot reach the Flotilla server at http://127.0.0.1:9" in result.output
+
+
+def test_serve_refuses_an_open_address_without_tokens(tmp_path: Path) -> None:
+    result = run("serve", "--db", f"sqlite:///{tmp_path}/x.db", "--host", "0.0.0.0")
+    assert result.exit_code == 2 and "refusing to listen on 0.0.0.0" in result.output
+    bad = tmp_path / "auth.yaml"
+    bad.write_text(json.dumps({"users": [{"name": "a"}]}))
+    invalid = run("serve", "--auth", str(bad))
+    assert invalid.exit_code == 2
+    assert "users[0]: give exactly one of token_sha256 and token_env" in invalid.output

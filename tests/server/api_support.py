@@ -1,0 +1,60 @@
+"""A fake scheduler handle and job-spec builders for the API tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
+from flotilla.scheduler.handle import CycleReport
+from flotilla.scheduler.metrics import SchedulerMetrics
+
+
+class FakeScheduler:
+    """Answers as a scheduling loop would; records what the server asked of it."""
+
+    def __init__(self) -> None:
+        self.metrics = SchedulerMetrics()
+        self.reasons: dict[str, str] = {}
+        self.logs_by_run: dict[str, bytes] = {}
+        self.finished_runs: set[str] = set()
+        self.cycle = CycleReport()
+        self.wakes = 0
+        self.log_requests: list[LogsRequest] = []
+
+    @property
+    def is_leader(self) -> bool:
+        return True
+
+    def pending_reason(self, job_id: str) -> str | None:
+        return self.reasons.get(job_id)
+
+    def last_cycle(self) -> CycleReport:
+        return self.cycle
+
+    def logs(self, job_id: str, request: LogsRequest) -> LogChunk:
+        self.log_requests.append(request)
+        if request.run_id not in self.logs_by_run:
+            raise UnknownRun(request.run_id)
+        if request.replica is not None and request.replica > 0:
+            raise ValueError(f"replica {request.replica}: the run has only replica 0")
+        data = self.logs_by_run[request.run_id][request.offset : request.offset + request.limit]
+        end = request.offset + len(data)
+        complete = request.run_id in self.finished_runs and end == len(
+            self.logs_by_run[request.run_id]
+        )
+        return LogChunk(request.run_id, request.stream, request.offset, end, data, complete)
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+
+def spec(name: str, queue: str = "team-a", **fields: Any) -> dict[str, Any]:
+    """A valid job spec as JSON data (a command job)."""
+    data: dict[str, Any] = {
+        "name": name,
+        "queue": queue,
+        "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+        "payload": {"command": ["echo", name]},
+    }
+    data.update(fields)
+    return data

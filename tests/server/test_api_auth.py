@@ -1,0 +1,171 @@
+"""Tokens, per-queue permissions, owners, and the refusal to listen openly without tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flotilla.model import SpecError
+from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+from flotilla.server.auth import token_hash
+from flotilla.store import JobState, SqlStore
+from tests.server.api_support import FakeScheduler, spec
+
+CONFIG = {
+    "users": [
+        {"name": "ana", "token_sha256": token_hash("ana-token"), "queues": {"team-a": ["submit"]}},
+        {"name": "bo", "token_sha256": token_hash("bo-token"), "queues": {"*": ["submit"]}},
+        {"name": "cy", "token_sha256": token_hash("cy-token"), "queues": {"team-a": ["admin"]}},
+        {"name": "ops", "token_env": "OPS_TOKEN", "admin": True},
+    ]
+}
+
+
+@pytest.fixture
+def auth() -> AuthSettings:
+    return AuthSettings.from_data(CONFIG, environ={"OPS_TOKEN": "ops-token"})
+
+
+@pytest.fixture
+def api(store: SqlStore, scheduler: FakeScheduler, auth: AuthSettings) -> TestClient:
+    return TestClient(create_app(store, scheduler, auth, poll_interval=0))
+
+
+def as_user(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_no_token_is_401_and_a_bad_token_is_401(api: TestClient) -> None:
+    missing = api.get("/v1/jobs")
+    assert missing.status_code == 401
+    assert missing.json()["message"] == "a bearer token is required"
+    assert missing.headers["www-authenticate"] == "Bearer"
+    bad = api.get("/v1/jobs", headers=as_user("guess"))
+    assert bad.status_code == 401 and bad.json()["message"] == "the bearer token is not valid"
+    assert "guess" not in bad.text
+    assert api.get("/v1/jobs", headers=as_user("ana-token")).status_code == 200
+
+
+def test_authentication_comes_before_body_validation(api: TestClient) -> None:
+    assert api.post("/v1/jobs", json={"bogus": 1}).status_code == 401
+    assert api.put("/v1/queues/q", json={"weight": -1}).status_code == 401
+    assert api.post("/v1/jobs/x/priority", json={}).status_code == 401
+
+
+def test_probes_and_metrics_need_no_token(api: TestClient) -> None:
+    assert api.get("/healthz").status_code == 200
+    assert api.get("/readyz").status_code == 200
+    assert api.get("/metrics").status_code == 200
+
+
+def test_submit_needs_the_permission_on_every_queue_of_the_batch(
+    api: TestClient, store: SqlStore
+) -> None:
+    body = {"jobs": [spec("a"), spec("b", "team-b")]}
+    refused = api.post("/v1/jobs", json=body, headers=as_user("ana-token"))
+    assert refused.status_code == 403
+    assert refused.json()["message"] == "user 'ana' lacks the 'submit' permission on queue 'team-b'"
+    assert store.list_jobs().jobs == []
+    accepted = api.post("/v1/jobs", json=body, headers=as_user("bo-token"))
+    assert accepted.status_code == 201
+
+
+def test_the_owner_is_the_authenticated_user(api: TestClient, store: SqlStore) -> None:
+    response = api.post(
+        "/v1/jobs", json=spec("a", user="someone-else"), headers=as_user("ana-token")
+    )
+    job = store.get_job(response.json()["ids"][0])
+    assert job.owner == "ana"
+
+
+def test_cancel_own_jobs_with_submit_others_need_cancel(api: TestClient, store: SqlStore) -> None:
+    (mine,) = api.post("/v1/jobs", json=spec("mine"), headers=as_user("ana-token")).json()["ids"]
+    (theirs,) = api.post("/v1/jobs", json=spec("theirs"), headers=as_user("bo-token")).json()["ids"]
+    assert api.post(f"/v1/jobs/{mine}/cancel", headers=as_user("ana-token")).status_code == 200
+    refused = api.post(f"/v1/jobs/{theirs}/cancel", headers=as_user("ana-token"))
+    assert refused.status_code == 403 and "'cancel' permission on queue 'team-a'" in refused.text
+    assert store.get_job(theirs).state is JobState.QUEUED
+    assert api.post(f"/v1/jobs/{theirs}/cancel", headers=as_user("cy-token")).status_code == 200
+
+
+def test_bulk_cancel_is_all_or_nothing_on_permissions(api: TestClient, store: SqlStore) -> None:
+    ana = api.post("/v1/jobs", json=spec("a", labels={"s": "1"}), headers=as_user("ana-token"))
+    bo = api.post("/v1/jobs", json=spec("b", labels={"s": "1"}), headers=as_user("bo-token"))
+    refused = api.post("/v1/jobs/cancel", json={"labels": {"s": "1"}}, headers=as_user("ana-token"))
+    assert refused.status_code == 403
+    ids = [ana.json()["ids"][0], bo.json()["ids"][0]]
+    assert [store.get_job(job_id).state for job_id in ids] == [JobState.QUEUED] * 2
+
+
+def test_reprioritize_needs_queue_admin(api: TestClient) -> None:
+    (job_id,) = api.post("/v1/jobs", json=spec("a"), headers=as_user("ana-token")).json()["ids"]
+    body = {"priority": 5}
+    refused = api.post(f"/v1/jobs/{job_id}/priority", json=body, headers=as_user("ana-token"))
+    assert refused.status_code == 403 and "'admin' permission on queue 'team-a'" in refused.text
+    allowed = api.post(f"/v1/jobs/{job_id}/priority", json=body, headers=as_user("cy-token"))
+    assert allowed.status_code == 200
+
+
+def test_queue_and_quota_changes_need_the_admin_role(api: TestClient) -> None:
+    for token in ("ana-token", "cy-token"):
+        refused = api.put("/v1/queues/new", json={}, headers=as_user(token))
+        assert refused.status_code == 403 and "needs the admin role" in refused.json()["message"]
+    assert api.delete("/v1/queues/team-a", headers=as_user("cy-token")).status_code == 403
+    assert api.put("/v1/quotas/q", json={}, headers=as_user("bo-token")).status_code == 403
+    assert api.put("/v1/queues/new", json={}, headers=as_user("ops-token")).status_code == 200
+    assert api.get("/v1/queues", headers=as_user("ana-token")).status_code == 200
+
+
+def test_without_a_token_config_only_loopback_is_allowed() -> None:
+    check_bind("127.0.0.1", AuthSettings.disabled())
+    check_bind("::1", AuthSettings.disabled())
+    check_bind("localhost", AuthSettings.disabled())
+    with pytest.raises(InsecureBindError, match=r"refusing to listen on 0\.0\.0\.0"):
+        check_bind("0.0.0.0", AuthSettings.disabled())
+    with pytest.raises(InsecureBindError, match="--auth FILE"):
+        check_bind("10.1.2.3", AuthSettings.disabled())
+
+
+def test_run_server_refuses_before_listening(store: SqlStore, auth: AuthSettings) -> None:
+    app = create_app(store, None, AuthSettings.disabled())
+    with pytest.raises(InsecureBindError):
+        run_server(app, "0.0.0.0", 0)
+
+
+def test_a_token_config_allows_any_address(auth: AuthSettings) -> None:
+    check_bind("0.0.0.0", auth)
+
+
+def test_token_config_problems_name_the_field(tmp_path: Path) -> None:
+    config = {
+        "users": [
+            {"name": "a", "token_sha256": "abc"},
+            {"name": "b", "token_env": "MISSING_TOKEN"},
+            {"name": "c", "token_sha256": token_hash("x"), "queues": {"q": ["delete"]}},
+            {"name": "d"},
+        ]
+    }
+    with pytest.raises(SpecError) as caught:
+        AuthSettings.from_data(config, environ={})
+    problems = caught.value.problems
+    assert any(line.startswith("users[0].token_sha256: ") for line in problems)
+    assert any(line.startswith("users[2].queues.q[0]: ") for line in problems)
+    assert "users[3]: give exactly one of token_sha256 and token_env" in problems
+    dup = {"users": [{"name": "a", "token_env": "T"}, {"name": "b", "token_env": "T"}]}
+    with pytest.raises(SpecError, match="same token as user 'a'"):
+        AuthSettings.from_data(dup, environ={"T": "t"})
+    with pytest.raises(SpecError, match="environment variable MISSING_TOKEN is not set"):
+        AuthSettings.from_data({"users": [config["users"][1]]}, environ={})
+
+
+def test_token_config_loads_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "auth.yaml"
+    path.write_text(
+        f"users:\n  - name: ana\n    token_sha256: {token_hash('t')}\n    admin: true\n"
+    )
+    auth = AuthSettings.from_file(path)
+    user = auth.authenticate("Bearer t")
+    assert user is not None and user.name == "ana" and user.admin
+    assert auth.authenticate("Basic t") is None
