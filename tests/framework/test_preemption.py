@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from flotilla.framework.interfaces import Assignment, Placement
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.preemption import Unit, candidate_units, minimal_victims
@@ -349,12 +347,6 @@ def test_borrowing_never_preempts_above_the_threshold() -> None:
     assert jobs["theirs-1"]["state"] == "running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a job placed earlier in the same cycle can be chosen as a victim; the "
-    "simulator then skips the eviction (the victim is not running yet) but still starts it, "
-    "so both jobs run and the node is over-allocated",
-)
 def test_a_victim_placed_earlier_in_the_same_cycle_does_not_start() -> None:
     # Global FIFO tries low first; high (priority 9) then preempts it within the same cycle.
     result = report(
@@ -364,12 +356,14 @@ def test_a_victim_placed_earlier_in_the_same_cycle_does_not_start() -> None:
             nodes=[node(cpu=4)],
             fair_share="fifo",
             priority_preemption=True,
-            max_time=3,
+            max_time=0,
         )
     )
     jobs = jobs_by_name(result)
     assert jobs["high"]["state"] == "running"
     assert jobs["low"]["state"] == "queued"
-    assert jobs["low"]["reason"]
-    assert "high" in jobs["low"]["reason"]
-    assert result["clusters"][0]["allocated"]["cpu"] <= 4
+    assert jobs["low"]["reason"] == (
+        "placed, then displaced before it started: preempted by high (priority 9)"
+    )
+    assert events_of(result, "low") == ["submitted"]
+    assert result["clusters"][0]["allocated"]["cpu"] == 2

@@ -74,7 +74,7 @@ class SchedulingAlgorithm:
             time=snapshot.time,
             scheduled=tuple(run.scheduled),
             preempted=tuple(run.evictions),
-            pending=loop.pending,
+            pending={**loop.pending, **run.unscheduled},
             stats=stats,
         )
 
