@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from flotilla.framework.interfaces import Assignment, Placement
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.preemption import Unit, candidate_units, minimal_victims
@@ -184,12 +182,6 @@ def test_a_non_preemptible_job_is_never_a_candidate_nor_is_its_gang() -> None:
     assert [unit for _, unit in candidate_units(context, jobs)] == [("free",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: candidate_units turns one eligible member into its whole gang, so "
-    "members the policy did not make eligible (e.g. of higher priority) are preempted too, "
-    "and QueuePreemption's admissible() raises KeyError on the gang's first name",
-)
 def test_a_gang_is_a_candidate_only_when_every_member_is_eligible() -> None:
     jobs = [engine_job("g-0", 1, gang="g"), engine_job("g-1", 1, gang="g")]
     context = FakeContext(jobs)
@@ -197,7 +189,6 @@ def test_a_gang_is_a_candidate_only_when_every_member_is_eligible() -> None:
     assert [unit for _, unit in candidate_units(context, jobs)] == [("g-0", "g-1")]
 
 
-@pytest.mark.xfail(strict=True, reason="see the test above: lead is preempted with helper")
 def test_within_queue_preemption_spares_a_gang_with_a_member_of_higher_priority() -> None:
     gang = {"name": "g", "min_member": 2}
     result = report(
