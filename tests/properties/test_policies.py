@@ -12,6 +12,8 @@ rather than from the engine's own bookkeeping:
 * a GPU device is never shared beyond 1.0, whole GPUs are whole devices within their
   topology scope, and no node holds more than its capacity;
 * a non-preemptible job is never preempted; preemption never happens with every policy off;
+  priority preemption takes only lower priorities, fair-share and reclaim only other queues
+  (or lower priorities of the preemptor's own); a gang loses all its running members at once;
 * the report lists every job once, and every waiting job says why it waits.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -388,7 +391,9 @@ def check_quotas(sim: Simulator, data: Data, now: float) -> None:
                 held = sum(
                     max(usage[c][resource], quotas[c].kept(resource)) for c in quota.children
                 )
-                if held > quota.pool(resource) + EPS:
+                # A pool smaller than what its children keep anyway admits nothing more.
+                kept = sum(quotas[c].kept(resource) for c in quota.children)
+                if held > max(quota.pool(resource), kept) + EPS:
                     raise Violation(
                         f"t={now}: children of {name} hold {held} {resource}, "
                         f"more than its pool {quota.pool(resource)}"
@@ -500,6 +505,38 @@ def check_preemptions(sim: Simulator, data: Data, now: float) -> None:
             raise Violation(f"t={now}: {sorted(preempted)} preempted with every policy off")
 
 
+PREEMPTED_BY = re.compile(r"^preempted by (\S+) (to restore fair share )?\((.*)\)$")
+
+
+def preemptor_of(sim: Simulator, name: str) -> tuple[int, str]:
+    """Priority and queue of a preemptor: a job, or a gang (its highest member priority)."""
+    if name in sim.job_by_name:
+        job = sim.job_by_name[name].job
+        return job.priority, job.queue
+    members = [j.job for j in sim.jobs if j.spec.gang is not None and j.spec.gang.name == name]
+    assert members, f"unknown preemptor {name}"
+    return max(m.priority for m in members), members[0].queue
+
+
+def check_preemption_reasons(sim: Simulator, now: float) -> None:
+    """Each policy takes only its own kind of victim."""
+    for event in sim.events:
+        if event.event != "preempted" or event.time != now:
+            continue
+        match = PREEMPTED_BY.match(event.reason or "")
+        assert match, f"t={now}: preemption of {event.job} without a reason: {event.reason!r}"
+        priority, queue = preemptor_of(sim, match.group(1))
+        victim = sim.job_by_name[event.job].job
+        fair_share, detail = match.group(2) is not None, match.group(3)
+        by_priority = detail.startswith("priority ") or detail.endswith("priority within cohort")
+        if by_priority and victim.priority >= priority:
+            raise Violation(f"t={now}: {event.reason!r} took {event.job} ({victim.priority})")
+        reclaim = detail.endswith("reclaim within cohort")
+        own_queue = victim.queue == queue
+        if own_queue and (fair_share or (reclaim and victim.priority >= priority)):
+            raise Violation(f"t={now}: {event.reason!r} took {event.job} from its own queue")
+
+
 def check_named_gang_preemption(sim: Simulator, now: float) -> None:
     """A gang is preempted as a unit: no member keeps running after another is preempted."""
     victims = {e.job for e in sim.events if e.event == "preempted" and e.time == now}
@@ -524,6 +561,7 @@ def check_cycle(sim: Simulator, data: Data, now: float) -> None:
     check_devices_and_nodes(sim, data, now)
     check_preemptions(sim, data, now)
     check_named_gang_preemption(sim, now)
+    check_preemption_reasons(sim, now)
 
 
 def check_report(sim: Simulator, data: Data) -> None:
