@@ -3,7 +3,8 @@
 Kueue's minimal-preemption search: walk the candidates in order (least important first),
 adding each to the victim set until the preemptor fits; then walk back over the set and drop
 every victim the preemptor does not need. Candidates are units: a gang is taken whole, and a
-unit holding a non-preemptible job is never a candidate.
+unit holding a non-preemptible job, or a job the policy did not make eligible, is never a
+candidate.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ Unit = tuple[str, ...]
 def candidate_units(
     context: PreemptionContext, eligible: Iterable[SchedulingJob]
 ) -> list[tuple[SchedulingJob, Unit]]:
-    """Group eligible running jobs into whole gangs; drop units with a non-preemptible job."""
+    """Group eligible running jobs into whole gangs. A gang is a candidate only when every
+    member is running, preemptible and eligible itself: one low-priority member does not make
+    the policy's victims of the others."""
+    eligible = list(eligible)
+    allowed = {job.name for job in eligible}
     running = {r.job.name: r.job for r in context.running_jobs}
     seen: set[Unit] = set()
     units = []
@@ -28,7 +33,7 @@ def candidate_units(
         if unit in seen:
             continue
         seen.add(unit)
-        if all(name in running and running[name].preemptible for name in unit):
+        if all(name in allowed and name in running and running[name].preemptible for name in unit):
             units.append((job, unit))
     return units
 

@@ -80,7 +80,7 @@ class SchedulingAlgorithm:
             time=snapshot.time,
             scheduled=tuple(run.scheduled),
             preempted=tuple(run.evictions),
-            pending=loop.pending,
+            pending={**loop.pending, **run.unscheduled},
             stats=stats,
         )
 
@@ -124,7 +124,7 @@ class _Loop:
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
         self.failed_preemptions: set[tuple[object, ...]] = set()
-        self.deferred: list[SchedulingJob] = []
+        self.deferred: list[tuple[SchedulingJob, tuple[SchedulingJob, ...]]] = []
         self.handled: set[str] = set()
         self.reserved_queues: set[str] = set()
         self.reservation_times: list[float] = []
@@ -160,7 +160,7 @@ class _Loop:
                 self.order.skipped(job)
                 continue
             if attempt.deferrable:
-                self.deferred.append(job)
+                self.deferred.append((job, unit.members))
                 self._pend(unit, attempt.decision.reason)
                 self.order.skipped(job)
                 continue
@@ -199,15 +199,19 @@ class _Loop:
 
     def _leftover_pass(self) -> None:
         """Jobs refused only by a soft limit get what nobody else wanted this run."""
-        for job in self.deferred:
+        for job, members in self.deferred:
             if job.name in self.run.running:
                 continue
+            # The first pass marked the unit's members handled; a gang is rebuilt from its
+            # members that are not, so open them again for this one retry.
+            self.handled.difference_update(member.name for member in members)
             unit = self._unit(job)
             attempt = self._attempt(unit, leftover=True)
             if attempt.decision.assignment is not None:
                 self._commit(unit, attempt.decision.assignment)
             elif attempt.kind == Outcome.PLACEMENT:
                 self._pend(unit, attempt.decision.reason)
+            self.handled.update(member.name for member in members)
 
     # --- units and attempts -------------------------------------------------------------------
 

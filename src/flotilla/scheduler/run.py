@@ -62,6 +62,9 @@ class SchedulingRun:
         self.running: dict[str, RunningJob] = {r.job.name: r for r in snapshot.running}
         self.scheduled: list[ScheduledJob] = []
         self.evictions: list[Eviction] = []
+        self.unscheduled: dict[str, str] = {}
+        """Jobs placed by this run and then evicted in it: they never start; why they wait."""
+        self._running_before = frozenset(self.running)
         size = len(self.clusters[0].nodes.space) if self.clusters else 0
         self.total: Vector = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(size)
@@ -182,7 +185,11 @@ class SchedulingRun:
         self.scheduled.append(ScheduledJob(job, assignment, note))
 
     def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
-        """Preempt ``victims`` for real; returns each victim's queue and what it held."""
+        """Preempt ``victims`` for real; returns each victim's queue and what it held.
+
+        A victim this run placed (or grew) loses that decision too: a job placed earlier in
+        the run never starts, and only jobs that were running before it are preempted.
+        """
         released = []
         for name in victims:
             running = self.running.pop(name)
@@ -190,7 +197,11 @@ class SchedulingRun:
             self._running_change(running, added=False)
             amount = held(running.assignment, len(self.total))
             self._charge(running.job.queue, -amount)
-            self.evictions.append(Eviction(job=name, by=by, reason=reason))
+            self.scheduled = [decision for decision in self.scheduled if decision.job.name != name]
+            if name in self._running_before:
+                self.evictions.append(Eviction(job=name, by=by, reason=reason))
+            else:
+                self.unscheduled[name] = f"placed, then displaced before it started: {reason}"
             released.append((running.job.queue, amount))
         return released
 
