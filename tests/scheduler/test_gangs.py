@@ -15,7 +15,7 @@ from flotilla.framework.jobs import (
     remaining_replicas,
 )
 from flotilla.framework.resources import ResourceSpace
-from flotilla.model import JobSpec
+from flotilla.model import JobSpec, SpecError, scenario_from_data
 from tests.policy_kit import events_of, job, jobs_by_name, node, report, scenario
 
 SPACE = ResourceSpace(["cpu", "memory", "gpu"])
@@ -223,36 +223,20 @@ def test_a_named_gang_refused_only_by_runtime_quota_starts_in_the_leftover_pass(
     assert jobs["big"]["state"] == "queued"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a named gang is admitted as one job against its first member's quota "
-    "only (combine_gang takes the first member's queue), so a member in another queue runs "
-    "past its own quota's max",
-)
-def test_every_member_of_a_gang_across_queues_stays_within_its_own_quota() -> None:
+def test_a_gang_across_queues_is_refused_when_loaded() -> None:
+    """Members in different queues would each need their own quota admission; a gang is one
+    unit of admission, so its jobs must share a queue."""
     gang = {"name": "g", "min_member": 2}
-    result = report(
-        scenario(
-            job("x", queue="qa", cpu=1, gang=gang),
-            job("y", queue="qb", cpu=4, gang=gang),
-            nodes=[node(cpu=10)],
-            quotas=[{"name": "a", "max": {"cpu": 10}}, {"name": "b", "max": {"cpu": 2}}],
-            queues=[{"name": "qa", "quota": "a"}, {"name": "qb", "quota": "b"}],
-            max_time=3,
+    with pytest.raises(SpecError, match=r"gang 'g' spans queues qa, qb"):
+        scenario_from_data(
+            scenario(
+                job("x", queue="qa", cpu=1, gang=gang),
+                job("y", queue="qb", cpu=4, gang=gang),
+                queues=[{"name": "qa"}, {"name": "qb"}],
+            )
         )
-    )
-    jobs = jobs_by_name(result)
-    assert jobs["y"]["state"] == "queued"
-    assert jobs["x"]["state"] == "queued"
-    usage = {entry["name"]: entry["usage"] for entry in result["quotas"]}
-    assert usage["b"].get("cpu", 0) <= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec gap: a strict named gang without min_member counts only the members "
-    "submitted so far, so it starts with the first one and later members run on their own",
-)
 def test_a_strict_named_gang_without_min_member_waits_for_every_member() -> None:
     result = report(
         scenario(

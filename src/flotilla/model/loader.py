@@ -159,6 +159,12 @@ def check_references(scenario: Scenario) -> list[str]:
             gang_members.setdefault(job.gang.name, []).append(index)
     problems += _duplicates(job_names, "job")
     for gang, indices in gang_members.items():
+        queues = {scenario.jobs[i].queue for i in indices}
+        if len(queues) > 1:
+            problems.append(
+                f"jobs[{indices[-1]}].gang.name: gang {gang!r} spans queues "
+                f"{', '.join(sorted(queues))}; a gang's jobs must share one queue (and its quota)"
+            )
         members = sum(
             sum(t.replicas for t in scenario.jobs[i].tasks) * (scenario.jobs[i].count or 1)
             for i in indices

@@ -173,16 +173,19 @@ class _Loop:
                     continue
                 if preempted is not None:
                     reason = preempted.decision.reason
-                if attempt.kind == Outcome.PLACEMENT:
-                    reason = self._reserve(unit, reason)
+            # The view this job was judged in, before a reservation of its own changes it.
+            long = self._needs_long_view(job)
+            shared_reason = reason
+            if unit.waiting is None and attempt.kind == Outcome.PLACEMENT:
+                reason = self._reserve(unit, reason)
             self._pend(unit, reason)
             if not strict and unit.job.gang is None and attempt.kind is not None:
                 # Identical jobs right behind it would fail the same way: skip them at once,
                 # so a backlog of identical unschedulable jobs costs one attempt, not one each.
-                long = self._needs_long_view(job)
+                # They share the reason, not the head's reservation.
                 same = partial(self._alike, model=job, long=long)
                 for alike_job in self.order.skip_alike(job, same):
-                    self.pending[alike_job.name] = reason
+                    self.pending[alike_job.name] = shared_reason
                     self.handled.add(alike_job.name)
                 continue
             if strict:

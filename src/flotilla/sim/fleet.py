@@ -31,6 +31,12 @@ def resource_space(scenario: Scenario) -> ResourceSpace:
 def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, SchedulingJob]]:
     """Expand ``count`` and resolve priority classes; sequence is file order."""
     classes = {pc.name: pc for pc in scenario.priority_classes}
+    # A named gang without min_member waits for every member the scenario declares.
+    gang_sizes: dict[str, int] = {}
+    for spec in scenario.jobs:
+        if spec.gang is not None and spec.gang.name:
+            replicas = sum(task.replicas for task in spec.tasks) * (spec.count or 1)
+            gang_sizes[spec.gang.name] = gang_sizes.get(spec.gang.name, 0) + replicas
     jobs: list[tuple[JobSpec, SchedulingJob]] = []
     for spec in scenario.jobs:
         priority_class = classes.get(spec.priority_class) if spec.priority_class else None
@@ -51,6 +57,10 @@ def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, 
             priority=priority,
             preemptible=preemptible,
         )
+        gang = spec.gang
+        if gang is not None and gang.name and gang.min_member is None:
+            full = gang.model_copy(update={"min_member": gang_sizes[gang.name]})
+            first = replace(first, gang=full)
         for name in spec.job_names():
             jobs.append((spec, replace(first, name=name, sequence=len(jobs))))
     return jobs
