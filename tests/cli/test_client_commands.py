@@ -213,3 +213,41 @@ def test_serve_refuses_an_open_address_without_tokens(tmp_path: Path) -> None:
     invalid = run("serve", "--auth", str(bad))
     assert invalid.exit_code == 2
     assert "users[0]: give exactly one of token_sha256 and token_env" in invalid.output
+
+
+def test_submit_quiet_prints_only_the_ids(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    result = run("submit", str(write(tmp_path, [spec("a"), spec("b")])), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.output.split() == [job.id for job in store.list_jobs().jobs]
+
+
+def test_wait_exits_0_when_every_job_succeeded(servers: list[str], store: SqlStore) -> None:
+    store.upsert_cluster(
+        ClusterSpec.model_validate({"name": "c", "nodes": [{"name": "n", "resources": {"cpu": 8}}]})
+    )
+    (job,) = store.submit_jobs([job_spec("done")])
+    store.record_run(job, "c", {"placements": []})
+    store.transition(job, JobState.RUNNING, "started")
+    store.transition(job, JobState.SUCCEEDED, "exited 0")
+    result = run("wait", job)
+    assert result.exit_code == 0, result.output
+    assert f"{job} succeeded" in result.output
+
+
+def test_wait_exits_1_when_a_job_did_not_succeed(servers: list[str], store: SqlStore) -> None:
+    (job,) = store.submit_jobs([job_spec("dropped")])
+    store.cancel(job, "not needed")
+    result = run("wait", job)
+    assert result.exit_code == 1
+    assert f"{job} cancelled" in result.output
+
+
+def test_wait_gives_up_with_exit_3_naming_the_job_still_waiting(
+    servers: list[str], store: SqlStore
+) -> None:
+    (job,) = store.submit_jobs([job_spec("stuck")])
+    result = run("wait", job, "--timeout", "0")
+    assert result.exit_code == 3
+    assert job in result.output and "queued" in result.output

@@ -44,12 +44,19 @@ def load_job_file(path: Path) -> dict[str, Any]:
 
 def submit(
     file: Annotated[Path, typer.Argument(help="Job file (YAML or JSON): one job or a list.")],
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
+    ] = False,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
     body = load_job_file(file)
     with api(server) as client:
         result = client.post("/v1/jobs", json=body)
+    if quiet:
+        for job in result["jobs"]:
+            typer.echo(job["id"])
+        return
     table = Table("ID", "NAME", "QUEUE", box=None, header_style="bold")
     for job in result["jobs"]:
         table.add_row(job["id"], job["name"], job["queue"])
@@ -114,6 +121,34 @@ def jobs(
         console().print("no jobs")
         return
     console().print(jobs_table(found))
+
+
+def wait(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...", help="Job ids.")],
+    timeout: Annotated[
+        float, typer.Option(help="Give up after this many seconds (exit 3).", min=0)
+    ] = 300.0,
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    with api(server) as client:
+        while True:
+            for job_id in job_ids:
+                if states.get(job_id) not in TERMINAL:
+                    states[job_id] = client.get(f"/v1/jobs/{job_id}")["state"]
+            if all(state in TERMINAL for state in states.values()):
+                break
+            if time.monotonic() > deadline:
+                waiting = ", ".join(f"{j} ({s})" for j, s in states.items() if s not in TERMINAL)
+                console().print(f"timed out after {timeout:g}s waiting for {waiting}")
+                raise typer.Exit(3)
+            time.sleep(0.2)
+    for job_id, state in states.items():
+        typer.echo(f"{job_id} {state}")
+    if any(state != "succeeded" for state in states.values()):
+        raise typer.Exit(1)
 
 
 def describe(
@@ -314,5 +349,5 @@ def watch(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (submit, jobs, describe, why, cancel, logs, watch):
+    for command in (submit, jobs, describe, why, wait, cancel, logs, watch):
         app.command()(command)

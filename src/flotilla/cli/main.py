@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import fleet, jobs, serve
+from flotilla.cli import fleet, jobs, serve, up
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
 
@@ -124,7 +124,7 @@ def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-de
 
 
 # The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, fleet, serve):
+for _module in (jobs, fleet, serve, up):
     _module.register(app)
 
 
