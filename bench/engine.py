@@ -23,7 +23,7 @@ import resource
 import time
 import tracemalloc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -158,10 +158,7 @@ def _prefill(
 
 
 def _renamed(job: SchedulingJob, name: str) -> SchedulingJob:
-    clone = object.__new__(SchedulingJob)
-    clone.__dict__.update(job.__dict__)
-    object.__setattr__(clone, "name", name)
-    return clone
+    return replace(job, name=name)
 
 
 def _fits(nodes: Any, row: int, request: Any, replicas: int) -> bool:

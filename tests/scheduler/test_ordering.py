@@ -11,7 +11,7 @@ from flotilla.scheduler.ordering import DrfOrder, FifoOrder, sort_queues
 from flotilla.scheduler.types import QueueInfo
 from tests.builders import Fleet, cluster, fleet, job, jobs, node, scenario
 
-SORT = PrioritySort().sort_key
+SORT = PrioritySort().sort
 
 
 def drf(

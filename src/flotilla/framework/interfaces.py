@@ -111,11 +111,16 @@ class Decision:
 
 @runtime_checkable
 class QueueSortPlugin(Protocol):
-    """Orders jobs within a queue. Lower keys go first. Exactly one per profile."""
+    """Orders jobs within a queue. Lower keys go first. Exactly one per profile.
+
+    ``sort`` sorts a queue's jobs in place into exactly the order of ``sort_key`` — a plugin
+    may do it faster than a key per job (the built-in one uses two stable C-level sorts)."""
 
     name: str
 
     def sort_key(self, job: SchedulingJob) -> tuple[Any, ...]: ...
+
+    def sort(self, jobs: list[SchedulingJob]) -> None: ...
 
 
 # --- PreFilter ----------------------------------------------------------------------------

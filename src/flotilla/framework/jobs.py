@@ -56,7 +56,7 @@ class TaskRequest:
         object.__setattr__(self, "wanted", np.flatnonzero(self.request))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class SchedulingJob:
     """An immutable job as the engine sees it. Identity is the job name."""
 
@@ -89,17 +89,34 @@ class SchedulingJob:
         return {task.name: dict(task.resources) for task in self.tasks}
 
 
-def build_job(
-    spec: JobSpec,
-    *,
-    name: str,
-    space: ResourceSpace,
-    sequence: int,
-    submit_time: float,
-    priority: int,
-    preemptible: bool,
-) -> SchedulingJob:
-    """Turn a validated ``JobSpec`` into the engine's vectorised job."""
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What every job built from one spec shares: its tasks, total and placement key."""
+
+    spec: JobSpec
+    tasks: tuple[TaskRequest, ...]
+    total: Vector
+    key: tuple[object, ...]
+    tolerations: tuple[Toleration, ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+
+_SHAPES: dict[tuple[int, int], _Shape] = {}
+_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
+_CACHE_LIMIT = 200_000
+
+
+def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
+    """The shared parts of jobs built from ``spec`` (one per spec object and space).
+
+    Jobs expanded from one spec, or submitted alike, then share their vectors and one
+    placement-key object: less memory per queued job, and equal shapes compare by identity.
+    """
+    cache_key = (id(spec), id(space))
+    shape = _SHAPES.get(cache_key)
+    if shape is not None and shape.spec is spec:
+        return shape
     tasks = []
     total = space.zeros()
     for task in spec.tasks:
@@ -117,11 +134,41 @@ def build_job(
             )
         )
     total.flags.writeable = False
-    key = (
+    key: tuple[object, ...] = (
         tuple((t.replicas, tuple(t.request.tolist()), t.gpu_scope) for t in tasks),
         spec.affinity.model_dump_json(),
         tuple(t.model_dump_json() for t in spec.tolerations),
     )
+    if len(_KEYS) > _CACHE_LIMIT:
+        _KEYS.clear()
+    key = _KEYS.setdefault(key, key)
+    if len(_SHAPES) > _CACHE_LIMIT:
+        _SHAPES.clear()
+    shape = _Shape(
+        spec=spec,
+        tasks=tuple(tasks),
+        total=total,
+        key=key,
+        tolerations=tuple(spec.tolerations),
+        labels=dict(spec.labels),
+        annotations=dict(spec.annotations),
+    )
+    _SHAPES[cache_key] = shape
+    return shape
+
+
+def build_job(
+    spec: JobSpec,
+    *,
+    name: str,
+    space: ResourceSpace,
+    sequence: int,
+    submit_time: float,
+    priority: int,
+    preemptible: bool,
+) -> SchedulingJob:
+    """Turn a validated ``JobSpec`` into the engine's vectorised job."""
+    shape = _shape(spec, space)
     return SchedulingJob(
         name=name,
         queue=spec.queue,
@@ -129,17 +176,17 @@ def build_job(
         preemptible=preemptible,
         submit_time=submit_time,
         sequence=sequence,
-        tasks=tuple(tasks),
-        total=total,
+        tasks=shape.tasks,
+        total=shape.total,
         affinity=spec.affinity,
-        tolerations=tuple(spec.tolerations),
+        tolerations=shape.tolerations,
         gang=spec.gang,
         job_type=spec.type,
-        labels=dict(spec.labels),
-        annotations=dict(spec.annotations),
+        labels=shape.labels,
+        annotations=shape.annotations,
         user=spec.user,
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
-        placement_key=key,
+        placement_key=shape.key,
     )
 
 

@@ -15,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import repeat
+from operator import attrgetter
 
 from flotilla.framework.interfaces import (
     Assignment,
@@ -44,6 +46,8 @@ from flotilla.scheduler.run import Outcome, SchedulingRun, held
 from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
 
+_NAME = attrgetter("name")
+
 
 class SchedulingAlgorithm:
     """Fair ordering + assignment strategy + plugin framework, composed once per config."""
@@ -59,7 +63,7 @@ class SchedulingAlgorithm:
             config.profile, config.enabled_plugins, config.disabled_plugins
         )
         self.strategy = strategy or load_strategy(config.assignment_strategy)
-        self.sort_key = self.framework.queue_sort.sort_key
+        self.sort_queue = self.framework.queue_sort.sort
 
     def schedule(
         self, snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
@@ -138,7 +142,7 @@ class _Loop:
         if self.config.fair_share is FairShare.FIFO:
             self.order = FifoOrder(snapshot.queued)
         else:
-            jobs_by_queue = sort_queues(snapshot.queued, snapshot.queues, algorithm.sort_key)
+            jobs_by_queue = sort_queues(snapshot.queued, snapshot.queues, algorithm.sort_queue)
             self.order = DrfOrder(snapshot.queues, jobs_by_queue, run.allocated, run.total)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -182,11 +186,13 @@ class _Loop:
             if not strict and unit.job.gang is None and attempt.kind is not None:
                 # Identical jobs right behind it would fail the same way: skip them at once,
                 # so a backlog of identical unschedulable jobs costs one attempt, not one each.
-                # They share the reason, not the head's reservation.
-                same = partial(self._alike, model=job, long=long)
-                for alike_job in self.order.skip_alike(job, same):
-                    self.pending[alike_job.name] = shared_reason
-                    self.handled.add(alike_job.name)
+                # They share the reason, not the head's reservation. Without reservations every
+                # job is judged in the same view, so no per-job check is needed.
+                same = (
+                    partial(self._alike, model=job, long=long) if self.reservation_times else None
+                )
+                skipped = self.order.skip_alike(job, same)
+                self.pending.update(zip(map(_NAME, skipped), repeat(shared_reason)))
                 continue
             if strict:
                 for behind in self.order.blocked(job):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -78,16 +77,14 @@ class DrfOrder:
         self._advance(job.queue)
 
     def skip_alike(
-        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool]
+        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
     ) -> list[SchedulingJob]:
-        """Skip ``job`` and every job right behind it in its queue for which ``same`` holds
-        (it would fail the same way); returns the ones skipped after it."""
+        """Skip ``job`` and every job right behind it in its queue that is ``alike`` and for
+        which ``same`` holds (it would fail the same way); returns the ones skipped after it."""
         queue = job.queue
         jobs = self._jobs[queue]
         start = self._heads[queue] + 1
-        end = start
-        while end < len(jobs) and same(jobs[end]):
-            end += 1
+        end = _run_end(jobs, start, job, same)
         self._heads[queue] = end - 1
         self._advance(queue)
         return jobs[start:end]
@@ -135,12 +132,10 @@ class FifoOrder:
         self._index += 1
 
     def skip_alike(
-        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool]
+        self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
     ) -> list[SchedulingJob]:
         start = self._index + 1
-        end = start
-        while end < len(self._jobs) and same(self._jobs[end]):
-            end += 1
+        end = _run_end(self._jobs, start, job, same)
         self._index = end
         return self._jobs[start:end]
 
@@ -151,6 +146,32 @@ class FifoOrder:
 
     def adjust(self, queue: str, delta: Vector) -> None:
         """Global FIFO does not rank by share."""
+
+
+def _run_end(
+    jobs: Sequence[SchedulingJob],
+    start: int,
+    model: SchedulingJob,
+    same: Callable[[SchedulingJob], bool] | None,
+) -> int:
+    """The index after the run of jobs from ``start`` that would fail as ``model`` did.
+
+    The hot loop of a backlog of identical unschedulable jobs: plain comparisons, with the
+    placement key compared by identity first (jobs of one spec share one key object)."""
+    key, priority, queue = model.placement_key, model.priority, model.queue
+    end, size = start, len(jobs)
+    while end < size:
+        other = jobs[end]
+        if (
+            other.priority != priority
+            or other.gang is not None
+            or other.queue != queue
+            or (other.placement_key is not key and other.placement_key != key)
+            or (same is not None and not same(other))
+        ):
+            break
+        end += 1
+    return end
 
 
 def alike(job: SchedulingJob, model: SchedulingJob) -> bool:
@@ -164,11 +185,13 @@ def alike(job: SchedulingJob, model: SchedulingJob) -> bool:
 
 
 def sort_queues(
-    jobs: Sequence[SchedulingJob], queues: Sequence[QueueInfo], key: Callable[[SchedulingJob], Any]
+    jobs: Sequence[SchedulingJob],
+    queues: Sequence[QueueInfo],
+    sort: Callable[[list[SchedulingJob]], None],
 ) -> dict[str, list[SchedulingJob]]:
     by_queue: dict[str, list[SchedulingJob]] = {queue.name: [] for queue in queues}
     for job in jobs:
         by_queue.setdefault(job.queue, []).append(job)
     for members in by_queue.values():
-        members.sort(key=key)
+        sort(members)
     return by_queue
