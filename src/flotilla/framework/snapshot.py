@@ -9,6 +9,7 @@ from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.quota import QuotaTree
+from flotilla.framework.resources import Vector
 from flotilla.model.queue import Preemption
 from flotilla.model.scenario import FairShare, Queueing
 
@@ -28,6 +29,13 @@ class RunningJob:
     assignment: Assignment
     started_at: float = 0.0
     """When the current run was scheduled: preemption takes the youngest first."""
+
+    def held(self, size: int) -> Vector:
+        """What it holds: the job's total when every replica is placed (the common case, no
+        arithmetic), else the sum of its placements (a non-strict gang still growing)."""
+        if len(self.assignment.placements) == self.job.replica_count:
+            return self.job.total
+        return self.assignment.held(size)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
     for running in snapshot.running:
         node = node_of_queue.get(running.job.queue)
         if node is not None:
-            usage.add(node, running.assignment.held(len(tree.space)))
+            usage.add(node, running.held(len(tree.space)))
     demand = usage.used.copy()
     for job in snapshot.queued:
         node = node_of_queue.get(job.queue)

@@ -372,6 +372,8 @@ class _Loop:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
         for running in list(self.run.running.values()):
             job = running.job
+            if job.gang is None or job.gang.mode is not GangMode.NON_STRICT:
+                continue  # only a non-strict gang can run with members missing
             if len(running.assignment.placements) >= job.replica_count:
                 continue
             placed: dict[str, int] = {}

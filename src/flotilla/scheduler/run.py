@@ -71,7 +71,7 @@ class SchedulingRun:
         )
         self.allocated: dict[str, Vector] = {name: np.zeros(size) for name in self.queues}
         for running in snapshot.running:
-            self._charge(running.job.queue, held(running.assignment, size))
+            self._charge(running.job.queue, running.held(size))
         for plugin in framework.cycle_starts:
             plugin.start_cycle(CycleStartInput(snapshot=snapshot, cycle=self.cycle))
         self.on_allocation_change: list[object] = []
