@@ -80,10 +80,11 @@ class SchedulingJob:
     expected_runtime: float | None = None
     placement_key: tuple[object, ...] = ()
     """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
+    replica_count: int = field(init=False)
+    """Replicas over every task (computed once: read on every cycle's hot paths)."""
 
-    @property
-    def replica_count(self) -> int:
-        return sum(task.replicas for task in self.tasks)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replica_count", sum(task.replicas for task in self.tasks))
 
     def resource_requirement(self) -> dict[str, dict[str, float]]:
         return {task.name: dict(task.resources) for task in self.tasks}

@@ -23,6 +23,7 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
 
 
@@ -68,13 +69,14 @@ def place_job(
     for task in job.tasks:
         filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
         for replica in range(task.replicas):
-            row = _best_node(framework, filter_input)
+            seen: dict[int, Mask] = {}
+            row = _best_node(framework, filter_input, seen)
             if row is None:
                 if minimum is not None:
                     if first_miss is None:
-                        first_miss = _explain(framework, filter_input, job, placed=None)
+                        first_miss = _explain(framework, filter_input, job, None, seen)
                     continue
-                reason = _explain(framework, filter_input, job, placed=len(placements))
+                reason = _explain(framework, filter_input, job, len(placements), seen)
                 rollback()
                 return Decision(None, f"{cluster.name}: {reason}")
             reserve_input = ReserveInput(
@@ -128,11 +130,17 @@ def place_job(
     return Decision(assignment, f"placed on {cluster.name}")
 
 
-def _best_node(framework: Framework, request: FilterInput) -> int | None:
+def _best_node(
+    framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
+) -> int | None:
+    """The best node for one replica, or None. ``seen`` collects each filter's mask (by
+    position) so that explaining a failure does not filter again."""
     everywhere = request.cluster.nodes.everywhere
     mask = everywhere
-    for plugin in framework.filters:
+    for position, plugin in enumerate(framework.filters):
         plugin_mask = plugin.filter(request)
+        if seen is not None:
+            seen[position] = plugin_mask
         if plugin_mask is everywhere:
             continue
         mask = plugin_mask if mask is everywhere else mask & plugin_mask
@@ -166,9 +174,13 @@ def _gang_label(job: SchedulingJob) -> str:
 
 
 def _explain(
-    framework: Framework, request: FilterInput, job: SchedulingJob, placed: int | None
+    framework: Framework,
+    request: FilterInput,
+    job: SchedulingJob,
+    placed: int | None,
+    seen: dict[int, Mask],
 ) -> str:
-    """Why no node is left for the next replica, filter by filter."""
+    """Why no node is left for the next replica, filter by filter (reusing ``seen`` masks)."""
     task: TaskRequest = request.task
     total = job.replica_count
     space = request.cluster.nodes.space
@@ -178,8 +190,13 @@ def _explain(
     elif placed is not None and total > 1:
         head = f"only {placed} of {total} replicas placeable; " + head
     details = []
-    for plugin in framework.filters:
-        rejected = ~plugin.filter(request)
+    for position, plugin in enumerate(framework.filters):
+        mask = seen.get(position)
+        if mask is None:
+            mask = plugin.filter(request)
+        if mask is request.cluster.nodes.everywhere:
+            continue
+        rejected = ~mask
         if rejected.any():
             text = plugin.explain(request, rejected)
             if text:

@@ -24,6 +24,7 @@ class ResourceSpace:
         extra = sorted(set(names) - set(CORE_RESOURCES))
         self.names: tuple[str, ...] = (*CORE_RESOURCES, *extra)
         self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        self._described: dict[bytes, str] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -47,7 +48,16 @@ class ResourceSpace:
         }
 
     def describe(self, vector: Vector) -> str:
-        """``cpu 4, memory 8Gi`` — for reasons shown to people."""
+        """``cpu 4, memory 8Gi`` — for reasons shown to people (memoised: shapes repeat)."""
+        key = vector.tobytes()
+        text = self._described.get(key)
+        if text is None:
+            text = self._describe(vector)
+            if len(self._described) < 10_000:
+                self._described[key] = text
+        return text
+
+    def _describe(self, vector: Vector) -> str:
         parts = [
             f"{name} {format_quantity(name, float(vector[i]))}"
             for i, name in enumerate(self.names)

@@ -52,6 +52,9 @@ class SchedulingSnapshot:
     queued: Sequence[SchedulingJob]
     running: Sequence[RunningJob] = ()
     quotas: QuotaTree | None = None
+    allocated: Mapping[str, Vector] | None = None
+    """What each queue's running jobs hold, if the caller keeps it up to date incrementally
+    (it then saves summing every running job each run); None to have it computed."""
 
 
 @dataclass(frozen=True)

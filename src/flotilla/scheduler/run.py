@@ -70,8 +70,12 @@ class SchedulingRun:
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(size)
         )
         self.allocated: dict[str, Vector] = {name: np.zeros(size) for name in self.queues}
-        for running in snapshot.running:
-            self._charge(running.job.queue, running.held(size))
+        if snapshot.allocated is not None:
+            for queue, amount in snapshot.allocated.items():
+                self.allocated[queue] = np.array(amount, dtype=np.float64)
+        else:
+            for running in snapshot.running:
+                self._charge(running.job.queue, running.held(size))
         for plugin in framework.cycle_starts:
             plugin.start_cycle(CycleStartInput(snapshot=snapshot, cycle=self.cycle))
         self.on_allocation_change: list[object] = []

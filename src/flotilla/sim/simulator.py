@@ -117,6 +117,8 @@ class Simulator:
         self._running: dict[str, SimJob] = {}
         self._terminal = 0
         self.preemptions = 0
+        self._queue_allocated: dict[str, np.ndarray] = {}
+        self._running_views: dict[str, RunningJob] = {}
         self._allocated = np.zeros(len(self.space))
         self._allocation_integral = np.zeros(len(self.space))
         self._integral_time = 0.0
@@ -221,8 +223,9 @@ class Simulator:
         cluster = self.cluster_by_name[job.assignment.cluster]
         for placement in job.assignment.placements:
             cluster.nodes.release(placement.row, placement.request, placement.gpus)
-        self._account(at, -job.assignment.held(len(self.space)))
+        self._account(at, -job.assignment.held(len(self.space)), job.job.queue)
         self._running.pop(job.name, None)
+        self._running_views.pop(job.name, None)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
@@ -243,10 +246,14 @@ class Simulator:
         )
         return True
 
-    def _account(self, at: float, delta: np.ndarray) -> None:
+    def _account(self, at: float, delta: np.ndarray, queue: str | None = None) -> None:
         self._allocation_integral += self._allocated * (at - self._integral_time)
         self._integral_time = at
         self._allocated = self._allocated + delta
+        if queue is not None:
+            # Kept incrementally and handed to each run: no summing of running jobs per cycle.
+            held = self._queue_allocated.get(queue)
+            self._queue_allocated[queue] = delta.copy() if held is None else held + delta
 
     # --- cycles ---------------------------------------------------------------------------
 
@@ -260,12 +267,9 @@ class Simulator:
             clusters=self.clusters,
             queues=self.queues,
             queued=[job.job for job in self._queued.values()],
-            running=[
-                RunningJob(job.job, job.assignment, job.scheduled_at or 0.0)
-                for job in self._running.values()
-                if job.assignment is not None
-            ],
+            running=list(self._running_views.values()),
             quotas=self.quotas,
+            allocated=self._queue_allocated,
         )
 
     def _cycle(self, now: float) -> bool:
@@ -356,11 +360,14 @@ class Simulator:
         cluster = self.cluster_by_name[assignment.cluster]
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
-        self._account(now, assignment.held(len(self.space)))
+        self._account(now, assignment.held(len(self.space)), job.job.queue)
         if job.state is JobState.RUNNING and job.assignment is not None:
             # A non-strict gang growing: more replicas join the running job.
             job.assignment = Assignment(
                 job.assignment.cluster, job.assignment.placements + assignment.placements
+            )
+            self._running_views[job.name] = RunningJob(
+                job.job, job.assignment, job.scheduled_at or now
             )
             self.events.append(
                 Event(now, job.name, "expanded", assignment.cluster, assignment.nodes)
@@ -371,6 +378,7 @@ class Simulator:
         self._running[job.name] = job
         job.state = JobState.RUNNING
         job.assignment = assignment
+        self._running_views[job.name] = RunningJob(job.job, assignment, now)
         job.reason = None
         job.run += 1
         if job.first_scheduled_at is None:
