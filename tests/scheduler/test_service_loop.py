@@ -139,3 +139,17 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Pat
         assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped
     finally:
         service.close()
+
+
+def test_metrics_show_queue_depth_allocation_and_share(service: Service) -> None:
+    from prometheus_client import generate_latest
+
+    job = service.submit("sleeper", "sleep 30", cpu=1)
+    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+    text = generate_latest(service.loop.metrics.registry).decode()
+    assert 'flotilla_queue_allocated{queue="default",resource="cpu"} 1.0' in text
+    assert 'flotilla_queue_dominant_share{queue="default"}' in text
+    assert "flotilla_cycle_seconds_count" in text and "flotilla_algorithm_seconds_count" in text
+    assert "flotilla_leader 1.0" in text
+    service.store.cancel(job, "done looking")
+    service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from flotilla.backends.interface import (
     Backend,
@@ -580,6 +581,36 @@ class SchedulingLoop:
 
     # --- reporting ------------------------------------------------------------------------
 
+    def _publish_allocation(self, read: Any) -> dict[str, float]:
+        """Per queue: resources held (by requests of active runs) and weighted dominant share
+        of the fleet, as gauges; returns the shares."""
+        capacity: dict[str, float] = {}
+        for record in self.store.list_clusters():
+            if record.state == "unreachable":
+                continue
+            for group in ClusterSpec.model_validate(record.spec).nodes:
+                for name, amount in group.resources.items():
+                    capacity[name] = capacity.get(name, 0.0) + amount * (group.count or 1)
+        held: dict[str, dict[str, float]] = {}
+        for state in ACTIVE_JOB_STATES:
+            for job in read.jobs_in_state(state):
+                mine = held.setdefault(job.queue, {})
+                for task in job.spec.tasks:
+                    for name, amount in task.resources.items():
+                        mine[name] = mine.get(name, 0.0) + amount * task.replicas
+        weights = {spec.name: spec.weight for spec in self.store.list_queues()}
+        shares: dict[str, float] = {}
+        for queue in set(weights) | set(held):
+            amounts = held.get(queue, {})
+            for name in capacity:
+                self.metrics.allocated.labels(queue=queue, resource=name).set(
+                    amounts.get(name, 0.0)
+                )
+            fractions = [amounts.get(n, 0.0) / c for n, c in capacity.items() if c > 0]
+            shares[queue] = max(fractions, default=0.0) / weights.get(queue, 1.0)
+            self.metrics.dominant_share.labels(queue=queue).set(shares[queue])
+        return shares
+
     def _make_report(self, seconds: float, result: CycleResult | None) -> CycleReport:
         read = self.jobdb.read_txn()
         queued: dict[str, int] = {}
@@ -592,6 +623,7 @@ class SchedulingLoop:
         for queue in set(queued) | set(running) | set(self._report.queued_by_queue):
             self.metrics.queue_depth.labels(queue=queue).set(queued.get(queue, 0))
             self.metrics.running_jobs.labels(queue=queue).set(running.get(queue, 0))
+        shares = self._publish_allocation(read)
         return CycleReport(
             number=self._cycles,
             finished_at=time.time(),
@@ -603,6 +635,7 @@ class SchedulingLoop:
             preempted=result.stats.preempted if result else 0,
             queued_by_queue=queued,
             running_by_queue=running,
+            dominant_share=shares,
             runner_state=self.runner.state.value if self.runner else None,
         )
 
