@@ -154,6 +154,40 @@ def _philly(limit: int | None = None) -> Case:
     )
 
 
+def _service_cancel() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.service import run_cancel_latency
+
+        return run_cancel_latency()
+
+    return Case(
+        "service-cancel",
+        "flotilla up --mode async (SQLite): 60,000 unplaceable jobs keep ≥ 5 s runs in flight; "
+        "20 running jobs cancelled one by one over HTTP, then 20 queued ones; submit of the "
+        "backlog in batches of 1,000",
+        quick=False,
+        run=run,
+        target="cancel p99 ≤ 100 ms; submit ≥ 2,000 jobs/s",
+    )
+
+
+def _service_throughput() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.service import run_submit_to_scheduled
+
+        return run_submit_to_scheduled()
+
+    return Case(
+        "service-throughput",
+        "API (uvicorn) + SchedulingLoop (sync, 0.1 s) over SQLite with a sim cluster of 160 "
+        "64-CPU nodes: submit 2,000 one-CPU jobs over HTTP in batches of 1,000 and wait until "
+        "none is queued",
+        quick=False,
+        run=run,
+        target="submit ≥ 2,000 jobs/s; submit → scheduled ≥ 1,000 jobs/s",
+    )
+
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -172,6 +206,8 @@ CASES: dict[str, Case] = {
         _philly(10_000),
         _philly(),
         _engine(TINY, quick=False),
+        _service_cancel(),
+        _service_throughput(),
     )
 }
 ENGINE_CASES: dict[str, EngineCase] = {

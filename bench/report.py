@@ -156,6 +156,8 @@ def render(results: Sequence[dict[str, Any]], machine: dict[str, Any], console: 
         console.print(scaling_table(results))
     if any(r.get("kind") == "simulator" for r in results):
         console.print(simulator_table(results))
+    for line in service_lines(results):
+        console.print(line)
     failed = [r for r in results if r.get("kind") == "error"]
     for r in failed:
         console.print(f"[red]{r['case']} failed[/red]: {r['error']}")
@@ -165,3 +167,28 @@ def render(results: Sequence[dict[str, Any]], machine: dict[str, Any], console: 
         "Only schedule() is timed; µs/placement counts cycles that placed something."
     )
     console.print("Reproduce one case: python3 -m uv run python -m bench --case NAME")
+
+
+def service_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Figures of the through-the-service cases, one line each."""
+    lines = []
+    for r in results:
+        if r.get("kind") == "service":
+            running, queued = r["cancel_running"], r["cancel_queued"]
+            lines.append(
+                f"{r['case']}: cancel of a running job (request → 'cancelled' visible) "
+                f"p50 {running['p50_ms']:.0f} ms, p99 {running['p99_ms']:.0f} ms, max "
+                f"{running['max_ms']:.0f} ms over {running['count']} "
+                f"({r['cancels_issued_during_a_run']} issued during a run); queued job p50 "
+                f"{queued['p50_ms']:.0f} ms, p99 {queued['p99_ms']:.0f} ms; algorithm runs "
+                f"{', '.join(f'{s:.1f}' for s in r['algorithm_runs_s'])} s; submit "
+                f"{r['submit_jobs_per_s']:,.0f} jobs/s; target {r.get('target', '')}"
+            )
+        elif r.get("kind") == "service-throughput":
+            lines.append(
+                f"{r['case']}: submit {r['submit_jobs_per_s']:,.0f} jobs/s; submit → scheduled "
+                f"{r['submit_to_scheduled_jobs_per_s']:,.0f} jobs/s "
+                f"({r['params']['jobs']:,} jobs in {r['submit_to_scheduled_seconds']:.1f} s); "
+                f"target {r.get('target', '')}"
+            )
+    return lines

@@ -225,3 +225,25 @@ def test_load_backend_by_name(tmp_path: Path) -> None:
         load_backend("slurm")
     with pytest.raises(TypeError, match="colour"):
         load_backend("local", state_dir=str(tmp_path), colour="blue")
+
+
+def test_a_run_started_by_another_live_backend_is_adopted_on_first_use(
+    local: LocalHarness,
+) -> None:
+    """Two replicas share one state dir; the one that takes over the lease must see, cancel
+    and never restart the runs the other started after it loaded."""
+    follower = local.make()  # loads an empty state dir
+    leader = local.make()
+    leader.dispatch(request(leader, "run-1", local.long()))
+    local.close_leaving_runs(leader)  # the leader dies; its run goes on
+
+    assert follower.status(StatusRequest("run-1")).state is RunState.RUNNING
+    again = follower.dispatch(request(follower, "run-1", local.long()))
+    assert again.run_id == "run-1"
+    [group] = [replica.process_id for replica in follower.status(StatusRequest("run-1")).replicas]
+    assert group is not None and group_alive(group)
+    follower.cancel(CancelRequest("run-1", reason="stop"))
+    status = local.wait_terminal(follower, "run-1")
+    assert status.state is RunState.CANCELLED
+    local.assert_gone(status)
+    assert len(list((local.state_dir / "runs").iterdir())) == 1

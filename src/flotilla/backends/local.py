@@ -35,6 +35,7 @@ from flotilla.backends.common import (
     saved_run_ids,
 )
 from flotilla.backends.interface import (
+    RUN_ID_PATTERN,
     BackendClosed,
     CancelOutcome,
     CancelRequest,
@@ -136,7 +137,7 @@ class LocalBackend:
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         with self._lock:
             self._check_open()
-            existing = self._runs.get(request.run_id)
+            existing = self._known(request.run_id)
             if existing is not None:
                 check_same_job(existing.result, request)
                 return existing.result
@@ -193,7 +194,7 @@ class LocalBackend:
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
             self._check_open()
-            run = self._runs.get(request.run_id)
+            run = self._known(request.run_id)
             if run is None:
                 message = f"no run {request.run_id!r} on this backend; nothing to cancel"
                 return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, message)
@@ -263,7 +264,7 @@ class LocalBackend:
             raise BackendClosed(f"the local backend of cluster {self.cluster!r} is closed")
 
     def _get(self, run_id: str) -> Run:
-        run = self._runs.get(run_id)
+        run = self._known(run_id)
         if run is None:
             raise UnknownRun(run_id)
         return run
@@ -281,18 +282,31 @@ class LocalBackend:
     def _load(self) -> None:
         """Adopt the runs of an earlier backend over the same state dir."""
         for run_id in saved_run_ids(self._state):
-            run = Run.load(run_directory(self._state, run_id))
-            if run is None:
-                continue
-            self._runs[run_id] = run
-            if not run.state.terminal:
-                if not run.gate_file().exists():
-                    # The earlier backend died while starting this run: let it run only if
-                    # every replica's process is on record, else make sure none ever does.
-                    tracked = all(r.pid is not None or r.finished for r in run.replicas)
-                    claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
-                self._refresh(run)
-                self._changes.mark(run_id)
+            self._adopt(run_id)
+
+    def _adopt(self, run_id: str) -> Run | None:
+        """Take over the run another backend object recorded in the state dir, if any."""
+        run = Run.load(run_directory(self._state, run_id))
+        if run is None:
+            return None
+        self._runs[run_id] = run
+        if not run.state.terminal:
+            if not run.gate_file().exists():
+                # The earlier backend died while starting this run: let it run only if
+                # every replica's process is on record, else make sure none ever does.
+                tracked = all(r.pid is not None or r.finished for r in run.replicas)
+                claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
+            self._refresh(run)
+            self._changes.mark(run_id)
+        return run
+
+    def _known(self, run_id: str) -> Run | None:
+        """The run, adopted from the state dir when another backend object started it since
+        this one loaded (a replica sharing the state dir that took over the lease)."""
+        run = self._runs.get(run_id)
+        if run is None and RUN_ID_PATTERN.match(run_id):
+            run = self._adopt(run_id)
+        return run
 
     def _watch(self) -> None:
         while not self._stopping.wait(self.monitor_interval):

@@ -251,6 +251,18 @@ class SchedulingLoop:
                 backend = self.backends.get(job.run.cluster)
                 if backend is None or not self._still_active(backend, job.run.id):
                     self._requeue_preempted(job.run.id)
+        # Runs another replica dispatched: this replica's backends may never have reported
+        # them, so ask each for its state once (the backend then watches it like its own).
+        for state in (JobState.PENDING, JobState.RUNNING):
+            for job in self.jobdb.read_txn().jobs_in_state(state):
+                backend = self.backends.get(job.run.cluster) if job.run is not None else None
+                if job.run is None or backend is None:
+                    continue
+                try:
+                    status = backend.status(StatusRequest(job.run.id))
+                except (UnknownRun, BackendError):
+                    continue
+                self._on_run_status(status)
 
     def _lose_lease(self) -> None:
         self.lease = None
