@@ -38,6 +38,13 @@ def up(
     replica: Annotated[
         str | None, typer.Option(help="This replica's id for leader election.")
     ] = None,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the scheduling lease lasts without renewal: how long a failover takes.",
+            min=1.0,
+        ),
+    ] = 10.0,
 ) -> None:
     """Start Flotilla here: REST API + scheduler + a local cluster that runs jobs as processes."""
     from flotilla.backends.local import LocalBackend
@@ -73,6 +80,7 @@ def up(
             mode=mode,
             cycle_interval=cycle_interval,
             replica=replica or default_replica_id(),
+            lease_ttl=lease_ttl,
         ),
     )
     stop = threading.Event()

@@ -28,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,6 +85,7 @@ from flotilla.store import (
     StaleRunError,
     Store,
     StoreError,
+    Transition,
 )
 
 log = logging.getLogger(__name__)
@@ -340,11 +341,14 @@ class SchedulingLoop:
             return
         state, run = status.state, status.run_id
         not_yet_running = job.state in (JobState.LEASED, JobState.PENDING)
-        if not_yet_running and (
-            state is BackendRunState.RUNNING
-            or (state is not BackendRunState.LOST and status.started_at is not None)
-        ):
-            # A short run may end between two polls: its history still shows it running.
+        ran = state in (
+            BackendRunState.RUNNING,
+            BackendRunState.SUCCEEDED,
+            BackendRunState.FAILED,
+        ) or (state is BackendRunState.CANCELLED and status.started_at is not None)
+        if not_yet_running and ran:
+            # A short run may end between two polls (or before a crashed backend recorded its
+            # start): an exit code proves it ran, so its history still shows it running.
             self._transition(job.id, JobState.RUNNING, "started", run=run)
         if state is BackendRunState.RUNNING:
             return
@@ -415,20 +419,36 @@ class SchedulingLoop:
     # --- dispatch -------------------------------------------------------------------------
 
     def _dispatch_leased(self) -> None:
-        for job in self.jobdb.read_txn().jobs_in_state(JobState.LEASED):
-            if (
-                job.run is not None
-                and job.run.id not in self._dispatched
-                and not job.cancel_requested
-            ):
-                self._dispatch(job)
+        self._dispatch_all(
+            job
+            for job in self.jobdb.read_txn().jobs_in_state(JobState.LEASED)
+            if job.run is not None
+            and job.run.id not in self._dispatched
+            and not job.cancel_requested
+        )
 
-    def _dispatch(self, job: JobRecord) -> None:
+    def _dispatch_all(self, jobs: Iterable[JobRecord]) -> None:
+        """Dispatch each job's run, then record every outcome in one transaction (one per job
+        made dispatch the slowest part of a cycle: ~35 jobs/s on SQLite)."""
+        changes = [change for job in jobs if (change := self._dispatch(job)) is not None]
+        if not changes:
+            return
+        try:
+            self.store.transition_many(changes, fence=self.lease)
+            for change in changes:
+                self.metrics.transitions.labels(state=change.new_state.value).inc()
+        except (StaleRunError, IllegalTransitionError):
+            # One job moved on meanwhile: record the others one by one.
+            for change in changes:
+                self._transition(change.job_id, change.new_state, change.reason, run=change.run)
+
+    def _dispatch(self, job: JobRecord) -> Transition | None:
+        """Hand the run to its backend; the transition that records what happened, if any."""
         run = job.run
         assert run is not None
         backend = self.backends.get(run.cluster)
         if backend is None:
-            return
+            return None
         request = DispatchRequest(
             run_id=run.id,
             job=job.id,
@@ -450,15 +470,14 @@ class SchedulingLoop:
         try:
             backend.dispatch(request)
         except DispatchRejected as error:
-            self._transition(
-                job.id, JobState.FAILED, f"rejected by {run.cluster}: {error}", run=run.id
+            return Transition(
+                job.id, JobState.FAILED, f"rejected by {run.cluster}: {error}", run.id
             )
-            return
         except BackendUnavailable as error:
             log.warning("dispatch of %s to %s failed, retrying: %s", job.id, run.cluster, error)
-            return
+            return None
         self._dispatched.add(run.id)
-        self._transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run=run.id)
+        return Transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run.id)
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -579,10 +598,10 @@ class SchedulingLoop:
             self.store.record_runs(requests, fence=self.lease)
             self.jobdb.sync(self.store)
             fresh = self.jobdb.read_txn()
-            for request in requests:
-                job = fresh.get(request.job_id)
-                if job is not None and job.state is JobState.LEASED:
-                    self._dispatch(job)
+            leased = (fresh.get(request.job_id) for request in requests)
+            self._dispatch_all(
+                job for job in leased if job is not None and job.state is JobState.LEASED
+            )
         self.metrics.decisions.labels(outcome="scheduled").inc(len(requests))
         self.metrics.decisions.labels(outcome="unschedulable").inc(len(result.pending))
         reasons = dict(state.reasons)
