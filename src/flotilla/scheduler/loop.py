@@ -90,6 +90,10 @@ from flotilla.store import (
 
 log = logging.getLogger(__name__)
 
+ALLOCATION_PUBLISH_SECONDS = 2.0
+"""Allocation and share gauges read the catalog from the store: refreshed at most this often,
+so a busy loop spends its cycles on transitions (cancel latency), not on metrics."""
+
 
 def default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -148,6 +152,8 @@ class SchedulingLoop:
         self._cancelling: set[str] = set()
         self._dispatched: set[str] = set()
         self._cycles = 0
+        self._published_at = float("-inf")
+        self._shares: dict[str, float] = {}
 
     # --- SchedulerHandle ------------------------------------------------------------------
 
@@ -491,7 +497,7 @@ class SchedulingLoop:
         ready = self.runner.take_result()
         committed: CycleResult | None = None
         if ready is not None:
-            state = self._build_snapshot()
+            state = self._build_snapshot(include_queued=False)  # reconcile needs node state only
             reconciled = reconcile(ready, _CurrentState(self.jobdb, state))
             self._commit(reconciled.result, state, dropped=reconciled.dropped)
             committed = reconciled.result
@@ -501,10 +507,10 @@ class SchedulingLoop:
                 self.runner.trigger(self._build_snapshot().snapshot)
         return committed
 
-    def _build_snapshot(self) -> _Snapshot:
+    def _build_snapshot(self, *, include_queued: bool = True) -> _Snapshot:
         read = self.jobdb.read_txn()
         records = self.store.list_clusters()
-        queued_records = read.jobs_in_state(JobState.QUEUED)
+        queued_records = read.jobs_in_state(JobState.QUEUED) if include_queued else []
         active_records = [job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)]
         cluster_specs = [ClusterSpec.model_validate(record.spec) for record in records]
         space = space_for(cluster_specs, [job.spec for job in active_records])
@@ -654,7 +660,11 @@ class SchedulingLoop:
         for queue in set(queued) | set(running) | set(self._report.queued_by_queue):
             self.metrics.queue_depth.labels(queue=queue).set(queued.get(queue, 0))
             self.metrics.running_jobs.labels(queue=queue).set(running.get(queue, 0))
-        shares = self._publish_allocation(read)
+        now = time.monotonic()
+        if now - self._published_at >= ALLOCATION_PUBLISH_SECONDS:
+            self._published_at = now
+            self._shares = self._publish_allocation(read)
+        shares = self._shares
         return CycleReport(
             number=self._cycles,
             finished_at=time.time(),
