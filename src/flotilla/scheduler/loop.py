@@ -90,6 +90,10 @@ from flotilla.store import (
 
 log = logging.getLogger(__name__)
 
+TRANSITION_SECONDS = 0.05
+"""How often the loop applies transitions between full cycles (and so the floor of how fast a
+cancel takes effect)."""
+
 ALLOCATION_PUBLISH_SECONDS = 2.0
 """Allocation and share gauges read the catalog from the store: refreshed at most this often,
 so a busy loop spends its cycles on transitions (cancel latency), not on metrics."""
@@ -182,17 +186,54 @@ class SchedulingLoop:
     # --- running --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries."""
+        """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
+
+        Between full cycles (every ``cycle_interval``) a cheap transitions pass runs every
+        ``TRANSITION_SECONDS`` and at once when the API wakes the loop: cancels and run
+        endings take effect while a long scheduling run is in flight (Armada's async mode),
+        not a whole cycle later. A wake also brings the next full cycle forward a little, so
+        a submission is scheduled soon."""
+        next_cycle = 0.0
         try:
             while not stop.is_set():
                 try:
-                    self.cycle()
+                    if time.monotonic() >= next_cycle:
+                        self.cycle()
+                        next_cycle = time.monotonic() + self.settings.cycle_interval
+                    else:
+                        self.transitions()
                 except Exception:
                     log.exception("scheduling cycle failed; retrying next cycle")
-                self._wake.wait(self.settings.cycle_interval)
-                self._wake.clear()
+                wait = min(TRANSITION_SECONDS, max(0.0, next_cycle - time.monotonic()))
+                if self._wake.wait(wait):
+                    self._wake.clear()
+                    next_cycle = min(next_cycle, time.monotonic() + 2 * TRANSITION_SECONDS)
+                    try:
+                        self.transitions()
+                    except Exception:
+                        log.exception("transitions pass failed; retrying")
         finally:
             self.close()
+
+    def transitions(self) -> None:
+        """Apply what happened since the last pass — run states from the backends, cancel
+        requests — without scheduling. Cheap: no snapshot, no heartbeat writes."""
+        if self.lease is None:
+            return
+        try:
+            self.jobdb.sync(self.store)
+            for backend in self.backends.values():
+                try:
+                    statuses = backend.poll()
+                except BackendUnavailable:
+                    continue
+                for status in statuses:
+                    self._on_run_status(status)
+            self.jobdb.sync(self.store)
+            self._apply_requests()
+        except LeaseLostError:
+            log.warning("lost the scheduling lease; stopping at once")
+            self._lose_lease()
 
     def close(self) -> None:
         if self.runner is not None:
@@ -216,6 +257,7 @@ class SchedulingLoop:
                 self._observe_clusters()
                 self.jobdb.sync(self.store)
                 self._apply_requests()
+                self._expire_gangs()
                 self.jobdb.sync(self.store)
                 self._dispatch_leased()
                 self.jobdb.sync(self.store)
@@ -390,12 +432,16 @@ class SchedulingLoop:
         return status.state in (BackendRunState.PENDING, BackendRunState.RUNNING)
 
     def _apply_requests(self) -> None:
-        """Cancel requests and gang timeouts: transitions the users and the clock asked for."""
+        """Cancel requests: stop the runs of jobs users asked to cancel."""
         read = self.jobdb.read_txn()
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
                 if job.cancel_requested and job.run is not None:
                     self._stop_for_cancel(job)
+
+    def _expire_gangs(self) -> None:
+        """Gangs still queued past their timeout fail (full cycles only: it reads the backlog)."""
+        read = self.jobdb.read_txn()
         now = time.time()
         for job in read.jobs_in_state(JobState.QUEUED):
             gang = job.spec.gang
