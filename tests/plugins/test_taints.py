@@ -12,12 +12,18 @@ from tests.plugins.helpers import filter_input, rows
 INFRA = Taint(key="dedicated", value="infra", effect=TaintEffect.NO_SCHEDULE)
 
 
+def test_equal_without_a_value_tolerates_a_taint_with_an_empty_value() -> None:
+    bare = Taint(key="dedicated", value="", effect=TaintEffect.NO_SCHEDULE)
+    assert tolerates(Toleration(key="dedicated"), bare)
+
+
 @pytest.mark.parametrize(
     ("tol", "expected"),
     [
         (Toleration(key="dedicated", value="infra"), True),
         (Toleration(key="dedicated", value="infra", effect=TaintEffect.NO_SCHEDULE), True),
-        (Toleration(key="dedicated"), True),  # Equal without value: any value
+        (Toleration(key="dedicated"), False),  # Equal without value: only an empty value
+        (Toleration(key="dedicated", operator="Exists"), True),  # Exists: any value
         (Toleration(key="dedicated", operator="Exists"), True),
         (Toleration(operator="Exists"), True),  # empty key + Exists: every taint
         (Toleration(key="dedicated", value="batch"), False),

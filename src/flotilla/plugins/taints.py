@@ -13,14 +13,16 @@ from flotilla.model.job import Toleration
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """Kubernetes semantics: empty key with Exists matches every taint."""
+    """Kubernetes semantics: empty key with Exists matches every taint; Equal without a value
+    matches only a taint whose value is empty."""
     if toleration.effect is not None and toleration.effect != taint.effect:
         return False
     if toleration.key == "":
         return toleration.operator == "Exists"
     if toleration.key != taint.key:
         return False
-    return toleration.operator == "Exists" or toleration.value in (None, taint.value)
+    # Kubernetes: Equal compares values, and a missing value is the empty string.
+    return toleration.operator == "Exists" or (toleration.value or "") == taint.value
 
 
 def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
