@@ -188,11 +188,10 @@ class SchedulingLoop:
     def run(self, stop: threading.Event) -> None:
         """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
 
-        Between full cycles (every ``cycle_interval``) a cheap transitions pass runs every
-        ``TRANSITION_SECONDS`` and at once when the API wakes the loop: cancels and run
-        endings take effect while a long scheduling run is in flight (Armada's async mode),
-        not a whole cycle later. A wake also brings the next full cycle forward a little, so
-        a submission is scheduled soon."""
+        A wake from the API (a submission, a cancel) starts a full cycle at once; its first
+        steps apply transitions. While an async scheduling run is in flight, a cheap
+        transitions pass also runs every ``TRANSITION_SECONDS`` between full cycles, so cancels
+        and run endings take effect during a long run (Armada's async mode), not a cycle later."""
         next_cycle = 0.0
         try:
             while not stop.is_set():
@@ -200,20 +199,24 @@ class SchedulingLoop:
                     if time.monotonic() >= next_cycle:
                         self.cycle()
                         next_cycle = time.monotonic() + self.settings.cycle_interval
-                    else:
+                    elif self._run_in_flight():
                         self.transitions()
                 except Exception:
                     log.exception("scheduling cycle failed; retrying next cycle")
-                wait = min(TRANSITION_SECONDS, max(0.0, next_cycle - time.monotonic()))
+                wait = max(0.0, next_cycle - time.monotonic())
+                if self._run_in_flight():
+                    wait = min(wait, TRANSITION_SECONDS)
                 if self._wake.wait(wait):
                     self._wake.clear()
-                    next_cycle = min(next_cycle, time.monotonic() + 2 * TRANSITION_SECONDS)
-                    try:
-                        self.transitions()
-                    except Exception:
-                        log.exception("transitions pass failed; retrying")
+                    next_cycle = time.monotonic()  # a submission or a cancel: cycle now
         finally:
             self.close()
+
+    def _run_in_flight(self) -> bool:
+        return self.runner is not None and self.runner.state in (
+            RunnerState.RUN_REQUESTED,
+            RunnerState.RUNNING,
+        )
 
     def transitions(self) -> None:
         """Apply what happened since the last pass — run states from the backends, cancel
