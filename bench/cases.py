@@ -34,7 +34,7 @@ HEADLINE = EngineCase(
     description=(
         "5,000 nodes (80% 64-CPU, 20% 8-GPU tainted), 100 queues (weights 1-2), DRF, single-task "
         "jobs of 8 shapes, 2 priorities; 50k-job backlog fills the fleet from empty, then 5% churn "
-        "per cycle. Quota tree generated but not enforced (engine has none yet)."
+        "per cycle. Quota tree (org → divisions → teams) enforced."
     ),
     fleet=FleetParams(nodes=5_000),
     workload=WorkloadParams(jobs=50_000, queues=100, weight_skew=2.0, quota_tree=True),

@@ -40,6 +40,7 @@ from bench.generators import (
 from flotilla.framework.interfaces import Assignment, Placement
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.nodes import GpuAllocation
+from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON
 from flotilla.scheduler import (
     RunningJob,
@@ -204,6 +205,11 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
     clusters = fleet.clusters
     cluster_index = {cluster.name: i for i, cluster in enumerate(clusters)}
     queued: dict[str, SchedulingJob] = {job.name: job for job in workload.jobs}
+    # The quota tree is enforced: every queue draws on its team's quota (elastic quota plugin).
+    quotas = QuotaTree(workload.quotas, fleet.space) if workload.quotas else None
+    queues = [
+        replace(queue, quota=workload.queue_quota.get(queue.name)) for queue in workload.queues
+    ]
     del workload.jobs[:]
     running: dict[str, _Running] = {r.job.name: r for r in prefilled}
     fill_after_prefill = _dominant_use(fleet)
@@ -219,9 +225,10 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
         snapshot = SchedulingSnapshot(
             time=float(index),
             clusters=clusters,
-            queues=workload.queues,
+            queues=queues,
             queued=list(queued.values()),
             running=[r.record for r in running.values()],
+            quotas=quotas,
         )
         harness_s += time.perf_counter() - h0
         c0, p0 = time.perf_counter(), time.process_time()
@@ -299,7 +306,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
             "priorities": sorted(set(case.workload.priorities)),
             "quota_tree": case.workload.quota_tree,
             "quota_tree_nodes": _count_quotas(workload.quotas),
-            "quota_tree_enforced": False,
+            "quota_tree_enforced": quotas is not None,
             "prefill": case.prefill,
             "churn": case.churn,
             "max_cycles": case.cycles,

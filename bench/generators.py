@@ -93,7 +93,7 @@ class WorkloadParams:
     weight_skew: float = 1.0
     """Queue i has weight 1 + (i mod 4) * (skew - 1) / 3: 1.0 gives equal weights."""
     quota_tree: bool = False
-    """Build a quota tree (org → divisions → teams) over the queues. Not enforced yet."""
+    """Build a quota tree (org → divisions → teams) over the queues; the engine enforces it."""
     seed: int = 1
 
 
