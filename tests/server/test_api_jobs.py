@@ -227,3 +227,11 @@ def test_reprioritize_a_waiting_job_but_not_a_running_one(
     assert conflict.status_code == 409 and "only a waiting job" in conflict.json()["message"]
     bad = lifecycle_client.post(f"/v1/jobs/{waiting}/priority", json={"priority": "top"})
     assert bad.status_code == 422 and bad.json()["problems"][0].startswith("priority: ")
+
+
+def test_a_priority_class_is_refused_naming_the_field(client: TestClient) -> None:
+    body = spec("urgent")
+    body["priority_class"] = "high"
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422
+    assert any(line.startswith("priority_class:") for line in response.json()["problems"])

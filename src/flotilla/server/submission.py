@@ -58,6 +58,13 @@ def check_service_fields(spec: JobSpec) -> list[str]:
         problems.append("submit_at: only meaningful in a simulation scenario")
     if spec.cancel_at is not None:
         problems.append("cancel_at: only meaningful in a simulation scenario")
+    if spec.priority_class is not None:
+        # The service has no priority classes configured yet: a class would silently mean
+        # priority 0 and preemptible, which is worse than a clear refusal.
+        problems.append(
+            "priority_class: this server has no priority classes; give priority (and "
+            "preemptible) instead"
+        )
     return problems
 
 
