@@ -103,7 +103,7 @@ class _Shape:
     annotations: Mapping[str, str]
 
 
-_SHAPES: dict[tuple[int, int], _Shape] = {}
+_SHAPES: dict[tuple[int, tuple[str, ...]], _Shape] = {}
 _KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 _CACHE_LIMIT = 200_000
 
@@ -114,7 +114,9 @@ def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
     Jobs expanded from one spec, or submitted alike, then share their vectors and one
     placement-key object: less memory per queued job, and equal shapes compare by identity.
     """
-    cache_key = (id(spec), id(space))
+    # Keyed by the space's names (its vector layout), not its id: an id can be reused by a
+    # new space with another layout once the old one is gone.
+    cache_key = (id(spec), space.names)
     shape = _SHAPES.get(cache_key)
     if shape is not None and shape.spec is spec:
         return shape

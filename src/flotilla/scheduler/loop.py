@@ -50,7 +50,9 @@ from flotilla.backends.interface import (
 from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Assignment
+from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.quota import QuotaTree
+from flotilla.framework.resources import ResourceSpace
 from flotilla.framework.snapshot import (
     CycleResult,
     QueueInfo,
@@ -157,6 +159,7 @@ class SchedulingLoop:
         self._dispatched: set[str] = set()
         self._cycles = 0
         self._published_at = float("-inf")
+        self._engine_jobs: dict[str, tuple[int, tuple[str, ...], SchedulingJob]] = {}
         self._shares: dict[str, float] = {}
 
     # --- SchedulerHandle ------------------------------------------------------------------
@@ -556,6 +559,15 @@ class SchedulingLoop:
                 self.runner.trigger(self._build_snapshot().snapshot)
         return committed
 
+    def _engine_job(self, record: JobRecord, space: ResourceSpace) -> SchedulingJob:
+        """The engine's job for a record, built once per (serial, resource layout)."""
+        cached = self._engine_jobs.get(record.id)
+        if cached is not None and cached[0] == record.serial and cached[1] == space.names:
+            return cached[2]
+        job = job_from_record(record, space)
+        self._engine_jobs[record.id] = (record.serial, space.names, job)
+        return job
+
     def _build_snapshot(self, *, include_queued: bool = True) -> _Snapshot:
         read = self.jobdb.read_txn()
         records = self.store.list_clusters()
@@ -572,7 +584,7 @@ class SchedulingLoop:
             if job.run is None or job.run.cluster not in clusters:
                 continue
             cluster = clusters[job.run.cluster]
-            engine_job = job_from_record(job, space)
+            engine_job = self._engine_job(job, space)
             assignment = assignment_from_json(job.run.assignment, engine_job, cluster)
             if assignment is None:
                 continue
@@ -581,12 +593,15 @@ class SchedulingLoop:
             running.append(RunningJob(engine_job, assignment, job.run.created_at.timestamp()))
         reasons: dict[str, str] = {}
         queued = []
+        if len(self._engine_jobs) > 4 * (len(queued_records) + len(active_records)) + 1000:
+            live = {job.id for job in queued_records} | {job.id for job in active_records}
+            self._engine_jobs = {k: v for k, v in self._engine_jobs.items() if k in live}
         for job in queued_records:
             missing = unknown_resources(job.spec, space)
             if missing:
                 reasons[job.id] = f"no node of any cluster offers {', '.join(missing)}"
                 continue
-            queued.append(job_from_record(job, space))
+            queued.append(self._engine_job(job, space))
         queue_specs = self.store.list_queues()
         queues = [
             QueueInfo(
