@@ -233,8 +233,7 @@ class SchedulingLoop:
                     statuses = backend.poll()
                 except BackendUnavailable:
                     continue
-                for status in statuses:
-                    self._on_run_status(status)
+                self._record([c for status in statuses for c in self._on_run_status(status)])
             self.jobdb.sync(self.store)
             self._apply_requests()
         except LeaseLostError:
@@ -317,7 +316,7 @@ class SchedulingLoop:
                     status = backend.status(StatusRequest(job.run.id))
                 except (UnknownRun, BackendError):
                     continue
-                self._on_run_status(status)
+                self._record(self._on_run_status(status))
 
     def _lose_lease(self) -> None:
         self.lease = None
@@ -369,8 +368,7 @@ class SchedulingLoop:
                     self.store.heartbeat(record.name)
                     if record.state == "unreachable":
                         self.store.set_cluster_state(record.name, "ready")
-                    for status in statuses:
-                        self._on_run_status(status)
+                    self._record([c for status in statuses for c in self._on_run_status(status)])
                     continue
             seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
             silent = seen is None or now - seen > self.settings.heartbeat_timeout
@@ -385,15 +383,18 @@ class SchedulingLoop:
                 if job.run is not None and job.run.cluster == cluster:
                     self._transition(job.id, JobState.QUEUED, reason, run=job.run.id)
 
-    def _on_run_status(self, status: RunStatus) -> None:
+    def _on_run_status(self, status: RunStatus) -> list[Transition]:
+        """The job transitions a run's reported state calls for (recorded by the caller, in
+        one transaction per poll: thousands of runs starting at once are one write)."""
         if status.run_id in self._awaiting_stop:
             if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
                 self._requeue_preempted(status.run_id)
-            return
+            return []
         job = self.jobdb.read_txn().get(status.job)
         if job is None or job.run is None or job.run.id != status.run_id:
-            return
+            return []
         state, run = status.state, status.run_id
+        changes: list[Transition] = []
         not_yet_running = job.state in (JobState.LEASED, JobState.PENDING)
         ran = state in (
             BackendRunState.RUNNING,
@@ -403,26 +404,50 @@ class SchedulingLoop:
         if not_yet_running and ran:
             # A short run may end between two polls (or before a crashed backend recorded its
             # start): an exit code proves it ran, so its history still shows it running.
-            self._transition(job.id, JobState.RUNNING, "started", run=run)
-        if state is BackendRunState.RUNNING:
-            return
+            changes.append(Transition(job.id, JobState.RUNNING, "started", run))
         if state is BackendRunState.SUCCEEDED:
-            self._transition(job.id, JobState.SUCCEEDED, "exited 0", run=run, exit_code=0)
+            changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
         elif state is BackendRunState.FAILED:
-            self._transition(
-                job.id,
-                JobState.FAILED,
-                status.message or f"exited {status.exit_code}",
-                run=run,
-                exit_code=status.exit_code,
-                message=status.message,
+            reason = status.message or f"exited {status.exit_code}"
+            changes.append(
+                Transition(
+                    job.id,
+                    JobState.FAILED,
+                    reason,
+                    run,
+                    exit_code=status.exit_code,
+                    message=status.message,
+                )
             )
         elif state is BackendRunState.CANCELLED:
             self._cancelling.discard(run)
-            self._transition(job.id, JobState.CANCELLED, status.message or "cancelled", run=run)
+            changes.append(
+                Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
+            )
         elif state is BackendRunState.LOST:
             reason = f"run lost: {status.message}" if status.message else "run lost"
-            self._transition(job.id, JobState.QUEUED, reason, run=run)
+            changes.append(Transition(job.id, JobState.QUEUED, reason, run))
+        return changes
+
+    def _record(self, changes: list[Transition]) -> None:
+        """Apply transitions in one transaction; if one no longer applies (the job moved on
+        meanwhile), apply the others one by one."""
+        if not changes:
+            return
+        try:
+            self.store.transition_many(changes, fence=self.lease)
+            for change in changes:
+                self.metrics.transitions.labels(state=change.new_state.value).inc()
+        except (StaleRunError, IllegalTransitionError):
+            for change in changes:
+                self._transition(
+                    change.job_id,
+                    change.new_state,
+                    change.reason,
+                    run=change.run,
+                    exit_code=change.exit_code,
+                    message=change.message,
+                )
 
     def _requeue_preempted(self, run_id: str) -> None:
         job_id = self._awaiting_stop.pop(run_id)
@@ -488,17 +513,7 @@ class SchedulingLoop:
     def _dispatch_all(self, jobs: Iterable[JobRecord]) -> None:
         """Dispatch each job's run, then record every outcome in one transaction (one per job
         made dispatch the slowest part of a cycle: ~35 jobs/s on SQLite)."""
-        changes = [change for job in jobs if (change := self._dispatch(job)) is not None]
-        if not changes:
-            return
-        try:
-            self.store.transition_many(changes, fence=self.lease)
-            for change in changes:
-                self.metrics.transitions.labels(state=change.new_state.value).inc()
-        except (StaleRunError, IllegalTransitionError):
-            # One job moved on meanwhile: record the others one by one.
-            for change in changes:
-                self._transition(change.job_id, change.new_state, change.reason, run=change.run)
+        self._record([change for job in jobs if (change := self._dispatch(job)) is not None])
 
     def _dispatch(self, job: JobRecord) -> Transition | None:
         """Hand the run to its backend; the transition that records what happened, if any."""
