@@ -201,6 +201,13 @@ def apply_transitions(
     if serial is None:
         serial = reserve_serials(session, len(changes))
     jobs = lock_jobs(session, (change.job_id for change in changes))
+    # One query for every active run the batch may end, instead of one per job.
+    run_ids = [job.run_id for job in jobs.values() if job.run_id]
+    runs = (
+        {run.id: run for run in session.scalars(select(Run).where(Run.id.in_(run_ids)))}
+        if run_ids
+        else {}
+    )
     touched: list[Job] = []
     for change in changes:
         job = jobs[change.job_id]
@@ -215,7 +222,7 @@ def apply_transitions(
                 f"job {job.id}: run {change.run} is not its latest run ({job.run_id})"
             )
         if old in ACTIVE_JOB_STATES:
-            run = session.get(Run, job.run_id) if job.run_id else None
+            run = runs.get(job.run_id) if job.run_id else None
             if run is None:
                 raise StaleRunError(f"job {job.id} is {old} but has no run")
             end_run(run, RUN_STATE_FOR_JOB[new], now, change.exit_code, change.message)
@@ -256,32 +263,38 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
     ):
         attempts[job_id] = attempt
     runs: list[Run] = []
+    leased: set[str] = set()
     for request in requests:
         job = jobs[request.job_id]
-        old = JobState(job.state)
+        old = JobState.LEASED if job.id in leased else JobState(job.state)
         if old is not JobState.QUEUED:
             raise IllegalTransitionError(job.id, old, JobState.LEASED)
+        leased.add(job.id)
         attempt = attempts.get(job.id, 0) + 1
         attempts[job.id] = attempt
-        run = Run(
-            id=new_id(),
-            job_id=job.id,
-            attempt=attempt,
-            cluster=request.cluster,
-            assignment=dict(request.assignment),
-            state=RunState.LEASED.value,
-            created_at=now,
+        runs.append(
+            Run(
+                id=new_id(),
+                job_id=job.id,
+                attempt=attempt,
+                cluster=request.cluster,
+                assignment=dict(request.assignment),
+                state=RunState.LEASED.value,
+                created_at=now,
+            )
         )
-        session.add(run)
+    # Every run row exists (one flush for the batch) before any job points at it.
+    session.add_all(runs)
+    session.flush()
+    for request, run in zip(requests, runs, strict=True):
+        job = jobs[request.job_id]
         job.state = JobState.LEASED.value
         job.run_id = run.id
         job.reason = request.reason
         job.serial = serial
         job.updated_at = now
         serial += 1
-        session.flush()
-        add_event(session, job, now, "transition", old, JobState.LEASED, request.reason)
-        runs.append(run)
+        add_event(session, job, now, "transition", JobState.QUEUED, JobState.LEASED, request.reason)
     return runs
 
 
