@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.nodes import NodeInfo, NodeTable
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.cluster import ClusterSpec, NodeGroup
+from flotilla.model.job import JobSpec
 
 
 def node_infos(group: NodeGroup) -> list[NodeInfo]:
@@ -40,3 +43,20 @@ def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluste
         nodes=NodeTable(space, infos),
         backend=spec.backend,
     )
+
+
+def resource_space_for(
+    clusters: Sequence[ClusterSpec], jobs: Iterable[JobSpec], extra: Iterable[str] = ()
+) -> ResourceSpace:
+    """Every resource named by a node or a job (and ``extra``, e.g. quota resources), plus
+    ``gpu_memory`` when GPUs carry memory."""
+    names: set[str] = set(extra)
+    for cluster in clusters:
+        for group in cluster.nodes:
+            names.update(group.resources)
+            if group.gpus is not None and group.gpus.memory is not None:
+                names.add("gpu_memory")
+    for job in jobs:
+        for task in job.tasks:
+            names.update(task.resources)
+    return ResourceSpace(names)

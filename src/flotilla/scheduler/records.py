@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from flotilla.framework.clusters import Cluster, ClusterState
-from flotilla.framework.fleet import build_cluster
+from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.interfaces import Assignment, Placement
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.nodes import GpuAllocation, NodeInfo
@@ -66,16 +66,7 @@ def assignment_from_json(
 
 
 def space_for(clusters: Sequence[ClusterSpec], jobs: Sequence[JobSpec]) -> ResourceSpace:
-    names: set[str] = set()
-    for cluster in clusters:
-        for group in cluster.nodes:
-            names.update(group.resources)
-            if group.gpus is not None and group.gpus.memory is not None:
-                names.add("gpu_memory")
-    for job in jobs:
-        for task in job.tasks:
-            names.update(task.resources)
-    return ResourceSpace(names)
+    return resource_space_for(clusters, jobs)
 
 
 def cluster_from_record(record: ClusterRecord, order: int, space: ResourceSpace) -> Cluster:

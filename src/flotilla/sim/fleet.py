@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from flotilla.framework.fleet import resource_space_for
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.job import JobSpec
@@ -12,20 +13,13 @@ from flotilla.model.scenario import Scenario
 
 
 def resource_space(scenario: Scenario) -> ResourceSpace:
-    """Every resource named by a node or a job, plus ``gpu_memory`` when GPUs carry memory."""
-    names: set[str] = set()
-    for cluster in scenario.clusters:
-        for group in cluster.nodes:
-            names.update(group.resources)
-            if group.gpus is not None and group.gpus.memory is not None:
-                names.add("gpu_memory")
-    for job in scenario.jobs:
-        for task in job.tasks:
-            names.update(task.resources)
-    for _, quota, _ in walk_quotas(scenario.quotas):
-        names.update(quota.min)
-        names.update(quota.max or {})
-    return ResourceSpace(names)
+    """Every resource the scenario's nodes, jobs and quotas name."""
+    quota_names = [
+        name
+        for _, quota, _ in walk_quotas(scenario.quotas)
+        for name in (*quota.min, *(quota.max or {}))
+    ]
+    return resource_space_for(scenario.clusters, scenario.jobs, quota_names)
 
 
 def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, SchedulingJob]]:
