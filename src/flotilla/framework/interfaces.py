@@ -152,6 +152,9 @@ class FilterInput:
     task: TaskRequest
     cluster: Cluster
     cycle: CycleState
+    rows: npt.NDArray[np.intp] | None = None
+    """When set, only these node rows are asked about (in this order, possibly repeated): the
+    mask returned has ``len(rows)`` entries. Only ``row_local`` filters are given rows."""
 
 
 @runtime_checkable
@@ -161,7 +164,20 @@ class FilterPlugin(Protocol):
     Called once per replica with the cluster's current allocation, so it must be vectorised
     over nodes. ``explain`` is called only when no node is left, to say why in words
     (e.g. ``"3 nodes have too little gpu (need 8, most free 4)"``); return ``None`` when this
-    plugin rejected no node.
+    plugin rejected no node. A filter with nothing to say may return ``nodes.everywhere``
+    (the table's shared all-true mask, never to be modified), with or without ``rows``.
+
+    Row-local filters (optional attribute ``row_local = True``): the verdict for a node
+    depends only on that node's row of the ``NodeTable`` (static description, free and
+    allocated resources, devices) and on the *placement-relevant* parts of the request —
+    the task's ``request`` vector, ``gpu``, ``gpu_memory`` and ``gpu_scope``, and the job's
+    ``tolerations`` and ``affinity.nodes`` — never on other nodes, other job fields or the
+    cycle state. Such a filter must honour ``FilterInput.rows``. When every filter and score
+    of a profile is row-local, the framework keeps an incremental best-node index per node
+    table and placement key (``flotilla.framework.node_index``) and re-asks only about rows
+    that changed since the last placement of that key: a placement no longer scans every
+    node. A plugin without the attribute makes the framework use the full scan, so
+    third-party plugins keep working unchanged.
     """
 
     name: str
@@ -189,7 +205,12 @@ class ScorePlugin(Protocol):
     """Scores candidate nodes, higher is better, one float per candidate in [0, 1].
 
     Returns ``None`` when it has no opinion on this job (e.g. no preferred labels): cheaper
-    than a vector of zeros, and equal in effect."""
+    than a vector of zeros, and equal in effect.
+
+    Row-local scores (``row_local = True``, see ``FilterPlugin``): a candidate's score depends
+    only on its own row and on the placement-relevant parts of the request, so it is the same
+    float whichever other candidates are asked about with it (``candidates`` may then be any
+    subset of rows, in any order). Element-wise numpy arithmetic keeps that bit-exact."""
 
     name: str
 

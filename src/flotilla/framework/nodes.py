@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -16,9 +17,16 @@ import numpy.typing as npt
 from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
 from flotilla.model.cluster import Taint, TaintEffect
 
+if TYPE_CHECKING:
+    from flotilla.framework.node_index import BestNodeIndex
+
 Mask = npt.NDArray[np.bool_]
 
 HARD_EFFECTS = (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
+
+_CHANGE_LOG_LIMIT = 4096
+"""The change log is cleared past this many entries (plus four per node): readers behind it
+rebuild from the whole table, which costs about what replaying that many changes would."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,30 @@ class NodeTable:
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
         self.any_hard_taints = any(self.hard_taints)
+        self._start_change_log()
+
+    def _start_change_log(self) -> None:
+        """An empty change log and no best-node index (a new table or a fresh copy)."""
+        self.changed_rows: list[int] = []
+        """Rows touched by ``allocate``/``release``, oldest first, since ``changes_dropped``
+        entries were dropped: what the best-node index re-evaluates between placements."""
+        self.changes_dropped = 0
+        """How many changes were dropped from the front of the log (bounding its memory);
+        a reader that had not caught up with them must start over."""
+        self.best_node_index: BestNodeIndex | None = None
+        """Built by the framework on first use (``flotilla.framework.node_index``)."""
+
+    @property
+    def change_count(self) -> int:
+        """Changes since the table (or this copy) was made: a position in the change log."""
+        return self.changes_dropped + len(self.changed_rows)
+
+    def _log_change(self, row: int) -> None:
+        changed = self.changed_rows
+        changed.append(row)
+        if len(changed) > _CHANGE_LOG_LIMIT + 4 * len(self.names):
+            self.changes_dropped += len(changed)
+            changed.clear()
 
     def __len__(self) -> int:
         return len(self.names)
@@ -104,6 +136,7 @@ class NodeTable:
         clone.free = self.free.copy()
         clone.device_free = self.device_free.copy()
         clone.device_memory_free = self.device_memory_free.copy()
+        clone._start_change_log()
         return clone
 
     def label_mask(self, key: str, value: str) -> Mask:
@@ -121,6 +154,7 @@ class NodeTable:
         return counts
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
         if gpus is not None:
@@ -129,6 +163,7 @@ class NodeTable:
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
             for device, share in gpus.shares:

@@ -23,6 +23,7 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework.node_index import best_node_index, is_row_local
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
 
@@ -134,7 +135,22 @@ def _best_node(
     framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
 ) -> int | None:
     """The best node for one replica, or None. ``seen`` collects each filter's mask (by
-    position) so that explaining a failure does not filter again."""
+    position) so that explaining a failure does not filter again.
+
+    With a row-local profile the table's incremental index answers first (same node, see
+    ``node_index``); the full scan below runs when it cannot (and to explain a failure)."""
+    if is_row_local(framework):
+        row = best_node_index(framework, request.cluster.nodes).best_node(request)
+        if row is not None:
+            return row
+    return _scan_best_node(framework, request, seen)
+
+
+def _scan_best_node(
+    framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
+) -> int | None:
+    """The best node by running every filter over every node and every score over the
+    candidates: the reference the index must agree with."""
     everywhere = request.cluster.nodes.everywhere
     mask = everywhere
     for position, plugin in enumerate(framework.filters):

@@ -11,15 +11,19 @@ from flotilla.framework.resources import Vector
 
 class NodeAffinity:
     name = "node-affinity"
+    row_local = True
+    """A node's verdict and score read only its own labels."""
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
         required = request.job.affinity.nodes.required
         if not required:
             return nodes.everywhere
-        mask = np.ones(len(nodes), dtype=bool)
+        rows = request.rows
+        mask = np.ones(len(nodes) if rows is None else len(rows), dtype=bool)
         for key, value in required.items():
-            mask &= nodes.label_mask(key, value)
+            labelled = nodes.label_mask(key, value)
+            mask &= labelled if rows is None else labelled[rows]
         return mask
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:

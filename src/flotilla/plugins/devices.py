@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flotilla.framework.interfaces import FilterInput, ReserveInput, ReserveResult, Status
+from flotilla.framework.jobs import TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask, NodeTable
 from flotilla.framework.resources import EPSILON
 from flotilla.model.job import TopologyScope
@@ -27,15 +28,39 @@ def _blocks(nodes: NodeTable, scope: TopologyScope | None) -> npt.NDArray[np.int
     return None
 
 
+def _usable_devices(
+    task: TaskRequest,
+    device_free: npt.NDArray[np.float64],
+    device_memory_free: npt.NDArray[np.float64],
+) -> Mask:
+    """Devices (of the given rows) with enough free share and memory for one of the task's
+    GPUs: a fraction on its own device, or one whole device per GPU."""
+    gpu, memory = task.gpu, task.gpu_memory
+    need_share = gpu if gpu < 1 else 1.0
+    per_device_memory = memory if gpu < 1 else memory / gpu
+    usable: Mask = (device_free >= need_share - EPSILON) & (
+        device_memory_free >= per_device_memory - EPSILON
+    )
+    return usable
+
+
 class GpuDevices:
     name = "gpu-devices"
+    row_local = True
+    """A node's verdict reads only its own devices and their topology."""
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
         gpu = request.task.gpu
         if gpu <= 0:
             return nodes.everywhere
-        usable = self._usable_devices(request)
+        rows = request.rows
+        if rows is None:
+            usable = _usable_devices(request.task, nodes.device_free, nodes.device_memory_free)
+        else:
+            usable = _usable_devices(
+                request.task, nodes.device_free[rows], nodes.device_memory_free[rows]
+            )
         if gpu < 1:
             return np.asarray(usable.any(axis=1), dtype=bool)
         count = int(gpu)
@@ -45,20 +70,13 @@ class GpuDevices:
         blocks = _blocks(nodes, scope)
         if blocks is None:
             return np.asarray(np.count_nonzero(usable, axis=1) >= count, dtype=bool)
-        fits = np.zeros(len(nodes), dtype=bool)
+        if rows is not None:
+            # Blocks numbered past the rows' own have no device there: no verdict changes.
+            blocks = blocks[rows]
+        fits = np.zeros(len(usable), dtype=bool)
         for block in range(int(blocks.max(initial=-1)) + 1):
             fits |= np.count_nonzero(usable & (blocks == block), axis=1) >= count
         return fits
-
-    def _usable_devices(self, request: FilterInput | ReserveInput) -> Mask:
-        nodes = request.cluster.nodes
-        gpu, memory = request.task.gpu, request.task.gpu_memory
-        need_share = gpu if gpu < 1 else 1.0
-        per_device_memory = memory if gpu < 1 else memory / gpu
-        usable: Mask = (nodes.device_free >= need_share - EPSILON) & (
-            nodes.device_memory_free >= per_device_memory - EPSILON
-        )
-        return usable
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         nodes = request.cluster.nodes
@@ -90,7 +108,10 @@ class GpuDevices:
             return ReserveResult()
         nodes = request.cluster.nodes
         row = request.row
-        usable = self._usable_devices(request)[row]
+        # The node's own devices only (the same comparisons as the filter's, on one row).
+        usable = _usable_devices(
+            request.task, nodes.device_free[row], nodes.device_memory_free[row]
+        )
         candidates = np.flatnonzero(usable)
         if gpu < 1:
             if len(candidates) == 0:

@@ -47,9 +47,16 @@ def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
 
 class TaintToleration:
     name = "taint-toleration"
+    row_local = True
+    """A node's verdict reads only its own taints and the job's tolerations."""
 
     def filter(self, request: FilterInput) -> Mask:
-        return tolerated_mask(request.cluster.nodes, request.job.tolerations)
+        nodes = request.cluster.nodes
+        mask = tolerated_mask(nodes, request.job.tolerations)
+        if request.rows is None or mask is nodes.everywhere:
+            return mask
+        subset: Mask = mask[request.rows]
+        return subset
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         nodes = request.cluster.nodes

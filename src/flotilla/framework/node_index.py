@@ -1,0 +1,186 @@
+"""An incremental best-node index: where the next replica of a shape goes, without a scan.
+
+Why: placing a replica used to run every filter over every node and every score over the
+candidates (about thirty numpy calls over thousands of rows), although between two placements
+only the one or two rows that were allocated or released change. When every filter and score
+of the profile is row-local (see ``FilterPlugin`` in ``interfaces``), a node's total score for
+a placement key depends on its own row alone. So the index keeps, per node table and key, the
+array of those totals (``-inf`` where a filter rejects the node) together with the position in
+the table's change log it is valid at; bringing it up to date re-asks the plugins about the
+changed rows only, and the best node is one ``argmax``.
+
+Exactness: ``argmax`` keeps the first of equal maxima, i.e. the lowest row, which is what the
+full path's ``argmax`` over ascending candidates picks. Scores are summed in plugin order
+starting from zeros with element-wise arithmetic, so every total is the same float as the full
+path's. When the best total is not finite (no node passes, or a plugin returned NaN), the
+caller falls back to the full path, which also explains a failure exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import numpy.typing as npt
+
+from flotilla.framework.interfaces import FilterInput, ScoreInput
+from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework.nodes import NodeTable
+from flotilla.framework.registry import Framework
+
+KEYS_PER_TABLE = 64
+"""Placement keys remembered per node table (least recently used dropped first): each costs
+one float per node."""
+
+REBUILD_FRACTION = 8
+"""Rebuild a key's array from the whole table when more than 1/8 of its rows changed since:
+re-asking about that many rows one change at a time costs more than a full scan."""
+
+_ROW_LOCAL: dict[int, tuple[Framework, bool]] = {}
+
+
+def is_row_local(framework: Framework) -> bool:
+    """Whether every filter and score of ``framework`` declares ``row_local = True``
+    (memoised per framework object, which holds its plugins for its whole life)."""
+    known = _ROW_LOCAL.get(id(framework))
+    if known is not None and known[0] is framework:
+        return known[1]
+    plugins: list[object] = [*framework.filters, *framework.scores]
+    verdict = all(getattr(plugin, "row_local", False) is True for plugin in plugins)
+    if len(_ROW_LOCAL) > 256:
+        _ROW_LOCAL.clear()
+    _ROW_LOCAL[id(framework)] = (framework, verdict)
+    return verdict
+
+
+def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
+    """Everything a row-local filter or score may read of a request (the contract in
+    ``interfaces.FilterPlugin``): two requests with equal keys get equal verdicts and scores
+    on every node. Built from values, not from ``job.placement_key``, which is not set for
+    every job and names gangs and remainders by job."""
+    node_affinity = job.affinity.nodes
+    return (
+        task.request.tobytes(),
+        task.gpu,
+        task.gpu_memory,
+        task.gpu_scope,
+        job.tolerations,
+        tuple(node_affinity.required.items()),
+        tuple(node_affinity.preferred.items()),
+    )
+
+
+class _KeyScores:
+    """One key's total score per node (``-inf`` where rejected), valid at ``position``."""
+
+    __slots__ = ("best", "position")
+
+    def __init__(self, best: npt.NDArray[np.float64], position: int) -> None:
+        self.best = best
+        self.position = position
+
+
+class BestNodeIndex:
+    """The best-node arrays of one node table, per placement key, for one framework.
+
+    Kept on the table (``NodeTable.best_node_index``); a copy of the table starts without
+    one, since a copy's change log starts afresh.
+    """
+
+    def __init__(self, framework: Framework) -> None:
+        self.framework = framework
+        self._keys: OrderedDict[tuple[object, ...], _KeyScores] = OrderedDict()
+
+    def best_node(self, request: FilterInput) -> int | None:
+        """The row the full path would pick for ``request``, or ``None`` when the full path
+        must decide (no node passes, or a non-finite score)."""
+        nodes = request.cluster.nodes
+        key = placement_key(request.job, request.task)
+        position = nodes.change_count
+        entry = self._keys.get(key)
+        if entry is None:
+            entry = _KeyScores(self._rebuild(request), position)
+            self._keys[key] = entry
+            if len(self._keys) > KEYS_PER_TABLE:
+                self._keys.popitem(last=False)
+        else:
+            self._keys.move_to_end(key)
+            if entry.position != position:
+                behind = entry.position - nodes.changes_dropped
+                if behind < 0 or (position - entry.position) * REBUILD_FRACTION > len(nodes):
+                    entry.best = self._rebuild(request)
+                else:
+                    rows = np.array(nodes.changed_rows[behind:], dtype=np.intp)
+                    self._update(request, entry.best, rows)
+                entry.position = position
+        best = entry.best
+        row = int(best.argmax())
+        # NaN and -inf both fail this test: the full path then decides.
+        if best[row] > -np.inf:
+            return row
+        return None
+
+    def _scores(
+        self, request: FilterInput, candidates: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.float64]:
+        """Total score of ``candidates``, summed in plugin order from zeros like the full path."""
+        score_input = ScoreInput(
+            job=request.job,
+            task=request.task,
+            cluster=request.cluster,
+            candidates=candidates,
+            cycle=request.cycle,
+        )
+        total = np.zeros(len(candidates))
+        for scorer in self.framework.scores:
+            scores = scorer.score(score_input)
+            if scores is not None:
+                total += scores
+        return total
+
+    def _rebuild(self, request: FilterInput) -> npt.NDArray[np.float64]:
+        """Every node's total score from the whole table."""
+        nodes = request.cluster.nodes
+        mask = None
+        for plugin in self.framework.filters:
+            plugin_mask = plugin.filter(request)
+            if plugin_mask is nodes.everywhere:
+                continue
+            mask = plugin_mask if mask is None else mask & plugin_mask
+        best = np.full(len(nodes), -np.inf)
+        candidates = np.arange(len(nodes), dtype=np.intp) if mask is None else np.flatnonzero(mask)
+        if len(candidates):
+            best[candidates] = self._scores(request, candidates)
+        return best
+
+    def _update(
+        self, request: FilterInput, best: npt.NDArray[np.float64], rows: npt.NDArray[np.intp]
+    ) -> None:
+        """Re-ask the plugins about ``rows`` (changed since ``best`` was right)."""
+        nodes: NodeTable = request.cluster.nodes
+        subset = FilterInput(
+            job=request.job,
+            task=request.task,
+            cluster=request.cluster,
+            cycle=request.cycle,
+            rows=rows,
+        )
+        mask = None
+        for plugin in self.framework.filters:
+            plugin_mask = plugin.filter(subset)
+            if plugin_mask is nodes.everywhere:
+                continue
+            mask = plugin_mask if mask is None else mask & plugin_mask
+        feasible = rows if mask is None else rows[mask]
+        best[rows] = -np.inf
+        if len(feasible):
+            best[feasible] = self._scores(request, feasible)
+
+
+def best_node_index(framework: Framework, nodes: NodeTable) -> BestNodeIndex:
+    """The table's index for ``framework`` (a new one when another framework used it)."""
+    index = nodes.best_node_index
+    if index is None or index.framework is not framework:
+        index = BestNodeIndex(framework)
+        nodes.best_node_index = index
+    return index
