@@ -1,0 +1,245 @@
+"""The incremental best-node index picks exactly the node the full scan picks.
+
+Random small fleets (GPU nodes with NUMA groups and PCIe switches, fractions, GPU memory,
+taints, labels) go through random sequences of placements (kept or rolled back), releases
+and snapshots; before every replica is placed the index's answer is compared with the full
+scan's, and row-local plugins asked about a subset of rows must agree with the whole mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flotilla.framework import node_index, placement
+from flotilla.framework import nodes as nodes_module
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.interfaces import CycleState, FilterInput, Placement, ScoreInput
+from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.node_index import is_row_local
+from flotilla.framework.nodes import Mask, NodeInfo, NodeTable
+from flotilla.framework.registry import Framework
+from flotilla.framework.resources import ResourceSpace
+from flotilla.model.cluster import Taint
+from flotilla.model.job import JobSpec
+
+SPACE = ResourceSpace(["cpu", "memory", "gpu", "gpu_memory"])
+CYCLE = CycleState(time=0)
+PROFILES = {name: Framework.from_profile(name) for name in ("default", "spread")}
+
+node_kinds = st.fixed_dictionaries(
+    {
+        "cpu": st.sampled_from([4, 8, 16]),
+        "gpus": st.sampled_from([0, 0, 2, 4, 8]),
+        "numa": st.sampled_from([1, 2]),
+        "pcie": st.sampled_from([None, 1, 2]),
+        "gpu_memory": st.sampled_from([None, 16.0]),
+        "zone": st.sampled_from(["a", "b"]),
+        "rack": st.sampled_from(["r1", "r2"]),
+        "tainted": st.booleans(),
+    }
+)
+
+shapes = st.fixed_dictionaries(
+    {
+        "cpu": st.sampled_from([1, 2, 3, 4]),
+        "gpu": st.sampled_from([0, 0, 0.25, 0.5, 1, 2, 4]),
+        "gpu_memory": st.sampled_from([0, 0, 4.0]),
+        "scope": st.sampled_from([None, "device", "pcie", "numa", "node"]),
+        "replicas": st.sampled_from([1, 1, 2, 3]),
+        "tolerate": st.booleans(),
+        "required": st.sampled_from([None, "a", "b"]),
+        "preferred": st.sampled_from([None, "r1", "r2"]),
+    }
+)
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("place"), st.integers(0, 7), st.booleans()),
+        st.tuples(st.just("release"), st.integers(0, 50), st.just(False)),
+        st.tuples(st.just("snapshot"), st.just(0), st.just(False)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _node(index: int, kind: dict[str, Any]) -> NodeInfo:
+    gpus = kind["gpus"]
+    numa = kind["numa"] if gpus else 1
+    pcie = kind["pcie"] if gpus and kind["pcie"] is not None else None
+    if pcie is not None and pcie < numa:
+        pcie = numa
+    capacity: dict[str, float] = {"cpu": kind["cpu"], "memory": 64.0, "gpu": gpus}
+    memory = kind["gpu_memory"] if gpus else None
+    if memory is not None:
+        capacity["gpu_memory"] = memory * gpus
+    return NodeInfo(
+        name=f"n{index}",
+        capacity=capacity,
+        labels={"zone": kind["zone"], "rack": kind["rack"]},
+        taints=(Taint(key="gpu", value="true"),) if kind["tainted"] else (),
+        gpu_count=gpus,
+        gpu_memory=memory,
+        numa_nodes=numa,
+        pcie_switches=pcie,
+    )
+
+
+def _job(index: int, shape: dict[str, Any]) -> SchedulingJob:
+    resources: dict[str, float] = {"cpu": shape["cpu"], "memory": 4.0}
+    if shape["gpu"]:
+        resources["gpu"] = shape["gpu"]
+        if shape["gpu_memory"]:
+            resources["gpu_memory"] = shape["gpu_memory"]
+    task: dict[str, Any] = {"name": "main", "replicas": shape["replicas"], "resources": resources}
+    if shape["scope"] is not None and shape["gpu"]:
+        task["topology"] = {"gpu": shape["scope"]}
+    affinity: dict[str, Any] = {"nodes": {}}
+    if shape["required"]:
+        affinity["nodes"]["required"] = {"zone": shape["required"]}
+    if shape["preferred"]:
+        affinity["nodes"]["preferred"] = {"rack": shape["preferred"]}
+    spec = JobSpec.model_validate(
+        {
+            "name": f"s{index}",
+            "queue": "q",
+            "tasks": [task],
+            "affinity": affinity,
+            "tolerations": [{"key": "gpu", "operator": "Exists"}] if shape["tolerate"] else [],
+        }
+    )
+    return build_job(
+        spec, name=f"s{index}", space=SPACE, sequence=index, submit_time=0.0, priority=0,
+        preemptible=True,
+    )  # fmt: skip
+
+
+def _check_row_subsets(framework: Framework, request: FilterInput, rows: Any) -> None:
+    """Row-local plugins asked about ``rows`` say what they say about those rows in full."""
+    nodes = request.cluster.nodes
+    subset = FilterInput(request.job, request.task, request.cluster, request.cycle, rows=rows)
+    for plugin in framework.filters:
+        whole: Mask = plugin.filter(request)
+        part: Mask = plugin.filter(subset)
+        expected = whole[rows] if whole is not nodes.everywhere else np.ones(len(rows), bool)
+        actual = part if part is not nodes.everywhere else np.ones(len(rows), bool)
+        assert np.array_equal(actual, expected), plugin.name
+    everything = np.arange(len(nodes), dtype=np.intp)
+    for scorer in framework.scores:
+        full = scorer.score(
+            ScoreInput(request.job, request.task, request.cluster, everything, CYCLE)
+        )
+        some = scorer.score(ScoreInput(request.job, request.task, request.cluster, rows, CYCLE))
+        if full is None:
+            assert some is None
+        else:
+            assert some is not None
+            assert full[rows].tobytes() == some.tobytes(), scorer.name
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(node_kinds, min_size=1, max_size=12),
+    job_shapes=st.lists(shapes, min_size=8, max_size=8),
+    steps=operations,
+    profile=st.sampled_from(sorted(PROFILES)),
+    short_log=st.booleans(),
+    rebuild_often=st.booleans(),
+    subset_seed=st.integers(0, 2**16),
+)
+def test_the_index_picks_the_node_the_full_scan_picks(
+    kinds: list[dict[str, Any]],
+    job_shapes: list[dict[str, Any]],
+    steps: list[tuple[str, int, bool]],
+    profile: str,
+    short_log: bool,
+    rebuild_often: bool,
+    subset_seed: int,
+) -> None:
+    framework = PROFILES[profile]
+    assert is_row_local(framework)
+    table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
+    cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
+    jobs = [_job(i, shape) for i, shape in enumerate(job_shapes)]
+    random = np.random.default_rng(subset_seed)
+    held: list[Placement] = []
+    indexed_best_node = placement._best_node
+    compared = 0
+
+    def checked_best_node(
+        framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
+    ) -> int | None:
+        nonlocal compared
+        scanned = placement._scan_best_node(framework, request, {})
+        indexed = indexed_best_node(framework, request, seen)
+        assert indexed == scanned
+        compared += 1
+        rows = random.integers(0, len(request.cluster.nodes), size=random.integers(1, 5))
+        _check_row_subsets(framework, request, rows.astype(np.intp))
+        return indexed
+
+    # Small fleets would rebuild after almost every change: make them replay changed rows
+    # too (a fraction of 0 never rebuilds), and clear the change log early now and then.
+    limit = 0 if short_log else nodes_module._CHANGE_LOG_LIMIT
+    fraction = node_index.REBUILD_FRACTION if rebuild_often else 0
+    with (
+        mock.patch.object(placement, "_best_node", checked_best_node),
+        mock.patch.object(nodes_module, "_CHANGE_LOG_LIMIT", limit),
+        mock.patch.object(node_index, "REBUILD_FRACTION", fraction),
+    ):
+        for action, number, keep in steps:
+            if action == "place":
+                decision = placement.place_job(framework, jobs[number], cluster, CYCLE, keep=keep)
+                if keep and decision.assignment is not None:
+                    held.extend(decision.assignment.placements)
+            elif action == "release" and held:
+                done = held.pop(number % len(held))
+                cluster.nodes.release(done.row, done.request, done.gpus)
+            elif action == "snapshot":
+                cluster = cluster.snapshot()
+
+
+def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> None:
+    class Anywhere:
+        name = "anywhere"
+
+        def filter(self, request: FilterInput) -> Mask:
+            return request.cluster.nodes.everywhere
+
+        def explain(self, request: FilterInput, rejected: Mask) -> str | None:
+            return None
+
+    default = PROFILES["default"]
+    mixed = Framework((*default.plugins, Anywhere()))
+    assert not is_row_local(mixed)
+    table = NodeTable(SPACE, [_node(0, {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None,
+                                        "gpu_memory": None, "zone": "a", "rack": "r1",
+                                        "tainted": False})])  # fmt: skip
+    cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
+    decision = placement.place_job(mixed, _job(0, _plain_shape()), cluster, CYCLE, keep=True)
+    assert decision.found
+    assert table.best_node_index is None
+
+
+def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> None:
+    kind = {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None, "gpu_memory": None, "zone": "a",
+            "rack": "r1", "tainted": False}  # fmt: skip
+    table = NodeTable(SPACE, [_node(i, kind) for i in range(3)])
+    cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
+    placement.place_job(PROFILES["default"], _job(0, _plain_shape()), cluster, CYCLE, keep=True)
+    assert table.best_node_index is not None
+    assert table.change_count == 1
+    copy = table.copy()
+    assert copy.best_node_index is None
+    assert copy.change_count == 0
+    assert copy.changed_rows is not table.changed_rows
+
+
+def _plain_shape() -> dict[str, Any]:
+    return {"cpu": 1, "gpu": 0, "gpu_memory": 0, "scope": None, "replicas": 1,
+            "tolerate": False, "required": None, "preferred": None}  # fmt: skip
