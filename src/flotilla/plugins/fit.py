@@ -26,7 +26,8 @@ class ResourcesFit:
         rows = request.rows
         if rows is not None:
             # A few changed rows: one gather, one comparison (same floats as per column).
-            fits_rows: Mask = np.all(nodes.free[rows][:, wanted] >= task[wanted] - EPSILON, axis=1)
+            enough: Mask = nodes.free[rows[:, np.newaxis], wanted] >= task[wanted] - EPSILON
+            fits_rows: Mask = np.asarray(enough.all(axis=1), dtype=bool)
             return fits_rows
         fits: Mask | None = None
         for dim in wanted:
@@ -78,12 +79,13 @@ def _utilisation_after(request: ScoreInput) -> Vector:
     task = request.task.request
     if len(candidates) * _FEW_CANDIDATES < len(nodes):
         # A few rows (the best-node index re-scoring changed nodes): gather them first. The
-        # element-wise arithmetic is the same, so each score is the same float.
-        allocated = nodes.allocated[candidates]
-        inverse_capacity = nodes.inverse_capacity[candidates]
-        few = np.zeros(len(candidates))
-        for dim in wanted:
-            few += (allocated[:, dim] + task[dim]) * inverse_capacity[:, dim]
+        # element-wise arithmetic is the same, so each score is the same float. Columns are
+        # added left to right like the whole-column loop (0.0 + x is x exactly).
+        cells = candidates[:, np.newaxis], wanted
+        used = (nodes.allocated[cells] + task[wanted]) * nodes.inverse_capacity[cells]
+        few = used[:, 0].copy()
+        for column in range(1, len(wanted)):
+            few += used[:, column]
         few_result: Vector = few / len(wanted)
         return few_result
     total = np.zeros(len(nodes))
