@@ -243,3 +243,40 @@ def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> No
 def _plain_shape() -> dict[str, Any]:
     return {"cpu": 1, "gpu": 0, "gpu_memory": 0, "scope": None, "replicas": 1,
             "tolerate": False, "required": None, "preferred": None}  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(node_kinds, min_size=1, max_size=8),
+    job_shapes=st.lists(shapes, min_size=8, max_size=8),
+    steps=operations,
+)
+def test_one_replica_jobs_are_placed_as_the_general_path_places_them(
+    kinds: list[dict[str, Any]],
+    job_shapes: list[dict[str, Any]],
+    steps: list[tuple[str, int, bool]],
+) -> None:
+    """The shortcut for one-task, one-replica jobs decides, allocates and explains exactly
+    like the replica-by-replica path, kept or rolled back."""
+    framework = PROFILES["default"]
+    table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
+    fast = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
+    general = Cluster(name="c", order=0, labels={}, cost={}, nodes=table.copy())
+    jobs = [_job(i, {**shape, "replicas": 1}) for i, shape in enumerate(job_shapes)]
+    held: list[Placement] = []
+    for action, number, keep in steps:
+        if action == "place":
+            job = jobs[number]
+            quick = placement.place_job(framework, job, fast, CYCLE, keep=keep)
+            slow = placement._place_replicas(
+                framework, job, general, CYCLE, keep=keep, minimum=None
+            )
+            assert quick == slow
+            if keep and quick.assignment is not None:
+                held.extend(quick.assignment.placements)
+        elif action == "release" and held:
+            done = held.pop(number % len(held))
+            fast.nodes.release(done.row, done.request, done.gpus)
+            general.nodes.release(done.row, done.request, done.gpus)
+        for name in ("allocated", "free", "device_free", "device_memory_free"):
+            assert getattr(fast.nodes, name).tobytes() == getattr(general.nodes, name).tobytes()

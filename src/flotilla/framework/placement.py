@@ -54,6 +54,21 @@ def place_job(
     With ``minimum`` (a non-strict gang), replicas that do not fit are skipped and the job is
     placed when at least ``minimum`` of them fit.
     """
+    if minimum is None and len(job.tasks) == 1 and job.tasks[0].replicas == 1:
+        return _place_one_replica(framework, job, cluster, cycle, keep=keep)
+    return _place_replicas(framework, job, cluster, cycle, keep=keep, minimum=minimum)
+
+
+def _place_replicas(
+    framework: Framework,
+    job: SchedulingJob,
+    cluster: Cluster,
+    cycle: CycleState,
+    *,
+    keep: bool,
+    minimum: int | None,
+) -> Decision:
+    """``place_job`` for any job: replica by replica, rolling back on a failure."""
     nodes = cluster.nodes
     placements: list[Placement] = []
     reservations: list[_Reservation] = []
@@ -128,6 +143,52 @@ def place_job(
         assignment = Assignment(cluster.name, assignment.placements, annotations)
     if not keep:
         rollback()
+    return Decision(assignment, f"placed on {cluster.name}")
+
+
+def _place_one_replica(
+    framework: Framework, job: SchedulingJob, cluster: Cluster, cycle: CycleState, *, keep: bool
+) -> Decision:
+    """``place_job`` for the common job of one task with one replica: the same steps and
+    results, without the per-replica bookkeeping a rollback of several replicas needs."""
+    nodes = cluster.nodes
+    task = job.tasks[0]
+    filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
+    seen: dict[int, Mask] = {}
+    row = _best_node(framework, filter_input, seen)
+    if row is None:
+        reason = _explain(framework, filter_input, job, 0, seen)
+        return Decision(None, f"{cluster.name}: {reason}")
+    reserve_input = ReserveInput(job=job, task=task, replica=0, cluster=cluster, row=row)
+    results: list[tuple[ReservePlugin, ReserveResult]] = []
+    gpus = None
+    for reserver in framework.reserves:
+        result = reserver.reserve(reserve_input)
+        if not result.status.ok:
+            for claimed, done in reversed(results):
+                claimed.unreserve(reserve_input, done)
+            failed = result.status.reason or f"{reserver.name} refused the reservation"
+            return Decision(None, f"{cluster.name}: {failed}")
+        results.append((reserver, result))
+        if gpus is None:
+            gpus = result.gpus
+    nodes.allocate(row, task.request, gpus)
+    placement = Placement(
+        task=task.name, replica=0, node=nodes.names[row], row=row, request=task.request, gpus=gpus
+    )
+    assignment = Assignment(cluster=cluster.name, placements=(placement,))
+    if framework.pre_binds:
+        annotations: dict[str, str] = {}
+        for plugin in framework.pre_binds:
+            annotations.update(
+                plugin.pre_bind(PreBindInput(job=job, assignment=assignment)).annotations
+            )
+        if annotations:
+            assignment = Assignment(cluster.name, assignment.placements, annotations)
+    if not keep:
+        nodes.release(row, task.request, gpus)
+        for claimed, result in reversed(results):
+            claimed.unreserve(reserve_input, result)
     return Decision(assignment, f"placed on {cluster.name}")
 
 
