@@ -191,6 +191,7 @@ def test_the_index_picks_the_node_the_full_scan_picks(
         mock.patch.object(placement, "_best_node", checked_best_node),
         mock.patch.object(nodes_module, "_CHANGE_LOG_LIMIT", limit),
         mock.patch.object(node_index, "REBUILD_FRACTION", fraction),
+        mock.patch.object(node_index, "MIN_NODES", 0),
     ):
         for action, number, keep in steps:
             if action == "place":
@@ -204,6 +205,7 @@ def test_the_index_picks_the_node_the_full_scan_picks(
                 cluster = cluster.snapshot()
 
 
+@mock.patch.object(node_index, "MIN_NODES", 0)
 def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> None:
     class Anywhere:
         name = "anywhere"
@@ -226,8 +228,9 @@ def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> N
     assert table.best_node_index is None
 
 
+@mock.patch.object(node_index, "MIN_NODES", 0)
 def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> None:
-    kind = {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None, "gpu_memory": None, "zone": "a",
+    kind: dict[str, Any] = {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None, "gpu_memory": None, "zone": "a",
             "rack": "r1", "tainted": False}  # fmt: skip
     table = NodeTable(SPACE, [_node(i, kind) for i in range(3)])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)

@@ -36,6 +36,10 @@ REBUILD_FRACTION = 8
 """Rebuild a key's array from the whole table when more than 1/8 of its rows changed since:
 re-asking about that many rows one change at a time costs more than a full scan."""
 
+MIN_NODES = 512
+"""Smaller tables are scanned: measured at 64-256 nodes the full scan is as fast or faster
+(its cost is mostly per call, not per node), and the break-even is near 400 nodes."""
+
 _ROW_LOCAL: dict[int, tuple[Framework, bool]] = {}
 
 

@@ -23,6 +23,7 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
+from flotilla.framework import node_index
 from flotilla.framework.node_index import best_node_index, is_row_local
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
@@ -200,8 +201,9 @@ def _best_node(
 
     With a row-local profile the table's incremental index answers first (same node, see
     ``node_index``); the full scan below runs when it cannot (and to explain a failure)."""
-    if is_row_local(framework):
-        row = best_node_index(framework, request.cluster.nodes).best_node(request)
+    nodes = request.cluster.nodes
+    if len(nodes) >= node_index.MIN_NODES and is_row_local(framework):
+        row = best_node_index(framework, nodes).best_node(request)
         if row is not None:
             return row
     return _scan_best_node(framework, request, seen)
