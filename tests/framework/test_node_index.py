@@ -114,9 +114,14 @@ def _job(index: int, shape: dict[str, Any]) -> SchedulingJob:
         }
     )
     return build_job(
-        spec, name=f"s{index}", space=SPACE, sequence=index, submit_time=0.0, priority=0,
+        spec,
+        name=f"s{index}",
+        space=SPACE,
+        sequence=index,
+        submit_time=0.0,
+        priority=0,
         preemptible=True,
-    )  # fmt: skip
+    )
 
 
 def _check_row_subsets(framework: Framework, request: FilterInput, rows: Any) -> None:
@@ -219,9 +224,7 @@ def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> N
     default = PROFILES["default"]
     mixed = Framework((*default.plugins, Anywhere()))
     assert not is_row_local(mixed)
-    table = NodeTable(SPACE, [_node(0, {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None,
-                                        "gpu_memory": None, "zone": "a", "rack": "r1",
-                                        "tainted": False})])  # fmt: skip
+    table = NodeTable(SPACE, [_node(0, _plain_kind())])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
     decision = placement.place_job(mixed, _job(0, _plain_shape()), cluster, CYCLE, keep=True)
     assert decision.found
@@ -230,9 +233,7 @@ def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> N
 
 @mock.patch.object(node_index, "MIN_NODES", 0)
 def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> None:
-    kind: dict[str, Any] = {"cpu": 8, "gpus": 0, "numa": 1, "pcie": None, "gpu_memory": None, "zone": "a",
-            "rack": "r1", "tainted": False}  # fmt: skip
-    table = NodeTable(SPACE, [_node(i, kind) for i in range(3)])
+    table = NodeTable(SPACE, [_node(i, _plain_kind()) for i in range(3)])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
     placement.place_job(PROFILES["default"], _job(0, _plain_shape()), cluster, CYCLE, keep=True)
     assert table.best_node_index is not None
@@ -243,9 +244,25 @@ def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> No
     assert copy.changed_rows is not table.changed_rows
 
 
+def _plain_kind() -> dict[str, Any]:
+    """An untainted 8-CPU node without GPUs."""
+    return dict(
+        cpu=8, gpus=0, numa=1, pcie=None, gpu_memory=None, zone="a", rack="r1", tainted=False
+    )
+
+
 def _plain_shape() -> dict[str, Any]:
-    return {"cpu": 1, "gpu": 0, "gpu_memory": 0, "scope": None, "replicas": 1,
-            "tolerate": False, "required": None, "preferred": None}  # fmt: skip
+    """A one-CPU job without GPUs or constraints."""
+    return dict(
+        cpu=1,
+        gpu=0,
+        gpu_memory=0,
+        scope=None,
+        replicas=1,
+        tolerate=False,
+        required=None,
+        preferred=None,
+    )
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flotilla.framework import node_index
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     Assignment,
@@ -23,7 +24,6 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
-from flotilla.framework import node_index
 from flotilla.framework.node_index import best_node_index, is_row_local
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
