@@ -96,6 +96,9 @@ class NodeTable:
         self.numa_block.flags.writeable = False
         self.pcie_block.flags.writeable = False
         self._label_masks: dict[tuple[str, str], Mask] = {}
+        self._toleration_masks: dict[tuple[object, ...], Mask] = {}
+        """Filled by the taint-toleration plugin; created here so that every copy of the
+        table shares it (taints never change), instead of each run's copy starting over."""
         self.hard_taints = [
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
