@@ -14,6 +14,7 @@ import numpy as np
 
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.resources import EPSILON, Vector
+from flotilla.framework.snapshot import JobRun
 from flotilla.scheduler.types import QueueInfo
 
 
@@ -25,7 +26,7 @@ class DrfOrder:
     def __init__(
         self,
         queues: Sequence[QueueInfo],
-        jobs_by_queue: Mapping[str, list[SchedulingJob]],
+        jobs_by_queue: Mapping[str, Sequence[SchedulingJob]],
         allocated: Mapping[str, Vector],
         total: Vector,
     ) -> None:
@@ -78,7 +79,7 @@ class DrfOrder:
 
     def skip_alike(
         self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
-    ) -> list[SchedulingJob]:
+    ) -> JobRun:
         """Skip ``job`` and every job right behind it in its queue that is ``alike`` and for
         which ``same`` holds (it would fail the same way); returns the ones skipped after it."""
         queue = job.queue
@@ -87,9 +88,9 @@ class DrfOrder:
         end = _run_end(jobs, start, job, same)
         self._heads[queue] = end - 1
         self._advance(queue)
-        return jobs[start:end]
+        return JobRun(jobs, start, end)
 
-    def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
+    def blocked(self, job: SchedulingJob) -> Sequence[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
         self._stopped.add(job.queue)
         start = self._heads[job.queue] + 1
@@ -133,11 +134,11 @@ class FifoOrder:
 
     def skip_alike(
         self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
-    ) -> list[SchedulingJob]:
+    ) -> JobRun:
         start = self._index + 1
         end = _run_end(self._jobs, start, job, same)
         self._index = end
-        return self._jobs[start:end]
+        return JobRun(self._jobs, start, end)
 
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         rest = self._jobs[self._index + 1 :]
