@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
+from typing import Any
 
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Assignment
@@ -184,6 +185,19 @@ class PendingReasons(Mapping[str, str]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._reasons()
+
+    # The dictionary's own views and ``get``: C-level, not the Mapping mixins' per-key calls.
+    def keys(self) -> KeysView[str]:
+        return self._reasons().keys()
+
+    def items(self) -> ItemsView[str, str]:
+        return self._reasons().items()
+
+    def values(self) -> ValuesView[str]:
+        return self._reasons().values()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._reasons().get(name, default)
 
     def __repr__(self) -> str:
         return f"PendingReasons({self._reasons()!r})"

@@ -36,6 +36,7 @@ from flotilla.scheduler.types import (
     SchedulingConfig,
     SchedulingSnapshot,
 )
+from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.state import Event, Moment, SimJob
 
@@ -114,6 +115,7 @@ class Simulator:
         self._timers: list[tuple[float, int, int, str, int]] = []
         self._timer_sequence = 0
         self._queued: dict[str, SimJob] = {}
+        self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
         self._terminal = 0
         self.preemptions = 0
@@ -170,6 +172,7 @@ class Simulator:
         job.queued_since = at
         job.assignment = None
         self._queued[job.name] = job
+        self._backlog.add(job.job)
         gang = job.spec.gang
         if gang is not None:
             self._schedule_timer(at + gang.timeout, Timer.GANG_TIMEOUT, job.name, job.run)
@@ -211,7 +214,8 @@ class Simulator:
         if job.state is JobState.RUNNING:
             self._release(job, at)
         job.run += 1
-        self._queued.pop(job.name, None)
+        if self._queued.pop(job.name, None) is not None:
+            self._backlog.remove(job.job)
         job.state = state
         self._terminal += 1
         job.finished_at = at
@@ -266,7 +270,8 @@ class Simulator:
             time=now,
             clusters=self.clusters,
             queues=self.queues,
-            queued=[job.job for job in self._queued.values()],
+            queued=self._backlog.queued(),
+            queued_by_queue=self._backlog.by_queue(),
             running=list(self._running_views.values()),
             quotas=self.quotas,
             allocated=self._queue_allocated,
@@ -374,7 +379,8 @@ class Simulator:
             )
             return
         job.scheduled_at = now
-        self._queued.pop(job.name, None)
+        if self._queued.pop(job.name, None) is not None:
+            self._backlog.remove(job.job)
         self._running[job.name] = job
         job.state = JobState.RUNNING
         job.assignment = assignment
