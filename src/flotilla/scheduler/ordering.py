@@ -153,6 +153,7 @@ class FifoOrder:
 
 _RUN_FIELDS = attrgetter("priority", "gang", "queue", "placement_key")
 """What makes a job fail as a run's first job did (with no gang: ``None`` in its place)."""
+_FIRST_ONE_BY_ONE = 8
 _LONGEST_CHUNK = 4096
 
 
@@ -164,22 +165,28 @@ def _run_end(
 ) -> int:
     """The index after the run of jobs from ``start`` that would fail as ``model`` did.
 
-    The hot path of a backlog of identical unschedulable jobs. Jobs are compared in chunks
-    that double in size, each with C-level ``map``s over a slice (no Python code per job):
-    a short run costs a few small chunks, a run of a million jobs a few hundred. Tuple
+    The hot path of a backlog of identical unschedulable jobs. Past its first few jobs, a
+    run is compared in chunks that double in size, each with C-level ``map``s over a slice
+    (no Python code per job): a run of a million jobs costs a few hundred chunks. Tuple
     equality compares the placement key by identity first (jobs of one spec share one key
     object). ``same``, a Python check, then runs only over the run found.
     """
     wanted = (model.priority, None, model.queue, model.placement_key)
-    end, size, chunk = start, len(jobs), 1
-    while end < size:
-        stop = min(end + chunk, size)
-        matches = list(map(eq, map(_RUN_FIELDS, jobs[end:stop]), repeat(wanted)))
-        if False in matches:
-            end += matches.index(False)
-            break
-        end = stop
-        chunk = min(chunk * 2, _LONGEST_CHUNK)
+    end, size = start, len(jobs)
+    # Most runs are short: look at the first jobs one by one before building chunks.
+    one_by_one = min(start + _FIRST_ONE_BY_ONE, size)
+    while end < one_by_one and _RUN_FIELDS(jobs[end]) == wanted:
+        end += 1
+    if end == one_by_one:
+        chunk = _FIRST_ONE_BY_ONE * 2
+        while end < size:
+            stop = min(end + chunk, size)
+            matches = list(map(eq, map(_RUN_FIELDS, jobs[end:stop]), repeat(wanted)))
+            if False in matches:
+                end += matches.index(False)
+                break
+            end = stop
+            chunk = min(chunk * 2, _LONGEST_CHUNK)
     if same is not None:
         for index in range(start, end):
             if not same(jobs[index]):

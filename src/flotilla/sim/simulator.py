@@ -38,7 +38,7 @@ from flotilla.scheduler.types import (
 )
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.state import Event, Moment, SimJob
+from flotilla.sim.state import WAITING_STATES, Event, Moment, SimJob
 
 
 class Timer(IntEnum):
@@ -326,9 +326,11 @@ class Simulator:
                     continue
             self._run(job, decision, now)
             applied += 1
+        # Per waiting job, every cycle: ``SimJob.waiting`` inlined.
+        job_by_name, waiting = self.job_by_name, WAITING_STATES
         for name, reason in result.pending.items():
-            job = self.job_by_name[name]
-            if job.waiting:
+            job = job_by_name[name]
+            if job.state in waiting:
                 job.reason = reason
         return applied
 

@@ -10,6 +10,9 @@ from flotilla.framework.jobs import SchedulingJob
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import JobState
 
+WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
+"""States in which the scheduler considers a job."""
+
 
 @dataclass(eq=False)
 class SimJob:
@@ -37,7 +40,7 @@ class SimJob:
     @property
     def waiting(self) -> bool:
         """Queued, or preempted and not yet rescheduled: the scheduler considers it."""
-        return self.state in (JobState.QUEUED, JobState.PREEMPTED)
+        return self.state in WAITING_STATES
 
     @property
     def terminal(self) -> bool:
