@@ -101,9 +101,10 @@ class SchedulingAlgorithm:
         return sort_queues(snapshot.queued, snapshot.queues, self.sort_queue)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Unit:
-    """What is placed at once: a job, or a gang of jobs combined into one."""
+    """What is placed at once: a job, or a gang of jobs combined into one. (Not frozen: one
+    is made per decision, and a frozen dataclass's ``__init__`` costs several times more.)"""
 
     job: SchedulingJob
     members: tuple[SchedulingJob, ...]
@@ -116,7 +117,7 @@ class _Unit:
         return len(self.members) > 1 or self.members[0] is not self.job
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Attempt:
     decision: Decision
     kind: str | None = None
