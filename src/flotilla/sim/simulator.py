@@ -14,7 +14,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, InlineExecutor
 from flotilla.scheduler.types import (
     CycleResult,
+    PendingReasons,
     QueueInfo,
     RunningJob,
     ScheduledJob,
@@ -38,18 +38,7 @@ from flotilla.scheduler.types import (
 )
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.state import WAITING_STATES, Event, Moment, SimJob
-
-
-class Timer(IntEnum):
-    """Timers due at the same time fire in this order."""
-
-    FINISH = 0
-    START = 1
-    CLUSTER_FAILURE = 2
-    SUBMIT = 3
-    CANCEL = 4
-    GANG_TIMEOUT = 5
+from flotilla.sim.state import WAITING_STATES, Event, Moment, SimJob, Timer
 
 
 @dataclass(frozen=True)
@@ -326,9 +315,10 @@ class Simulator:
                     continue
             self._run(job, decision, now)
             applied += 1
-        # Per waiting job, every cycle: ``SimJob.waiting`` inlined.
-        job_by_name, waiting = self.job_by_name, WAITING_STATES
-        for name, reason in result.pending.items():
+        # Per waiting job, every cycle: ``SimJob.waiting`` inlined, no dictionary built.
+        job_by_name, waiting, pending = self.job_by_name, WAITING_STATES, result.pending
+        writes = pending.writes() if isinstance(pending, PendingReasons) else pending.items()
+        for name, reason in writes:
             job = job_by_name[name]
             if job.state in waiting:
                 job.reason = reason

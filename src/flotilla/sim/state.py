@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from flotilla.framework.interfaces import Assignment
@@ -74,3 +75,14 @@ class Moment:
     time: float
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class Timer(IntEnum):
+    """Timers due at the same time fire in this order."""
+
+    FINISH = 0
+    START = 1
+    CLUSTER_FAILURE = 2
+    SUBMIT = 3
+    CANCEL = 4
+    GANG_TIMEOUT = 5
