@@ -39,7 +39,8 @@ class DrfOrder:
         for name in jobs_by_queue:
             self._weights.setdefault(name, 1.0)
             self._order.setdefault(name, len(self._order))
-            self._allocated.setdefault(name, np.zeros_like(total))
+            if name not in self._allocated:  # (not setdefault: no zeros built per queue)
+                self._allocated[name] = np.zeros_like(total)
         self._inverse_total = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
         self._heads = dict.fromkeys(jobs_by_queue, 0)
         self._version = dict.fromkeys(jobs_by_queue, 0)
