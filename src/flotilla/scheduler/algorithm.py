@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import repeat
-from operator import attrgetter
 
 from flotilla.framework.interfaces import (
     Assignment,
@@ -33,8 +32,10 @@ from flotilla.framework.jobs import (
 )
 from flotilla.framework.registry import Framework, load_strategy
 from flotilla.framework.snapshot import (
+    PRIORITY_ORDER,
     CycleResult,
     CycleStats,
+    PendingReasons,
     SchedulingConfig,
     SchedulingSnapshot,
 )
@@ -45,8 +46,6 @@ from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.run import Outcome, SchedulingRun, held
 from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
-
-_NAME = attrgetter("name")
 
 
 class SchedulingAlgorithm:
@@ -64,6 +63,7 @@ class SchedulingAlgorithm:
         )
         self.strategy = strategy or load_strategy(config.assignment_strategy)
         self.sort_queue = self.framework.queue_sort.sort
+        self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
 
     def schedule(
         self, snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
@@ -80,18 +80,31 @@ class SchedulingAlgorithm:
             cache_hits=loop.cache_hits,
             seconds=time.perf_counter() - started,
         )
+        pending = loop.pending
+        pending.update(run.unscheduled)
         return CycleResult(
             time=snapshot.time,
             scheduled=tuple(run.scheduled),
             preempted=tuple(run.evictions),
-            pending={**loop.pending, **run.unscheduled},
+            pending=pending,
             stats=stats,
         )
 
+    def jobs_by_queue(self, snapshot: SchedulingSnapshot) -> Mapping[str, Sequence[SchedulingJob]]:
+        """Each queue's jobs in QueueSort order: as the caller keeps them if it does and they
+        are in this profile's order, else grouped and sorted here."""
+        given = snapshot.queued_by_queue
+        if given is not None and self.priority_order:
+            names = [queue.name for queue in snapshot.queues]
+            if len(given) == len(names) and all(name in given for name in names):
+                return {name: given[name] for name in names}
+        return sort_queues(snapshot.queued, snapshot.queues, self.sort_queue)
 
-@dataclass(frozen=True)
+
+@dataclass(slots=True)
 class _Unit:
-    """What is placed at once: a job, or a gang of jobs combined into one."""
+    """What is placed at once: a job, or a gang of jobs combined into one. (Not frozen: one
+    is made per decision, and a frozen dataclass's ``__init__`` costs several times more.)"""
 
     job: SchedulingJob
     members: tuple[SchedulingJob, ...]
@@ -104,7 +117,7 @@ class _Unit:
         return len(self.members) > 1 or self.members[0] is not self.job
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Attempt:
     decision: Decision
     kind: str | None = None
@@ -123,7 +136,7 @@ class _Loop:
         self.config = algorithm.config
         self.framework = algorithm.framework
         self.run = run
-        self.pending: dict[str, str] = {}
+        self.pending = PendingReasons()
         # Within a run free resources only shrink unless something is evicted, so a shape
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
@@ -134,16 +147,26 @@ class _Loop:
         self.reservation_times: list[float] = []
         self.considered = 0
         self.cache_hits = 0
-        self.gang_members: dict[str, list[SchedulingJob]] = {}
-        for job in snapshot.queued:
-            if job.gang is not None and job.gang.name:
-                self.gang_members.setdefault(job.gang.name, []).append(job)
+        self.queued = snapshot.queued
+        self._gang_members: dict[str, list[SchedulingJob]] | None = None
         self.order: DrfOrder | FifoOrder
         if self.config.fair_share is FairShare.FIFO:
             self.order = FifoOrder(snapshot.queued)
         else:
-            jobs_by_queue = sort_queues(snapshot.queued, snapshot.queues, algorithm.sort_queue)
+            jobs_by_queue = algorithm.jobs_by_queue(snapshot)
             self.order = DrfOrder(snapshot.queues, jobs_by_queue, run.allocated, run.total)
+
+    @property
+    def gang_members(self) -> dict[str, list[SchedulingJob]]:
+        """Queued members of each named gang, in snapshot order; found on first need, so a
+        backlog without named gangs is not walked for them."""
+        members = self._gang_members
+        if members is None:
+            members = self._gang_members = {}
+            for job in self.queued:
+                if job.gang is not None and job.gang.name:
+                    members.setdefault(job.gang.name, []).append(job)
+        return members
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -191,16 +214,16 @@ class _Loop:
                 same = (
                     partial(self._alike, model=job, long=long) if self.reservation_times else None
                 )
-                skipped = self.order.skip_alike(job, same)
-                self.pending.update(zip(map(_NAME, skipped), repeat(shared_reason)))
+                self.pending.set_run(self.order.skip_alike(job, same), shared_reason)
                 continue
             if strict:
                 for behind in self.order.blocked(job):
                     if behind.name not in self.handled:
-                        self.pending[behind.name] = (
+                        self.pending.set(
+                            behind.name,
                             f"waiting behind {job.name}, which heads its queue (strict-fifo)"
                             if self.config.fair_share is FairShare.DRF
-                            else f"waiting behind {job.name}, the oldest job (strict-fifo)"
+                            else f"waiting behind {job.name}, the oldest job (strict-fifo)",
                         )
             else:
                 self.order.skipped(job)
@@ -309,8 +332,8 @@ class _Loop:
             self.handled.add(member.name)
             placements = by_member.get(member.name)
             if not placements:
-                self.pending[member.name] = (
-                    f"gang {unit.job.name} started without it; it joins when it fits"
+                self.pending.set(
+                    member.name, f"gang {unit.job.name} started without it; it joins when it fits"
                 )
                 self.handled.discard(member.name)
                 continue
@@ -320,7 +343,7 @@ class _Loop:
 
     def _pend(self, unit: _Unit, reason: str) -> None:
         for member in unit.members:
-            self.pending[member.name] = reason
+            self.pending.set(member.name, reason)
             self.handled.add(member.name)
 
     def _preempt(self, unit: _Unit, attempt: _Attempt) -> _Attempt | None:

@@ -56,5 +56,7 @@ def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, 
             full = gang.model_copy(update={"min_member": gang_sizes[gang.name]})
             first = replace(first, gang=full)
         for name in spec.job_names():
-            jobs.append((spec, replace(first, name=name, sequence=len(jobs))))
+            same = name == first.name and len(jobs) == first.sequence
+            # A spec without ``count`` is one job: ``first`` itself, not a copy of it.
+            jobs.append((spec, first if same else replace(first, name=name, sequence=len(jobs))))
     return jobs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,9 @@ import numpy as np
 from flotilla.framework.resources import EPSILON
 from flotilla.model.scenario import Expectation, JobState
 from flotilla.sim.simulator import Simulator
+from flotilla.sim.state import SimJob
+
+_TIME = attrgetter("time")
 
 
 def _number(value: float) -> float | int:
@@ -46,15 +50,20 @@ def build_report(sim: Simulator) -> dict[str, Any]:
         )
     capacity = sim.capacity
     queues = []
+    # Grouped once (in job order, so every sum below adds in the same order as before):
+    # not one pass over every job per queue.
+    jobs_by_queue: dict[str, list[SimJob]] = {}
+    for job in sim.jobs:
+        jobs_by_queue.setdefault(job.job.queue, []).append(job)
     for queue in sim.queues:
+        queue_jobs = jobs_by_queue.get(queue.name, [])
         allocated = np.zeros(len(sim.space))
-        for job in sim.jobs:
-            if job.state is JobState.RUNNING and job.job.queue == queue.name:
+        for job in queue_jobs:
+            if job.state is JobState.RUNNING:
                 allocated += job.job.total
         shares = np.divide(
             allocated, capacity, out=np.zeros_like(allocated), where=capacity > EPSILON
         )
-        queue_jobs = [j for j in sim.jobs if j.job.queue == queue.name]
         queue_waits = [
             j.first_scheduled_at - j.spec.submit_at
             for j in queue_jobs
@@ -75,7 +84,8 @@ def build_report(sim: Simulator) -> dict[str, Any]:
     for job in sim.jobs:
         key = job.state.value if job.state else "unsubmitted"
         states[key] = states.get(key, 0) + 1
-    ordered_events = sorted(enumerate(sim.events), key=lambda pair: (pair[1].time, pair[0]))
+    # A stable sort by time keeps events of one time in the order they happened.
+    ordered_events = sorted(sim.events, key=_TIME)
     quotas = []
     if sim.quotas is not None:
         from flotilla.plugins.quota import start_usage
@@ -108,7 +118,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
         "scenario": sim.scenario.name,
         "end_time": _number(sim.end_time),
         "jobs": jobs,
-        "events": [{**event.as_dict(), "time": _number(event.time)} for _, event in ordered_events],
+        "events": [{**event.as_dict(), "time": _number(event.time)} for event in ordered_events],
         "queues": queues,
         "clusters": [
             {

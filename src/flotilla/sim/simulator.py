@@ -14,7 +14,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 
@@ -30,25 +29,16 @@ from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, InlineExecutor
 from flotilla.scheduler.types import (
     CycleResult,
+    PendingReasons,
     QueueInfo,
     RunningJob,
     ScheduledJob,
     SchedulingConfig,
     SchedulingSnapshot,
 )
+from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.state import Event, Moment, SimJob
-
-
-class Timer(IntEnum):
-    """Timers due at the same time fire in this order."""
-
-    FINISH = 0
-    START = 1
-    CLUSTER_FAILURE = 2
-    SUBMIT = 3
-    CANCEL = 4
-    GANG_TIMEOUT = 5
+from flotilla.sim.state import WAITING_STATES, Event, Moment, SimJob, Timer
 
 
 @dataclass(frozen=True)
@@ -114,6 +104,7 @@ class Simulator:
         self._timers: list[tuple[float, int, int, str, int]] = []
         self._timer_sequence = 0
         self._queued: dict[str, SimJob] = {}
+        self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
         self._terminal = 0
         self.preemptions = 0
@@ -170,6 +161,7 @@ class Simulator:
         job.queued_since = at
         job.assignment = None
         self._queued[job.name] = job
+        self._backlog.add(job.job)
         gang = job.spec.gang
         if gang is not None:
             self._schedule_timer(at + gang.timeout, Timer.GANG_TIMEOUT, job.name, job.run)
@@ -211,7 +203,8 @@ class Simulator:
         if job.state is JobState.RUNNING:
             self._release(job, at)
         job.run += 1
-        self._queued.pop(job.name, None)
+        if self._queued.pop(job.name, None) is not None:
+            self._backlog.remove(job.job)
         job.state = state
         self._terminal += 1
         job.finished_at = at
@@ -266,7 +259,8 @@ class Simulator:
             time=now,
             clusters=self.clusters,
             queues=self.queues,
-            queued=[job.job for job in self._queued.values()],
+            queued=self._backlog.queued(),
+            queued_by_queue=self._backlog.by_queue(),
             running=list(self._running_views.values()),
             quotas=self.quotas,
             allocated=self._queue_allocated,
@@ -321,9 +315,12 @@ class Simulator:
                     continue
             self._run(job, decision, now)
             applied += 1
-        for name, reason in result.pending.items():
-            job = self.job_by_name[name]
-            if job.waiting:
+        # Per waiting job, every cycle: ``SimJob.waiting`` inlined, no dictionary built.
+        job_by_name, waiting, pending = self.job_by_name, WAITING_STATES, result.pending
+        writes = pending.writes() if isinstance(pending, PendingReasons) else pending.items()
+        for name, reason in writes:
+            job = job_by_name[name]
+            if job.state in waiting:
                 job.reason = reason
         return applied
 
@@ -374,7 +371,8 @@ class Simulator:
             )
             return
         job.scheduled_at = now
-        self._queued.pop(job.name, None)
+        if self._queued.pop(job.name, None) is not None:
+            self._backlog.remove(job.job)
         self._running[job.name] = job
         job.state = JobState.RUNNING
         job.assignment = assignment

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import JobState
+
+WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
+"""States in which the scheduler considers a job."""
 
 
 @dataclass(eq=False)
@@ -37,7 +41,7 @@ class SimJob:
     @property
     def waiting(self) -> bool:
         """Queued, or preempted and not yet rescheduled: the scheduler considers it."""
-        return self.state in (JobState.QUEUED, JobState.PREEMPTED)
+        return self.state in WAITING_STATES
 
     @property
     def terminal(self) -> bool:
@@ -71,3 +75,14 @@ class Moment:
     time: float
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class Timer(IntEnum):
+    """Timers due at the same time fire in this order."""
+
+    FINISH = 0
+    START = 1
+    CLUSTER_FAILURE = 2
+    SUBMIT = 3
+    CANCEL = 4
+    GANG_TIMEOUT = 5
