@@ -24,12 +24,37 @@ def run_record(row: Run) -> RunRecord:
     )
 
 
-def job_record(row: Job, run: Run | None) -> JobRecord:
+class SpecCache:
+    """Parsed job specs by job id, keyed by the stored JSON text.
+
+    A job's spec does not change after submission (only a reprioritization rewrites it), yet
+    the scheduler reads each job back several times (submitted, leased, dispatched, ...):
+    parsing and validating the spec was the largest per-job cost of a JobDb sync. A hit is an
+    exact comparison of the stored text, so a rewritten spec is parsed again. Bounded: once
+    ``limit`` specs are held it starts over (a job is read back within a few cycles)."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._limit = limit
+        self._specs: dict[str, tuple[str, JobSpec]] = {}
+
+    def spec(self, job_id: str, text: str) -> JobSpec:
+        held = self._specs.get(job_id)
+        if held is not None and held[0] == text:
+            return held[1]
+        spec = JobSpec.model_validate_json(text)
+        if len(self._specs) >= self._limit:
+            self._specs.clear()
+        self._specs[job_id] = (text, spec)
+        return spec
+
+
+def job_record(row: Job, run: Run | None, spec: JobSpec | None = None) -> JobRecord:
+    """``spec``: the row's spec already parsed (when the caller loaded it as text)."""
     return JobRecord(
         id=row.id,
         name=row.name,
         queue=row.queue,
-        spec=JobSpec.model_validate(row.spec),
+        spec=spec if spec is not None else JobSpec.model_validate(row.spec),
         state=JobState(row.state),
         priority=row.priority,
         submitted_at=row.submitted_at,

@@ -7,14 +7,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Text, cast, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
-from flotilla.store.convert import event_record, job_record, run_record
+from flotilla.store.convert import SpecCache, event_record, job_record, run_record
 from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, schema_status, upgrade
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.protocol import RunRequest, Transition
@@ -46,6 +46,7 @@ class SqlStore:
         self.engine = engine
         self._clock = clock
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._specs = SpecCache()
 
     @classmethod
     def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
@@ -171,13 +172,26 @@ class SqlStore:
             return self._record(session, job)
 
     def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
+        """The scheduler's sync path: the spec is read as text and parsed through the spec
+        cache, so a job read back after each transition is not parsed again."""
         with self._sessions() as session:
-            rows = list(
-                session.scalars(
-                    select(Job).where(Job.serial > serial).order_by(Job.serial).limit(limit)
+            found = session.execute(
+                select(Job, cast(Job.spec, Text))
+                .options(defer(Job.spec, raiseload=True))
+                .where(Job.serial > serial)
+                .order_by(Job.serial)
+                .limit(limit)
+            ).all()
+            rows = [row for row, _ in found]
+            runs = jobs.latest_runs(session, rows)
+            return [
+                job_record(
+                    row,
+                    runs.get(row.run_id) if row.run_id else None,
+                    self._specs.spec(row.id, text),
                 )
-            )
-            return self._records(session, rows)
+                for row, text in found
+            ]
 
     def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
         runs = jobs.latest_runs(session, rows)
