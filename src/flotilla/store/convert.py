@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import Row
+
 from flotilla.model import JobSpec
 from flotilla.store.records import EventRecord, JobRecord, RunRecord
 from flotilla.store.schema import Event, Job, Run
 from flotilla.store.states import JobState, RunState
 
+AnyRow = Row[*tuple[Any, ...]]
+"""A Core result row of any shape (read by column name)."""
 
-def run_record(row: Run) -> RunRecord:
+
+def run_record(row: Run | AnyRow) -> RunRecord:
+    """From an ORM object or a Core row of the runs table (same attribute names)."""
     return RunRecord(
         id=row.id,
         job_id=row.job_id,
@@ -48,8 +56,11 @@ class SpecCache:
         return spec
 
 
-def job_record(row: Job, run: Run | None, spec: JobSpec | None = None) -> JobRecord:
-    """``spec``: the row's spec already parsed (when the caller loaded it as text)."""
+def job_record(
+    row: Job | AnyRow, run: Run | RunRecord | None, spec: JobSpec | None = None
+) -> JobRecord:
+    """From an ORM object, or a Core row of the jobs table read without its spec (then
+    ``spec`` is the spec already parsed)."""
     return JobRecord(
         id=row.id,
         name=row.name,
@@ -65,7 +76,7 @@ def job_record(row: Job, run: Run | None, spec: JobSpec | None = None) -> JobRec
         labels=row.labels,
         cancel_requested=row.cancel_requested,
         reason=row.reason,
-        run=None if run is None else run_record(run),
+        run=run if run is None or isinstance(run, RunRecord) else run_record(run),
     )
 
 

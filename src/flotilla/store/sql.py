@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, Text, cast, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, defer, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
@@ -172,25 +172,30 @@ class SqlStore:
             return self._record(session, job)
 
     def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
-        """The scheduler's sync path: the spec is read as text and parsed through the spec
-        cache, so a job read back after each transition is not parsed again."""
+        """The scheduler's sync path, read with Core rows rather than ORM objects (no identity
+        map: nothing here is written back), and the spec read as text and parsed through the
+        spec cache, so a job read back after each transition is not parsed again."""
+        jobs_table, runs_table = Job.__table__, Run.__table__
+        columns = [column for column in jobs_table.c if column.key != "spec"]
         with self._sessions() as session:
             found = session.execute(
-                select(Job, cast(Job.spec, Text))
-                .options(defer(Job.spec, raiseload=True))
-                .where(Job.serial > serial)
-                .order_by(Job.serial)
+                select(*columns, cast(jobs_table.c.spec, Text).label("spec_text"))
+                .where(jobs_table.c.serial > serial)
+                .order_by(jobs_table.c.serial)
                 .limit(limit)
             ).all()
-            rows = [row for row, _ in found]
-            runs = jobs.latest_runs(session, rows)
+            run_ids = [row.run_id for row in found if row.run_id is not None]
+            runs: dict[str, RunRecord] = {}
+            for part in jobs.chunks(run_ids):
+                for run in session.execute(select(runs_table).where(runs_table.c.id.in_(part))):
+                    runs[run.id] = run_record(run)
             return [
                 job_record(
                     row,
                     runs.get(row.run_id) if row.run_id else None,
-                    self._specs.spec(row.id, text),
+                    self._specs.spec(row.id, row.spec_text),
                 )
-                for row, text in found
+                for row in found
             ]
 
     def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
