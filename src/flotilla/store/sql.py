@@ -15,7 +15,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
 from flotilla.store.convert import SpecCache, event_record, job_record, run_record
-from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, schema_status, upgrade
+from flotilla.store.engine import (
+    DEFAULT_URL,
+    READ_ONLY_OPTION,
+    SchemaStatus,
+    make_engine,
+    schema_status,
+    upgrade,
+)
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import (
@@ -45,7 +52,11 @@ class SqlStore:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self._clock = clock
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._sessions = sessionmaker(
+            engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
+        )
+        """Read-only sessions (never committed); on SQLite they do not take the write lock."""
+        self._writers = sessionmaker(engine, expire_on_commit=False)
         self._specs = SpecCache()
 
     @classmethod
@@ -60,7 +71,7 @@ class SqlStore:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
+        with self._writers.begin() as session:
             yield session
 
     def _now(self) -> datetime:
