@@ -240,9 +240,8 @@ class SchedulingLoop:
         self._last_pass = time.monotonic()
         try:
             self._sync()
+            self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
             self._transitions.poll_all()
-            self._sync()
-            self._transitions.apply_cancel_requests()
             if not self._transitions.cancelling:
                 self._snapshots.prepare(PREPARE_SECONDS)
         except LeaseLostError:
