@@ -6,11 +6,11 @@ import threading
 from pathlib import Path
 
 from sqlalchemy import text
+from tests.store.store_support import job
 
 from flotilla.model import QueueSpec
 from flotilla.store import JobState, SqlStore
 from flotilla.store.convert import SpecCache
-from tests.store.store_support import job
 
 
 def test_a_read_does_not_wait_for_an_open_write_transaction(tmp_path: Path) -> None:
