@@ -117,3 +117,22 @@ def test_incremental_syncs_equal_a_full_reload(steps: list[Operation]) -> None:
         db.sync(store, page=3)
         assert view(db.read_txn()) == view(JobDb.load(store).read_txn())
         store.close()
+
+
+def test_the_change_feed_returns_what_each_sync_applied(store: SqlStore) -> None:
+    db = JobDb()
+    first = store.submit_jobs([spec("a", "team-a", 0), spec("b", "team-b", 0)])
+    assert [job.id for job in db.sync_changes(store)] == first
+    store.cancel(first[0], "gone")
+    changed = db.sync_changes(store)
+    assert [(job.id, job.state) for job in changed] == [(first[0], JobState.CANCELLED)]
+    assert db.sync_changes(store) == []
+
+
+def test_counts_by_queue_come_from_the_queue_indexes(store: SqlStore) -> None:
+    ids = store.submit_jobs([spec(f"j{index}", "team-a", 0) for index in range(3)])
+    store.submit_jobs([spec("k", "team-b", 0)])
+    store.cancel(ids[0], "gone")
+    read = JobDb.load(store).read_txn()
+    assert read.count_by_queue((JobState.QUEUED,)) == {"team-a": 2, "team-b": 1}
+    assert read.count_by_queue((JobState.CANCELLED, JobState.RUNNING)) == {"team-a": 1}

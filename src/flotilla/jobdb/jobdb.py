@@ -93,6 +93,16 @@ class ReadTxn:
         """Names of the queues that have jobs in this view."""
         return {queue for queue, _ in self._state.by_queue}
 
+    def count_by_queue(self, states: Sequence[JobState]) -> dict[str, int]:
+        """Jobs in these states per queue, from the ordered indexes: O(queues), not O(jobs),
+        so per-cycle gauges stay cheap with a large backlog."""
+        wanted = set(states)
+        counts: dict[str, int] = {}
+        for (queue, state), ordered in self._state.by_queue.items():
+            if state in wanted:
+                counts[queue] = counts.get(queue, 0) + len(ordered)
+        return counts
+
 
 class WriteTxn(ReadTxn):
     """Changes on top of the snapshot it started from; reads see them at once, other readers
@@ -236,15 +246,21 @@ class JobDb:
     def sync(self, store: Store, page: int = 1000) -> int:
         """Apply every job the store changed since the last sync, in one transaction; returns
         how many records were applied."""
-        applied = 0
+        return len(self.sync_changes(store, page))
+
+    def sync_changes(self, store: Store, page: int = 1000) -> list[JobRecord]:
+        """Like ``sync``, but returns the records applied, oldest first: the change feed that
+        lets a reader keep derived state (the scheduler's engine jobs) up to date without
+        rescanning every job."""
+        changed: list[JobRecord] = []
         with self.write_txn() as txn:
             while True:
                 records = store.jobs_since(txn.serial, page)
                 if not records:
                     break
                 txn.upsert(records)
-                applied += len(records)
-        return applied
+                changed.extend(records)
+        return changed
 
     def _publish(self, state: _State) -> None:
         self._state = state

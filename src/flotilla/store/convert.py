@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import Row
+
 from flotilla.model import JobSpec
 from flotilla.store.records import EventRecord, JobRecord, RunRecord
 from flotilla.store.schema import Event, Job, Run
 from flotilla.store.states import JobState, RunState
 
+AnyRow = Row[*tuple[Any, ...]]
+"""A Core result row of any shape (read by column name)."""
 
-def run_record(row: Run) -> RunRecord:
+
+def run_record(row: Run | AnyRow) -> RunRecord:
+    """From an ORM object or a Core row of the runs table (same attribute names)."""
     return RunRecord(
         id=row.id,
         job_id=row.job_id,
@@ -24,12 +32,40 @@ def run_record(row: Run) -> RunRecord:
     )
 
 
-def job_record(row: Job, run: Run | None) -> JobRecord:
+class SpecCache:
+    """Parsed job specs by job id, keyed by the stored JSON text.
+
+    A job's spec does not change after submission (only a reprioritization rewrites it), yet
+    the scheduler reads each job back several times (submitted, leased, dispatched, ...):
+    parsing and validating the spec was the largest per-job cost of a JobDb sync. A hit is an
+    exact comparison of the stored text, so a rewritten spec is parsed again. Bounded: once
+    ``limit`` specs are held it starts over (a job is read back within a few cycles)."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._limit = limit
+        self._specs: dict[str, tuple[str, JobSpec]] = {}
+
+    def spec(self, job_id: str, text: str) -> JobSpec:
+        held = self._specs.get(job_id)
+        if held is not None and held[0] == text:
+            return held[1]
+        spec = JobSpec.model_validate_json(text)
+        if len(self._specs) >= self._limit:
+            self._specs.clear()
+        self._specs[job_id] = (text, spec)
+        return spec
+
+
+def job_record(
+    row: Job | AnyRow, run: Run | RunRecord | None, spec: JobSpec | None = None
+) -> JobRecord:
+    """From an ORM object, or a Core row of the jobs table read without its spec (then
+    ``spec`` is the spec already parsed)."""
     return JobRecord(
         id=row.id,
         name=row.name,
         queue=row.queue,
-        spec=JobSpec.model_validate(row.spec),
+        spec=spec if spec is not None else JobSpec.model_validate(row.spec),
         state=JobState(row.state),
         priority=row.priority,
         submitted_at=row.submitted_at,
@@ -40,7 +76,7 @@ def job_record(row: Job, run: Run | None) -> JobRecord:
         labels=row.labels,
         cancel_requested=row.cancel_requested,
         reason=row.reason,
-        run=None if run is None else run_record(run),
+        run=run if run is None or isinstance(run, RunRecord) else run_record(run),
     )
 
 

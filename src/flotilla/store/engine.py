@@ -1,8 +1,9 @@
 """Engines from URLs, with the settings that make each database safe to share, and migrations.
 
 SQLite: WAL (readers never block the writer), foreign keys on, a busy timeout, synchronous=FULL
-(a commit is on disk before it returns) and ``BEGIN IMMEDIATE`` for every transaction, so a
-transaction that reads and then writes never fails half-way on a lock upgrade.
+(a commit is on disk before it returns) and ``BEGIN IMMEDIATE`` for every transaction that may
+write, so a transaction that reads and then writes never fails half-way on a lock upgrade;
+read-only sessions (``READ_ONLY_OPTION``) begin deferred and never take the write lock.
 PostgreSQL: psycopg 3, READ COMMITTED; serial ordering comes from the counter row lock.
 """
 
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 DEFAULT_URL = "sqlite:///./flotilla.db"
+
+READ_ONLY_OPTION = "flotilla_read_only"
+"""Execution option of connections that only read. On SQLite they begin a deferred
+transaction: in WAL mode a reader sees a consistent committed state without taking the write
+lock, so the API's reads and the scheduler's syncs never queue behind a write (and writes never
+queue behind them). Writers serialize among themselves, so a reader still sees serials as a
+prefix."""
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS = "flotilla.store:migrations"
 
@@ -55,7 +63,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if connection.get_execution_options().get(READ_ONLY_OPTION):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def alembic_config() -> Config:

@@ -192,6 +192,29 @@ def add_event(
     )
 
 
+def event_row(
+    job: Job, now: datetime, kind: str, old: JobState | None, new: JobState | None, reason: str
+) -> dict[str, Any]:
+    """An event as a row for ``insert_events`` (what ``add_event`` adds as an object)."""
+    return {
+        "job_id": job.id,
+        "run_id": job.run_id,
+        "time": now,
+        "kind": kind,
+        "from_state": None if old is None else old.value,
+        "to_state": None if new is None else new.value,
+        "reason": reason,
+    }
+
+
+def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
+    """Insert a batch's events in one statement per chunk: thousands of events as ORM objects
+    were a third of a dispatch batch's time (identity map, unit of work), and nothing reads
+    them back in the same transaction."""
+    for part in chunks(events):
+        session.execute(insert(Event), list(part))
+
+
 def apply_transitions(
     session: Session, changes: Sequence[Transition], now: datetime, serial: int | None = None
 ) -> list[Job]:
@@ -209,6 +232,7 @@ def apply_transitions(
         else {}
     )
     touched: list[Job] = []
+    events: list[dict[str, Any]] = []
     for change in changes:
         job = jobs[change.job_id]
         old = JobState(job.state)
@@ -231,8 +255,9 @@ def apply_transitions(
         job.serial = serial
         job.updated_at = now
         serial += 1
-        add_event(session, job, now, "transition", old, new, change.reason)
+        events.append(event_row(job, now, "transition", old, new, change.reason))
         touched.append(job)
+    insert_events(session, events)
     return touched
 
 
@@ -286,6 +311,7 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
     # Every run row exists (one flush for the batch) before any job points at it.
     session.add_all(runs)
     session.flush()
+    events: list[dict[str, Any]] = []
     for request, run in zip(requests, runs, strict=True):
         job = jobs[request.job_id]
         job.state = JobState.LEASED.value
@@ -294,7 +320,10 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
         job.serial = serial
         job.updated_at = now
         serial += 1
-        add_event(session, job, now, "transition", JobState.QUEUED, JobState.LEASED, request.reason)
+        events.append(
+            event_row(job, now, "transition", JobState.QUEUED, JobState.LEASED, request.reason)
+        )
+    insert_events(session, events)
     return runs
 
 

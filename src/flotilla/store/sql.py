@@ -7,15 +7,22 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Text, cast, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
-from flotilla.store.convert import event_record, job_record, run_record
-from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, schema_status, upgrade
+from flotilla.store.convert import SpecCache, event_record, job_record, run_record
+from flotilla.store.engine import (
+    DEFAULT_URL,
+    READ_ONLY_OPTION,
+    SchemaStatus,
+    make_engine,
+    schema_status,
+    upgrade,
+)
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import (
@@ -45,7 +52,12 @@ class SqlStore:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self._clock = clock
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._sessions = sessionmaker(
+            engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
+        )
+        """Read-only sessions (never committed); on SQLite they do not take the write lock."""
+        self._writers = sessionmaker(engine, expire_on_commit=False)
+        self._specs = SpecCache()
 
     @classmethod
     def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
@@ -59,7 +71,7 @@ class SqlStore:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
+        with self._writers.begin() as session:
             yield session
 
     def _now(self) -> datetime:
@@ -171,13 +183,31 @@ class SqlStore:
             return self._record(session, job)
 
     def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
+        """The scheduler's sync path, read with Core rows rather than ORM objects (no identity
+        map: nothing here is written back), and the spec read as text and parsed through the
+        spec cache, so a job read back after each transition is not parsed again."""
+        jobs_table, runs_table = Job.__table__, Run.__table__
+        columns = [column for column in jobs_table.c if column.key != "spec"]
         with self._sessions() as session:
-            rows = list(
-                session.scalars(
-                    select(Job).where(Job.serial > serial).order_by(Job.serial).limit(limit)
+            found = session.execute(
+                select(*columns, cast(jobs_table.c.spec, Text).label("spec_text"))
+                .where(jobs_table.c.serial > serial)
+                .order_by(jobs_table.c.serial)
+                .limit(limit)
+            ).all()
+            run_ids = [row.run_id for row in found if row.run_id is not None]
+            runs: dict[str, RunRecord] = {}
+            for part in jobs.chunks(run_ids):
+                for run in session.execute(select(runs_table).where(runs_table.c.id.in_(part))):
+                    runs[run.id] = run_record(run)
+            return [
+                job_record(
+                    row,
+                    runs.get(row.run_id) if row.run_id else None,
+                    self._specs.spec(row.id, row.spec_text),
                 )
-            )
-            return self._records(session, rows)
+                for row in found
+            ]
 
     def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
         runs = jobs.latest_runs(session, rows)

@@ -1,0 +1,110 @@
+"""Committing a scheduling run's decisions: evictions, then leases, then dispatch.
+
+Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
+their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
+a run are recorded in one fenced transaction (``queued → leased``, one run each) and then
+dispatched. In async mode, decisions that no longer fit the current node tables are dropped
+and their jobs wait for the next run, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from flotilla.backends.interface import CancelRequest
+from flotilla.framework.snapshot import CycleResult
+from flotilla.scheduler.context import LoopContext
+from flotilla.scheduler.dispatch import Dispatcher
+from flotilla.scheduler.records import assignment_from_json, assignment_to_json, job_from_record
+from flotilla.scheduler.snapshots import CurrentState, LoopSnapshot
+from flotilla.scheduler.transitions import RunTransitions
+from flotilla.store import ACTIVE_JOB_STATES, JobState, RunRequest
+
+
+class Committer:
+    def __init__(
+        self,
+        context: LoopContext,
+        transitions: RunTransitions,
+        dispatcher: Dispatcher,
+        sync: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._sync = sync
+        """The loop's JobDb sync (it also feeds the snapshot builder's change feed)."""
+        self._transitions = transitions
+        self._dispatcher = dispatcher
+
+    def commit(
+        self,
+        result: CycleResult,
+        state: LoopSnapshot,
+        *,
+        dropped: Mapping[str, str] | None = None,
+    ) -> None:
+        self._evict(result, state)
+        requests = self._run_requests(result, state, dropped)
+        context = self._context
+        if requests:
+            context.store.record_runs(requests, fence=context.lease)
+            self._sync()
+            fresh = context.jobdb.read_txn()
+            leased = (fresh.get(request.job_id) for request in requests)
+            self._dispatcher.dispatch_all(
+                job for job in leased if job is not None and job.state is JobState.LEASED
+            )
+        context.metrics.decisions.labels(outcome="scheduled").inc(len(requests))
+        context.metrics.decisions.labels(outcome="unschedulable").inc(len(result.pending))
+        reasons = dict(state.reasons)
+        reasons.update(result.pending)
+        for name, why in (dropped or {}).items():
+            reasons[name] = f"decision dropped: {why}"
+        context.reasons = reasons
+
+    def _evict(self, result: CycleResult, state: LoopSnapshot) -> None:
+        context = self._context
+        read = context.jobdb.read_txn()
+        for eviction in result.preempted:
+            victim = read.get(eviction.job)
+            if victim is None or victim.run is None or victim.state not in ACTIVE_JOB_STATES:
+                continue
+            backend = context.backends.get(victim.run.cluster)
+            if backend is not None:
+                backend.cancel(CancelRequest(victim.run.id, reason=eviction.reason))
+                self._transitions.awaiting_stop[victim.run.id] = victim.id
+            self._transitions.transition(
+                victim.id, JobState.PREEMPTED, eviction.reason, run=victim.run.id
+            )
+            context.metrics.preemptions.labels(queue=victim.queue).inc()
+            cluster = state.clusters.get(victim.run.cluster)
+            if cluster is not None:
+                held = assignment_from_json(
+                    victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
+                )
+                for placement in held.placements if held else ():
+                    cluster.nodes.release(placement.row, placement.request, placement.gpus)
+
+    def _run_requests(
+        self, result: CycleResult, state: LoopSnapshot, dropped: Mapping[str, str] | None
+    ) -> list[RunRequest]:
+        read = self._context.jobdb.read_txn()
+        current = CurrentState(self._context.jobdb, state) if dropped is not None else None
+        requests = []
+        for decision in result.scheduled:
+            record = read.get(decision.job.name)
+            if record is None or record.state is not JobState.QUEUED:
+                continue  # a non-strict gang growing: not supported by the service yet
+            if current is not None:
+                unfit = current.room_for(decision.assignment)
+                if unfit is not None:
+                    state.reasons[record.id] = f"decision dropped: {unfit}"
+                    continue
+            requests.append(
+                RunRequest(
+                    job_id=record.id,
+                    cluster=decision.assignment.cluster,
+                    assignment=assignment_to_json(decision.assignment),
+                    reason=f"scheduled on {decision.assignment.cluster}",
+                )
+            )
+        return requests

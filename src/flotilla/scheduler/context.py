@@ -1,0 +1,27 @@
+"""What the scheduling loop's parts share: the store, the backends, the JobDb, the metrics and
+the lease that fences every write.
+
+The lease lives here, not in each part, so that losing it is seen by all of them at once: a
+part that writes passes ``context.lease`` as the fence, and ``None`` makes the store refuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flotilla.backends.interface import Backend
+from flotilla.jobdb import JobDb
+from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.store import Lease, Store
+
+
+@dataclass
+class LoopContext:
+    store: Store
+    backends: dict[str, Backend]
+    jobdb: JobDb
+    metrics: SchedulerMetrics
+    lease: Lease | None = None
+    """The scheduling lease while this replica leads; every write is fenced by it."""
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each waiting job waits, from the last committed scheduling run."""

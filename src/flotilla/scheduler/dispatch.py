@@ -1,0 +1,90 @@
+"""Handing leased runs to their clusters' backends.
+
+A run is recorded (``queued → leased``) before it is dispatched, so a crash in between
+leaves a leased run that the next cycle — or the next leader — dispatches again; backends
+make dispatch idempotent by run id. The outcomes of a batch of dispatches (``leased →
+pending``, or failed when a backend rejects the run) are recorded in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from flotilla.backends.interface import (
+    BackendUnavailable,
+    DispatchRejected,
+    DispatchRequest,
+    ReplicaPlacement,
+)
+from flotilla.scheduler.context import LoopContext
+from flotilla.scheduler.transitions import RunTransitions
+from flotilla.store import JobRecord, JobState, Transition
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, context: LoopContext, transitions: RunTransitions) -> None:
+        self._context = context
+        self._transitions = transitions
+        self._dispatched: set[str] = set()
+        """Runs handed to a backend in this term (their ``pending`` may not be synced yet)."""
+
+    def forget(self) -> None:
+        """A new term: dispatch again whatever is still leased (idempotent by run id)."""
+        self._dispatched.clear()
+
+    def dispatch_leased(self) -> None:
+        """Dispatch the leased runs not handed over yet (a crash or a failed dispatch)."""
+        self.dispatch_all(
+            job
+            for job in self._context.jobdb.read_txn().jobs_in_state(JobState.LEASED)
+            if job.run is not None
+            and job.run.id not in self._dispatched
+            and not job.cancel_requested
+        )
+
+    def dispatch_all(self, jobs: Iterable[JobRecord]) -> None:
+        """Dispatch each job's run, then record every outcome in one transaction (one per job
+        made dispatch the slowest part of a cycle: ~35 jobs/s on SQLite)."""
+        self._transitions.record(
+            [change for job in jobs if (change := self._dispatch(job)) is not None]
+        )
+
+    def _dispatch(self, job: JobRecord) -> Transition | None:
+        """Hand the run to its backend; the transition that records what happened, if any."""
+        run = job.run
+        assert run is not None
+        backend = self._context.backends.get(run.cluster)
+        if backend is None:
+            return None
+        request = DispatchRequest(
+            run_id=run.id,
+            job=job.id,
+            cluster=run.cluster,
+            placements=tuple(
+                ReplicaPlacement(
+                    task=item["task"],
+                    replica=int(item["replica"]),
+                    node=item["node"],
+                    gpu_ids=tuple(int(device) for device in item.get("gpus", ())),
+                )
+                for item in run.assignment.get("placements", [])
+            ),
+            payload=job.spec.payload,
+            job_type=job.spec.type,
+            env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name},
+            max_runtime=job.spec.max_runtime,
+        )
+        try:
+            backend.dispatch(request)
+        except DispatchRejected as error:
+            return Transition(
+                job.id, JobState.FAILED, f"rejected by {run.cluster}: {error}", run.id
+            )
+        except BackendUnavailable as error:
+            log.warning("dispatch of %s to %s failed, retrying: %s", job.id, run.cluster, error)
+            return None
+        self._dispatched.add(run.id)
+        return Transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run.id)

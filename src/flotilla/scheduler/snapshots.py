@@ -1,0 +1,223 @@
+"""Building the engine's ``SchedulingSnapshot`` from the JobDb and the store, incrementally.
+
+The queued backlog can be tens of thousands of jobs while only a few change between runs, so
+the builder keeps the engine jobs of the queued backlog across cycles and applies only the
+JobDb's change feed (the records each sync applied): a snapshot costs what changed since the
+last one, not the size of the backlog. Engine jobs are converted ahead of time in small
+slices (``prepare``), between the loop's transitions passes, so no single step of the loop
+holds up a cancel. The node tables (clusters plus the allocations of active runs) are small
+and rebuilt every time. An engine job depends on the resource layout; when that changes,
+every queued job is converted again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.interfaces import Assignment
+from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.quota import QuotaTree
+from flotilla.framework.resources import ResourceSpace
+from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapshot
+from flotilla.jobdb import JobDb, ReadTxn
+from flotilla.model import ClusterSpec
+from flotilla.scheduler.records import (
+    assignment_from_json,
+    cluster_from_record,
+    job_from_record,
+    space_for,
+    unknown_resources,
+)
+from flotilla.store import ACTIVE_JOB_STATES, JobRecord, JobState, Store
+
+
+@dataclass
+class LoopSnapshot:
+    snapshot: SchedulingSnapshot
+    clusters: dict[str, Cluster]
+    reasons: dict[str, str]
+    """Queued jobs left out of the snapshot, and why (no cluster offers what they ask for)."""
+
+
+class SnapshotBuilder:
+    def __init__(self, store: Store, jobdb: JobDb) -> None:
+        self._store = store
+        self._queued: dict[str, JobRecord] = {}
+        """Queued records by id, kept from the change feed."""
+        self._serial = -1
+        """The JobDb serial the queued records are up to date with."""
+        self._stale: set[str] = set()
+        """Ids whose engine job must be (re)built or dropped."""
+        self._engine: dict[str, SchedulingJob] = {}
+        """Engine jobs of the queued records that some cluster could run."""
+        self._unplaceable: dict[str, str] = {}
+        self._space: ResourceSpace | None = None
+        self._active: dict[str, tuple[int, tuple[str, ...], SchedulingJob]] = {}
+        self.gangs: dict[str, JobRecord] = {}
+        """Queued gang jobs (their timeout is checked every cycle without a backlog scan)."""
+        self._reload(jobdb.read_txn())
+
+    # --- the change feed ------------------------------------------------------------------
+
+    def observe(self, records: Iterable[JobRecord], synced_serial: int) -> None:
+        """Apply the records a JobDb sync returned (oldest first); ``synced_serial`` is the
+        JobDb's serial after that sync."""
+        for record in records:
+            held = self._queued.get(record.id)
+            if held is not None and held.serial > record.serial:
+                continue
+            if record.state is JobState.QUEUED:
+                self._queued[record.id] = record
+                if record.spec.gang is not None:
+                    self.gangs[record.id] = record
+            elif held is not None:
+                del self._queued[record.id]
+                self.gangs.pop(record.id, None)
+            else:
+                continue
+            self._stale.add(record.id)
+        self._serial = max(self._serial, synced_serial)
+
+    def _reload(self, read: ReadTxn) -> None:
+        """Start over from the JobDb (first use, or a sync that bypassed ``observe``)."""
+        self._queued = {job.id: job for job in read.jobs_in_state(JobState.QUEUED)}
+        self.gangs = {key: job for key, job in self._queued.items() if job.spec.gang}
+        self._engine.clear()
+        self._unplaceable.clear()
+        self._stale = set(self._queued)
+        self._serial = read.serial
+
+    # --- converting ahead of time ---------------------------------------------------------
+
+    def prepare(self, budget_seconds: float) -> None:
+        """Convert changed queued jobs for the last resource layout, for at most about
+        ``budget_seconds``: called between transitions passes so that the snapshot built
+        when a run is triggered finds them ready."""
+        if self._space is None or not self._stale:
+            return
+        deadline = time.perf_counter() + budget_seconds
+        while self._stale and time.perf_counter() < deadline:
+            for _ in range(min(200, len(self._stale))):
+                self._convert(self._stale.pop(), self._space)
+
+    def _convert(self, job_id: str, space: ResourceSpace) -> None:
+        self._engine.pop(job_id, None)
+        self._unplaceable.pop(job_id, None)
+        record = self._queued.get(job_id)
+        if record is None:
+            return
+        missing = unknown_resources(record.spec, space)
+        if missing:
+            self._unplaceable[job_id] = f"no node of any cluster offers {', '.join(missing)}"
+        else:
+            self._engine[job_id] = job_from_record(record, space)
+
+    def _use_space(self, space: ResourceSpace) -> None:
+        if self._space is not None and self._space.names == space.names:
+            return
+        self._space = space
+        self._engine.clear()
+        self._unplaceable.clear()
+        self._stale = set(self._queued)
+
+    # --- building -------------------------------------------------------------------------
+
+    def build(self, read: ReadTxn, *, include_queued: bool = True) -> LoopSnapshot:
+        """The snapshot of ``read`` (node tables with every active run's allocation), and —
+        unless only node state is needed (reconciling) — the queued jobs."""
+        if read.serial > self._serial:
+            self._reload(read)
+        records = self._store.list_clusters()
+        active_records = [job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)]
+        cluster_specs = [ClusterSpec.model_validate(record.spec) for record in records]
+        space = space_for(cluster_specs, [job.spec for job in active_records])
+        self._use_space(space)
+        clusters = {
+            record.name: cluster_from_record(record, order, space)
+            for order, record in enumerate(records)
+        }
+        running: list[RunningJob] = []
+        for job in active_records:
+            if job.run is None or job.run.cluster not in clusters:
+                continue
+            cluster = clusters[job.run.cluster]
+            engine_job = self._active_job(job, space)
+            assignment = assignment_from_json(job.run.assignment, engine_job, cluster)
+            if assignment is None:
+                continue
+            for placement in assignment.placements:
+                cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
+            running.append(RunningJob(engine_job, assignment, job.run.created_at.timestamp()))
+        if len(self._active) > 2 * len(active_records) + 1000:
+            live = {job.id for job in active_records}
+            self._active = {key: value for key, value in self._active.items() if key in live}
+        queued: list[SchedulingJob] = []
+        reasons: dict[str, str] = {}
+        if include_queued:
+            while self._stale:
+                self._convert(self._stale.pop(), space)
+            queued = list(self._engine.values())
+            reasons = dict(self._unplaceable)
+        queues = [
+            QueueInfo(
+                name=spec.name,
+                weight=spec.weight,
+                order=order,
+                quota=spec.quota,
+                preemption=spec.preemption,
+            )
+            for order, spec in enumerate(self._store.list_queues())
+        ]
+        quota_specs = self._store.list_quotas()
+        snapshot = SchedulingSnapshot(
+            time=time.time(),
+            clusters=list(clusters.values()),
+            queues=queues,
+            queued=queued,
+            running=running,
+            quotas=QuotaTree(quota_specs, space) if quota_specs else None,
+        )
+        return LoopSnapshot(snapshot, clusters, reasons)
+
+    def _active_job(self, record: JobRecord, space: ResourceSpace) -> SchedulingJob:
+        """The engine's job for an active record, built once per (serial, resource layout)."""
+        cached = self._active.get(record.id)
+        if cached is not None and cached[0] == record.serial and cached[1] == space.names:
+            return cached[2]
+        job = job_from_record(record, space)
+        self._active[record.id] = (record.serial, space.names, job)
+        return job
+
+
+class CurrentState:
+    """Reconciliation's view of now: the JobDb and freshly built node tables."""
+
+    def __init__(self, jobdb: JobDb, state: LoopSnapshot) -> None:
+        self._read = jobdb.read_txn()
+        self._clusters = state.clusters
+
+    def waiting(self, job: str) -> bool:
+        record = self._read.get(job)
+        return record is not None and record.state is JobState.QUEUED
+
+    def running(self, job: str) -> bool:
+        record = self._read.get(job)
+        return record is not None and record.state in ACTIVE_JOB_STATES
+
+    def cluster_ready(self, cluster: str) -> bool:
+        found = self._clusters.get(cluster)
+        return found is not None and found.ready
+
+    def room_for(self, assignment: Assignment) -> str | None:
+        cluster = self._clusters.get(assignment.cluster)
+        if cluster is None:
+            return f"cluster {assignment.cluster} is gone"
+        nodes = cluster.nodes
+        for placement in assignment.placements:
+            free = nodes.capacity[placement.row] - nodes.allocated[placement.row]
+            if (free < placement.request - 1e-9).any():
+                return f"node {placement.node} no longer has room"
+        return None

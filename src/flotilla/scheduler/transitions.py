@@ -1,0 +1,291 @@
+"""Job transitions from what the backends report and what users asked for.
+
+Run states become job states (running, succeeded, failed, cancelled; a lost run re-queues its
+job); clusters that stop answering become unreachable and their runs re-queue; cancel
+requests stop runs; preempted runs re-queue their job once the backend confirms the stop;
+gangs past their timeout fail. Every write is fenced by the lease. A poll's transitions are
+recorded in one transaction (thousands of runs starting at once are one write).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from flotilla.backends.interface import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    CancelOutcome,
+    CancelRequest,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+)
+from flotilla.backends.interface import RunState as BackendRunState
+from flotilla.scheduler.context import LoopContext
+from flotilla.store import (
+    ACTIVE_JOB_STATES,
+    IllegalTransitionError,
+    JobRecord,
+    JobState,
+    StaleRunError,
+    Transition,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RunTransitions:
+    def __init__(self, context: LoopContext, heartbeat_timeout: float) -> None:
+        self._context = context
+        self._heartbeat_timeout = heartbeat_timeout
+        """A cluster whose backend has not answered for this long becomes unreachable."""
+        self._heartbeats: dict[str, float] = {}
+        """Cluster → when this replica last recorded its heartbeat (monotonic)."""
+        self.awaiting_stop: dict[str, str] = {}
+        """Run id → job id of preempted runs: the job re-queues when the backend confirms."""
+        self._cancelling: set[str] = set()
+
+    @property
+    def cancelling(self) -> bool:
+        """Whether a cancelled run has not been seen to end yet (the loop then polls often)."""
+        return bool(self._cancelling)
+
+    def forget(self) -> None:
+        """A new term: the old term's in-flight state is recovered from the store instead."""
+        self.awaiting_stop.clear()
+        self._cancelling.clear()
+
+    # --- recording ------------------------------------------------------------------------
+
+    def transition(
+        self,
+        job_id: str,
+        state: JobState,
+        reason: str,
+        *,
+        run: str | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        context = self._context
+        try:
+            context.store.transition(
+                job_id,
+                state,
+                reason,
+                run=run,
+                exit_code=exit_code,
+                message=message,
+                fence=context.lease,
+            )
+            context.metrics.transitions.labels(state=state.value).inc()
+        except StaleRunError:
+            log.info("ignored a report about an old run of job %s", job_id)
+        except IllegalTransitionError as error:
+            # The job moved on since this cycle read it (e.g. its run ended meanwhile).
+            log.info("skipped a transition that no longer applies: %s", error)
+
+    def record(self, changes: list[Transition]) -> None:
+        """Apply transitions in one transaction; if one no longer applies (the job moved on
+        meanwhile), apply the others one by one."""
+        if not changes:
+            return
+        context = self._context
+        try:
+            context.store.transition_many(changes, fence=context.lease)
+            for change in changes:
+                context.metrics.transitions.labels(state=change.new_state.value).inc()
+        except (StaleRunError, IllegalTransitionError):
+            for change in changes:
+                self.transition(
+                    change.job_id,
+                    change.new_state,
+                    change.reason,
+                    run=change.run,
+                    exit_code=change.exit_code,
+                    message=change.message,
+                )
+
+    # --- what the backends report ---------------------------------------------------------
+
+    def poll(self, backend: Backend) -> None:
+        """Record what ``backend`` reports changed since its last poll."""
+        statuses = backend.poll()
+        self.record([change for status in statuses for change in self.on_run_status(status)])
+
+    def poll_all(self) -> None:
+        for backend in self._context.backends.values():
+            try:
+                self.poll(backend)
+            except BackendUnavailable:
+                continue
+
+    def observe_clusters(self) -> None:
+        """Poll every cluster with a backend here; one silent for too long is lost."""
+        context = self._context
+        now = time.time()
+        for record in context.store.list_clusters():
+            backend = context.backends.get(record.name)
+            if backend is not None:
+                try:
+                    backend.inventory()
+                    statuses = backend.poll()
+                except BackendUnavailable as error:
+                    log.warning("cluster %s did not answer: %s", record.name, error)
+                else:
+                    self._heartbeat(record.name)
+                    if record.state == "unreachable":
+                        context.store.set_cluster_state(record.name, "ready")
+                    self.record([c for status in statuses for c in self.on_run_status(status)])
+                    continue
+            seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
+            silent = seen is None or now - seen > self._heartbeat_timeout
+            if silent and record.state != "unreachable" and backend is not None:
+                self._lose_cluster(record.name)
+
+    def _heartbeat(self, cluster: str) -> None:
+        """Record that ``cluster`` answered, at most every tenth of the heartbeat timeout (and
+        at least every second): a heartbeat is a durable write, and one per 0.1 s cycle held
+        up the transitions queued behind it."""
+        now = time.monotonic()
+        every = min(1.0, self._heartbeat_timeout / 10)
+        if now - self._heartbeats.get(cluster, float("-inf")) >= every:
+            self._context.store.heartbeat(cluster)
+            self._heartbeats[cluster] = now
+
+    def _lose_cluster(self, cluster: str) -> None:
+        context = self._context
+        context.store.set_cluster_state(cluster, "unreachable")
+        reason = f"cluster {cluster} became unreachable"
+        read = context.jobdb.read_txn()
+        for state in ACTIVE_JOB_STATES:
+            for job in read.jobs_in_state(state):
+                if job.run is not None and job.run.cluster == cluster:
+                    self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
+
+    def on_run_status(self, status: RunStatus) -> list[Transition]:
+        """The job transitions a run's reported state calls for (recorded by the caller, in
+        one transaction per poll: thousands of runs starting at once are one write)."""
+        if status.run_id in self.awaiting_stop:
+            if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
+                self.requeue_preempted(status.run_id)
+            return []
+        job = self._context.jobdb.read_txn().get(status.job)
+        if job is None or job.run is None or job.run.id != status.run_id:
+            return []
+        state, run = status.state, status.run_id
+        changes: list[Transition] = []
+        not_yet_running = job.state in (JobState.LEASED, JobState.PENDING)
+        ran = state in (
+            BackendRunState.RUNNING,
+            BackendRunState.SUCCEEDED,
+            BackendRunState.FAILED,
+        ) or (state is BackendRunState.CANCELLED and status.started_at is not None)
+        if not_yet_running and ran:
+            # A short run may end between two polls (or before a crashed backend recorded its
+            # start): an exit code proves it ran, so its history still shows it running.
+            changes.append(Transition(job.id, JobState.RUNNING, "started", run))
+        if state is BackendRunState.SUCCEEDED:
+            changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
+        elif state is BackendRunState.FAILED:
+            reason = status.message or f"exited {status.exit_code}"
+            changes.append(
+                Transition(
+                    job.id,
+                    JobState.FAILED,
+                    reason,
+                    run,
+                    exit_code=status.exit_code,
+                    message=status.message,
+                )
+            )
+        elif state is BackendRunState.CANCELLED:
+            self._cancelling.discard(run)
+            changes.append(
+                Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
+            )
+        elif state is BackendRunState.LOST:
+            reason = f"run lost: {status.message}" if status.message else "run lost"
+            changes.append(Transition(job.id, JobState.QUEUED, reason, run))
+        return changes
+
+    # --- preemption -----------------------------------------------------------------------
+
+    def requeue_preempted(self, run_id: str) -> None:
+        job_id = self.awaiting_stop.pop(run_id)
+        job = self._context.jobdb.read_txn().get(job_id)
+        if job is not None and job.state is JobState.PREEMPTED:
+            self.transition(job_id, JobState.QUEUED, "re-queued after preemption")
+
+    def still_active(self, backend: Backend, run_id: str) -> bool:
+        try:
+            status = backend.status(StatusRequest(run_id))
+        except (UnknownRun, BackendError):
+            return False
+        return status.state in (BackendRunState.PENDING, BackendRunState.RUNNING)
+
+    def recover(self) -> None:
+        """A new term: find the previous term's preempted runs and the runs another replica
+        dispatched, from the store and the backends."""
+        context = self._context
+        for job in context.jobdb.read_txn().jobs_in_state(JobState.PREEMPTED):
+            if job.run is not None:
+                self.awaiting_stop[job.run.id] = job.id
+                backend = context.backends.get(job.run.cluster)
+                if backend is None or not self.still_active(backend, job.run.id):
+                    self.requeue_preempted(job.run.id)
+        # Runs another replica dispatched: this replica's backends may never have reported
+        # them, so ask each for its state once (the backend then watches it like its own).
+        for state in (JobState.PENDING, JobState.RUNNING):
+            for job in context.jobdb.read_txn().jobs_in_state(state):
+                backend = context.backends.get(job.run.cluster) if job.run is not None else None
+                if job.run is None or backend is None:
+                    continue
+                try:
+                    status = backend.status(StatusRequest(job.run.id))
+                except (UnknownRun, BackendError):
+                    continue
+                self.record(self.on_run_status(status))
+
+    # --- what users asked for -------------------------------------------------------------
+
+    def apply_cancel_requests(self) -> None:
+        """Stop the runs of jobs users asked to cancel (O(active jobs), not O(backlog))."""
+        read = self._context.jobdb.read_txn()
+        for state in ACTIVE_JOB_STATES:
+            for job in read.jobs_in_state(state):
+                if job.cancel_requested and job.run is not None:
+                    self._stop_for_cancel(job)
+
+    def _stop_for_cancel(self, job: JobRecord) -> None:
+        """Ask the backend to stop the run once; the job becomes cancelled when the backend
+        reports the run ended (or at once if the backend never had it)."""
+        assert job.run is not None
+        if job.run.id in self._cancelling:
+            return
+        backend = self._context.backends.get(job.run.cluster)
+        if backend is None:
+            self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
+            return
+        result = backend.cancel(CancelRequest(job.run.id, reason="cancelled by request"))
+        if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
+            if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
+                self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
+            return
+        self._cancelling.add(job.run.id)
+
+    def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:
+        """Queued gangs past their timeout fail, with the last reason they waited for."""
+        now = time.time()
+        for job in gangs:
+            gang = job.spec.gang
+            if gang is not None and now - job.updated_at.timestamp() > gang.timeout:
+                last = self._context.reasons.get(job.id, "never considered")
+                self.transition(
+                    job.id,
+                    JobState.FAILED,
+                    f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
+                )
