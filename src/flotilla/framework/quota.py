@@ -29,6 +29,7 @@ from flotilla.model.quantity import format_quantity
 from flotilla.model.queue import QuotaSpec
 
 Matrix = npt.NDArray[np.float64]
+IndexArray = npt.NDArray[np.intp]
 
 
 class QuotaTree:
@@ -85,6 +86,14 @@ class QuotaTree:
         """Per node, the resources its quota limits at all; the others are unbounded there."""
         self.pool = np.where(self.bounded, self.pool, np.inf)
         self.paths = [self._path(node) for node in range(size)]
+        self.path_length = np.array([len(path) for path in self.paths], dtype=np.intp)
+        self.path_table = np.zeros((size, int(self.path_length.max(initial=0))), dtype=np.intp)
+        """Row n: node n's path (node first), padded past ``path_length[n]``."""
+        for node, path in enumerate(self.paths):
+            self.path_table[node, : len(path)] = path
+        self.ceiling_limit = self.ceiling + EPSILON
+        self.pool_limit = self.pool + EPSILON
+        self._routes: dict[int, QuotaRoute] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -95,11 +104,95 @@ class QuotaTree:
             path.append(parent)
         return path
 
+    def route(self, node: int) -> QuotaRoute:
+        """The index arrays and limits admission and charging need for ``node``'s path,
+        built once per node so that a decision is a few whole-path numpy operations."""
+        route = self._routes.get(node)
+        if route is None:
+            route = self._routes[node] = QuotaRoute.build(self, node)
+        return route
+
+    def add_along_paths(self, matrix: Matrix, nodes: IndexArray, amounts: Matrix) -> None:
+        """Add ``amounts[i]`` to every step of ``nodes[i]``'s path, in place.
+
+        The same sums, in the same order, as adding one job after another step by step:
+        ``np.add.at`` applies its pairs in order, and they are listed job by job, so each
+        row receives its jobs' amounts in the jobs' order. Exact, and without a Python loop
+        over the jobs."""
+        if not len(nodes):
+            return
+        lengths = self.path_length[nodes]
+        job = np.repeat(np.arange(len(nodes)), lengths)
+        first = np.cumsum(lengths) - lengths
+        position = np.arange(len(job)) - np.repeat(first, lengths)
+        np.add.at(matrix, self.path_table[nodes[job], position], amounts[job])
+
     def cohort_root(self, node: int) -> int:
         return self.paths[node][-1]
 
     def usage(self) -> QuotaUsage:
         return QuotaUsage(self)
+
+
+SIBLING_TOLERANCE = 1e-9
+"""Relative bound on how far the fast path's sibling sum can be from the exact loop's.
+
+Both sums add the same k non-negative terms in different orders (the fast one keeps the
+siblings' total and subtracts the node's own term), so they differ by at most about
+(2k + 3)·2⁻⁵³ times the sum: 1e-9 covers millions of siblings. Within that distance of a
+pool the fast path does not decide and the exact loop does."""
+
+
+@dataclass(frozen=True)
+class QuotaRoute:
+    """One quota node's path to its root, as arrays for whole-path admission checks.
+
+    Row i of each matrix is step i of the path (the node first, the root last).
+    """
+
+    path: IndexArray
+    ceiling_limit: Matrix
+    """``max + ε`` per step."""
+    pool_limit: Matrix
+    """The pool a step's check compares against, ``+ ε``: its parent's (the sibling
+    check), the root's own for the root (the pool check)."""
+    kept: Matrix
+    """What each step keeps of its guarantee; 0 for the root, which has no siblings."""
+    children: IndexArray
+    """Every child of every parent on the path (the path's steps and their siblings): the
+    nodes whose siblings' total changes when usage changes along the path."""
+    children_kept: Matrix
+    starts: IndexArray
+    """Where each parent's children start in ``children`` (for ``np.add.reduceat``)."""
+    parent_slot: IndexArray
+    """For each entry of ``children``, its parent's position among the path's parents."""
+
+    @staticmethod
+    def build(tree: QuotaTree, node: int) -> QuotaRoute:
+        path = tree.paths[node]
+        root = path[-1]
+        parents = path[1:]
+        pool_limit = tree.pool_limit[[*parents, root]]
+        kept = tree.kept[path].copy()
+        kept[-1] = 0.0
+        children: list[int] = []
+        starts: list[int] = []
+        parent_slot: list[int] = []
+        for slot, parent in enumerate(parents):
+            starts.append(len(children))
+            children.extend(tree.children[parent])
+            parent_slot.extend([slot] * len(tree.children[parent]))
+        child_index = np.array(children, dtype=np.intp)
+        return QuotaRoute(
+            path=np.array(path, dtype=np.intp),
+            ceiling_limit=tree.ceiling_limit[path],
+            pool_limit=pool_limit.reshape(len(path), len(tree.space)),
+            kept=kept,
+            children=child_index,
+            children_kept=tree.kept[child_index],
+            starts=np.array(starts, dtype=np.intp),
+            parent_slot=np.array(parent_slot, dtype=np.intp),
+        )
 
 
 @dataclass(frozen=True)
@@ -110,22 +203,58 @@ class QuotaVerdict:
     """Refused only by runtime quota (the weighted share of spare), not by a hard limit."""
 
 
+_ADMITTED = QuotaVerdict(True)
+
+
 class QuotaUsage:
-    """Usage per quota node during one run, with admission checks and runtime quota."""
+    """Usage per quota node during one run, with admission checks and runtime quota.
+
+    Change ``used`` only through ``add`` and ``remove``: they also keep ``others`` (per node,
+    what its siblings hold: the sum of their ``max(used, kept)``), which lets ``admit`` check
+    the whole path at once instead of walking every step's siblings.
+    """
 
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
         self.used = np.zeros_like(tree.minimum)
         self.runtime = np.full_like(tree.minimum, np.inf)
+        self.runtime_limit = np.full_like(tree.minimum, np.inf)
+        """Per node, the usage above which the runtime-quota check refuses: the larger of
+        ``guaranteed + ε`` and ``runtime + ε`` where the quota bounds the resource."""
+        self.others = np.zeros_like(tree.minimum)
+        self._refresh_all_siblings()
+        self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
 
     def add(self, node: int, amount: Vector) -> None:
-        for step in self.tree.paths[node]:
-            self.used[step] += amount
+        route = self.tree.route(node)
+        self.used[route.path] += amount
+        self._refresh_siblings(route)
 
     def remove(self, node: int, amount: Vector) -> None:
-        for step in self.tree.paths[node]:
-            self.used[step] -= amount
+        route = self.tree.route(node)
+        self.used[route.path] -= amount
         np.maximum(self.used, 0.0, out=self.used)
+        self._refresh_siblings(route)
+
+    def add_many(self, nodes: IndexArray, amounts: Matrix) -> None:
+        """``add(nodes[i], amounts[i])`` for every i, in order, with the same result."""
+        self.tree.add_along_paths(self.used, nodes, amounts)
+        self._refresh_all_siblings()
+
+    def _refresh_all_siblings(self) -> None:
+        for children in self.tree.children:
+            if children:
+                held = np.maximum(self.used[children], self.tree.kept[children])
+                self.others[children] = held.sum(axis=0) - held
+
+    def _refresh_siblings(self, route: QuotaRoute) -> None:
+        """Recompute ``others`` for every child of the path's parents (their siblings'
+        total is all that changed), from the current usage, so no rounding accumulates."""
+        if not len(route.children):
+            return
+        held = np.maximum(self.used[route.children], route.children_kept)
+        totals = np.add.reduceat(held, route.starts, axis=0)
+        self.others[route.children] = totals[route.parent_slot] - held
 
     def borrowing(self, node: int) -> bool:
         """Uses more than its guarantee on some resource (Kueue: a borrower)."""
@@ -143,21 +272,65 @@ class QuotaUsage:
         return bool(np.all(after <= self.tree.guaranteed[node][wanted] + EPSILON))
 
     def admit(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
-        """Whether ``amount`` more may run under quota node ``node`` (see module docstring)."""
+        """Whether ``amount`` more may run under quota node ``node`` (see module docstring).
+
+        Every check of every step at once: the ceilings and the runtime quota compare the
+        same numbers the step-by-step loop (``admit_exact``) compares, so they agree exactly;
+        the sibling check uses the kept siblings' totals, whose rounding differs from the
+        loop's sum, so it decides only when the margin is clear (``SIBLING_TOLERANCE``) and
+        leaves anything closer to the loop. The first failing check in the loop's order
+        gives the reason, worded by the same helpers.
+        """
+        route = self.tree.route(node)
+        path = route.path
+        after = self.used[path] + amount
+        wanted = amount > EPSILON
+        held = self.others[path] + np.maximum(after, route.kept)
+        over_ceiling = after > route.ceiling_limit
+        maybe_over_pool = held * (1.0 + SIBLING_TOLERANCE) > route.pool_limit
+        if not ((over_ceiling | maybe_over_pool) & wanted).any():
+            if not use_runtime:
+                return _ADMITTED
+            over_runtime = (after > self.runtime_limit[path]) & wanted
+            if not over_runtime.any():
+                return _ADMITTED
+            step, dim = divmod(int(over_runtime.argmax()), len(amount))
+            return QuotaVerdict(False, self._runtime_reason(int(path[step]), dim), soft=True)
+        over_pool = held * (1.0 - SIBLING_TOLERANCE) > route.pool_limit
+        if (maybe_over_pool & ~over_pool & wanted).any():
+            return self.admit_exact(node, amount, use_runtime=use_runtime)
+        # The loop's order: step by step from the node up; per step the ceiling, then the pool.
+        failing = np.stack((over_ceiling, over_pool), axis=1) & wanted
+        first, dim = divmod(int(failing.argmax()), len(amount))
+        step, check = divmod(first, 2)
+        index = int(path[step])
+        if check == 0:
+            return QuotaVerdict(False, self._at_limit(index, dim, self.tree.ceiling, "max"))
+        parent = self.tree.parent[index]
+        if parent is None:
+            return QuotaVerdict(False, self._at_limit(index, dim, self.tree.pool, "pool"))
+        after_value = float(after[step, dim])
+        return QuotaVerdict(False, self._pool_reason(index, parent, dim, after_value))
+
+    def admit_exact(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
+        """The reference for ``admit``: every step of the path in turn, each sibling summed.
+
+        ``admit`` falls back to it when its sibling sums are too close to a pool to decide,
+        and the tests compare the two on random trees."""
         tree = self.tree
         wanted = amount > EPSILON
         for step in tree.paths[node]:
             after = self.used[step] + amount
             over = wanted & (after > tree.ceiling[step] + EPSILON)
             if over.any():
-                reason = self._at_limit(step, over, tree.ceiling[step], "max")
-                return QuotaVerdict(False, reason)
+                dim = int(np.flatnonzero(over)[0])
+                return QuotaVerdict(False, self._at_limit(step, dim, tree.ceiling, "max"))
             parent = tree.parent[step]
             if parent is None:
                 over = wanted & (after > tree.pool[step] + EPSILON)
                 if over.any():
-                    reason = self._at_limit(step, over, tree.pool[step], "pool")
-                    return QuotaVerdict(False, reason)
+                    dim = int(np.flatnonzero(over)[0])
+                    return QuotaVerdict(False, self._at_limit(step, dim, tree.pool, "pool"))
                 continue
             siblings = tree.children[parent]
             held = np.zeros_like(amount)
@@ -167,26 +340,7 @@ class QuotaUsage:
             over = wanted & (held > tree.pool[parent] + EPSILON)
             if over.any():
                 dim = int(np.flatnonzero(over)[0])
-                name = tree.space.names[dim]
-                users = [
-                    tree.names[s]
-                    for s in siblings
-                    if s != step and self.used[s][dim] > tree.guaranteed[s][dim] + EPSILON
-                ]
-                keepers = [
-                    tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON
-                ]
-                if after[dim] <= tree.guaranteed[step][dim] + EPSILON:
-                    reason = (
-                        f"quota {tree.names[step]}'s guaranteed {name} is lent to "
-                        f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
-                    )
-                else:
-                    holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
-                    reason = (
-                        f"quota {tree.names[step]} cannot borrow more {name}: "
-                        f"{tree.names[parent]}'s pool is in use or kept by {holders}"
-                    )
+                reason = self._pool_reason(step, parent, dim, float(after[dim]))
                 return QuotaVerdict(False, reason)
         if use_runtime:
             for step in tree.paths[node]:
@@ -200,25 +354,55 @@ class QuotaUsage:
                 )
                 if over.any():
                     dim = int(np.flatnonzero(over)[0])
-                    name = tree.space.names[dim]
-                    return QuotaVerdict(
-                        False,
-                        f"quota {tree.names[step]} is at its runtime quota for {name} "
-                        f"({format_quantity(name, float(self.used[step][dim]))}/"
-                        f"{format_quantity(name, float(self.runtime[step][dim]))}): spare quota "
-                        "is shared with its siblings by weight",
-                        soft=True,
-                    )
-        return QuotaVerdict(True)
+                    return QuotaVerdict(False, self._runtime_reason(step, dim), soft=True)
+        return _ADMITTED
 
-    def _at_limit(self, node: int, over: npt.NDArray[np.bool_], limit: Vector, what: str) -> str:
-        dim = int(np.flatnonzero(over)[0])
+    def _at_limit(self, node: int, dim: int, limit: Matrix, what: str) -> str:
         name = self.tree.space.names[dim]
         used = float(self.used[node][dim])
         return (
             f"quota {self.tree.names[node]} at {what} for {name} "
-            f"({format_quantity(name, used)}/{format_quantity(name, float(limit[dim]))})"
+            f"({format_quantity(name, used)}/{format_quantity(name, float(limit[node][dim]))})"
         )
+
+    def _pool_reason(self, step: int, parent: int, dim: int, after: float) -> str:
+        """Why ``step`` may not take ``dim`` from ``parent``'s pool: its guarantee is lent
+        out, or it would borrow what its siblings use or keep."""
+        tree = self.tree
+        siblings = tree.children[parent]
+        name = tree.space.names[dim]
+        users = [
+            tree.names[s]
+            for s in siblings
+            if s != step and self.used[s][dim] > tree.guaranteed[s][dim] + EPSILON
+        ]
+        if after <= tree.guaranteed[step][dim] + EPSILON:
+            return (
+                f"quota {tree.names[step]}'s guaranteed {name} is lent to "
+                f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
+            )
+        keepers = [tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON]
+        holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
+        return (
+            f"quota {tree.names[step]} cannot borrow more {name}: "
+            f"{tree.names[parent]}'s pool is in use or kept by {holders}"
+        )
+
+    def _runtime_reason(self, step: int, dim: int) -> str:
+        """Memoised by the numbers it shows: a queue refused again and again at its runtime
+        quota, with nothing charged in between, gets the same words without formatting."""
+        used = float(self.used[step][dim])
+        runtime = float(self.runtime[step][dim])
+        key = (step, dim, used, runtime)
+        reason = self._runtime_reasons.get(key)
+        if reason is None:
+            name = self.tree.space.names[dim]
+            reason = self._runtime_reasons[key] = (
+                f"quota {self.tree.names[step]} is at its runtime quota for {name} "
+                f"({format_quantity(name, used)}/{format_quantity(name, runtime)}): spare quota "
+                "is shared with its siblings by weight"
+            )
+        return reason
 
     def compute_runtime(self, demand: Matrix) -> None:
         """Koordinator's runtime quota from ``demand`` (usage + queued requests per node)."""
@@ -237,6 +421,11 @@ class QuotaUsage:
                 tree.guaranteed[children],
                 tree.weight[children],
             )
+        self.runtime_limit = np.where(
+            tree.bounded,
+            np.maximum(tree.guaranteed + EPSILON, self.runtime + EPSILON),
+            np.inf,
+        )
 
     def report(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         space = self.tree.space

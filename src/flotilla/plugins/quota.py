@@ -9,7 +9,10 @@ hooks), so what-if evictions keep it exact.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from flotilla.framework.interfaces import (
     CycleStartInput,
@@ -18,7 +21,8 @@ from flotilla.framework.interfaces import (
     RunningChange,
     Status,
 )
-from flotilla.framework.quota import QuotaUsage
+from flotilla.framework.quota import IndexArray, Matrix, QuotaUsage
+from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
 
 
@@ -35,26 +39,46 @@ def quota_state(cycle: CycleState) -> QuotaState | None:
 
 
 def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
-    """Usage from running jobs and runtime quota from usage plus queued demand."""
+    """Usage from running jobs and runtime quota from usage plus queued demand.
+
+    Summed afresh every run, with exactly the additions (and order) of charging one job after
+    another, so a run's usage does not depend on what earlier runs did; the per-job work is
+    one dictionary lookup, the arithmetic is a handful of whole-array operations."""
     tree = snapshot.quotas
     if tree is None or len(tree) == 0:
         return None
     node_of_queue = {
         queue.name: tree.index[queue.quota] for queue in snapshot.queues if queue.quota
     }
+    size = len(tree.space)
     usage = tree.usage()
-    for running in snapshot.running:
-        node = node_of_queue.get(running.job.queue)
-        if node is not None:
-            usage.add(node, running.held(len(tree.space)))
+    nodes, amounts = _charges(
+        node_of_queue, ((r.job.queue, r.held(size)) for r in snapshot.running), size
+    )
+    usage.add_many(nodes, amounts)
     demand = usage.used.copy()
-    for job in snapshot.queued:
-        node = node_of_queue.get(job.queue)
-        if node is not None:
-            for step in tree.paths[node]:
-                demand[step] += job.total
+    nodes, amounts = _charges(
+        node_of_queue, ((job.queue, job.total) for job in snapshot.queued), size
+    )
+    tree.add_along_paths(demand, nodes, amounts)
     usage.compute_runtime(demand)
     return QuotaState(usage, node_of_queue)
+
+
+def _charges(
+    node_of_queue: dict[str, int], items: Iterable[tuple[str, Vector]], size: int
+) -> tuple[IndexArray, Matrix]:
+    """The quota node and the amount of every item whose queue has a quota, in order."""
+    nodes: list[int] = []
+    amounts: list[Vector] = []
+    for queue, amount in items:
+        node = node_of_queue.get(queue)
+        if node is not None:
+            nodes.append(node)
+            amounts.append(amount)
+    if not nodes:
+        return np.zeros(0, dtype=np.intp), np.zeros((0, size))
+    return np.array(nodes, dtype=np.intp), np.concatenate(amounts).reshape(len(nodes), size)
 
 
 class ElasticQuota:
