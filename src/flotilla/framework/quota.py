@@ -139,28 +139,36 @@ SIBLING_TOLERANCE = 1e-9
 
 Both sums add the same k non-negative terms in different orders (the fast one keeps the
 siblings' total and subtracts the node's own term), so they differ by at most about
-(2k + 3)·2⁻⁵³ times the sum: 1e-9 covers millions of siblings. Within that distance of a
-pool the fast path does not decide and the exact loop does."""
+(2k + 3)·2⁻⁵³ times the sum; half of 1e-9 covers two million siblings. Within that distance
+of a pool the fast path does not decide and the exact loop does."""
 
 
 @dataclass(frozen=True)
 class QuotaRoute:
-    """One quota node's path to its root, as arrays for whole-path admission checks.
+    """One quota node's path to its root, laid out for a fast admission check.
 
-    Row i of each matrix is step i of the path (the node first, the root last).
+    The limits are flat lists of Python floats, step after step (the node first, the root
+    last), one value per resource: for the few numbers of a path, float arithmetic in Python
+    is several times cheaper than numpy calls, and it is the same IEEE arithmetic.
     """
 
     path: IndexArray
-    ceiling_limit: Matrix
-    """``max + ε`` per step."""
-    pool_limit: Matrix
-    """The pool a step's check compares against, ``+ ε``: its parent's (the sibling
-    check), the root's own for the root (the pool check)."""
-    kept: Matrix
+    steps: list[int]
+    parents: list[int | None]
+    ceiling_limit: list[float]
+    """``max + ε`` per step and resource."""
+    kept: list[float]
     """What each step keeps of its guarantee; 0 for the root, which has no siblings."""
+    pool_clear: list[float]
+    """At or below this a step's sibling total surely passes its parent's ``pool + ε``
+    (the root: its own pool, compared exactly)."""
+    pool_over: list[float]
+    """Above this the sibling total surely exceeds it; in between the exact loop decides."""
     children: IndexArray
     """Every child of every parent on the path (the path's steps and their siblings): the
     nodes whose siblings' total changes when usage changes along the path."""
+    children_cells: IndexArray
+    """The flat indices of ``children``'s rows in a (nodes × resources) matrix."""
     children_kept: Matrix
     starts: IndexArray
     """Where each parent's children start in ``children`` (for ``np.add.reduceat``)."""
@@ -172,7 +180,11 @@ class QuotaRoute:
         path = tree.paths[node]
         root = path[-1]
         parents = path[1:]
+        width = len(tree.space)
         pool_limit = tree.pool_limit[[*parents, root]]
+        clear = pool_limit * (1.0 - SIBLING_TOLERANCE)
+        over = pool_limit * (1.0 + SIBLING_TOLERANCE)
+        clear[-1] = over[-1] = pool_limit[-1]  # the root's check has no sum: exact
         kept = tree.kept[path].copy()
         kept[-1] = 0.0
         children: list[int] = []
@@ -185,10 +197,14 @@ class QuotaRoute:
         child_index = np.array(children, dtype=np.intp)
         return QuotaRoute(
             path=np.array(path, dtype=np.intp),
-            ceiling_limit=tree.ceiling_limit[path],
-            pool_limit=pool_limit.reshape(len(path), len(tree.space)),
-            kept=kept,
+            steps=list(path),
+            parents=[tree.parent[step] for step in path],
+            ceiling_limit=tree.ceiling_limit[path].ravel().tolist(),
+            kept=kept.ravel().tolist(),
+            pool_clear=clear.ravel().tolist(),
+            pool_over=over.ravel().tolist(),
             children=child_index,
+            children_cells=(child_index[:, None] * width + np.arange(width)).ravel(),
             children_kept=tree.kept[child_index],
             starts=np.array(starts, dtype=np.intp),
             parent_slot=np.array(parent_slot, dtype=np.intp),
@@ -224,15 +240,17 @@ class QuotaUsage:
         self.others = np.zeros_like(tree.minimum)
         self._refresh_all_siblings()
         self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
+        self._routes: dict[int, QuotaRoute] = {}
+        self._runtime_limits: dict[int, list[float]] = {}
 
     def add(self, node: int, amount: Vector) -> None:
-        route = self.tree.route(node)
-        self.used[route.path] += amount
+        route = self._routes.get(node) or self._route(node)
+        np.add.at(self.used, route.path, amount)
         self._refresh_siblings(route)
 
     def remove(self, node: int, amount: Vector) -> None:
-        route = self.tree.route(node)
-        self.used[route.path] -= amount
+        route = self._routes.get(node) or self._route(node)
+        np.subtract.at(self.used, route.path, amount)
         np.maximum(self.used, 0.0, out=self.used)
         self._refresh_siblings(route)
 
@@ -252,9 +270,9 @@ class QuotaUsage:
         total is all that changed), from the current usage, so no rounding accumulates."""
         if not len(route.children):
             return
-        held = np.maximum(self.used[route.children], route.children_kept)
+        held = np.maximum(self.used.take(route.children, axis=0), route.children_kept)
         totals = np.add.reduceat(held, route.starts, axis=0)
-        self.others[route.children] = totals[route.parent_slot] - held
+        self.others.put(route.children_cells, totals.take(route.parent_slot, axis=0) - held)
 
     def borrowing(self, node: int) -> bool:
         """Uses more than its guarantee on some resource (Kueue: a borrower)."""
@@ -274,43 +292,56 @@ class QuotaUsage:
     def admit(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
         """Whether ``amount`` more may run under quota node ``node`` (see module docstring).
 
-        Every check of every step at once: the ceilings and the runtime quota compare the
-        same numbers the step-by-step loop (``admit_exact``) compares, so they agree exactly;
-        the sibling check uses the kept siblings' totals, whose rounding differs from the
-        loop's sum, so it decides only when the margin is clear (``SIBLING_TOLERANCE``) and
-        leaves anything closer to the loop. The first failing check in the loop's order
-        gives the reason, worded by the same helpers.
+        The checks of ``admit_exact``, in its order, on the path's few numbers as Python
+        floats. Ceilings and runtime quota compare the very numbers the loop compares, so
+        they agree exactly. The sibling check adds the kept siblings' total (``others``),
+        whose rounding differs from the loop's sum: it decides only when the margin is clear
+        (``SIBLING_TOLERANCE``) and leaves anything closer to the loop. Reasons are worded
+        by the same helpers.
         """
-        route = self.tree.route(node)
-        path = route.path
-        after = self.used[path] + amount
-        wanted = amount > EPSILON
-        held = self.others[path] + np.maximum(after, route.kept)
-        over_ceiling = after > route.ceiling_limit
-        maybe_over_pool = held * (1.0 + SIBLING_TOLERANCE) > route.pool_limit
-        if not ((over_ceiling | maybe_over_pool) & wanted).any():
-            if not use_runtime:
-                return _ADMITTED
-            over_runtime = (after > self.runtime_limit[path]) & wanted
-            if not over_runtime.any():
-                return _ADMITTED
-            step, dim = divmod(int(over_runtime.argmax()), len(amount))
-            return QuotaVerdict(False, self._runtime_reason(int(path[step]), dim), soft=True)
-        over_pool = held * (1.0 - SIBLING_TOLERANCE) > route.pool_limit
-        if (maybe_over_pool & ~over_pool & wanted).any():
-            return self.admit_exact(node, amount, use_runtime=use_runtime)
-        # The loop's order: step by step from the node up; per step the ceiling, then the pool.
-        failing = np.stack((over_ceiling, over_pool), axis=1) & wanted
-        first, dim = divmod(int(failing.argmax()), len(amount))
-        step, check = divmod(first, 2)
-        index = int(path[step])
-        if check == 0:
-            return QuotaVerdict(False, self._at_limit(index, dim, self.tree.ceiling, "max"))
-        parent = self.tree.parent[index]
-        if parent is None:
-            return QuotaVerdict(False, self._at_limit(index, dim, self.tree.pool, "pool"))
-        after_value = float(after[step, dim])
-        return QuotaVerdict(False, self._pool_reason(index, parent, dim, after_value))
+        route = self._routes.get(node) or self._route(node)
+        width = len(amount)
+        request = amount.tolist()
+        wanted = [dim for dim in range(width) if request[dim] > EPSILON]
+        used = self.used.take(route.path, axis=0).ravel().tolist()
+        others = self.others.take(route.path, axis=0).ravel().tolist()
+        ceiling, kept = route.ceiling_limit, route.kept
+        clear, over = route.pool_clear, route.pool_over
+        for step in range(len(route.steps)):
+            base = step * width
+            for dim in wanted:
+                if used[base + dim] + request[dim] > ceiling[base + dim]:
+                    index = route.steps[step]
+                    return QuotaVerdict(False, self._at_limit(index, dim, self.tree.ceiling, "max"))
+            for dim in wanted:
+                at = base + dim
+                after = used[at] + request[dim]
+                held = others[at] + (after if after >= kept[at] else kept[at])
+                if held <= clear[at]:
+                    continue
+                if held <= over[at]:
+                    return self.admit_exact(node, amount, use_runtime=use_runtime)
+                index = route.steps[step]
+                parent = route.parents[step]
+                if parent is None:
+                    return QuotaVerdict(False, self._at_limit(index, dim, self.tree.pool, "pool"))
+                return QuotaVerdict(False, self._pool_reason(index, parent, dim, after))
+        if use_runtime:
+            limit = self._runtime_limits.get(node)
+            if limit is None:
+                limit = self._runtime_limits[node] = (
+                    self.runtime_limit.take(route.path, axis=0).ravel().tolist()
+                )
+            for at in range(len(used)):
+                step, dim = divmod(at, width)
+                if request[dim] > EPSILON and used[at] + request[dim] > limit[at]:
+                    reason = self._runtime_reason(route.steps[step], dim)
+                    return QuotaVerdict(False, reason, soft=True)
+        return _ADMITTED
+
+    def _route(self, node: int) -> QuotaRoute:
+        route = self._routes[node] = self.tree.route(node)
+        return route
 
     def admit_exact(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
         """The reference for ``admit``: every step of the path in turn, each sibling summed.
@@ -426,6 +457,7 @@ class QuotaUsage:
             np.maximum(tree.guaranteed + EPSILON, self.runtime + EPSILON),
             np.inf,
         )
+        self._runtime_limits.clear()
 
     def report(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         space = self.tree.space
