@@ -87,10 +87,18 @@ class Assignment:
         return [placement.node for placement in self.placements]
 
     def held(self, size: int) -> Vector:
-        """What the assignment holds: the sum of its placements' requests."""
+        """What the assignment holds: the sum of its placements' requests.
+
+        Computed once and kept (read-only): committing a job asks for it three times (its
+        queue's allocation, its quota, the DRF order), evicting it again."""
+        cached: tuple[int, Vector] | None = self.__dict__.get("_held")
+        if cached is not None and cached[0] == size:
+            return cached[1]
         total = np.zeros(size)
         for placement in self.placements:
             total += placement.request
+        total.flags.writeable = False
+        object.__setattr__(self, "_held", (size, total))
         return total
 
 

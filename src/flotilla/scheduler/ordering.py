@@ -20,7 +20,12 @@ from flotilla.scheduler.types import QueueInfo
 class DrfOrder:
     """Yields jobs in DRF order; the caller reports each outcome with ``placed``/``skipped``/
     ``blocked``, and any other change of a queue's allocation (preemption, a gang member of
-    another queue) with ``adjust``."""
+    another queue) with ``adjust``.
+
+    Allocations are kept as lists of Python floats: a share is a handful of multiplications
+    and a max over a few resources, which numpy would spend a call on each. The arithmetic
+    is the same IEEE arithmetic, so the order is the same as with arrays.
+    """
 
     def __init__(
         self,
@@ -32,12 +37,16 @@ class DrfOrder:
         self._jobs = jobs_by_queue
         self._weights = {queue.name: queue.weight for queue in queues}
         self._order = {queue.name: queue.order for queue in queues}
-        self._allocated = {name: allocated[name].copy() for name in allocated}
+        self._allocated: dict[str, list[float]] = {
+            name: allocated[name].tolist() for name in allocated
+        }
+        zeros = [0.0] * len(total)
         for name in jobs_by_queue:
             self._weights.setdefault(name, 1.0)
             self._order.setdefault(name, len(self._order))
-            self._allocated.setdefault(name, np.zeros_like(total))
-        self._inverse_total = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
+            self._allocated.setdefault(name, list(zeros))
+        inverse = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
+        self._inverse_total: list[float] = inverse.tolist()
         self._heads = dict.fromkeys(jobs_by_queue, 0)
         self._version = dict.fromkeys(jobs_by_queue, 0)
         self._stopped: set[str] = set()
@@ -50,15 +59,17 @@ class DrfOrder:
         """Weighted dominant share of ``queue``, optionally counting ``extra``."""
         used = self._allocated.get(queue)
         if used is None:
-            used = np.zeros_like(self._inverse_total)
-        if extra is not None:
-            used = used + extra
+            used = [0.0] * len(self._inverse_total)
         weight = self._weights.get(queue, 1.0)
-        return float((used * self._inverse_total).max(initial=0.0)) / weight
+        return (
+            _dominant(used, extra.tolist() if extra is not None else None, self._inverse_total)
+            / weight
+        )
 
     def _push(self, queue: str) -> None:
         head = self._jobs[queue][self._heads[queue]]
-        entry = (self.share(queue, head.total), self._order[queue], self._version[queue], queue)
+        share = _dominant(self._allocated[queue], head.total.tolist(), self._inverse_total)
+        entry = (share / self._weights[queue], self._order[queue], self._version[queue], queue)
         heapq.heappush(self._heap, entry)
 
     def __iter__(self) -> Iterator[SchedulingJob]:
@@ -69,7 +80,8 @@ class DrfOrder:
             yield self._jobs[queue][self._heads[queue]]
 
     def placed(self, job: SchedulingJob) -> None:
-        self._allocated[job.queue] = self._allocated[job.queue] + job.total
+        used = self._allocated[job.queue]
+        self._allocated[job.queue] = [a + b for a, b in zip(used, job.total.tolist(), strict=True)]
         self._advance(job.queue)
 
     def skipped(self, job: SchedulingJob) -> None:
@@ -97,9 +109,10 @@ class DrfOrder:
 
     def adjust(self, queue: str, delta: Vector) -> None:
         """A queue's allocation changed outside ``placed``: re-rank it."""
-        if queue not in self._allocated:
+        used = self._allocated.get(queue)
+        if used is None:
             return
-        self._allocated[queue] = self._allocated[queue] + delta
+        self._allocated[queue] = [a + b for a, b in zip(used, delta.tolist(), strict=True)]
         # Re-push with a new version; if this queue is the one being served, the _advance
         # that follows bumps the version again and this entry is dropped as stale.
         waiting = queue in self._heads and self._heads[queue] < len(self._jobs[queue])
@@ -112,6 +125,23 @@ class DrfOrder:
         self._version[queue] += 1
         if self._heads[queue] < len(self._jobs[queue]):
             self._push(queue)
+
+
+def _dominant(used: list[float], extra: list[float] | None, inverse_total: list[float]) -> float:
+    """``max((used + extra) * inverse_total, initial=0)`` element by element, as numpy
+    computes it: the same sums and products, and the same maximum."""
+    dominant = 0.0
+    if extra is None:
+        for amount, inverse in zip(used, inverse_total, strict=True):
+            value = amount * inverse
+            if value > dominant:
+                dominant = value
+    else:
+        for amount, more, inverse in zip(used, extra, inverse_total, strict=True):
+            value = (amount + more) * inverse
+            if value > dominant:
+                dominant = value
+    return dominant
 
 
 class FifoOrder:
