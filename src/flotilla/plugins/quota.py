@@ -9,7 +9,6 @@ hooks), so what-if evictions keep it exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,33 +51,37 @@ def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
     }
     size = len(tree.space)
     usage = tree.usage()
-    nodes, amounts = _charges(
-        node_of_queue, ((r.job.queue, r.held(size)) for r in snapshot.running), size
-    )
-    usage.add_many(nodes, amounts)
+    running = snapshot.running
+    queues = [r.job.queue for r in running]
+    held = [
+        r.job.total
+        if len(r.assignment.placements) == r.job.replica_count
+        else r.assignment.held(size)
+        for r in running
+    ]  # RunningJob.held, inlined: this runs once per running job per run
+    usage.add_many(*_charges(node_of_queue, queues, held, size))
     demand = usage.used.copy()
-    nodes, amounts = _charges(
-        node_of_queue, ((job.queue, job.total) for job in snapshot.queued), size
+    queued = snapshot.queued
+    charges = _charges(
+        node_of_queue, [job.queue for job in queued], [j.total for j in queued], size
     )
-    tree.add_along_paths(demand, nodes, amounts)
+    tree.add_along_paths(demand, *charges)
     usage.compute_runtime(demand)
     return QuotaState(usage, node_of_queue)
 
 
 def _charges(
-    node_of_queue: dict[str, int], items: Iterable[tuple[str, Vector]], size: int
+    node_of_queue: dict[str, int], queues: list[str], amounts: list[Vector], size: int
 ) -> tuple[IndexArray, Matrix]:
     """The quota node and the amount of every item whose queue has a quota, in order."""
-    nodes: list[int] = []
-    amounts: list[Vector] = []
-    for queue, amount in items:
-        node = node_of_queue.get(queue)
-        if node is not None:
-            nodes.append(node)
-            amounts.append(amount)
-    if not nodes:
-        return np.zeros(0, dtype=np.intp), np.zeros((0, size))
-    return np.array(nodes, dtype=np.intp), np.concatenate(amounts).reshape(len(nodes), size)
+    nodes = np.array([node_of_queue.get(queue, -1) for queue in queues], dtype=np.intp)
+    if not len(nodes):
+        return nodes, np.zeros((0, size))
+    matrix = np.concatenate(amounts).reshape(len(nodes), size)
+    charged = nodes >= 0
+    if charged.all():
+        return nodes, matrix
+    return nodes[charged], matrix[charged]
 
 
 class ElasticQuota:
