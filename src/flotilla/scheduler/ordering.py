@@ -50,6 +50,8 @@ class DrfOrder:
         self._heads = dict.fromkeys(jobs_by_queue, 0)
         self._version = dict.fromkeys(jobs_by_queue, 0)
         self._stopped: set[str] = set()
+        self._rerank: set[str] = set()
+        """Queues whose allocation changed (``adjust``): pushed again before the next pop."""
         self._heap: list[tuple[float, int, int, str]] = []
         for name, jobs in jobs_by_queue.items():
             if jobs:
@@ -73,7 +75,13 @@ class DrfOrder:
         heapq.heappush(self._heap, entry)
 
     def __iter__(self) -> Iterator[SchedulingJob]:
-        while self._heap:
+        while True:
+            if self._rerank:
+                for name in self._rerank:
+                    self._push(name)
+                self._rerank.clear()
+            if not self._heap:
+                return
             _, _, version, queue = heapq.heappop(self._heap)
             if version != self._version[queue] or queue in self._stopped:
                 continue  # a stale entry: the queue's share changed after it was pushed
@@ -104,6 +112,7 @@ class DrfOrder:
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
         self._stopped.add(job.queue)
+        self._rerank.discard(job.queue)
         start = self._heads[job.queue] + 1
         return self._jobs[job.queue][start:]
 
@@ -113,16 +122,18 @@ class DrfOrder:
         if used is None:
             return
         self._allocated[queue] = [a + b for a, b in zip(used, delta.tolist(), strict=True)]
-        # Re-push with a new version; if this queue is the one being served, the _advance
-        # that follows bumps the version again and this entry is dropped as stale.
+        # A new version, and a new entry before the next pop. Usually the queue is the one
+        # being served and its _advance follows, which pushes anyway: deferring the push
+        # saves computing a share that would only be dropped as stale.
         waiting = queue in self._heads and self._heads[queue] < len(self._jobs[queue])
         if waiting and queue not in self._stopped:
             self._version[queue] += 1
-            self._push(queue)
+            self._rerank.add(queue)
 
     def _advance(self, queue: str) -> None:
         self._heads[queue] += 1
         self._version[queue] += 1
+        self._rerank.discard(queue)
         if self._heads[queue] < len(self._jobs[queue]):
             self._push(queue)
 
