@@ -20,7 +20,8 @@ from flotilla.framework.interfaces import (
     RunningChange,
     Status,
 )
-from flotilla.framework.quota import IndexArray, Matrix, QuotaUsage
+from flotilla.framework.quota import QuotaUsage
+from flotilla.framework.quota_route import IndexArray, Matrix
 from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
 
