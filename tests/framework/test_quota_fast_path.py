@@ -150,6 +150,9 @@ def test_charging_many_at_once_equals_charging_one_by_one(data: st.DataObject) -
         for step in tree.paths[int(node)]:
             expected[step] += amount
     assert np.array_equal(at_once.used, expected)
+    in_chunks = np.zeros_like(tree.minimum)
+    tree.add_along_paths(in_chunks, nodes, matrix, chunk=data.draw(st.integers(1, 7)))
+    assert np.array_equal(in_chunks, expected)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

@@ -110,20 +110,23 @@ class QuotaTree:
             route = self._routes[node] = QuotaRoute.build(self, node)
         return route
 
-    def add_along_paths(self, matrix: Matrix, nodes: IndexArray, amounts: Matrix) -> None:
+    def add_along_paths(
+        self, matrix: Matrix, nodes: IndexArray, amounts: Matrix, *, chunk: int = 16_384
+    ) -> None:
         """Add ``amounts[i]`` to every step of ``nodes[i]``'s path, in place.
 
         The same sums, in the same order, as adding one job after another step by step:
-        ``np.add.at`` applies its pairs in order, and they are listed job by job, so each
-        row receives its jobs' amounts in the jobs' order. Exact, and without a Python loop
-        over the jobs."""
-        if not len(nodes):
-            return
-        lengths = self.path_length[nodes]
-        job = np.repeat(np.arange(len(nodes)), lengths)
-        first = np.cumsum(lengths) - lengths
-        position = np.arange(len(job)) - np.repeat(first, lengths)
-        np.add.at(matrix, self.path_table[nodes[job], position], amounts[job])
+        ``np.add.at`` applies its pairs in order, and they are listed job by job (in chunks
+        taken in order, to bound the temporary arrays), so each row receives its jobs'
+        amounts in the jobs' order. Exact, and without a Python loop over the jobs."""
+        for start in range(0, len(nodes), chunk):
+            part = nodes[start : start + chunk]
+            lengths = self.path_length[part]
+            job = np.repeat(np.arange(len(part)), lengths)
+            first = np.cumsum(lengths) - lengths
+            position = np.arange(len(job)) - np.repeat(first, lengths)
+            rows = self.path_table[part[job], position]
+            np.add.at(matrix, rows, amounts[start : start + chunk][job])
 
     def cohort_root(self, node: int) -> int:
         return self.paths[node][-1]
