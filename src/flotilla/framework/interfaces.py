@@ -87,11 +87,25 @@ class Assignment:
         return [placement.node for placement in self.placements]
 
     def held(self, size: int) -> Vector:
-        """What the assignment holds: the sum of its placements' requests."""
+        """What the assignment holds: the sum of its placements' requests (read-only).
+
+        Committing a job asks for it three times in a row (its queue's allocation, its
+        quota, the DRF order), so the last answer is kept; only the last, so that running
+        jobs do not each carry a copy."""
+        global _last_held
+        last = _last_held
+        if last is not None and last[0] is self and last[1] == size:
+            return last[2]
         total = np.zeros(size)
         for placement in self.placements:
             total += placement.request
+        total.flags.writeable = False
+        _last_held = (self, size, total)
         return total
+
+
+_last_held: tuple[Assignment, int, Vector] | None = None
+"""``Assignment.held``'s last answer (an identity match; a race only costs a recomputation)."""
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from flotilla.framework.quota_route import IndexArray, Matrix, QuotaRoute
 from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
 from flotilla.model.quantity import format_quantity
 from flotilla.model.queue import QuotaSpec
-
-Matrix = npt.NDArray[np.float64]
 
 
 class QuotaTree:
@@ -85,6 +84,14 @@ class QuotaTree:
         """Per node, the resources its quota limits at all; the others are unbounded there."""
         self.pool = np.where(self.bounded, self.pool, np.inf)
         self.paths = [self._path(node) for node in range(size)]
+        self.path_length = np.array([len(path) for path in self.paths], dtype=np.intp)
+        self.path_table = np.zeros((size, int(self.path_length.max(initial=0))), dtype=np.intp)
+        """Row n: node n's path (node first), padded past ``path_length[n]``."""
+        for node, path in enumerate(self.paths):
+            self.path_table[node, : len(path)] = path
+        self.ceiling_limit = self.ceiling + EPSILON
+        self.pool_limit = self.pool + EPSILON
+        self._routes: dict[int, QuotaRoute] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -94,6 +101,32 @@ class QuotaTree:
         while (parent := self.parent[path[-1]]) is not None:
             path.append(parent)
         return path
+
+    def route(self, node: int) -> QuotaRoute:
+        """The index arrays and limits admission and charging need for ``node``'s path,
+        built once per node so that a decision is a few whole-path numpy operations."""
+        route = self._routes.get(node)
+        if route is None:
+            route = self._routes[node] = QuotaRoute.build(self, node)
+        return route
+
+    def add_along_paths(
+        self, matrix: Matrix, nodes: IndexArray, amounts: Matrix, *, chunk: int = 16_384
+    ) -> None:
+        """Add ``amounts[i]`` to every step of ``nodes[i]``'s path, in place.
+
+        The same sums, in the same order, as adding one job after another step by step:
+        ``np.add.at`` applies its pairs in order, and they are listed job by job (in chunks
+        taken in order, to bound the temporary arrays), so each row receives its jobs'
+        amounts in the jobs' order. Exact, and without a Python loop over the jobs."""
+        for start in range(0, len(nodes), chunk):
+            part = nodes[start : start + chunk]
+            lengths = self.path_length[part]
+            job = np.repeat(np.arange(len(part)), lengths)
+            first = np.cumsum(lengths) - lengths
+            position = np.arange(len(job)) - np.repeat(first, lengths)
+            rows = self.path_table[part[job], position]
+            np.add.at(matrix, rows, amounts[start : start + chunk][job])
 
     def cohort_root(self, node: int) -> int:
         return self.paths[node][-1]
@@ -110,22 +143,60 @@ class QuotaVerdict:
     """Refused only by runtime quota (the weighted share of spare), not by a hard limit."""
 
 
+_ADMITTED = QuotaVerdict(True)
+
+
 class QuotaUsage:
-    """Usage per quota node during one run, with admission checks and runtime quota."""
+    """Usage per quota node during one run, with admission checks and runtime quota.
+
+    Change ``used`` only through ``add`` and ``remove``: they also keep ``others`` (per node,
+    what its siblings hold: the sum of their ``max(used, kept)``), which lets ``admit`` check
+    the whole path at once instead of walking every step's siblings.
+    """
 
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
         self.used = np.zeros_like(tree.minimum)
         self.runtime = np.full_like(tree.minimum, np.inf)
+        self.runtime_limit = np.full_like(tree.minimum, np.inf)
+        """Per node, the usage above which the runtime-quota check refuses: the larger of
+        ``guaranteed + ε`` and ``runtime + ε`` where the quota bounds the resource."""
+        self.others = np.zeros_like(tree.minimum)
+        self._refresh_all_siblings()
+        self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
+        self._routes: dict[int, QuotaRoute] = {}
+        self._runtime_limits: dict[int, list[float]] = {}
 
     def add(self, node: int, amount: Vector) -> None:
-        for step in self.tree.paths[node]:
-            self.used[step] += amount
+        route = self._routes.get(node) or self._route(node)
+        np.add.at(self.used, route.path, amount)
+        self._refresh_siblings(route)
 
     def remove(self, node: int, amount: Vector) -> None:
-        for step in self.tree.paths[node]:
-            self.used[step] -= amount
+        route = self._routes.get(node) or self._route(node)
+        np.subtract.at(self.used, route.path, amount)
         np.maximum(self.used, 0.0, out=self.used)
+        self._refresh_siblings(route)
+
+    def add_many(self, nodes: IndexArray, amounts: Matrix) -> None:
+        """``add(nodes[i], amounts[i])`` for every i, in order, with the same result."""
+        self.tree.add_along_paths(self.used, nodes, amounts)
+        self._refresh_all_siblings()
+
+    def _refresh_all_siblings(self) -> None:
+        for children in self.tree.children:
+            if children:
+                held = np.maximum(self.used[children], self.tree.kept[children])
+                self.others[children] = held.sum(axis=0) - held
+
+    def _refresh_siblings(self, route: QuotaRoute) -> None:
+        """Recompute ``others`` for every child of the path's parents (their siblings'
+        total is all that changed), from the current usage, so no rounding accumulates."""
+        if not len(route.children):
+            return
+        held = np.maximum(self.used.take(route.children, axis=0), route.children_kept)
+        totals = np.add.reduceat(held, route.starts, axis=0)
+        self.others.put(route.children_cells, totals.take(route.parent_slot, axis=0) - held)
 
     def borrowing(self, node: int) -> bool:
         """Uses more than its guarantee on some resource (Kueue: a borrower)."""
@@ -143,21 +214,78 @@ class QuotaUsage:
         return bool(np.all(after <= self.tree.guaranteed[node][wanted] + EPSILON))
 
     def admit(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
-        """Whether ``amount`` more may run under quota node ``node`` (see module docstring)."""
+        """Whether ``amount`` more may run under quota node ``node`` (see module docstring).
+
+        The checks of ``admit_exact``, in its order, on the path's few numbers as Python
+        floats. Ceilings and runtime quota compare the very numbers the loop compares, so
+        they agree exactly. The sibling check adds the kept siblings' total (``others``),
+        whose rounding differs from the loop's sum: it decides only when the margin is clear
+        (``SIBLING_TOLERANCE``) and leaves anything closer to the loop. Reasons are worded
+        by the same helpers.
+        """
+        route = self._routes.get(node) or self._route(node)
+        width = len(amount)
+        request = amount.tolist()
+        wanted = [dim for dim in range(width) if request[dim] > EPSILON]
+        used = self.used.take(route.path, axis=0).ravel().tolist()
+        others = self.others.take(route.path, axis=0).ravel().tolist()
+        ceiling, kept = route.ceiling_limit, route.kept
+        clear, over = route.pool_clear, route.pool_over
+        for step in range(len(route.steps)):
+            base = step * width
+            for dim in wanted:
+                if used[base + dim] + request[dim] > ceiling[base + dim]:
+                    index = route.steps[step]
+                    return QuotaVerdict(False, self._at_limit(index, dim, self.tree.ceiling, "max"))
+            for dim in wanted:
+                at = base + dim
+                after = used[at] + request[dim]
+                held = others[at] + (after if after >= kept[at] else kept[at])
+                if held <= clear[at]:
+                    continue
+                if held <= over[at]:
+                    return self.admit_exact(node, amount, use_runtime=use_runtime)
+                index = route.steps[step]
+                parent = route.parents[step]
+                if parent is None:
+                    return QuotaVerdict(False, self._at_limit(index, dim, self.tree.pool, "pool"))
+                return QuotaVerdict(False, self._pool_reason(index, parent, dim, after))
+        if use_runtime:
+            limit = self._runtime_limits.get(node)
+            if limit is None:
+                limit = self._runtime_limits[node] = (
+                    self.runtime_limit.take(route.path, axis=0).ravel().tolist()
+                )
+            for at in range(len(used)):
+                step, dim = divmod(at, width)
+                if request[dim] > EPSILON and used[at] + request[dim] > limit[at]:
+                    reason = self._runtime_reason(route.steps[step], dim)
+                    return QuotaVerdict(False, reason, soft=True)
+        return _ADMITTED
+
+    def _route(self, node: int) -> QuotaRoute:
+        route = self._routes[node] = self.tree.route(node)
+        return route
+
+    def admit_exact(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
+        """The reference for ``admit``: every step of the path in turn, each sibling summed.
+
+        ``admit`` falls back to it when its sibling sums are too close to a pool to decide,
+        and the tests compare the two on random trees."""
         tree = self.tree
         wanted = amount > EPSILON
         for step in tree.paths[node]:
             after = self.used[step] + amount
             over = wanted & (after > tree.ceiling[step] + EPSILON)
             if over.any():
-                reason = self._at_limit(step, over, tree.ceiling[step], "max")
-                return QuotaVerdict(False, reason)
+                dim = int(np.flatnonzero(over)[0])
+                return QuotaVerdict(False, self._at_limit(step, dim, tree.ceiling, "max"))
             parent = tree.parent[step]
             if parent is None:
                 over = wanted & (after > tree.pool[step] + EPSILON)
                 if over.any():
-                    reason = self._at_limit(step, over, tree.pool[step], "pool")
-                    return QuotaVerdict(False, reason)
+                    dim = int(np.flatnonzero(over)[0])
+                    return QuotaVerdict(False, self._at_limit(step, dim, tree.pool, "pool"))
                 continue
             siblings = tree.children[parent]
             held = np.zeros_like(amount)
@@ -167,26 +295,7 @@ class QuotaUsage:
             over = wanted & (held > tree.pool[parent] + EPSILON)
             if over.any():
                 dim = int(np.flatnonzero(over)[0])
-                name = tree.space.names[dim]
-                users = [
-                    tree.names[s]
-                    for s in siblings
-                    if s != step and self.used[s][dim] > tree.guaranteed[s][dim] + EPSILON
-                ]
-                keepers = [
-                    tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON
-                ]
-                if after[dim] <= tree.guaranteed[step][dim] + EPSILON:
-                    reason = (
-                        f"quota {tree.names[step]}'s guaranteed {name} is lent to "
-                        f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
-                    )
-                else:
-                    holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
-                    reason = (
-                        f"quota {tree.names[step]} cannot borrow more {name}: "
-                        f"{tree.names[parent]}'s pool is in use or kept by {holders}"
-                    )
+                reason = self._pool_reason(step, parent, dim, float(after[dim]))
                 return QuotaVerdict(False, reason)
         if use_runtime:
             for step in tree.paths[node]:
@@ -200,25 +309,55 @@ class QuotaUsage:
                 )
                 if over.any():
                     dim = int(np.flatnonzero(over)[0])
-                    name = tree.space.names[dim]
-                    return QuotaVerdict(
-                        False,
-                        f"quota {tree.names[step]} is at its runtime quota for {name} "
-                        f"({format_quantity(name, float(self.used[step][dim]))}/"
-                        f"{format_quantity(name, float(self.runtime[step][dim]))}): spare quota "
-                        "is shared with its siblings by weight",
-                        soft=True,
-                    )
-        return QuotaVerdict(True)
+                    return QuotaVerdict(False, self._runtime_reason(step, dim), soft=True)
+        return _ADMITTED
 
-    def _at_limit(self, node: int, over: npt.NDArray[np.bool_], limit: Vector, what: str) -> str:
-        dim = int(np.flatnonzero(over)[0])
+    def _at_limit(self, node: int, dim: int, limit: Matrix, what: str) -> str:
         name = self.tree.space.names[dim]
         used = float(self.used[node][dim])
         return (
             f"quota {self.tree.names[node]} at {what} for {name} "
-            f"({format_quantity(name, used)}/{format_quantity(name, float(limit[dim]))})"
+            f"({format_quantity(name, used)}/{format_quantity(name, float(limit[node][dim]))})"
         )
+
+    def _pool_reason(self, step: int, parent: int, dim: int, after: float) -> str:
+        """Why ``step`` may not take ``dim`` from ``parent``'s pool: its guarantee is lent
+        out, or it would borrow what its siblings use or keep."""
+        tree = self.tree
+        siblings = tree.children[parent]
+        name = tree.space.names[dim]
+        users = [
+            tree.names[s]
+            for s in siblings
+            if s != step and self.used[s][dim] > tree.guaranteed[s][dim] + EPSILON
+        ]
+        if after <= tree.guaranteed[step][dim] + EPSILON:
+            return (
+                f"quota {tree.names[step]}'s guaranteed {name} is lent to "
+                f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
+            )
+        keepers = [tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON]
+        holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
+        return (
+            f"quota {tree.names[step]} cannot borrow more {name}: "
+            f"{tree.names[parent]}'s pool is in use or kept by {holders}"
+        )
+
+    def _runtime_reason(self, step: int, dim: int) -> str:
+        """Memoised by the numbers it shows: a queue refused again and again at its runtime
+        quota, with nothing charged in between, gets the same words without formatting."""
+        used = float(self.used[step][dim])
+        runtime = float(self.runtime[step][dim])
+        key = (step, dim, used, runtime)
+        reason = self._runtime_reasons.get(key)
+        if reason is None:
+            name = self.tree.space.names[dim]
+            reason = self._runtime_reasons[key] = (
+                f"quota {self.tree.names[step]} is at its runtime quota for {name} "
+                f"({format_quantity(name, used)}/{format_quantity(name, runtime)}): spare quota "
+                "is shared with its siblings by weight"
+            )
+        return reason
 
     def compute_runtime(self, demand: Matrix) -> None:
         """Koordinator's runtime quota from ``demand`` (usage + queued requests per node)."""
@@ -237,6 +376,12 @@ class QuotaUsage:
                 tree.guaranteed[children],
                 tree.weight[children],
             )
+        self.runtime_limit = np.where(
+            tree.bounded,
+            np.maximum(tree.guaranteed + EPSILON, self.runtime + EPSILON),
+            np.inf,
+        )
+        self._runtime_limits.clear()
 
     def report(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
         space = self.tree.space

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from flotilla.framework.interfaces import (
     CycleStartInput,
     CycleState,
@@ -19,6 +21,8 @@ from flotilla.framework.interfaces import (
     Status,
 )
 from flotilla.framework.quota import QuotaUsage
+from flotilla.framework.quota_route import IndexArray, Matrix
+from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
 
 
@@ -35,26 +39,50 @@ def quota_state(cycle: CycleState) -> QuotaState | None:
 
 
 def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
-    """Usage from running jobs and runtime quota from usage plus queued demand."""
+    """Usage from running jobs and runtime quota from usage plus queued demand.
+
+    Summed afresh every run, with exactly the additions (and order) of charging one job after
+    another, so a run's usage does not depend on what earlier runs did; the per-job work is
+    one dictionary lookup, the arithmetic is a handful of whole-array operations."""
     tree = snapshot.quotas
     if tree is None or len(tree) == 0:
         return None
     node_of_queue = {
         queue.name: tree.index[queue.quota] for queue in snapshot.queues if queue.quota
     }
+    size = len(tree.space)
     usage = tree.usage()
-    for running in snapshot.running:
-        node = node_of_queue.get(running.job.queue)
-        if node is not None:
-            usage.add(node, running.held(len(tree.space)))
+    running = snapshot.running
+    queues = [r.job.queue for r in running]
+    held = [
+        r.job.total
+        if len(r.assignment.placements) == r.job.replica_count
+        else r.assignment.held(size)
+        for r in running
+    ]  # RunningJob.held, inlined: this runs once per running job per run
+    usage.add_many(*_charges(node_of_queue, queues, held, size))
     demand = usage.used.copy()
-    for job in snapshot.queued:
-        node = node_of_queue.get(job.queue)
-        if node is not None:
-            for step in tree.paths[node]:
-                demand[step] += job.total
+    queued = snapshot.queued
+    charges = _charges(
+        node_of_queue, [job.queue for job in queued], [j.total for j in queued], size
+    )
+    tree.add_along_paths(demand, *charges)
     usage.compute_runtime(demand)
     return QuotaState(usage, node_of_queue)
+
+
+def _charges(
+    node_of_queue: dict[str, int], queues: list[str], amounts: list[Vector], size: int
+) -> tuple[IndexArray, Matrix]:
+    """The quota node and the amount of every item whose queue has a quota, in order."""
+    nodes = np.array([node_of_queue.get(queue, -1) for queue in queues], dtype=np.intp)
+    if not len(nodes):
+        return nodes, np.zeros((0, size))
+    matrix = np.concatenate(amounts).reshape(len(nodes), size)
+    charged = nodes >= 0
+    if charged.all():
+        return nodes, matrix
+    return nodes[charged], matrix[charged]
 
 
 class ElasticQuota:

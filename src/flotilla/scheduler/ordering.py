@@ -23,7 +23,12 @@ from flotilla.scheduler.types import QueueInfo
 class DrfOrder:
     """Yields jobs in DRF order; the caller reports each outcome with ``placed``/``skipped``/
     ``blocked``, and any other change of a queue's allocation (preemption, a gang member of
-    another queue) with ``adjust``."""
+    another queue) with ``adjust``.
+
+    Allocations are kept as lists of Python floats: a share is a handful of multiplications
+    and a max over a few resources, which numpy would spend a call on each. The arithmetic
+    is the same IEEE arithmetic, so the order is the same as with arrays.
+    """
 
     def __init__(
         self,
@@ -35,16 +40,22 @@ class DrfOrder:
         self._jobs = jobs_by_queue
         self._weights = {queue.name: queue.weight for queue in queues}
         self._order = {queue.name: queue.order for queue in queues}
-        self._allocated = {name: allocated[name].copy() for name in allocated}
+        self._allocated: dict[str, list[float]] = {
+            name: allocated[name].tolist() for name in allocated
+        }
+        zeros = [0.0] * len(total)
         for name in jobs_by_queue:
             self._weights.setdefault(name, 1.0)
             self._order.setdefault(name, len(self._order))
-            if name not in self._allocated:  # (not setdefault: no zeros built per queue)
-                self._allocated[name] = np.zeros_like(total)
-        self._inverse_total = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
+            if name not in self._allocated:  # (not setdefault: no list built per queue)
+                self._allocated[name] = list(zeros)
+        inverse = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
+        self._inverse_total: list[float] = inverse.tolist()
         self._heads = dict.fromkeys(jobs_by_queue, 0)
         self._version = dict.fromkeys(jobs_by_queue, 0)
         self._stopped: set[str] = set()
+        self._rerank: set[str] = set()
+        """Queues whose allocation changed (``adjust``): pushed again before the next pop."""
         self._heap: list[tuple[float, int, int, str]] = []
         for name, jobs in jobs_by_queue.items():
             if jobs:
@@ -54,26 +65,35 @@ class DrfOrder:
         """Weighted dominant share of ``queue``, optionally counting ``extra``."""
         used = self._allocated.get(queue)
         if used is None:
-            used = np.zeros_like(self._inverse_total)
-        if extra is not None:
-            used = used + extra
+            used = [0.0] * len(self._inverse_total)
         weight = self._weights.get(queue, 1.0)
-        return float((used * self._inverse_total).max(initial=0.0)) / weight
+        return (
+            _dominant(used, extra.tolist() if extra is not None else None, self._inverse_total)
+            / weight
+        )
 
     def _push(self, queue: str) -> None:
         head = self._jobs[queue][self._heads[queue]]
-        entry = (self.share(queue, head.total), self._order[queue], self._version[queue], queue)
+        share = _dominant(self._allocated[queue], head.total.tolist(), self._inverse_total)
+        entry = (share / self._weights[queue], self._order[queue], self._version[queue], queue)
         heapq.heappush(self._heap, entry)
 
     def __iter__(self) -> Iterator[SchedulingJob]:
-        while self._heap:
+        while True:
+            if self._rerank:
+                for name in self._rerank:
+                    self._push(name)
+                self._rerank.clear()
+            if not self._heap:
+                return
             _, _, version, queue = heapq.heappop(self._heap)
             if version != self._version[queue] or queue in self._stopped:
                 continue  # a stale entry: the queue's share changed after it was pushed
             yield self._jobs[queue][self._heads[queue]]
 
     def placed(self, job: SchedulingJob) -> None:
-        self._allocated[job.queue] = self._allocated[job.queue] + job.total
+        used = self._allocated[job.queue]
+        self._allocated[job.queue] = [a + b for a, b in zip(used, job.total.tolist(), strict=True)]
         self._advance(job.queue)
 
     def skipped(self, job: SchedulingJob) -> None:
@@ -96,26 +116,47 @@ class DrfOrder:
     def blocked(self, job: SchedulingJob) -> Sequence[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
         self._stopped.add(job.queue)
+        self._rerank.discard(job.queue)
         start = self._heads[job.queue] + 1
         return self._jobs[job.queue][start:]
 
     def adjust(self, queue: str, delta: Vector) -> None:
         """A queue's allocation changed outside ``placed``: re-rank it."""
-        if queue not in self._allocated:
+        used = self._allocated.get(queue)
+        if used is None:
             return
-        self._allocated[queue] = self._allocated[queue] + delta
-        # Re-push with a new version; if this queue is the one being served, the _advance
-        # that follows bumps the version again and this entry is dropped as stale.
+        self._allocated[queue] = [a + b for a, b in zip(used, delta.tolist(), strict=True)]
+        # A new version, and a new entry before the next pop. Usually the queue is the one
+        # being served and its _advance follows, which pushes anyway: deferring the push
+        # saves computing a share that would only be dropped as stale.
         waiting = queue in self._heads and self._heads[queue] < len(self._jobs[queue])
         if waiting and queue not in self._stopped:
             self._version[queue] += 1
-            self._push(queue)
+            self._rerank.add(queue)
 
     def _advance(self, queue: str) -> None:
         self._heads[queue] += 1
         self._version[queue] += 1
+        self._rerank.discard(queue)
         if self._heads[queue] < len(self._jobs[queue]):
             self._push(queue)
+
+
+def _dominant(used: list[float], extra: list[float] | None, inverse_total: list[float]) -> float:
+    """``max((used + extra) * inverse_total, initial=0)`` element by element, as numpy
+    computes it: the same sums and products, and the same maximum."""
+    dominant = 0.0
+    if extra is None:
+        for amount, inverse in zip(used, inverse_total, strict=True):
+            value = amount * inverse
+            if value > dominant:
+                dominant = value
+    else:
+        for amount, more, inverse in zip(used, extra, inverse_total, strict=True):
+            value = (amount + more) * inverse
+            if value > dominant:
+                dominant = value
+    return dominant
 
 
 class FifoOrder:

@@ -218,9 +218,12 @@ class SchedulingRun:
                 plugin.remove_running(change)
 
     def _charge(self, queue: str, amount: Vector) -> None:
-        if queue not in self.allocated:
-            self.allocated[queue] = np.zeros_like(amount)
-        self.allocated[queue] = self.allocated[queue] + amount
+        """In place: every allocation vector is the run's own (made or copied in ``__init__``,
+        or made here), and the DRF order keeps its own copy."""
+        allocated = self.allocated.get(queue)
+        if allocated is None:
+            self.allocated[queue] = allocated = np.zeros_like(amount)
+        allocated += amount
 
     # --- PreemptionContext ------------------------------------------------------------------
 
