@@ -145,6 +145,39 @@ def _check_row_subsets(framework: Framework, request: FilterInput, rows: Any) ->
         else:
             assert some is not None
             assert full[rows].tobytes() == some.tobytes(), scorer.name
+    _check_row_paths(framework, request, rows)
+
+
+def _check_row_paths(framework: Framework, request: FilterInput, rows: Any) -> None:
+    """Plugins' per-row Python paths agree bit for bit with their vectorised answers, and so
+    does the index's per-row total with the total the vectorised path sums."""
+    nodes = request.cluster.nodes
+    for plugin in framework.filters:
+        whole = plugin.filter(request)
+        verdict = plugin.row_filter(request)  # type: ignore[attr-defined]
+        for row in rows.tolist():
+            expected = True if whole is nodes.everywhere else bool(whole[row])
+            assert (True if verdict is None else verdict(row)) is expected, plugin.name
+    everything = np.arange(len(nodes), dtype=np.intp)
+    total = np.zeros(len(nodes))
+    for scorer in framework.scores:
+        full = scorer.score(
+            ScoreInput(request.job, request.task, request.cluster, everything, CYCLE)
+        )
+        score = scorer.row_score(request)  # type: ignore[attr-defined]
+        assert (full is None) == (score is None), scorer.name
+        if full is not None and score is not None:
+            total += full
+            for row in rows.tolist():
+                assert np.float64(score(row)).tobytes() == full[row].tobytes(), scorer.name
+    evaluate = node_index.row_evaluator(framework, request)
+    assert evaluate is not None
+    mask = np.ones(len(nodes), dtype=bool)
+    for plugin in framework.filters:
+        mask &= plugin.filter(request)
+    for row in rows.tolist():
+        expected = total[row] if mask[row] else -np.inf
+        assert np.float64(evaluate(row)).tobytes() == np.float64(expected).tobytes()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,6 +188,7 @@ def _check_row_subsets(framework: Framework, request: FilterInput, rows: Any) ->
     profile=st.sampled_from(sorted(PROFILES)),
     short_log=st.booleans(),
     rebuild_often=st.booleans(),
+    row_path=st.booleans(),
     subset_seed=st.integers(0, 2**16),
 )
 def test_the_index_picks_the_node_the_full_scan_picks(
@@ -164,6 +198,7 @@ def test_the_index_picks_the_node_the_full_scan_picks(
     profile: str,
     short_log: bool,
     rebuild_often: bool,
+    row_path: bool,
     subset_seed: int,
 ) -> None:
     framework = PROFILES[profile]
@@ -190,6 +225,7 @@ def test_the_index_picks_the_node_the_full_scan_picks(
 
     # Small fleets would rebuild after almost every change: make them replay changed rows
     # too (a fraction of 0 never rebuilds), and clear the change log early now and then.
+    # Changed rows are replayed on Python floats or vectorised (``row_path``).
     limit = 0 if short_log else nodes_module._CHANGE_LOG_LIMIT
     fraction = node_index.REBUILD_FRACTION if rebuild_often else 0
     with (
@@ -197,6 +233,7 @@ def test_the_index_picks_the_node_the_full_scan_picks(
         mock.patch.object(nodes_module, "_CHANGE_LOG_LIMIT", limit),
         mock.patch.object(node_index, "REBUILD_FRACTION", fraction),
         mock.patch.object(node_index, "MIN_NODES", 0),
+        mock.patch.object(node_index, "ROW_PATH_LIMIT", 1000 if row_path else 0),
     ):
         for action, number, keep in steps:
             if action == "place":

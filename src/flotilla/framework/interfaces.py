@@ -194,6 +194,13 @@ class FilterPlugin(Protocol):
     that changed since the last placement of that key: a placement no longer scans every
     node. A plugin without the attribute makes the framework use the full scan, so
     third-party plugins keep working unchanged.
+
+    Optionally, a row-local filter may also offer ``row_filter(request) -> Callable[[int],
+    bool] | None``: a function giving one node's verdict for ``request`` on Python values
+    (``None`` when every node passes), exactly ``filter``'s verdict for that row. The index
+    uses it, when every plugin offers one, to re-ask about a few changed rows without numpy
+    calls. It is built once per placement key, so it may read only the placement-relevant
+    parts of the request, and must read the table's arrays when called (they change).
     """
 
     name: str
@@ -226,7 +233,12 @@ class ScorePlugin(Protocol):
     Row-local scores (``row_local = True``, see ``FilterPlugin``): a candidate's score depends
     only on its own row and on the placement-relevant parts of the request, so it is the same
     float whichever other candidates are asked about with it (``candidates`` may then be any
-    subset of rows, in any order). Element-wise numpy arithmetic keeps that bit-exact."""
+    subset of rows, in any order). Element-wise numpy arithmetic keeps that bit-exact.
+
+    Optionally ``row_score(request: FilterInput) -> Callable[[int], float] | None``: one
+    node's score on Python floats, bit for bit ``score``'s for that row (the same operations
+    in the same order); ``None`` exactly when ``score`` returns ``None``. See ``row_filter``
+    on ``FilterPlugin``."""
 
     name: str
 

@@ -19,6 +19,7 @@ caller falls back to the full path, which also explains a failure exactly as bef
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,14 @@ re-asking about that many rows one change at a time costs more than a full scan.
 MIN_NODES = 512
 """Smaller tables are scanned: measured at 64-256 nodes the full scan is as fast or faster
 (its cost is mostly per call, not per node), and the break-even is near 400 nodes."""
+
+ROW_PATH_LIMIT = 24
+"""Re-ask about at most this many changed rows one by one on Python floats (when every plugin
+offers ``row_filter``/``row_score``): each numpy call costs microseconds whatever its length,
+a row on Python floats about one, so past a few dozen rows the vectorised path wins."""
+
+RowEvaluator = Callable[[int], float]
+"""A node's total score for one placement key (``-inf`` where a filter rejects it)."""
 
 _ROW_LOCAL: dict[int, tuple[Framework, bool]] = {}
 
@@ -75,13 +84,52 @@ def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
 
 
 class _KeyScores:
-    """One key's total score per node (``-inf`` where rejected), valid at ``position``."""
+    """One key's total score per node (``-inf`` where rejected), valid at ``position``, and
+    the key's per-row evaluator (``None`` when a plugin of the profile has none)."""
 
-    __slots__ = ("best", "position")
+    __slots__ = ("best", "evaluate", "position")
 
-    def __init__(self, best: npt.NDArray[np.float64], position: int) -> None:
+    def __init__(
+        self, best: npt.NDArray[np.float64], position: int, evaluate: RowEvaluator | None
+    ) -> None:
         self.best = best
         self.position = position
+        self.evaluate = evaluate
+
+
+def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator | None:
+    """The profile's verdict and total score of one node on Python floats, or ``None`` when
+    a plugin offers no per-row path. Filters are asked in profile order, then the scores are
+    summed in profile order from 0.0 like the vectorised path, so the total is the same float
+    (the plugins' ``row_filter``/``row_score`` agree bit for bit with ``filter``/``score``)."""
+    verdicts: list[Callable[[int], bool]] = []
+    for plugin in framework.filters:
+        make = getattr(plugin, "row_filter", None)
+        if make is None:
+            return None
+        verdict = make(request)
+        if verdict is not None:
+            verdicts.append(verdict)
+    scores: list[Callable[[int], float]] = []
+    for scorer in framework.scores:
+        make = getattr(scorer, "row_score", None)
+        if make is None:
+            return None
+        score = make(request)
+        if score is not None:
+            scores.append(score)
+    rejected = -np.inf
+
+    def evaluate(row: int) -> float:
+        for verdict in verdicts:
+            if not verdict(row):
+                return rejected
+        total = 0.0
+        for score in scores:
+            total += score(row)
+        return total
+
+    return evaluate
 
 
 class BestNodeIndex:
@@ -103,7 +151,8 @@ class BestNodeIndex:
         position = nodes.change_count
         entry = self._keys.get(key)
         if entry is None:
-            entry = _KeyScores(self._rebuild(request), position)
+            evaluate = row_evaluator(self.framework, request)
+            entry = _KeyScores(self._rebuild(request), position, evaluate)
             self._keys[key] = entry
             if len(self._keys) > KEYS_PER_TABLE:
                 self._keys.popitem(last=False)
@@ -114,8 +163,15 @@ class BestNodeIndex:
                 if behind < 0 or (position - entry.position) * REBUILD_FRACTION > len(nodes):
                     entry.best = self._rebuild(request)
                 else:
-                    rows = np.array(nodes.changed_rows[behind:], dtype=np.intp)
-                    self._update(request, entry.best, rows)
+                    changed = set(nodes.changed_rows[behind:])
+                    evaluate = entry.evaluate
+                    if evaluate is not None and len(changed) <= ROW_PATH_LIMIT:
+                        scores = entry.best
+                        for changed_row in changed:
+                            scores[changed_row] = evaluate(changed_row)
+                    else:
+                        rows = np.fromiter(changed, dtype=np.intp, count=len(changed))
+                        self._update(request, entry.best, rows)
                 entry.position = position
         best = entry.best
         row = int(best.argmax())

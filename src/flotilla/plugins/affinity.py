@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from flotilla.framework.interfaces import FilterInput, ScoreInput
@@ -26,6 +28,19 @@ class NodeAffinity:
             mask &= labelled if rows is None else labelled[rows]
         return mask
 
+    def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
+        """One node's verdict from a Python list (the best-node index's path for a few
+        changed rows); ``None`` when every node passes."""
+        required = request.job.affinity.nodes.required
+        if not required:
+            return None
+        nodes = request.cluster.nodes
+        mask = np.ones(len(nodes), dtype=bool)
+        for key, value in required.items():
+            mask &= nodes.label_mask(key, value)
+        verdicts: list[bool] = mask.tolist()
+        return verdicts.__getitem__
+
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         count = int(np.count_nonzero(rejected))
         labels = ", ".join(f"{k}={v}" for k, v in request.job.affinity.nodes.required.items())
@@ -41,3 +56,23 @@ class NodeAffinity:
             matched += nodes.label_mask(key, value)[request.candidates]
         result: Vector = matched / len(preferred)
         return result
+
+    def row_score(self, request: FilterInput) -> Callable[[int], float] | None:
+        """One node's score on Python floats: matches added in the same order from 0.0 (a
+        match adds 1.0, as a ``True`` does in numpy), then divided, so the same float."""
+        preferred = request.job.affinity.nodes.preferred
+        if not preferred:
+            return None
+        nodes = request.cluster.nodes
+        labelled: list[list[bool]] = [
+            nodes.label_mask(key, value).tolist() for key, value in preferred.items()
+        ]
+        count = len(labelled)
+
+        def matched(row: int) -> float:
+            total = 0.0
+            for verdicts in labelled:
+                total += verdicts[row]
+            return total / count
+
+        return matched

@@ -9,6 +9,8 @@ within one such unit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -76,6 +78,50 @@ class GpuDevices:
         fits = np.zeros(len(usable), dtype=bool)
         for block in range(int(blocks.max(initial=-1)) + 1):
             fits |= np.count_nonzero(usable & (blocks == block), axis=1) >= count
+        return fits
+
+    def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
+        """One node's verdict on Python floats: the best-node index re-asks about a few
+        changed rows this way, cheaper than numpy calls. The comparisons and counts are
+        ``filter``'s, device by device, so the verdicts are the same. ``None`` when the task
+        wants no GPU (every node passes)."""
+        gpu = request.task.gpu
+        if gpu <= 0:
+            return None
+        nodes = request.cluster.nodes
+        memory = request.task.gpu_memory
+        need_share = gpu if gpu < 1 else 1.0
+        per_device_memory = memory if gpu < 1 else memory / gpu
+        share_floor = need_share - EPSILON
+        memory_floor = per_device_memory - EPSILON
+        device_free = nodes.device_free
+        device_memory_free = nodes.device_memory_free
+
+        def usable(row: int) -> list[bool]:
+            return [
+                share >= share_floor and left >= memory_floor
+                for share, left in zip(
+                    device_free[row].tolist(), device_memory_free[row].tolist(), strict=True
+                )
+            ]
+
+        count = int(gpu)
+        scope = request.task.gpu_scope
+        if gpu < 1 or scope is TopologyScope.DEVICE:
+            enough = gpu < 1 or count <= 1
+            return lambda row: enough and any(usable(row))
+        blocks = _blocks(nodes, scope)
+        if blocks is None:
+            return lambda row: sum(usable(row)) >= count
+        grouping = blocks
+
+        def fits(row: int) -> bool:
+            per_block: dict[int, int] = {}
+            for block, ok in zip(grouping[row].tolist(), usable(row), strict=True):
+                if ok and block >= 0:
+                    per_block[block] = per_block.get(block, 0) + 1
+            return any(found >= count for found in per_block.values())
+
         return fits
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -57,6 +57,16 @@ class TaintToleration:
             return mask
         subset: Mask = mask[request.rows]
         return subset
+
+    def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
+        """One node's verdict from a Python list (the best-node index's path for a few
+        changed rows); ``None`` when every node passes."""
+        nodes = request.cluster.nodes
+        mask = tolerated_mask(nodes, request.job.tolerations)
+        if mask is nodes.everywhere:
+            return None
+        verdicts: list[bool] = mask.tolist()
+        return verdicts.__getitem__
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         nodes = request.cluster.nodes
