@@ -84,10 +84,11 @@ def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
 
 
 class _KeyScores:
-    """One key's total score per node (``-inf`` where rejected), valid at ``position``, and
-    the key's per-row evaluator (``None`` when a plugin of the profile has none)."""
+    """One key's total score per node (``-inf`` where rejected), valid at ``position``; the
+    key's per-row evaluator (``None`` when a plugin of the profile has none); and the row
+    ``argmax`` picks with its total (``row`` is -1 when unknown)."""
 
-    __slots__ = ("best", "evaluate", "position")
+    __slots__ = ("best", "evaluate", "position", "row", "top")
 
     def __init__(
         self, best: npt.NDArray[np.float64], position: int, evaluate: RowEvaluator | None
@@ -95,6 +96,8 @@ class _KeyScores:
         self.best = best
         self.position = position
         self.evaluate = evaluate
+        self.row = -1
+        self.top = -np.inf
 
 
 def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator | None:
@@ -162,23 +165,54 @@ class BestNodeIndex:
                 behind = entry.position - nodes.changes_dropped
                 if behind < 0 or (position - entry.position) * REBUILD_FRACTION > len(nodes):
                     entry.best = self._rebuild(request)
+                    entry.row = -1
                 else:
                     changed = set(nodes.changed_rows[behind:])
                     evaluate = entry.evaluate
                     if evaluate is not None and len(changed) <= ROW_PATH_LIMIT:
-                        scores = entry.best
-                        for changed_row in changed:
-                            scores[changed_row] = evaluate(changed_row)
+                        self._update_rows(entry, evaluate, changed)
                     else:
                         rows = np.fromiter(changed, dtype=np.intp, count=len(changed))
                         self._update(request, entry.best, rows)
+                        entry.row = -1
                 entry.position = position
-        best = entry.best
-        row = int(best.argmax())
+        if entry.row < 0:
+            best = entry.best
+            entry.row = int(best.argmax())
+            entry.top = float(best[entry.row])
         # NaN and -inf both fail this test: the full path then decides.
-        if best[row] > -np.inf:
-            return row
+        if entry.top > -np.inf:
+            return entry.row
         return None
+
+    @staticmethod
+    def _update_rows(entry: _KeyScores, evaluate: RowEvaluator, changed: set[int]) -> None:
+        """Re-evaluate ``changed`` rows one by one and keep ``argmax``'s answer without a
+        scan when it can be told from them: ``argmax`` picks the lowest row of the highest
+        total, so a changed row takes over when it beats the best total or equals it at a
+        lower row; the best row itself keeps its place when its total did not drop (every
+        other row is at most its old total, and none equal to it lies below it). Otherwise
+        (its total dropped, or a NaN appeared) the next query runs ``argmax`` again."""
+        scores = entry.best
+        row, top = entry.row, entry.top
+        if row >= 0 and row in changed:
+            value = evaluate(row)
+            scores[row] = value
+            if not value >= top:
+                row = -1
+            top = value
+        for changed_row in changed:
+            if changed_row == entry.row:
+                continue
+            value = evaluate(changed_row)
+            scores[changed_row] = value
+            if row < 0:
+                continue
+            if value > top or (value == top and changed_row < row):
+                row, top = changed_row, value
+            elif value != value:
+                row = -1
+        entry.row, entry.top = row, top
 
     def _scores(
         self, request: FilterInput, candidates: npt.NDArray[np.intp]
