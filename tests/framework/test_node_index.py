@@ -18,14 +18,21 @@ from hypothesis import strategies as st
 from flotilla.framework import node_index, placement
 from flotilla.framework import nodes as nodes_module
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.interfaces import CycleState, FilterInput, Placement, ScoreInput
+from flotilla.framework.interfaces import (
+    CycleState,
+    FilterInput,
+    Placement,
+    ReserveInput,
+    ScoreInput,
+)
 from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.node_index import is_row_local
 from flotilla.framework.nodes import Mask, NodeInfo, NodeTable
 from flotilla.framework.registry import Framework
-from flotilla.framework.resources import ResourceSpace
+from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.model.cluster import Taint
-from flotilla.model.job import JobSpec
+from flotilla.model.job import JobSpec, TopologyScope
+from flotilla.plugins.devices import GpuDevices
 
 SPACE = ResourceSpace(["cpu", "memory", "gpu", "gpu_memory"])
 CYCLE = CycleState(time=0)
@@ -170,6 +177,8 @@ def _check_row_paths(framework: Framework, request: FilterInput, rows: Any) -> N
             total += full
             for row in rows.tolist():
                 assert np.float64(score(row)).tobytes() == full[row].tobytes(), scorer.name
+    for row in rows.tolist():
+        _check_whole_gpu_reservation(request, row)
     evaluate = node_index.row_evaluator(framework, request)
     assert evaluate is not None
     mask = np.ones(len(nodes), dtype=bool)
@@ -178,6 +187,40 @@ def _check_row_paths(framework: Framework, request: FilterInput, rows: Any) -> N
     for row in rows.tolist():
         expected = total[row] if mask[row] else -np.inf
         assert np.float64(evaluate(row)).tobytes() == np.float64(expected).tobytes()
+
+
+def _check_whole_gpu_reservation(request: FilterInput, row: int) -> None:
+    """``GpuDevices.reserve`` picks whole GPUs on Python lists exactly as the numpy version
+    it replaced did (kept here as the reference)."""
+    task = request.task
+    if task.gpu < 1:
+        return
+    nodes = request.cluster.nodes
+    reserve_input = ReserveInput(request.job, task, 0, request.cluster, row)
+    result = GpuDevices().reserve(reserve_input)
+    usable = (nodes.device_free[row] >= 1.0 - EPSILON) & (
+        nodes.device_memory_free[row] >= task.gpu_memory / task.gpu - EPSILON
+    )
+    count = int(task.gpu)
+    expected: list[int] | None = None
+    if not (task.gpu_scope is TopologyScope.DEVICE and count > 1):
+        blocks = {TopologyScope.NUMA: nodes.numa_block, TopologyScope.PCIE: nodes.pcie_block}
+        grouping = blocks.get(task.gpu_scope, nodes.numa_block)  # type: ignore[arg-type]
+        by_group: dict[int, list[int]] = {}
+        for device in np.flatnonzero(usable):
+            by_group.setdefault(int(grouping[row, device]), []).append(int(device))
+        ordered = sorted(by_group.items(), key=lambda item: (len(item[1]), item[0]))
+        whole = [devices[:count] for _, devices in ordered if len(devices) >= count]
+        if whole:
+            expected = whole[0]
+        elif task.gpu_scope not in blocks:
+            merged = [device for _, devices in ordered for device in devices][:count]
+            expected = merged if len(merged) == count else None
+    if expected is None:
+        assert result.gpus is None and not result.status.ok
+    else:
+        assert result.gpus is not None
+        assert result.gpus.device_ids == expected
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -46,6 +46,10 @@ def _usable_devices(
     return usable
 
 
+_NOTHING_RESERVED = ReserveResult()
+"""What a task without GPUs reserves (one shared, immutable result)."""
+
+
 class GpuDevices:
     name = "gpu-devices"
     row_local = True
@@ -151,36 +155,53 @@ class GpuDevices:
     def reserve(self, request: ReserveInput) -> ReserveResult:
         gpu = request.task.gpu
         if gpu <= 0:
-            return ReserveResult()
+            return _NOTHING_RESERVED
         nodes = request.cluster.nodes
         row = request.row
+        if gpu >= 1:
+            # Whole GPUs: the filter's comparisons on the row's Python floats (a row of a
+            # few devices is cheaper as a list than through numpy calls).
+            memory_floor = request.task.gpu_memory / gpu - EPSILON
+            share_floor = 1.0 - EPSILON
+            usable_ids = [
+                device
+                for device, (share, left) in enumerate(
+                    zip(
+                        nodes.device_free[row].tolist(),
+                        nodes.device_memory_free[row].tolist(),
+                        strict=True,
+                    )
+                )
+                if share >= share_floor and left >= memory_floor
+            ]
+            chosen = self._whole_devices(request, usable_ids, int(gpu))
+            if chosen is None:
+                return ReserveResult(Status.unschedulable("not enough whole GPUs left on the node"))
+            shares: tuple[tuple[int, float], ...] = tuple((device, 1.0) for device in chosen)
+            return ReserveResult(gpus=GpuAllocation(shares=shares, memory=request.task.gpu_memory))
         # The node's own devices only (the same comparisons as the filter's, on one row).
         usable = _usable_devices(
             request.task, nodes.device_free[row], nodes.device_memory_free[row]
         )
         candidates = np.flatnonzero(usable)
-        if gpu < 1:
-            if len(candidates) == 0:
-                return ReserveResult(Status.unschedulable("no GPU share left on the node"))
-            free = nodes.device_free[row, candidates]
-            # Least share left first; among equals, the device in the busiest NUMA group.
-            group_free = np.array(
-                [
-                    nodes.device_free[row][nodes.numa_block[row] == nodes.numa_block[row, d]].sum()
-                    for d in candidates
-                ]
-            )
-            device = int(candidates[np.lexsort((candidates, group_free, free))[0]])
-            shares: tuple[tuple[int, float], ...] = ((device, gpu),)
-        else:
-            chosen = self._whole_devices(request, candidates, int(gpu))
-            if chosen is None:
-                return ReserveResult(Status.unschedulable("not enough whole GPUs left on the node"))
-            shares = tuple((device, 1.0) for device in chosen)
-        return ReserveResult(gpus=GpuAllocation(shares=shares, memory=request.task.gpu_memory))
+        if len(candidates) == 0:
+            return ReserveResult(Status.unschedulable("no GPU share left on the node"))
+        free = nodes.device_free[row, candidates]
+        # Least share left first; among equals, the device in the busiest NUMA group (numpy's
+        # sums: a Python sum could round differently and pick another device).
+        group_free = np.array(
+            [
+                nodes.device_free[row][nodes.numa_block[row] == nodes.numa_block[row, d]].sum()
+                for d in candidates
+            ]
+        )
+        device = int(candidates[np.lexsort((candidates, group_free, free))[0]])
+        return ReserveResult(
+            gpus=GpuAllocation(shares=((device, gpu),), memory=request.task.gpu_memory)
+        )
 
     def _whole_devices(
-        self, request: ReserveInput, candidates: npt.NDArray[np.intp], count: int
+        self, request: ReserveInput, candidates: list[int], count: int
     ) -> list[int] | None:
         """Devices from the groups with the fewest usable devices first (best fit)."""
         nodes = request.cluster.nodes
@@ -190,9 +211,10 @@ class GpuDevices:
             return None
         blocks = _blocks(nodes, scope)
         grouping = blocks if blocks is not None else nodes.numa_block
+        groups: list[int] = grouping[row].tolist()
         by_group: dict[int, list[int]] = {}
         for device in candidates:
-            by_group.setdefault(int(grouping[row, device]), []).append(int(device))
+            by_group.setdefault(groups[device], []).append(device)
         ordered = sorted(by_group.items(), key=lambda item: (len(item[1]), item[0]))
         if blocks is not None:
             for _, devices in ordered:
