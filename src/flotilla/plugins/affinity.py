@@ -29,8 +29,8 @@ class NodeAffinity:
         return mask
 
     def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
-        """One node's verdict from a Python list (the best-node index's path for a few
-        changed rows); ``None`` when every node passes."""
+        """One node's verdict as a Python bool (the best-node index's path for a few changed
+        rows); ``None`` when every node passes."""
         required = request.job.affinity.nodes.required
         if not required:
             return None
@@ -38,8 +38,8 @@ class NodeAffinity:
         mask = np.ones(len(nodes), dtype=bool)
         for key, value in required.items():
             mask &= nodes.label_mask(key, value)
-        verdicts: list[bool] = mask.tolist()
-        return verdicts.__getitem__
+        verdict: Callable[[int], bool] = mask.item
+        return verdict
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         count = int(np.count_nonzero(rejected))
@@ -64,15 +64,15 @@ class NodeAffinity:
         if not preferred:
             return None
         nodes = request.cluster.nodes
-        labelled: list[list[bool]] = [
-            nodes.label_mask(key, value).tolist() for key, value in preferred.items()
+        labelled: list[Callable[[int], bool]] = [
+            nodes.label_mask(key, value).item for key, value in preferred.items()
         ]
         count = len(labelled)
 
         def matched(row: int) -> float:
             total = 0.0
-            for verdicts in labelled:
-                total += verdicts[row]
+            for verdict in labelled:
+                total += verdict(row)
             return total / count
 
         return matched

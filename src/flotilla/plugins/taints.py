@@ -59,14 +59,14 @@ class TaintToleration:
         return subset
 
     def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
-        """One node's verdict from a Python list (the best-node index's path for a few
-        changed rows); ``None`` when every node passes."""
+        """One node's verdict as a Python bool (the best-node index's path for a few changed
+        rows; the mask is cached per table); ``None`` when every node passes."""
         nodes = request.cluster.nodes
         mask = tolerated_mask(nodes, request.job.tolerations)
         if mask is nodes.everywhere:
             return None
-        verdicts: list[bool] = mask.tolist()
-        return verdicts.__getitem__
+        verdict: Callable[[int], bool] = mask.item
+        return verdict
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         nodes = request.cluster.nodes

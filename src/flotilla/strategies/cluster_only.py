@@ -19,10 +19,13 @@ class ClusterOnlyStrategy:
     def select(self, request: SelectionInput) -> Decision:
         if not request.clusters:
             return Decision(None, no_cluster_reason(request.job))
-        chosen = min(
-            request.clusters,
-            key=lambda cluster: (-preferred_matches(request.job, cluster), cluster.order),
-        )
+        if len(request.clusters) == 1:
+            chosen = request.clusters[0]  # what min() returns, without ranking a lone cluster
+        else:
+            chosen = min(
+                request.clusters,
+                key=lambda cluster: (-preferred_matches(request.job, cluster), cluster.order),
+            )
         decision = request.place(chosen)
         if decision.found:
             return Decision(decision.assignment, f"cluster-only: {chosen.name}")

@@ -16,6 +16,8 @@ from flotilla.model.quantity import GIB
 def preferred_matches(job: SchedulingJob, cluster: Cluster) -> int:
     """How many of the job's preferred cluster labels this cluster carries."""
     preferred = job.affinity.clusters.preferred
+    if not preferred:
+        return 0  # the common case, without building a generator per job and cluster
     return sum(1 for key, value in preferred.items() if cluster.labels.get(key) == value)
 
 
