@@ -244,6 +244,53 @@ def test_the_index_picks_the_node_the_full_scan_picks(
     row_path: bool,
     subset_seed: int,
 ) -> None:
+    _place_against_the_full_scan(
+        kinds, job_shapes, steps, profile, short_log, rebuild_often, row_path, subset_seed
+    )
+
+
+busy_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("place"), st.integers(0, 7), st.just(True)),
+        st.tuples(st.just("place"), st.integers(0, 7), st.just(False)),
+        st.tuples(st.just("release"), st.integers(0, 50), st.just(False)),
+    ),
+    min_size=20,
+    max_size=80,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(node_kinds, min_size=2, max_size=12),
+    job_shapes=st.lists(shapes, min_size=8, max_size=8),
+    steps=busy_operations,
+    profile=st.sampled_from(sorted(PROFILES)),
+    subset_seed=st.integers(0, 2**16),
+)
+def test_rows_replayed_one_by_one_keep_the_full_scans_choice(
+    kinds: list[dict[str, Any]],
+    job_shapes: list[dict[str, Any]],
+    steps: list[tuple[str, int, bool]],
+    profile: str,
+    subset_seed: int,
+) -> None:
+    """Long runs of placements and releases on one table, every change replayed on Python
+    floats: the best row kept across updates (bin-pack raises the chosen node's score,
+    spread lowers it) must stay the one ``argmax`` over the whole table picks."""
+    _place_against_the_full_scan(kinds, job_shapes, steps, profile, False, False, True, subset_seed)
+
+
+def _place_against_the_full_scan(
+    kinds: list[dict[str, Any]],
+    job_shapes: list[dict[str, Any]],
+    steps: list[tuple[str, int, bool]],
+    profile: str,
+    short_log: bool,
+    rebuild_often: bool,
+    row_path: bool,
+    subset_seed: int,
+) -> None:
     framework = PROFILES[profile]
     assert is_row_local(framework)
     table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
