@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,10 @@ HARD_EFFECTS = (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
 _CHANGE_LOG_LIMIT = 4096
 """The change log is cleared past this many entries (plus four per node): readers behind it
 rebuild from the whole table, which costs about what replaying that many changes would."""
+
+_versions = count()
+"""Content versions of node tables, one counter for all of them, so that two tables (or
+copies) with equal versions hold equal content: ``NodeTable.version``."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ class NodeTable:
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
         self.any_hard_taints = any(self.hard_taints)
+        self.version = next(_versions)
+        """Names the table's whole content (nodes and allocation): a new table and every
+        ``allocate``/``release`` take a fresh one, ``copy`` keeps it. Equal versions imply
+        equal content, across copies, runs and cycles, so what was computed from a table's
+        content may be remembered under its version (``framework.failures``)."""
         self._start_change_log()
 
     def _start_change_log(self) -> None:
@@ -132,7 +142,8 @@ class NodeTable:
         return len(self.names)
 
     def copy(self) -> NodeTable:
-        """A snapshot sharing the static parts; allocations are copied."""
+        """A snapshot sharing the static parts; allocations are copied, the version kept
+        (same content) until either table changes."""
         clone = object.__new__(NodeTable)
         clone.__dict__.update(self.__dict__)
         clone.allocated = self.allocated.copy()
@@ -157,6 +168,7 @@ class NodeTable:
         return counts
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self.version = next(_versions)
         self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
@@ -166,6 +178,7 @@ class NodeTable:
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
+        self.version = next(_versions)
         self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
