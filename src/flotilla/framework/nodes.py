@@ -33,6 +33,34 @@ _versions = count()
 """Content versions of node tables, one counter for all of them, so that two tables (or
 copies) with equal versions hold equal content: ``NodeTable.version``."""
 
+_transitions: dict[tuple[object, ...], int] = {}
+"""``(version, operation, row, request bytes, devices)`` → the version after it. Allocating
+or releasing is a pure function of the content and the arguments, so the same operation on
+the same version gives the same content: naming it the same lets a scheduling run that
+repeats the previous run's steps (tentative placements, rolled-back gangs) on an unchanged
+table meet the same versions, and what was remembered under them."""
+
+_UNDO_DEPTH = 64
+"""Allocations a table remembers for ``release`` to recognise their undoing (the oldest half
+is forgotten past this: a gang of more replicas only takes fresh versions)."""
+
+_TRANSITIONS_LIMIT = 8192
+"""The memo is emptied past this many entries (a few MiB): later operations then take fresh
+versions, which only costs what was remembered under the old ones."""
+
+
+def _next_version(
+    version: int, operation: str, row: int, request: Vector, gpus: GpuAllocation | None
+) -> int:
+    """The version after ``operation`` on content ``version`` (memoised, see above)."""
+    key = (version, operation, row, request.tobytes(), gpus)
+    following = _transitions.get(key)
+    if following is None:
+        if len(_transitions) >= _TRANSITIONS_LIMIT:
+            _transitions.clear()
+        following = _transitions[key] = next(_versions)
+    return following
+
 
 @dataclass(frozen=True)
 class GpuAllocation:
@@ -109,8 +137,9 @@ class NodeTable:
         ]
         self.any_hard_taints = any(self.hard_taints)
         self.version = next(_versions)
-        """Names the table's whole content (nodes and allocation): a new table and every
-        ``allocate``/``release`` take a fresh one, ``copy`` keeps it. Equal versions imply
+        """Names the table's whole content (nodes and allocation): a new table takes a fresh
+        one, ``allocate``/``release`` the one that operation leads to from the current one
+        (``_next_version``), ``copy`` keeps it. Equal versions imply
         equal content, across copies, runs and cycles, so what was computed from a table's
         content may be remembered under its version (``framework.failures``)."""
         self._start_change_log()
@@ -125,6 +154,10 @@ class NodeTable:
         a reader that had not caught up with them must start over."""
         self.best_node_index: BestNodeIndex | None = None
         """Built by the framework on first use (``flotilla.framework.node_index``)."""
+        self._undo: list[tuple[int, int, bytes]] = []
+        """Per ``allocate`` not yet undone, most recent last: the version before it, its row
+        and that row's state before it, so that the ``release`` undoing it exactly (a
+        tentative placement, a gang rolled back) returns to the version it started from."""
 
     @property
     def change_count(self) -> int:
@@ -167,8 +200,22 @@ class NodeTable:
         counts: npt.NDArray[np.int64] = np.count_nonzero(self.device_free >= 1.0 - EPSILON, axis=1)
         return counts
 
+    def _row_state(self, row: int) -> bytes:
+        """Everything ``allocate``/``release`` may change in ``row``, as bytes."""
+        state: bytes = (
+            self.allocated[row].tobytes()
+            + self.free[row].tobytes()
+            + self.device_free[row].tobytes()
+            + self.device_memory_free[row].tobytes()
+        )
+        return state
+
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        self.version = next(_versions)
+        undo = self._undo
+        if len(undo) >= _UNDO_DEPTH:
+            del undo[: _UNDO_DEPTH // 2]
+        undo.append((self.version, row, self._row_state(row)))
+        self.version = _next_version(self.version, "allocate", row, request, gpus)
         self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
@@ -178,7 +225,7 @@ class NodeTable:
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        self.version = next(_versions)
+        before = self.version
         self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
@@ -188,3 +235,14 @@ class NodeTable:
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
         self.free[row] = self.capacity[row] - self.allocated[row]
+        undo = self._undo
+        if undo and undo[-1][1] == row:
+            # Undoing the last allocation: if the row is back to the very bytes it held, and
+            # nothing else changed since (the stack is cleared otherwise), the whole table
+            # holds the content of the version before that allocation.
+            version, _, state = undo.pop()
+            if self._row_state(row) == state:
+                self.version = version
+                return
+        undo.clear()
+        self.version = _next_version(before, "release", row, request, gpus)
