@@ -41,8 +41,8 @@ repeats the previous run's steps (tentative placements, rolled-back gangs) on an
 table meet the same versions, and what was remembered under them."""
 
 _UNDO_DEPTH = 64
-"""Allocations a table remembers for ``release`` to recognise their undoing (the oldest half
-is forgotten past this: a gang of more replicas only takes fresh versions)."""
+"""Changes a table remembers to recognise their undoing (the oldest half is forgotten past
+this: undoing more than that only takes fresh versions)."""
 
 _TRANSITIONS_LIMIT = 8192
 """The memo is emptied past this many entries (a few MiB): later operations then take fresh
@@ -155,9 +155,10 @@ class NodeTable:
         self.best_node_index: BestNodeIndex | None = None
         """Built by the framework on first use (``flotilla.framework.node_index``)."""
         self._undo: list[tuple[int, int, bytes]] = []
-        """Per ``allocate`` not yet undone, most recent last: the version before it, its row
-        and that row's state before it, so that the ``release`` undoing it exactly (a
-        tentative placement, a gang rolled back) returns to the version it started from."""
+        """Per change not yet undone, most recent last: the version before it, its row and
+        that row's state before it, so that the change undoing it exactly (a tentative
+        placement or a gang rolled back, a finished job's place taken by one of the same
+        shape) returns to the version it started from."""
 
     @property
     def change_count(self) -> int:
@@ -211,11 +212,7 @@ class NodeTable:
         return state
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        undo = self._undo
-        if len(undo) >= _UNDO_DEPTH:
-            del undo[: _UNDO_DEPTH // 2]
-        undo.append((self.version, row, self._row_state(row)))
-        self.version = _next_version(self.version, "allocate", row, request, gpus)
+        before, state = self.version, self._row_state(row)
         self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
@@ -223,9 +220,10 @@ class NodeTable:
             for device, share in gpus.shares:
                 self.device_free[row, device] -= share
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
+        self._changed(before, "allocate", row, state, request, gpus)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        before = self.version
+        before, state = self.version, self._row_state(row)
         self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
@@ -235,14 +233,27 @@ class NodeTable:
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
         self.free[row] = self.capacity[row] - self.allocated[row]
+        self._changed(before, "release", row, state, request, gpus)
+
+    def _changed(
+        self,
+        before: int,
+        operation: str,
+        row: int,
+        state: bytes,
+        request: Vector,
+        gpus: GpuAllocation | None,
+    ) -> None:
+        """Name the content after an operation on ``row`` (which held ``state`` at version
+        ``before``): the version before the last change when this one undid it exactly, else
+        the version this operation leads to (``_next_version``)."""
         undo = self._undo
-        if undo and undo[-1][1] == row:
-            # Undoing the last allocation: if the row is back to the very bytes it held, and
-            # nothing else changed since (the stack is cleared otherwise), the whole table
-            # holds the content of the version before that allocation.
-            version, _, state = undo.pop()
-            if self._row_state(row) == state:
-                self.version = version
-                return
-        undo.clear()
-        self.version = _next_version(before, "release", row, request, gpus)
+        if undo and undo[-1][1] == row and self._row_state(row) == undo[-1][2]:
+            # The row is back to the very bytes it held before the last change, and nothing
+            # else changed since that one: the table holds that version's content again.
+            self.version = undo.pop()[0]
+            return
+        if len(undo) >= _UNDO_DEPTH:
+            del undo[: _UNDO_DEPTH // 2]
+        undo.append((before, row, state))
+        self.version = _next_version(before, operation, row, request, gpus)
