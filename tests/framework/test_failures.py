@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flotilla.framework import placement
+from flotilla.framework import placement, versions
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import Placement
@@ -52,19 +53,24 @@ def _content(table: NodeTable) -> bytes:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     profile=st.sampled_from(["default", "spread"]),
+    content_addressed=st.booleans(),
     kinds=st.lists(node_kinds, min_size=1, max_size=6),
     job_shapes=st.lists(shapes, min_size=6, max_size=6),
     steps=operations,
 )
 def test_remembered_failures_read_as_fresh_ones(
     profile: str,
+    content_addressed: bool,
     kinds: list[dict[str, Any]],
     job_shapes: list[dict[str, Any]],
     steps: list[tuple[str, int, bool, int | None]],
 ) -> None:
     remembering = Framework.from_profile(profile)
     assert is_row_local(remembering)
-    table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
+    # Small tables are named by content, large ones by path: try both on small fleets.
+    limit = versions.CONTENT_ADDRESSED_NODES if content_addressed else 0
+    with mock.patch.object(versions, "CONTENT_ADDRESSED_NODES", limit):
+        table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
     jobs = [_job(i, shape) for i, shape in enumerate(job_shapes)]
     tables = [table]
     held: list[Placement] = []
@@ -111,8 +117,10 @@ def test_the_cache_is_bounded_and_forgets_the_least_recently_used() -> None:
     assert cache.get((3, ("c",))) == ": z"
 
 
-def test_a_release_undoing_the_last_allocation_returns_to_the_earlier_version() -> None:
-    table = NodeTable(SPACE, [_node(0, _plain_kind())])
+@pytest.mark.parametrize("limit", [0, versions.CONTENT_ADDRESSED_NODES])
+def test_a_change_undoing_the_last_one_returns_to_the_earlier_version(limit: int) -> None:
+    with mock.patch.object(versions, "CONTENT_ADDRESSED_NODES", limit):
+        table = NodeTable(SPACE, [_node(0, _plain_kind()), _node(1, _plain_kind())])
     start = table.version
     request = SPACE.vector({"cpu": 1.0})
     table.allocate(0, request, None)
@@ -123,6 +131,24 @@ def test_a_release_undoing_the_last_allocation_returns_to_the_earlier_version() 
     again = table.copy()
     again.allocate(0, request, None)
     assert again.version == after
+    again.release(0, request, None)
+    again.allocate(1, request, None)
+    assert again.version != after
+
+
+def test_a_small_table_is_named_by_its_content_however_it_got_there() -> None:
+    table = NodeTable(SPACE, [_node(0, _plain_kind()), _node(1, _plain_kind())])
+    one, two = SPACE.vector({"cpu": 1.0}), SPACE.vector({"cpu": 2.0})
+    other = table.copy()
+    table.allocate(0, one, None)
+    table.allocate(1, two, None)
+    other.allocate(1, two, None)
+    other.allocate(0, one, None)
+    assert table.version == other.version
+    assert (
+        NodeTable(SPACE, [_node(0, _plain_kind())]).version
+        != NodeTable(SPACE, [_node(0, _plain_kind())]).version
+    )  # two tables: two static parts, even when alike
 
 
 def test_a_failure_on_unchanged_content_is_not_filtered_or_explained_again() -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import count
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from flotilla.framework import versions
 from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
 from flotilla.model.cluster import Taint, TaintEffect
 
@@ -29,37 +29,9 @@ _CHANGE_LOG_LIMIT = 4096
 """The change log is cleared past this many entries (plus four per node): readers behind it
 rebuild from the whole table, which costs about what replaying that many changes would."""
 
-_versions = count()
-"""Content versions of node tables, one counter for all of them, so that two tables (or
-copies) with equal versions hold equal content: ``NodeTable.version``."""
-
-_transitions: dict[tuple[object, ...], int] = {}
-"""``(version, operation, row, request bytes, devices)`` → the version after it. Allocating
-or releasing is a pure function of the content and the arguments, so the same operation on
-the same version gives the same content: naming it the same lets a scheduling run that
-repeats the previous run's steps (tentative placements, rolled-back gangs) on an unchanged
-table meet the same versions, and what was remembered under them."""
-
 _UNDO_DEPTH = 64
-"""Changes a table remembers to recognise their undoing (the oldest half is forgotten past
-this: undoing more than that only takes fresh versions)."""
-
-_TRANSITIONS_LIMIT = 8192
-"""The memo is emptied past this many entries (a few MiB): later operations then take fresh
-versions, which only costs what was remembered under the old ones."""
-
-
-def _next_version(
-    version: int, operation: str, row: int, request: Vector, gpus: GpuAllocation | None
-) -> int:
-    """The version after ``operation`` on content ``version`` (memoised, see above)."""
-    key = (version, operation, row, request.tobytes(), gpus)
-    following = _transitions.get(key)
-    if following is None:
-        if len(_transitions) >= _TRANSITIONS_LIMIT:
-            _transitions.clear()
-        following = _transitions[key] = next(_versions)
-    return following
+"""Changes a large table remembers to recognise their undoing (the oldest half is forgotten
+past this: undoing more than that only takes fresh versions)."""
 
 
 @dataclass(frozen=True)
@@ -136,12 +108,18 @@ class NodeTable:
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
         self.any_hard_taints = any(self.hard_taints)
-        self.version = next(_versions)
-        """Names the table's whole content (nodes and allocation): a new table takes a fresh
-        one, ``allocate``/``release`` the one that operation leads to from the current one
-        (``_next_version``), ``copy`` keeps it. Equal versions imply
-        equal content, across copies, runs and cycles, so what was computed from a table's
-        content may be remembered under its version (``framework.failures``)."""
+        self._table = versions.fresh()
+        """This table's static part (nodes, capacity, devices), shared by its copies."""
+        self._version: int | None = None
+        self._row_ids: npt.NDArray[np.int64] | None = None
+        """Per row, the id of its state, when the table is content-addressed (small)."""
+        if len(nodes) < versions.CONTENT_ADDRESSED_NODES:
+            self._row_ids = np.array(
+                [versions.row_id(self._row_state(row)) for row in range(len(nodes))],
+                dtype=np.int64,
+            )
+        else:
+            self._version = versions.fresh()
         self._start_change_log()
 
     def _start_change_log(self) -> None:
@@ -159,6 +137,18 @@ class NodeTable:
         that row's state before it, so that the change undoing it exactly (a tentative
         placement or a gang rolled back, a finished job's place taken by one of the same
         shape) returns to the version it started from."""
+
+    @property
+    def version(self) -> int:
+        """Names the table's whole content (nodes and allocation): equal versions imply
+        equal content, across copies, runs and cycles, so what was computed from a table's
+        content alone may be remembered under its version (``framework.failures``). How
+        versions are made is in ``framework.versions``."""
+        version = self._version
+        if version is None:
+            assert self._row_ids is not None
+            version = self._version = versions.content_version(self._table, self._row_ids.tobytes())
+        return version
 
     @property
     def change_count(self) -> int:
@@ -184,6 +174,8 @@ class NodeTable:
         clone.free = self.free.copy()
         clone.device_free = self.device_free.copy()
         clone.device_memory_free = self.device_memory_free.copy()
+        if self._row_ids is not None:
+            clone._row_ids = self._row_ids.copy()
         clone._start_change_log()
         return clone
 
@@ -212,7 +204,7 @@ class NodeTable:
         return state
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        before, state = self.version, self._row_state(row)
+        undo = self._undo_entry(row)
         self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
@@ -220,10 +212,10 @@ class NodeTable:
             for device, share in gpus.shares:
                 self.device_free[row, device] -= share
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
-        self._changed(before, "allocate", row, state, request, gpus)
+        self._changed(row, undo, "allocate", request, gpus)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        before, state = self.version, self._row_state(row)
+        undo = self._undo_entry(row)
         self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
@@ -233,27 +225,40 @@ class NodeTable:
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
         self.free[row] = self.capacity[row] - self.allocated[row]
-        self._changed(before, "release", row, state, request, gpus)
+        self._changed(row, undo, "release", request, gpus)
+
+    def _undo_entry(self, row: int) -> tuple[int, int, bytes] | None:
+        """What a large table needs to name the content after a change to ``row``: the
+        version before it and the row's state before it (nothing for a small table)."""
+        if self._row_ids is not None:
+            return None
+        return (self.version, row, self._row_state(row))
 
     def _changed(
         self,
-        before: int,
-        operation: str,
         row: int,
-        state: bytes,
+        entry: tuple[int, int, bytes] | None,
+        operation: str,
         request: Vector,
         gpus: GpuAllocation | None,
     ) -> None:
-        """Name the content after an operation on ``row`` (which held ``state`` at version
-        ``before``): the version before the last change when this one undid it exactly, else
-        the version this operation leads to (``_next_version``)."""
+        """Name the content after a change (``framework.versions``). A small table
+        re-interns the changed row; a large one returns to the version before the last
+        change when this one undid it exactly, or else takes the version this operation
+        leads to."""
+        if entry is None:
+            assert self._row_ids is not None
+            self._row_ids[row] = versions.row_id(self._row_state(row))
+            self._version = None
+            return
+        before = entry[0]
         undo = self._undo
         if undo and undo[-1][1] == row and self._row_state(row) == undo[-1][2]:
             # The row is back to the very bytes it held before the last change, and nothing
             # else changed since that one: the table holds that version's content again.
-            self.version = undo.pop()[0]
+            self._version = undo.pop()[0]
             return
         if len(undo) >= _UNDO_DEPTH:
             del undo[: _UNDO_DEPTH // 2]
-        undo.append((before, row, state))
-        self.version = _next_version(before, operation, row, request, gpus)
+        undo.append(entry)
+        self._version = versions.after(before, operation, row, request, gpus)
