@@ -29,10 +29,6 @@ _CHANGE_LOG_LIMIT = 4096
 """The change log is cleared past this many entries (plus four per node): readers behind it
 rebuild from the whole table, which costs about what replaying that many changes would."""
 
-_UNDO_DEPTH = 64
-"""Changes a large table remembers to recognise their undoing (the oldest half is forgotten
-past this: undoing more than that only takes fresh versions)."""
-
 
 @dataclass(frozen=True)
 class GpuAllocation:
@@ -132,11 +128,6 @@ class NodeTable:
         a reader that had not caught up with them must start over."""
         self.best_node_index: BestNodeIndex | None = None
         """Built by the framework on first use (``flotilla.framework.node_index``)."""
-        self._undo: list[tuple[int, int, bytes]] = []
-        """Per change not yet undone, most recent last: the version before it, its row and
-        that row's state before it, so that the change undoing it exactly (a tentative
-        placement or a gang rolled back, a finished job's place taken by one of the same
-        shape) returns to the version it started from."""
 
     @property
     def version(self) -> int:
@@ -204,7 +195,6 @@ class NodeTable:
         return state
 
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        undo = self._undo_entry(row)
         self._log_change(row)
         self.allocated[row] += request
         self.free[row] -= request
@@ -212,10 +202,9 @@ class NodeTable:
             for device, share in gpus.shares:
                 self.device_free[row, device] -= share
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
-        self._changed(row, undo, "allocate", request, gpus)
+        self._changed(row)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
-        undo = self._undo_entry(row)
         self._log_change(row)
         self.allocated[row] -= request
         if gpus is not None:
@@ -225,40 +214,15 @@ class NodeTable:
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
         self.free[row] = self.capacity[row] - self.allocated[row]
-        self._changed(row, undo, "release", request, gpus)
+        self._changed(row)
 
-    def _undo_entry(self, row: int) -> tuple[int, int, bytes] | None:
-        """What a large table needs to name the content after a change to ``row``: the
-        version before it and the row's state before it (nothing for a small table)."""
-        if self._row_ids is not None:
-            return None
-        return (self.version, row, self._row_state(row))
-
-    def _changed(
-        self,
-        row: int,
-        entry: tuple[int, int, bytes] | None,
-        operation: str,
-        request: Vector,
-        gpus: GpuAllocation | None,
-    ) -> None:
-        """Name the content after a change (``framework.versions``). A small table
-        re-interns the changed row; a large one returns to the version before the last
-        change when this one undid it exactly, or else takes the version this operation
-        leads to."""
-        if entry is None:
-            assert self._row_ids is not None
-            self._row_ids[row] = versions.row_id(self._row_state(row))
-            self._version = None
+    def _changed(self, row: int) -> None:
+        """Name the content after a change to ``row`` (``framework.versions``): a small
+        table re-interns the row (its version is found when asked), a large one takes a
+        fresh version."""
+        row_ids = self._row_ids
+        if row_ids is None:
+            self._version = versions.fresh()
             return
-        before = entry[0]
-        undo = self._undo
-        if undo and undo[-1][1] == row and self._row_state(row) == undo[-1][2]:
-            # The row is back to the very bytes it held before the last change, and nothing
-            # else changed since that one: the table holds that version's content again.
-            self._version = undo.pop()[0]
-            return
-        if len(undo) >= _UNDO_DEPTH:
-            del undo[: _UNDO_DEPTH // 2]
-        undo.append(entry)
-        self._version = versions.after(before, operation, row, request, gpus)
+        row_ids[row] = versions.row_id(self._row_state(row))
+        self._version = None
