@@ -188,12 +188,14 @@ class FilterPlugin(Protocol):
     allocated resources, devices) and on the *placement-relevant* parts of the request —
     the task's ``request`` vector, ``gpu``, ``gpu_memory`` and ``gpu_scope``, and the job's
     ``tolerations`` and ``affinity.nodes`` — never on other nodes, other job fields or the
-    cycle state. Such a filter must honour ``FilterInput.rows``. When every filter and score
-    of a profile is row-local, the framework keeps an incremental best-node index per node
-    table and placement key (``flotilla.framework.node_index``) and re-asks only about rows
-    that changed since the last placement of that key: a placement no longer scans every
-    node. A plugin without the attribute makes the framework use the full scan, so
-    third-party plugins keep working unchanged.
+    cycle state. Such a filter must honour ``FilterInput.rows``; its ``explain`` may read the
+    whole table but likewise no other request field. When every filter and score of a
+    profile is row-local, the framework keeps an incremental best-node index per node table
+    and placement key (``flotilla.framework.node_index``) and re-asks only about rows that
+    changed since the last placement of that key: a placement no longer scans every node.
+    It also remembers a failed request's verdict and explanation per table version
+    (``flotilla.framework.failures``). A plugin without the attribute makes the framework
+    use the full scan, so third-party plugins keep working unchanged.
 
     Optionally, a row-local filter may also offer ``row_filter(request) -> Callable[[int],
     bool] | None``: a function giving one node's verdict for ``request`` on Python values

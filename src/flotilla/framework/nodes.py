@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from flotilla.framework import versions
 from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
 from flotilla.model.cluster import Taint, TaintEffect
 
@@ -103,6 +104,18 @@ class NodeTable:
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
         self.any_hard_taints = any(self.hard_taints)
+        self._table = versions.fresh()
+        """This table's static part (nodes, capacity, devices), shared by its copies."""
+        self._version: int | None = None
+        self._row_ids: npt.NDArray[np.int64] | None = None
+        """Per row, the id of its state, when the table is content-addressed (small)."""
+        if len(nodes) < versions.CONTENT_ADDRESSED_NODES:
+            self._row_ids = np.array(
+                [versions.row_id(self._row_state(row)) for row in range(len(nodes))],
+                dtype=np.int64,
+            )
+        else:
+            self._version = versions.fresh()
         self._start_change_log()
 
     def _start_change_log(self) -> None:
@@ -115,6 +128,18 @@ class NodeTable:
         a reader that had not caught up with them must start over."""
         self.best_node_index: BestNodeIndex | None = None
         """Built by the framework on first use (``flotilla.framework.node_index``)."""
+
+    @property
+    def version(self) -> int:
+        """Names the table's whole content (nodes and allocation): equal versions imply
+        equal content, across copies, runs and cycles, so what was computed from a table's
+        content alone may be remembered under its version (``framework.failures``). How
+        versions are made is in ``framework.versions``."""
+        version = self._version
+        if version is None:
+            assert self._row_ids is not None
+            version = self._version = versions.content_version(self._table, self._row_ids.tobytes())
+        return version
 
     @property
     def change_count(self) -> int:
@@ -132,13 +157,16 @@ class NodeTable:
         return len(self.names)
 
     def copy(self) -> NodeTable:
-        """A snapshot sharing the static parts; allocations are copied."""
+        """A snapshot sharing the static parts; allocations are copied, the version kept
+        (same content) until either table changes."""
         clone = object.__new__(NodeTable)
         clone.__dict__.update(self.__dict__)
         clone.allocated = self.allocated.copy()
         clone.free = self.free.copy()
         clone.device_free = self.device_free.copy()
         clone.device_memory_free = self.device_memory_free.copy()
+        if self._row_ids is not None:
+            clone._row_ids = self._row_ids.copy()
         clone._start_change_log()
         return clone
 
@@ -156,6 +184,16 @@ class NodeTable:
         counts: npt.NDArray[np.int64] = np.count_nonzero(self.device_free >= 1.0 - EPSILON, axis=1)
         return counts
 
+    def _row_state(self, row: int) -> bytes:
+        """Everything ``allocate``/``release`` may change in ``row``, as bytes."""
+        state: bytes = (
+            self.allocated[row].tobytes()
+            + self.free[row].tobytes()
+            + self.device_free[row].tobytes()
+            + self.device_memory_free[row].tobytes()
+        )
+        return state
+
     def allocate(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
         self._log_change(row)
         self.allocated[row] += request
@@ -164,6 +202,7 @@ class NodeTable:
             for device, share in gpus.shares:
                 self.device_free[row, device] -= share
                 self.device_memory_free[row, device] -= gpus.memory / len(gpus.shares)
+        self._changed(row)
 
     def release(self, row: int, request: Vector, gpus: GpuAllocation | None) -> None:
         self._log_change(row)
@@ -175,3 +214,15 @@ class NodeTable:
         # Keep accumulated float error from turning into phantom allocations.
         np.maximum(self.allocated[row], 0.0, out=self.allocated[row])
         self.free[row] = self.capacity[row] - self.allocated[row]
+        self._changed(row)
+
+    def _changed(self, row: int) -> None:
+        """Name the content after a change to ``row`` (``framework.versions``): a small
+        table re-interns the row (its version is found when asked), a large one takes a
+        fresh version."""
+        row_ids = self._row_ids
+        if row_ids is None:
+            self._version = versions.fresh()
+            return
+        row_ids[row] = versions.row_id(self._row_state(row))
+        self._version = None

@@ -11,6 +11,7 @@ import numpy as np
 
 from flotilla.framework import node_index
 from flotilla.framework.clusters import Cluster
+from flotilla.framework.failures import FailureKey
 from flotilla.framework.interfaces import (
     Assignment,
     CycleState,
@@ -24,7 +25,7 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
-from flotilla.framework.node_index import best_node_index, is_row_local
+from flotilla.framework.node_index import best_node_index, is_row_local, placement_key
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
 
@@ -86,14 +87,13 @@ def _place_replicas(
     for task in job.tasks:
         filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
         for replica in range(task.replicas):
-            seen: dict[int, Mask] = {}
-            row = _best_node(framework, filter_input, seen)
-            if row is None:
+            row = _fit(framework, filter_input)
+            if isinstance(row, str):
                 if minimum is not None:
                     if first_miss is None:
-                        first_miss = _explain(framework, filter_input, job, None, seen)
+                        first_miss = _explain(filter_input, job, None, row)
                     continue
-                reason = _explain(framework, filter_input, job, len(placements), seen)
+                reason = _explain(filter_input, job, len(placements), row)
                 rollback()
                 return Decision(None, f"{cluster.name}: {reason}")
             reserve_input = ReserveInput(
@@ -155,11 +155,9 @@ def _place_one_replica(
     nodes = cluster.nodes
     task = job.tasks[0]
     filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
-    seen: dict[int, Mask] = {}
-    row = _best_node(framework, filter_input, seen)
-    if row is None:
-        reason = _explain(framework, filter_input, job, 0, seen)
-        return Decision(None, f"{cluster.name}: {reason}")
+    row = _fit(framework, filter_input)
+    if isinstance(row, str):
+        return Decision(None, f"{cluster.name}: {_explain(filter_input, job, 0, row)}")
     reserve_input = ReserveInput(job=job, task=task, replica=0, cluster=cluster, row=row)
     results: list[tuple[ReservePlugin, ReserveResult]] = []
     gpus = None
@@ -191,6 +189,30 @@ def _place_one_replica(
         for claimed, result in reversed(results):
             claimed.unreserve(reserve_input, result)
     return Decision(assignment, f"placed on {cluster.name}")
+
+
+def _fit(framework: Framework, request: FilterInput) -> int | str:
+    """The best node's row for one replica or, when no node fits, why: the filters'
+    details for ``_explain``.
+
+    With a row-local profile both depend only on the table's content and the request's
+    placement-relevant fields, so a failure is remembered under ``(table version, placement
+    key)`` (``framework.failures``) and the next identical request on the same content skips
+    the filters and the explanation alike."""
+    key: FailureKey | None = None
+    if is_row_local(framework):
+        key = (request.cluster.nodes.version, placement_key(request.job, request.task))
+        details = framework.failures.get(key)
+        if details is not None:
+            return details
+    seen: dict[int, Mask] = {}
+    row = _best_node(framework, request, seen)
+    if row is not None:
+        return row
+    details = _details(framework, request, seen)
+    if key is not None:
+        framework.failures.put(key, details)
+    return details
 
 
 def _best_node(
@@ -252,14 +274,9 @@ def _gang_label(job: SchedulingJob) -> str:
     return f"gang {job.name}"
 
 
-def _explain(
-    framework: Framework,
-    request: FilterInput,
-    job: SchedulingJob,
-    placed: int | None,
-    seen: dict[int, Mask],
-) -> str:
-    """Why no node is left for the next replica, filter by filter (reusing ``seen`` masks)."""
+def _explain(request: FilterInput, job: SchedulingJob, placed: int | None, details: str) -> str:
+    """Why no node is left for the next replica: a head naming the request (and, for a job
+    of several replicas, how many were placed) followed by the filters' ``details``."""
     task: TaskRequest = request.task
     total = job.replica_count
     space = request.cluster.nodes.space
@@ -268,6 +285,12 @@ def _explain(
         head = f"{_gang_label(job)} {placed}/{total} placeable; " + head
     elif placed is not None and total > 1:
         head = f"only {placed} of {total} replicas placeable; " + head
+    return head + details
+
+
+def _details(framework: Framework, request: FilterInput, seen: dict[int, Mask]) -> str:
+    """What each filter says about the nodes it rejected (reusing the ``seen`` masks of the
+    failed search), as the suffix of ``_explain``'s text: ``""`` when none says anything."""
     details = []
     for position, plugin in enumerate(framework.filters):
         mask = seen.get(position)
@@ -280,4 +303,4 @@ def _explain(
             text = plugin.explain(request, rejected)
             if text:
                 details.append(text)
-    return head + (": " + "; ".join(details) if details else "")
+    return ": " + "; ".join(details) if details else ""

@@ -12,6 +12,7 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any
 
+from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import (
     AssignmentStrategy,
     CycleStartPlugin,
@@ -158,3 +159,9 @@ class Framework:
     @cached_property
     def running_sets(self) -> list[RunningSetPlugin]:
         return self._having(RunningSetPlugin)
+
+    @cached_property
+    def failures(self) -> FailureCache:
+        """Placement failures this profile found, by node table version and request
+        (``framework.failures``): kept here so they live exactly as long as the profile."""
+        return FailureCache()
