@@ -14,7 +14,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
-from flotilla.store.convert import SpecCache, event_record, job_record, run_record
+from flotilla.store.convert import (
+    SpecCache,
+    event_record,
+    job_record,
+    lazy_json,
+    run_record,
+    run_record_from_text,
+)
 from flotilla.store.engine import (
     DEFAULT_URL,
     READ_ONLY_OPTION,
@@ -189,22 +196,32 @@ class SqlStore:
     @staticmethod
     def _job_columns() -> list[Any]:
         jobs_table = Job.__table__
-        columns: list[Any] = [column for column in jobs_table.c if column.key != "spec"]
-        return [*columns, cast(jobs_table.c.spec, Text).label("spec_text")]
+        columns: list[Any] = [c for c in jobs_table.c if c.key not in ("spec", "labels")]
+        return [
+            *columns,
+            cast(jobs_table.c.spec, Text).label("spec_text"),
+            cast(jobs_table.c.labels, Text).label("labels_text"),
+        ]
 
     def _rows_to_records(self, session: Session, found: Sequence[Any]) -> list[JobRecord]:
-        """Records from Core rows of ``_job_columns``, each with its latest run."""
+        """Records from Core rows of ``_job_columns``, each with its latest run; labels and
+        assignments are decoded when first read."""
         runs_table = Run.__table__
+        run_columns = [
+            *(c for c in runs_table.c if c.key != "assignment"),
+            cast(runs_table.c.assignment, Text).label("assignment_text"),
+        ]
         run_ids = [row.run_id for row in found if row.run_id is not None]
         runs: dict[str, RunRecord] = {}
         for part in jobs.chunks(run_ids):
-            for run in session.execute(select(runs_table).where(runs_table.c.id.in_(part))):
-                runs[run.id] = run_record(run)
+            for run in session.execute(select(*run_columns).where(runs_table.c.id.in_(part))):
+                runs[run.id] = run_record_from_text(run)
         return [
             job_record(
                 row,
                 runs.get(row.run_id) if row.run_id else None,
                 self._specs.spec(row.id, row.spec_text),
+                lazy_json(row.labels_text),
             )
             for row in found
         ]
