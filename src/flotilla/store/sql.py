@@ -143,12 +143,16 @@ class SqlStore:
         return self.transition_many([change], fence=fence)[0]
 
     def transition_many(
-        self, changes: Sequence[Transition], *, fence: Lease | None = None
+        self,
+        changes: Sequence[Transition],
+        *,
+        fence: Lease | None = None,
+        records: bool = True,
     ) -> list[JobRecord]:
         with self._write() as session:
             self._fence(session, fence)
             touched = jobs.apply_transitions(session, changes, self._now())
-            return self._read_records(session, touched)
+            return self._read_records(session, touched) if records else []
 
     def record_run(
         self,
