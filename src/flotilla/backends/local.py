@@ -57,6 +57,10 @@ from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
 
+REAP_SECONDS = 0.05
+"""How long a refresh waits for a SIGKILLed supervisor to be reaped (usually well under a
+millisecond) before leaving it to the next refresh."""
+
 
 def default_state_dir(cluster: str) -> Path:
     base = os.environ.get("FLOTILLA_STATE_DIR") or Path.home() / ".local/state/flotilla"
@@ -390,7 +394,9 @@ class LocalBackend:
         if process is not None:
             code = process.poll()
             if code is None:
-                return False
+                if not self._outcome_written(run, replica, process):
+                    return False
+                code = process.returncode
         elif processes.process_alive(replica.pid, replica.start_ticks):
             return False
         else:
@@ -412,6 +418,23 @@ class LocalBackend:
             replica.finish(-int(signal.SIGKILL))
         else:
             replica.finish(exit_code=None, vanished=True)
+        return True
+
+    @staticmethod
+    def _outcome_written(run: Run, replica: Replica, process: subprocess.Popen[bytes]) -> bool:
+        """True when the supervisor, still alive, has already written the command's outcome:
+        it then only has its own exit left, and an interpreter's teardown took 10–60 ms on a
+        loaded machine — most of a cancel's effect. The exit file appears by rename after an
+        fsync, so it is complete; end the group now (the supervisor and any stragglers of the
+        command, as after a normal exit) and reap the supervisor."""
+        if not run.exit_file(replica).exists():
+            return False
+        assert replica.pid is not None
+        processes.signal_group(replica.pid, signal.SIGKILL)
+        try:
+            process.wait(timeout=REAP_SECONDS)
+        except subprocess.TimeoutExpired:
+            return False  # the next refresh reaps it
         return True
 
     def _begin_stop(self, run: Run, stop: Stop) -> None:
