@@ -178,11 +178,15 @@ class SqlStore:
         return job_record(job, run)
 
     def get_job(self, job_id: str) -> JobRecord:
+        """Core rows and the spec cache, as ``jobs_since``: clients poll this (a job's state
+        while it is cancelled) and the ORM parsed the spec on every read."""
         with self._sessions() as session:
-            job = session.get(Job, job_id)
-            if job is None:
+            found = session.execute(
+                select(*self._job_columns()).where(Job.__table__.c.id == job_id)
+            ).all()
+            if not found:
                 raise NotFoundError(f"no such job: {job_id}")
-            return self._record(session, job)
+            return self._rows_to_records(session, found)[0]
 
     def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
         """The scheduler's sync path, read with Core rows rather than ORM objects (no identity
