@@ -171,15 +171,16 @@ def _service_cancel() -> Case:
     )
 
 
-def _service_throughput() -> Case:
+def _service_throughput(database: str = "sqlite") -> Case:
     def run() -> dict[str, Any]:
         from bench.service import run_submit_to_scheduled
 
-        return run_submit_to_scheduled()
+        return run_submit_to_scheduled(database=database)
 
+    suffix, where = ("", "SQLite") if database == "sqlite" else ("-postgres", "PostgreSQL")
     return Case(
-        "service-throughput",
-        "API (uvicorn) + SchedulingLoop (sync, 0.1 s) over SQLite with a sim cluster of 160 "
+        f"service-throughput{suffix}",
+        f"API (uvicorn) + SchedulingLoop (sync, 0.1 s) over {where} with a sim cluster of 160 "
         "64-CPU nodes: submit 2,000 one-CPU jobs over HTTP in batches of 1,000 and wait until "
         "none is queued",
         quick=False,
@@ -208,6 +209,7 @@ CASES: dict[str, Case] = {
         _engine(TINY, quick=False),
         _service_cancel(),
         _service_throughput(),
+        _service_throughput("postgresql"),
     )
 }
 ENGINE_CASES: dict[str, EngineCase] = {

@@ -237,7 +237,38 @@ def run_cancel_latency(
 # --- submit → scheduled, in one process with a sim cluster --------------------------------
 
 
-def run_submit_to_scheduled(jobs: int = 2_000, nodes: int = 160) -> dict[str, Any]:
+POSTGRES_URL = os.environ.get(
+    "FLOTILLA_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+"""The server ``--case service-throughput-postgres`` uses; it creates and drops its own
+database there."""
+
+
+@contextmanager
+def _scratch_database(tmp: str, database: str) -> Iterator[str]:
+    """A store URL: an SQLite file in ``tmp``, or a fresh PostgreSQL database dropped after."""
+    if database == "sqlite":
+        yield f"sqlite:///{tmp}/flotilla.db"
+        return
+    from sqlalchemy import create_engine, make_url
+
+    name = f"flotilla_bench_{os.getpid()}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def run_submit_to_scheduled(
+    jobs: int = 2_000, nodes: int = 160, database: str = "sqlite"
+) -> dict[str, Any]:
+    """``database``: ``sqlite`` (a file) or ``postgresql`` (``POSTGRES_URL``)."""
     import uvicorn
 
     from flotilla.backends.sim import SimBackend
@@ -247,8 +278,8 @@ def run_submit_to_scheduled(jobs: int = 2_000, nodes: int = 160) -> dict[str, An
     from flotilla.server import AuthSettings, create_app
     from flotilla.store import SqlStore
 
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SqlStore.open(f"sqlite:///{tmp}/flotilla.db")
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
+        store = SqlStore.open(url)
         node_group = {"name": "sim", "count": nodes, "resources": {"cpu": 64, "memory": "256Gi"}}
         backend = SimBackend(cluster="sim", nodes=[node_group], default_duration=3600.0)
         store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
@@ -301,7 +332,7 @@ def run_submit_to_scheduled(jobs: int = 2_000, nodes: int = 160) -> dict[str, An
             store.close()
     return {
         "kind": "service-throughput",
-        "params": {"jobs": jobs, "nodes": nodes, "batch": BATCH, "database": "sqlite"},
+        "params": {"jobs": jobs, "nodes": nodes, "batch": BATCH, "database": database},
         "submit_jobs_per_s": jobs / submit_seconds,
         "submit_seconds": submit_seconds,
         "submit_to_scheduled_jobs_per_s": jobs / scheduled_seconds,

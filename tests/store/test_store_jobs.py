@@ -171,6 +171,27 @@ def test_batches_of_transitions_and_runs_are_atomic(store: SqlStore) -> None:
     assert snapshot(store) == before
 
 
+def test_a_batch_in_order_with_and_without_records(store: SqlStore) -> None:
+    first, second = store.submit_jobs([job("first"), job("second")])
+    store.record_runs([RunRequest(first, "c1", {"node": "n1"}), RunRequest(second, "c1")])
+    changes = [
+        Transition(first, JobState.PENDING, "sent"),
+        Transition(first, JobState.RUNNING, "up"),
+    ]
+    records = store.transition_many(changes)
+    assert [record.state for record in records] == [JobState.RUNNING, JobState.RUNNING]
+    assert records[0].run is not None and records[0].run.assignment == {"node": "n1"}
+    assert [event.to_state for event in store.events(first)][-2:] == [
+        JobState.PENDING,
+        JobState.RUNNING,
+    ]
+    serial = store.latest_serial()
+    assert store.transition_many([Transition(second, JobState.RUNNING, "up")], records=False) == []
+    (changed,) = store.jobs_since(serial)
+    assert changed.id == second and changed.state is JobState.RUNNING
+    assert changed.run is not None and changed.run.state is RunState.RUNNING
+
+
 def test_cancel_queued_is_immediate_active_is_requested(store: SqlStore) -> None:
     queued, active = store.submit_jobs([job("q"), job("a")])
     assert store.cancel(queued, "user asked").state is JobState.CANCELLED

@@ -77,19 +77,34 @@ def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
         )
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write-then-rename, fsynced: a reader (or a restart after kill -9) sees old or new."""
+def write_json_atomic(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:
+    """Write-then-rename: a reader (or a restart after kill -9) sees old or new. ``durable``
+    fsyncs before the rename; without it the caller must ``sync_file`` later (a kill -9 of
+    this process keeps the page cache, only a power loss needs the fsync)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             json.dump(data, file, indent=1, sort_keys=True)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def sync_file(path: Path) -> None:
+    """fsync ``path`` (a file written with ``durable=False``); gone already is fine."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

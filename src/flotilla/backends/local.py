@@ -33,6 +33,7 @@ from flotilla.backends.common import (
     read_json,
     run_directory,
     saved_run_ids,
+    sync_file,
 )
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
@@ -51,10 +52,14 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
-from flotilla.backends.local_records import Replica, Run, Stop, save_run
+from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
+
+REAP_SECONDS = 0.05
+"""How long a refresh waits for a SIGKILLed supervisor to be reaped (usually well under a
+millisecond) before leaving it to the next refresh."""
 
 
 def default_state_dir(cluster: str) -> Path:
@@ -118,6 +123,8 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()
+        self._unsynced: set[Path] = set()
+        """Run records rewritten without fsync since the monitor last synced them."""
         self._closed = False
         self._load()
         self._stopping = threading.Event()
@@ -251,6 +258,7 @@ class LocalBackend:
         self._monitor.join()
         if self.stop_runs_on_close:
             self._stop_everything()
+        self._sync_records()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -312,6 +320,26 @@ class LocalBackend:
         while not self._stopping.wait(self.monitor_interval):
             with self._lock:
                 self._refresh_all()
+            self._sync_records()
+
+    def _save_soon(self, run: Run) -> None:
+        """Save ``run`` now and make it durable within a monitor interval: how a run stops or
+        ended is on the cancel's path, and an fsync there cost 2–27 ms. A kill -9 of this
+        process keeps the page cache, so a restarted backend reads the new record either way.
+        Only a power loss can lose it, and then it loses the processes with it; the outcome
+        itself stays durable in the supervisor's fsynced exit file, which a restart reads.
+        Starting a run (pid and gate) keeps its synchronous fsyncs: that is what prevents a
+        double run."""
+        save_run(run, durable=False)
+        self._unsynced.add(record_path(run))
+
+    def _sync_records(self) -> None:
+        """fsync the records saved by ``_save_soon``, outside the lock (an fsync must not hold
+        up a cancel or a poll)."""
+        with self._lock:
+            pending, self._unsynced = self._unsynced, set()
+        for path in pending:
+            sync_file(path)
 
     def _refresh_all(self) -> None:
         for run in self._runs.values():
@@ -349,8 +377,8 @@ class LocalBackend:
             run.settle(now)
             changed = True
         if changed:
-            save_run(run)
             self._changes.observe(run.run_id, run.state)
+            self._save_soon(run)
 
     @staticmethod
     def _over_time(run: Run, now: float) -> bool:
@@ -366,7 +394,9 @@ class LocalBackend:
         if process is not None:
             code = process.poll()
             if code is None:
-                return False
+                if not self._outcome_written(run, replica, process):
+                    return False
+                code = process.returncode
         elif processes.process_alive(replica.pid, replica.start_ticks):
             return False
         else:
@@ -390,13 +420,30 @@ class LocalBackend:
             replica.finish(exit_code=None, vanished=True)
         return True
 
+    @staticmethod
+    def _outcome_written(run: Run, replica: Replica, process: subprocess.Popen[bytes]) -> bool:
+        """True when the supervisor, still alive, has already written the command's outcome:
+        it then only has its own exit left, and an interpreter's teardown took 10–60 ms on a
+        loaded machine — most of a cancel's effect. The exit file appears by rename after an
+        fsync, so it is complete; end the group now (the supervisor and any stragglers of the
+        command, as after a normal exit) and reap the supervisor."""
+        if not run.exit_file(replica).exists():
+            return False
+        assert replica.pid is not None
+        processes.signal_group(replica.pid, signal.SIGKILL)
+        try:
+            process.wait(timeout=REAP_SECONDS)
+        except subprocess.TimeoutExpired:
+            return False  # the next refresh reaps it
+        return True
+
     def _begin_stop(self, run: Run, stop: Stop) -> None:
         run.stop = stop
         for replica in run.replicas:
             if not replica.finished and replica.pid is not None:
                 processes.signal_group(replica.pid, signal.SIGTERM)
-        save_run(run)
         self._changes.mark(run.run_id)
+        self._save_soon(run)  # signal first, persist after: the stop starts at once
 
     def _stop_everything(self) -> None:
         with self._lock:

@@ -237,5 +237,10 @@ class Run:
         )
 
 
-def save_run(run: Run) -> None:
-    write_json_atomic(run.directory / "run.json", run.to_json())
+def record_path(run: Run) -> Path:
+    return run.directory / "run.json"
+
+
+def save_run(run: Run, *, durable: bool = True) -> None:
+    """``durable=False``: atomic but not yet fsynced; see ``LocalBackend._sync_records``."""
+    write_json_atomic(record_path(run), run.to_json(), durable=durable)

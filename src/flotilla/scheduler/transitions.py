@@ -95,7 +95,7 @@ class RunTransitions:
             return
         context = self._context
         try:
-            context.store.transition_many(changes, fence=context.lease)
+            context.store.transition_many(changes, fence=context.lease, records=False)
             for change in changes:
                 context.metrics.transitions.labels(state=change.new_state.value).inc()
         except (StaleRunError, IllegalTransitionError):

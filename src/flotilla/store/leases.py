@@ -96,8 +96,10 @@ def check_fence(session: Session, lease: Lease, now: datetime) -> None:
     """Raise ``LeaseLostError`` unless ``lease`` is still held. On PostgreSQL the row stays
     share-locked until commit, so no one can take the lease between this check and the write."""
     row = session.execute(
-        select(LeaseRow).where(LeaseRow.name == lease.name).with_for_update(read=True)
-    ).scalar_one_or_none()
+        select(TABLE.c.holder, TABLE.c.fencing_token, TABLE.c.expires_at)
+        .where(TABLE.c.name == lease.name)
+        .with_for_update(read=True)
+    ).one_or_none()
     if (
         row is None
         or row.holder != lease.holder

@@ -113,9 +113,15 @@ class Store(Protocol):
         ...
 
     def transition_many(
-        self, changes: Sequence[Transition], *, fence: Lease | None = None
+        self,
+        changes: Sequence[Transition],
+        *,
+        fence: Lease | None = None,
+        records: bool = True,
     ) -> list[JobRecord]:
-        """Several state changes in one transaction, applied in order."""
+        """Several state changes in one transaction, applied in order. ``records=False``
+        returns ``[]`` instead of reading the jobs back: the scheduler learns the result from
+        its next sync, and the read-back was a third of the call."""
         ...
 
     def record_run(

@@ -14,7 +14,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, jobs, leases
-from flotilla.store.convert import SpecCache, event_record, job_record, run_record
+from flotilla.store.convert import (
+    SpecCache,
+    event_record,
+    job_record,
+    lazy_json,
+    run_record,
+    run_record_from_text,
+)
 from flotilla.store.engine import (
     DEFAULT_URL,
     READ_ONLY_OPTION,
@@ -98,15 +105,12 @@ class SqlStore:
             ) from error
 
     def cancel(self, job_id: str, reason: str) -> JobRecord:
-        with self._write() as session:
-            job = jobs.cancel(session, job_id, reason, self._now())
-            return self._record(session, job)
+        return self.cancel_many([job_id], reason)[0]
 
     def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write() as session:
             touched = jobs.cancel_many(session, job_ids, reason, self._now())
-            session.flush()
-            return self._records(session, touched)
+            return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
         with self._write() as session:
@@ -139,16 +143,16 @@ class SqlStore:
         return self.transition_many([change], fence=fence)[0]
 
     def transition_many(
-        self, changes: Sequence[Transition], *, fence: Lease | None = None
+        self,
+        changes: Sequence[Transition],
+        *,
+        fence: Lease | None = None,
+        records: bool = True,
     ) -> list[JobRecord]:
         with self._write() as session:
             self._fence(session, fence)
             touched = jobs.apply_transitions(session, changes, self._now())
-            session.flush()
-            runs = jobs.latest_runs(session, touched)
-            return [
-                job_record(job, runs.get(job.run_id) if job.run_id else None) for job in touched
-            ]
+            return self._read_records(session, touched) if records else []
 
     def record_run(
         self,
@@ -166,9 +170,7 @@ class SqlStore:
     ) -> list[RunRecord]:
         with self._write() as session:
             self._fence(session, fence)
-            runs = jobs.create_runs(session, requests, self._now())
-            session.flush()
-            return [run_record(run) for run in runs]
+            return jobs.create_runs(session, requests, self._now())
 
     def _record(self, session: Session, job: Job) -> JobRecord:
         session.flush()
@@ -176,41 +178,83 @@ class SqlStore:
         return job_record(job, run)
 
     def get_job(self, job_id: str) -> JobRecord:
+        """Core rows and the spec cache, as ``jobs_since``: clients poll this (a job's state
+        while it is cancelled) and the ORM parsed the spec on every read."""
         with self._sessions() as session:
-            job = session.get(Job, job_id)
-            if job is None:
+            found = session.execute(
+                select(*self._job_columns()).where(Job.__table__.c.id == job_id)
+            ).all()
+            if not found:
                 raise NotFoundError(f"no such job: {job_id}")
-            return self._record(session, job)
+            return self._rows_to_records(session, found)[0]
 
     def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
         """The scheduler's sync path, read with Core rows rather than ORM objects (no identity
         map: nothing here is written back), and the spec read as text and parsed through the
         spec cache, so a job read back after each transition is not parsed again."""
-        jobs_table, runs_table = Job.__table__, Run.__table__
-        columns = [column for column in jobs_table.c if column.key != "spec"]
         with self._sessions() as session:
             found = session.execute(
-                select(*columns, cast(jobs_table.c.spec, Text).label("spec_text"))
-                .where(jobs_table.c.serial > serial)
-                .order_by(jobs_table.c.serial)
+                select(*self._job_columns())
+                .where(Job.__table__.c.serial > serial)
+                .order_by(Job.__table__.c.serial)
                 .limit(limit)
             ).all()
-            run_ids = [row.run_id for row in found if row.run_id is not None]
-            runs: dict[str, RunRecord] = {}
-            for part in jobs.chunks(run_ids):
-                for run in session.execute(select(runs_table).where(runs_table.c.id.in_(part))):
-                    runs[run.id] = run_record(run)
-            return [
-                job_record(
-                    row,
-                    runs.get(row.run_id) if row.run_id else None,
-                    self._specs.spec(row.id, row.spec_text),
-                )
-                for row in found
-            ]
+            return self._rows_to_records(session, found)
+
+    @staticmethod
+    def _job_columns() -> list[Any]:
+        jobs_table = Job.__table__
+        columns: list[Any] = [c for c in jobs_table.c if c.key not in ("spec", "labels")]
+        return [
+            *columns,
+            cast(jobs_table.c.spec, Text).label("spec_text"),
+            cast(jobs_table.c.labels, Text).label("labels_text"),
+        ]
+
+    def _rows_to_records(self, session: Session, found: Sequence[Any]) -> list[JobRecord]:
+        """Records from Core rows of ``_job_columns``, each with its latest run; labels and
+        assignments are decoded when first read."""
+        runs_table = Run.__table__
+        run_columns = [
+            *(c for c in runs_table.c if c.key != "assignment"),
+            cast(runs_table.c.assignment, Text).label("assignment_text"),
+        ]
+        run_ids = [row.run_id for row in found if row.run_id is not None]
+        runs: dict[str, RunRecord] = {}
+        for part in jobs.chunks(run_ids):
+            for run in session.execute(select(*run_columns).where(runs_table.c.id.in_(part))):
+                runs[run.id] = run_record_from_text(run)
+        return [
+            job_record(
+                row,
+                runs.get(row.run_id) if row.run_id else None,
+                self._specs.spec(row.id, row.spec_text),
+                lazy_json(row.labels_text),
+            )
+            for row in found
+        ]
+
+    def _read_records(self, session: Session, job_ids: Sequence[str]) -> list[JobRecord]:
+        """The records of jobs just written in this transaction, in ``job_ids`` order (a job
+        named twice appears twice, in its final version): one Core read after the bulk
+        writes, the spec parsed through the cache."""
+        jobs_table = Job.__table__
+        rows: dict[str, Any] = {}
+        for part in jobs.chunks(sorted(set(job_ids))):
+            found = session.execute(
+                select(*self._job_columns()).where(jobs_table.c.id.in_(part))
+            ).all()
+            for record in self._rows_to_records(session, found):
+                rows[record.id] = record
+        return [rows[job_id] for job_id in job_ids]
 
     def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
-        runs = jobs.latest_runs(session, rows)
+        run_ids = [row.run_id for row in rows if row.run_id is not None]
+        runs: dict[str, Run] = {}
+        for part in jobs.chunks(run_ids):
+            runs.update(
+                (run.id, run) for run in session.scalars(select(Run).where(Run.id.in_(part)))
+            )
         return [job_record(row, runs.get(row.run_id) if row.run_id else None) for row in rows]
 
     def latest_serial(self) -> int:
