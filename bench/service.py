@@ -160,7 +160,7 @@ def _cancellable(index: int) -> dict[str, Any]:
 
 
 def run_cancel_latency(
-    backlog: int = 80_000, cancellable: int = 100, queued_cancels: int = 20
+    backlog: int = 70_000, cancellable: int = 100, queued_cancels: int = 20
 ) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory() as tmp,
