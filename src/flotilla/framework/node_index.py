@@ -218,19 +218,7 @@ class BestNodeIndex:
         self, request: FilterInput, candidates: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.float64]:
         """Total score of ``candidates``, summed in plugin order from zeros like the full path."""
-        score_input = ScoreInput(
-            job=request.job,
-            task=request.task,
-            cluster=request.cluster,
-            candidates=candidates,
-            cycle=request.cycle,
-        )
-        total = np.zeros(len(candidates))
-        for scorer in self.framework.scores:
-            scores = scorer.score(score_input)
-            if scores is not None:
-                total += scores
-        return total
+        return total_scores(self.framework, request, candidates)
 
     def _rebuild(self, request: FilterInput) -> npt.NDArray[np.float64]:
         """Every node's total score from the whole table."""
@@ -278,3 +266,24 @@ def best_node_index(framework: Framework, nodes: NodeTable) -> BestNodeIndex:
         index = BestNodeIndex(framework)
         nodes.best_node_index = index
     return index
+
+
+def total_scores(
+    framework: Framework, request: FilterInput, candidates: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
+    """The profile's total score of ``candidates``: every Score plugin's answer added in plugin
+    order, starting from zeros. The index and the full scan share it, so their floats agree
+    bit for bit."""
+    score_input = ScoreInput(
+        job=request.job,
+        task=request.task,
+        cluster=request.cluster,
+        candidates=candidates,
+        cycle=request.cycle,
+    )
+    total = np.zeros(len(candidates))
+    for scorer in framework.scores:
+        scores = scorer.score(score_input)
+        if scores is not None:
+            total += scores
+    return total

@@ -22,7 +22,6 @@ from flotilla.framework.interfaces import (
     ReserveInput,
     ReservePlugin,
     ReserveResult,
-    ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.node_index import best_node_index, is_row_local, placement_key
@@ -134,14 +133,9 @@ def _place_replicas(
             f"{cluster.name}: {_gang_label(job)} {placed}/{minimum} placeable"
             + (f"; {first_miss}" if first_miss else ""),
         )
-    assignment = Assignment(cluster=cluster.name, placements=tuple(placements))
-    annotations: dict[str, str] = {}
-    for plugin in framework.pre_binds:
-        annotations.update(
-            plugin.pre_bind(PreBindInput(job=job, assignment=assignment)).annotations
-        )
-    if annotations:
-        assignment = Assignment(cluster.name, assignment.placements, annotations)
+    assignment = _pre_bind(
+        framework, job, Assignment(cluster=cluster.name, placements=tuple(placements))
+    )
     if not keep:
         rollback()
     return Decision(assignment, f"placed on {cluster.name}")
@@ -177,13 +171,7 @@ def _place_one_replica(
     )
     assignment = Assignment(cluster=cluster.name, placements=(placement,))
     if framework.pre_binds:
-        annotations: dict[str, str] = {}
-        for plugin in framework.pre_binds:
-            annotations.update(
-                plugin.pre_bind(PreBindInput(job=job, assignment=assignment)).annotations
-            )
-        if annotations:
-            assignment = Assignment(cluster.name, assignment.placements, annotations)
+        assignment = _pre_bind(framework, job, assignment)
     if not keep:
         nodes.release(row, task.request, gpus)
         for claimed, result in reversed(results):
@@ -252,20 +240,21 @@ def _scan_best_node(
         return None
     if len(candidates) == 1 or not framework.scores:
         return int(candidates[0])
-    score_input = ScoreInput(
-        job=request.job,
-        task=request.task,
-        cluster=request.cluster,
-        candidates=candidates,
-        cycle=request.cycle,
-    )
-    total = np.zeros(len(candidates))
-    for scorer in framework.scores:
-        scores = scorer.score(score_input)
-        if scores is not None:
-            total += scores
+    total = node_index.total_scores(framework, request, candidates)
     # argmax keeps the first of equal scores: ties go to declaration order.
     return int(candidates[int(np.argmax(total))])
+
+
+def _pre_bind(framework: Framework, job: SchedulingJob, assignment: Assignment) -> Assignment:
+    """The assignment with the annotations every PreBind plugin adds (unchanged without any)."""
+    annotations: dict[str, str] = {}
+    for plugin in framework.pre_binds:
+        annotations.update(
+            plugin.pre_bind(PreBindInput(job=job, assignment=assignment)).annotations
+        )
+    if annotations:
+        return Assignment(assignment.cluster, assignment.placements, annotations)
+    return assignment
 
 
 def _gang_label(job: SchedulingJob) -> str:
