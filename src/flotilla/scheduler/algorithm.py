@@ -23,6 +23,7 @@ from flotilla.framework.interfaces import (
     Decision,
     Placement,
     PostFilterInput,
+    PostFilterPlugin,
 )
 from flotilla.framework.jobs import (
     GANG_TASK_SEPARATOR,
@@ -141,6 +142,8 @@ class _Loop:
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
         self.failed_preemptions: set[tuple[object, ...]] = set()
+        # The PostFilter plugins that may act for each queue in this run (``may_act``).
+        self.post_filters: dict[str, list[PostFilterPlugin]] = {}
         self.deferred: list[tuple[SchedulingJob, tuple[SchedulingJob, ...]]] = []
         self.handled: set[str] = set()
         self.reserved_queues: set[str] = set()
@@ -346,15 +349,28 @@ class _Loop:
             self.pending.set(member.name, reason)
             self.handled.add(member.name)
 
+    def _post_filters(self, queue: str) -> list[PostFilterPlugin]:
+        """The PostFilter plugins that may act for ``queue`` this run, asked once per queue;
+        skipping the others changes nothing, as they would return an empty result."""
+        plugins = self.post_filters.get(queue)
+        if plugins is None:
+            plugins = self.post_filters[queue] = [
+                plugin
+                for plugin in self.framework.post_filters
+                if (may_act := getattr(plugin, "may_act", None)) is None or may_act(queue, self.run)
+            ]
+        return plugins
+
     def _preempt(self, unit: _Unit, attempt: _Attempt) -> _Attempt | None:
-        if not self.framework.post_filters:
-            return None
         job = unit.job
+        plugins = self._post_filters(job.queue)
+        if not plugins:
+            return None
         key = (job.placement_key, job.queue, job.priority)
         if key in self.failed_preemptions:
             return None
         refusals = []
-        for plugin in self.framework.post_filters:
+        for plugin in plugins:
             result = plugin.post_filter(
                 PostFilterInput(
                     job=job, reason=attempt.decision.reason, cycle=self.run.cycle, context=self.run

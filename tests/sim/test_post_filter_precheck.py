@@ -1,0 +1,92 @@
+"""``may_act`` lets the engine skip PostFilter plugins that cannot act: reports must not change.
+
+Compares each scenario simulated with the precheck against the same scenario with the
+precheck removed (every plugin called for every unplaceable job, the slow path).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.resources import ResourceSpace
+from flotilla.model import JobSpec, load_scenario
+from flotilla.plugins.preemption import QueuePreemption
+from flotilla.sim import Simulator
+from flotilla.sim.report import build_report
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = [
+    ROOT / "tests/scenarios/policies/preemption-minimal-victims.yaml",
+    Path("/work/shared/scenarios/quota-borrow-and-reclaim.yaml"),
+    ROOT / "examples/quickstart.yaml",
+]
+
+
+def _report(path: Path) -> str:
+    report = build_report(Simulator(load_scenario(path)).run())
+    del report["summary"]["wall_seconds"]
+    return json.dumps(report, sort_keys=True)
+
+
+@pytest.mark.parametrize("path", [p for p in SCENARIOS if p.exists()], ids=lambda p: p.stem)
+def test_reports_equal_with_and_without_the_precheck(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _report(path)
+    monkeypatch.delattr(QueuePreemption, "may_act")
+    assert _report(path) == fast
+
+
+def _job() -> SchedulingJob:
+    spec = JobSpec.model_validate(
+        {"name": "j", "queue": "q", "tasks": [{"name": "t", "resources": {"cpu": 1}}]}
+    )
+    return build_job(
+        spec,
+        name="j",
+        space=ResourceSpace(["cpu"]),
+        sequence=0,
+        submit_time=0.0,
+        priority=0,
+        preemptible=True,
+    )
+
+
+def test_every_queue_policy_that_cannot_act_is_refused_by_post_filter() -> None:
+    """Where ``may_act`` says no, ``post_filter`` returns the empty result (slow path)."""
+    from flotilla.framework.interfaces import PostFilterInput, PostFilterResult
+    from flotilla.model.queue import Preemption
+
+    class Context:
+        def __init__(self, policy: Preemption, node: int | None) -> None:
+            self.policy, self.node = policy, node
+            self.running_jobs = ()
+
+        def queue_policy(self, queue: str) -> Preemption:
+            return self.policy
+
+        def quota_node(self, queue: str) -> int | None:
+            return self.node
+
+    plugin = QueuePreemption()
+    policies = [
+        Preemption(),
+        Preemption.model_validate({"within_queue": "lower_priority"}),
+        Preemption.model_validate({"reclaim_within_cohort": "any"}),
+        Preemption.model_validate({"borrow_within_cohort": {"policy": "lower_priority"}}),
+    ]
+    for policy in policies:
+        for node in (None, 0):
+            context = Context(policy, node)
+            if not plugin.may_act("q", context):  # type: ignore[arg-type]
+                request = PostFilterInput(
+                    job=_job(),
+                    reason="no fit",
+                    cycle=context,  # type: ignore[arg-type]
+                    context=context,  # type: ignore[arg-type]
+                )
+                assert plugin.post_filter(request) == PostFilterResult()
