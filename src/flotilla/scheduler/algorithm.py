@@ -350,20 +350,21 @@ class _Loop:
             self.handled.add(member.name)
 
     def _post_filters(self, queue: str) -> list[PostFilterPlugin]:
-        """The PostFilter plugins that may act for ``queue`` this run, asked once per queue;
-        skipping the others changes nothing, as they would return an empty result."""
-        plugins = self.post_filters.get(queue)
-        if plugins is None:
-            plugins = self.post_filters[queue] = [
-                plugin
-                for plugin in self.framework.post_filters
-                if (may_act := getattr(plugin, "may_act", None)) is None or may_act(queue, self.run)
-            ]
+        """The PostFilter plugins that may act for ``queue`` this run, asked once per queue
+        (then read from ``self.post_filters``); skipping the others changes nothing, as they
+        would return an empty result."""
+        plugins = self.post_filters[queue] = [
+            plugin
+            for plugin in self.framework.post_filters
+            if (may_act := getattr(plugin, "may_act", None)) is None or may_act(queue, self.run)
+        ]
         return plugins
 
     def _preempt(self, unit: _Unit, attempt: _Attempt) -> _Attempt | None:
         job = unit.job
-        plugins = self._post_filters(job.queue)
+        plugins = self.post_filters.get(job.queue)
+        if plugins is None:
+            plugins = self._post_filters(job.queue)
         if not plugins:
             return None
         key = (job.placement_key, job.queue, job.priority)

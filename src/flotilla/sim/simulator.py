@@ -262,6 +262,7 @@ class Simulator:
             queued=self._backlog.queued(),
             queued_by_queue=self._backlog.by_queue(),
             running=list(self._running_views.values()),
+            running_by_name=dict(self._running_views),
             quotas=self.quotas,
             allocated=self._queue_allocated,
         )

@@ -1,12 +1,14 @@
-"""``may_act`` lets the engine skip PostFilter plugins that cannot act: reports must not change.
+"""Per-run shortcuts give the answers of the slow paths.
 
-Compares each scenario simulated with the precheck against the same scenario with the
-precheck removed (every plugin called for every unplaceable job, the slow path).
+``may_act`` lets the engine skip PostFilter plugins that cannot act: each scenario simulated
+with the precheck is compared with the same scenario with it removed (every plugin called for
+every unplaceable job). ``running_by_name`` saves the run building its running-job mapping.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from flotilla.framework.jobs import SchedulingJob, build_job
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import JobSpec, load_scenario
 from flotilla.plugins.preemption import QueuePreemption
+from flotilla.scheduler import CycleResult, SchedulingSnapshot
 from flotilla.sim import Simulator
 from flotilla.sim.report import build_report
 
@@ -90,3 +93,28 @@ def test_every_queue_policy_that_cannot_act_is_refused_by_post_filter() -> None:
                     context=context,  # type: ignore[arg-type]
                 )
                 assert plugin.post_filter(request) == PostFilterResult()
+
+
+def test_a_run_given_running_by_name_decides_as_one_that_builds_it() -> None:
+    """The simulator hands ``running_by_name``; without it the run builds the same mapping."""
+    scenario = load_scenario(ROOT / "tests/scenarios/policies/preemption-minimal-victims.yaml")
+    sim = Simulator(scenario)
+    checked = 0
+    inner = sim.algorithm.schedule
+
+    def both(snapshot: SchedulingSnapshot, cancel: object = None) -> CycleResult:
+        nonlocal checked
+        assert snapshot.running_by_name is not None
+        slow = inner(replace(snapshot, running_by_name=None))
+        fast = inner(snapshot)
+        assert [(s.job.name, s.assignment) for s in fast.scheduled] == [
+            (s.job.name, s.assignment) for s in slow.scheduled
+        ]
+        assert fast.preempted == slow.preempted
+        assert dict(fast.pending) == dict(slow.pending)
+        checked += bool(snapshot.running)
+        return fast
+
+    sim.algorithm.schedule = both  # type: ignore[method-assign,assignment]
+    sim.run()
+    assert checked > 0
