@@ -3,11 +3,13 @@
 ``may_act`` lets the engine skip PostFilter plugins that cannot act: each scenario simulated
 with the precheck is compared with the same scenario with it removed (every plugin called for
 every unplaceable job). ``running_by_name`` saves the run building its running-job mapping.
+``set_waiting_reasons`` writes each cycle's pending reasons without a per-job state check.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from flotilla.plugins.preemption import QueuePreemption
 from flotilla.scheduler import CycleResult, SchedulingSnapshot
 from flotilla.sim import Simulator
 from flotilla.sim.report import build_report
+from flotilla.sim.state import WAITING_STATES, set_waiting_reasons
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = [
@@ -118,3 +121,39 @@ def test_a_run_given_running_by_name_decides_as_one_that_builds_it() -> None:
     sim.algorithm.schedule = both  # type: ignore[method-assign,assignment]
     sim.run()
     assert checked > 0
+
+
+def _slow_reasons(sim: Simulator, pending: Mapping[str, str]) -> None:
+    """The per-job loop ``set_waiting_reasons`` replaced: look up each name, check the state."""
+    for name, reason in pending.items():
+        job = sim.job_by_name[name]
+        if job.state in WAITING_STATES:
+            job.reason = reason
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in [*SCENARIOS, *sorted((ROOT / "tests/scenarios").rglob("*.yaml"))] if p.exists()],
+    ids=lambda p: p.stem,
+)
+def test_waiting_reasons_equal_the_per_job_loop(path: Path) -> None:
+    """Each cycle, the fast writes leave every job with the reason the per-job loop gives."""
+    sim = Simulator(load_scenario(path))
+    if sim.runner is not None:
+        pytest.skip("async mode applies results through the runner")
+    inner = sim.algorithm.schedule
+
+    def both(snapshot: SchedulingSnapshot, cancel: object = None) -> CycleResult:
+        result = inner(snapshot)
+        assert dict(sim._queued) == {j.name: j for j in sim.jobs if j.waiting}
+        before = {job.name: job.reason for job in sim.jobs}
+        set_waiting_reasons(sim._queued, result.pending)
+        fast = {job.name: job.reason for job in sim.jobs}
+        for job in sim.jobs:
+            job.reason = before[job.name]
+        _slow_reasons(sim, result.pending)
+        assert {job.name: job.reason for job in sim.jobs} == fast
+        return result
+
+    sim.algorithm.schedule = both  # type: ignore[method-assign,assignment]
+    sim.run()
