@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from operator import attrgetter
 
 from flotilla.framework.interfaces import (
     Assignment,
@@ -123,6 +124,10 @@ class _Attempt:
     decision: Decision
     kind: str | None = None
     deferrable: bool = False
+
+
+_JOB_GANG = attrgetter("job.gang")
+"""A running job's gang, ``None`` for most."""
 
 
 class _Loop:
@@ -410,7 +415,11 @@ class _Loop:
 
     def _grow_partial_gangs(self) -> None:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
-        for running in list(self.run.running.values()):
+        runs = list(self.run.running.values())
+        # Every cycle: most fleets run no gang at all, which a C-level count tells at once.
+        if list(map(_JOB_GANG, runs)).count(None) == len(runs):
+            return
+        for running in runs:
             job = running.job
             if job.gang is None or job.gang.mode is not GangMode.NON_STRICT:
                 continue  # only a non-strict gang can run with members missing
