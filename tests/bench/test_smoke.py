@@ -17,9 +17,11 @@ if str(ROOT) not in sys.path:
 from bench.cases import CASES, ENGINE_CASES, quick_suite  # noqa: E402
 from bench.engine import run_engine_case  # noqa: E402
 from bench.generators import FleetParams, WorkloadParams, build_fleet, build_workload  # noqa: E402
-from bench.philly import read_trace, run_philly, scenario_data  # noqa: E402
+from bench.philly import build_scenario, read_trace, run_philly, scenario_data  # noqa: E402
 
 from flotilla.model import scenario_from_data  # noqa: E402
+from flotilla.sim import Simulator  # noqa: E402
+from flotilla.sim.report import build_report  # noqa: E402
 
 
 def test_tiny_engine_case_produces_figures() -> None:
@@ -61,6 +63,27 @@ def test_philly_conversion_builds_a_valid_scenario(tmp_path: Path) -> None:
     result = run_philly(nodes=4, path=trace)
     assert result["states"] == {"succeeded": 3}
     json.dumps(result)
+
+
+def test_philly_templated_scenario_equals_the_validated_one() -> None:
+    rows = [
+        {"submit": 100.0 + 7 * index, "duration": 30.0 + index, "gpus": gpus, "vc": vc}
+        for index, (gpus, vc) in enumerate(
+            [(1, "a"), (8, "b"), (1, "a"), (16, "a"), (12, "b"), (1, "b"), (16, "a"), (8, "b")]
+        )
+    ]
+    fast = build_scenario(rows, nodes=4)
+    slow = scenario_from_data(scenario_data(rows, nodes=4))
+    assert fast == slow
+    assert [job.model_fields_set for job in fast.jobs] == [
+        job.model_fields_set for job in slow.jobs
+    ]
+    # Copies share their template's tasks, so the simulator builds one shape per template.
+    assert fast.jobs[2].tasks is fast.jobs[0].tasks
+    fast_report = build_report(Simulator(fast).run())
+    slow_report = build_report(Simulator(slow).run())
+    del fast_report["summary"]["wall_seconds"], slow_report["summary"]["wall_seconds"]
+    assert json.dumps(fast_report, sort_keys=True) == json.dumps(slow_report, sort_keys=True)
 
 
 def test_cli_runs_a_case_and_writes_results(tmp_path: Path) -> None:

@@ -438,7 +438,13 @@ class PostFilterResult:
 
 @runtime_checkable
 class PostFilterPlugin(Protocol):
-    """Runs when a job could not be placed: may nominate victims to preempt."""
+    """Runs when a job could not be placed: may nominate victims to preempt.
+
+    A plugin may also define ``may_act(queue, context) -> bool``: False promises that
+    ``post_filter`` returns an empty ``PostFilterResult()`` (no victims, no reason) for every
+    job of that queue during this run, so the engine skips calling it. Optional (not part of
+    the protocol); a plugin without it is always called.
+    """
 
     name: str
 

@@ -103,7 +103,7 @@ class _Shape:
     annotations: Mapping[str, str]
 
 
-_SHAPES: dict[tuple[int, tuple[str, ...]], _Shape] = {}
+_SHAPES: dict[tuple[int, int, int, int, int, tuple[str, ...]], _Shape] = {}
 _KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
 _CACHE_LIMIT = 200_000
 
@@ -115,10 +115,20 @@ def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
     placement-key object: less memory per queued job, and equal shapes compare by identity.
     """
     # Keyed by the space's names (its vector layout), not its id: an id can be reused by a
-    # new space with another layout once the old one is gone.
-    cache_key = (id(spec), space.names)
+    # new space with another layout once the old one is gone. Keyed by the identity of the
+    # parts a shape is built from, not of the spec: specs copied from one template
+    # (``model_copy`` shares these objects) then share one shape. ``shape.spec`` keeps the
+    # parts alive, so the ids cannot be reused while the entry stands.
+    cache_key = (
+        id(spec.tasks),
+        id(spec.affinity),
+        id(spec.tolerations),
+        id(spec.labels),
+        id(spec.annotations),
+        space.names,
+    )
     shape = _SHAPES.get(cache_key)
-    if shape is not None and shape.spec is spec:
+    if shape is not None and _same_parts(shape.spec, spec):
         return shape
     tasks = []
     total = space.zeros()
@@ -158,6 +168,17 @@ def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
     )
     _SHAPES[cache_key] = shape
     return shape
+
+
+def _same_parts(built: JobSpec, spec: JobSpec) -> bool:
+    """Whether ``spec`` holds the very objects ``built``'s shape was made from."""
+    return (
+        built.tasks is spec.tasks
+        and built.affinity is spec.affinity
+        and built.tolerations is spec.tolerations
+        and built.labels is spec.labels
+        and built.annotations is spec.annotations
+    )
 
 
 def build_job(

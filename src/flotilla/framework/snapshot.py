@@ -58,6 +58,10 @@ class SchedulingSnapshot:
     allocated: Mapping[str, Vector] | None = None
     """What each queue's running jobs hold, if the caller keeps it up to date incrementally
     (it then saves summing every running job each run); None to have it computed."""
+    running_by_name: Mapping[str, RunningJob] | None = None
+    """``running`` keyed by job name, in the same order, if the caller keeps it so (the
+    simulator does): the run then copies it instead of building it per running job. It must
+    not change afterwards."""
     queued_by_queue: Mapping[str, Sequence[SchedulingJob]] | None = None
     """``queued`` grouped by queue, if the caller keeps it so (the simulator does): each
     queue's jobs in ``PRIORITY_ORDER`` — priority descending, then submit time, then

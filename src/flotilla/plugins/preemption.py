@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from flotilla.framework.interfaces import PostFilterInput, PostFilterResult
+from flotilla.framework.interfaces import PostFilterInput, PostFilterResult, PreemptionContext
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.preemption import Unit, candidate_units, minimal_victims
 from flotilla.framework.resources import EPSILON
@@ -36,6 +36,23 @@ class QueuePreemption:
 
     name = "queue-preemption"
 
+    def may_act(self, queue: str, context: PreemptionContext) -> bool:
+        """False when ``post_filter`` returns an empty result for every job of ``queue`` in
+        this run: the queue's policy allows no preemption. The engine asks once per queue and
+        run (policy and quota tree do not change within a run) and then skips the call."""
+        return any(self._allowed(queue, context))
+
+    @staticmethod
+    def _allowed(queue: str, context: PreemptionContext) -> tuple[bool, bool]:
+        """(within the queue, across the cohort) preemption allowed by ``queue``'s policy."""
+        policy = context.queue_policy(queue)
+        within = policy.within_queue is WithinQueue.LOWER_PRIORITY
+        across = (
+            policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+            or policy.borrow_within_cohort.policy is not BorrowPolicy.NEVER
+        ) and context.quota_node(queue) is not None
+        return within, across
+
     def post_filter(self, request: PostFilterInput) -> PostFilterResult:
         context = request.context
         if context is None:
@@ -43,11 +60,7 @@ class QueuePreemption:
         job = request.job
         policy = context.queue_policy(job.queue)
         borrow = policy.borrow_within_cohort
-        within = policy.within_queue is WithinQueue.LOWER_PRIORITY
-        across = (
-            policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
-            or borrow.policy is not BorrowPolicy.NEVER
-        ) and context.quota_node(job.queue) is not None
+        within, across = self._allowed(job.queue, context)
         if not within and not across:
             return PostFilterResult()  # this queue's policy allows no preemption
         reclaim = context.within_guarantee(job)

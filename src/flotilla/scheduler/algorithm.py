@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from operator import attrgetter
 
 from flotilla.framework.interfaces import (
     Assignment,
@@ -23,6 +24,7 @@ from flotilla.framework.interfaces import (
     Decision,
     Placement,
     PostFilterInput,
+    PostFilterPlugin,
 )
 from flotilla.framework.jobs import (
     GANG_TASK_SEPARATOR,
@@ -124,6 +126,10 @@ class _Attempt:
     deferrable: bool = False
 
 
+_JOB_GANG = attrgetter("job.gang")
+"""A running job's gang, ``None`` for most."""
+
+
 class _Loop:
     def __init__(
         self,
@@ -141,6 +147,8 @@ class _Loop:
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
         self.failed_preemptions: set[tuple[object, ...]] = set()
+        # The PostFilter plugins that may act for each queue in this run (``may_act``).
+        self.post_filters: dict[str, list[PostFilterPlugin]] = {}
         self.deferred: list[tuple[SchedulingJob, tuple[SchedulingJob, ...]]] = []
         self.handled: set[str] = set()
         self.reserved_queues: set[str] = set()
@@ -346,15 +354,29 @@ class _Loop:
             self.pending.set(member.name, reason)
             self.handled.add(member.name)
 
+    def _post_filters(self, queue: str) -> list[PostFilterPlugin]:
+        """The PostFilter plugins that may act for ``queue`` this run, asked once per queue
+        (then read from ``self.post_filters``); skipping the others changes nothing, as they
+        would return an empty result."""
+        plugins = self.post_filters[queue] = [
+            plugin
+            for plugin in self.framework.post_filters
+            if (may_act := getattr(plugin, "may_act", None)) is None or may_act(queue, self.run)
+        ]
+        return plugins
+
     def _preempt(self, unit: _Unit, attempt: _Attempt) -> _Attempt | None:
-        if not self.framework.post_filters:
-            return None
         job = unit.job
+        plugins = self.post_filters.get(job.queue)
+        if plugins is None:
+            plugins = self._post_filters(job.queue)
+        if not plugins:
+            return None
         key = (job.placement_key, job.queue, job.priority)
         if key in self.failed_preemptions:
             return None
         refusals = []
-        for plugin in self.framework.post_filters:
+        for plugin in plugins:
             result = plugin.post_filter(
                 PostFilterInput(
                     job=job, reason=attempt.decision.reason, cycle=self.run.cycle, context=self.run
@@ -393,7 +415,11 @@ class _Loop:
 
     def _grow_partial_gangs(self) -> None:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
-        for running in list(self.run.running.values()):
+        runs = list(self.run.running.values())
+        # Every cycle: most fleets run no gang at all, which a C-level count tells at once.
+        if list(map(_JOB_GANG, runs)).count(None) == len(runs):
+            return
+        for running in runs:
             job = running.job
             if job.gang is None or job.gang.mode is not GangMode.NON_STRICT:
                 continue  # only a non-strict gang can run with members missing

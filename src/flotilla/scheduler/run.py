@@ -59,7 +59,11 @@ class SchedulingRun:
         self.long_view: list[Cluster] | None = None
         self.cycle = CycleState(time=snapshot.time)
         self.queues: dict[str, QueueInfo] = {queue.name: queue for queue in snapshot.queues}
-        self.running: dict[str, RunningJob] = {r.job.name: r for r in snapshot.running}
+        self.running: dict[str, RunningJob] = (
+            dict(snapshot.running_by_name)
+            if snapshot.running_by_name is not None
+            else {r.job.name: r for r in snapshot.running}
+        )
         self.scheduled: list[ScheduledJob] = []
         self.evictions: list[Eviction] = []
         self.unscheduled: dict[str, str] = {}

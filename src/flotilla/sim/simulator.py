@@ -29,7 +29,6 @@ from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, InlineExecutor
 from flotilla.scheduler.types import (
     CycleResult,
-    PendingReasons,
     QueueInfo,
     RunningJob,
     ScheduledJob,
@@ -38,7 +37,7 @@ from flotilla.scheduler.types import (
 )
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.state import WAITING_STATES, Event, Moment, SimJob, Timer
+from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
 @dataclass(frozen=True)
@@ -262,6 +261,7 @@ class Simulator:
             queued=self._backlog.queued(),
             queued_by_queue=self._backlog.by_queue(),
             running=list(self._running_views.values()),
+            running_by_name=dict(self._running_views),
             quotas=self.quotas,
             allocated=self._queue_allocated,
         )
@@ -315,13 +315,8 @@ class Simulator:
                     continue
             self._run(job, decision, now)
             applied += 1
-        # Per waiting job, every cycle: ``SimJob.waiting`` inlined, no dictionary built.
-        job_by_name, waiting, pending = self.job_by_name, WAITING_STATES, result.pending
-        writes = pending.writes() if isinstance(pending, PendingReasons) else pending.items()
-        for name, reason in writes:
-            job = job_by_name[name]
-            if job.state in waiting:
-                job.reason = reason
+        # Per waiting job, every cycle: no dictionary built, no per-job state check.
+        set_waiting_reasons(self._queued, result.pending)
         return applied
 
     def _preempt(self, job: SimJob, now: float, reason: str) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.snapshot import PendingReasons
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import JobState
 
@@ -86,3 +88,28 @@ class Timer(IntEnum):
     SUBMIT = 3
     CANCEL = 4
     GANG_TIMEOUT = 5
+
+
+def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str]) -> None:
+    """Give each waiting job named in ``pending`` its reason; other jobs keep theirs.
+
+    ``waiting`` holds exactly the jobs in ``WAITING_STATES``, by name (the simulator's queued
+    jobs), so membership stands in for the state check. The simulator does this for every
+    waiting job every cycle: a run of jobs sharing one reason is looked up with C-level
+    ``map``/``filter`` and only the attribute store runs per job. Writes happen in the order
+    recorded, so each job ends with the reason ``pending`` maps it to.
+    """
+    if not isinstance(pending, PendingReasons):
+        for name, reason in pending.items():
+            job = waiting.get(name)
+            if job is not None:
+                job.reason = reason
+        return
+    for subject, reason in pending.parts():
+        if isinstance(subject, str):
+            job = waiting.get(subject)
+            if job is not None:
+                job.reason = reason
+        else:
+            for job in filter(None, map(waiting.get, subject.names())):
+                job.reason = reason
