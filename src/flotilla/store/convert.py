@@ -54,19 +54,7 @@ def lazy_json(text: str | None) -> Mapping[str, Any]:
 
 def run_record(row: Run | AnyRow) -> RunRecord:
     """From an ORM object or a Core row of the runs table (same attribute names)."""
-    return RunRecord(
-        id=row.id,
-        job_id=row.job_id,
-        attempt=row.attempt,
-        cluster=row.cluster,
-        assignment=row.assignment,
-        state=RunState(row.state),
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        exit_code=row.exit_code,
-        message=row.message,
-    )
+    return _run_record(row, row.assignment)
 
 
 class SpecCache:
@@ -96,12 +84,17 @@ class SpecCache:
 def run_record_from_text(row: AnyRow) -> RunRecord:
     """From a Core row of the runs table with the assignment read as text
     (``assignment_text``), decoded when first read."""
+    return _run_record(row, lazy_json(row.assignment_text))
+
+
+def _run_record(row: Run | AnyRow, assignment: Mapping[str, Any]) -> RunRecord:
+    """The record of ``row`` with ``assignment`` as given (decoded, or to decode lazily)."""
     return RunRecord(
         id=row.id,
         job_id=row.job_id,
         attempt=row.attempt,
         cluster=row.cluster,
-        assignment=lazy_json(row.assignment_text),
+        assignment=assignment,
         state=RunState(row.state),
         created_at=row.created_at,
         started_at=row.started_at,
