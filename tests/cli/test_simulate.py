@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from typer.testing import CliRunner, Result
 
 from flotilla.cli.main import app
 from tests.builders import Data, cluster, job, jobs, nodes, scenario
+from tests.special_files import character_device_copy_of_null, fifo_reader
 
 GOOD = scenario(
     name="cli-basic",
@@ -183,3 +186,36 @@ def test_version() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.stdout.startswith("flotilla ")
+
+
+def test_report_to_a_fifo_leaves_it_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "report"
+    os.mkfifo(fifo)
+    with fifo_reader(fifo) as received:
+        result = invoke(str(write(tmp_path, GOOD)), "--format", "json", "-o", str(fifo))
+    assert result.exit_code == 0, result.output
+    assert json.loads(received())["scenario"] == "cli-basic"
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+@pytest.mark.parametrize("output_format", ["json", "table"])
+def test_report_to_a_copy_of_dev_null_leaves_it_a_device(
+    tmp_path: Path, output_format: str
+) -> None:
+    null = character_device_copy_of_null(tmp_path)
+    result = invoke(str(write(tmp_path, GOOD)), "--format", output_format, "-o", str(null))
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISCHR(null.stat().st_mode)
+
+
+def test_report_to_a_directory_is_refused_before_simulating(tmp_path: Path) -> None:
+    result = invoke(str(write(tmp_path, GOOD)), "--format", "json", "-o", str(tmp_path))
+    assert result.exit_code == 2
+    assert f"--output: {tmp_path}: is a directory" in flat(result.stderr)
+
+
+def test_table_report_to_a_file_is_written_whole(tmp_path: Path) -> None:
+    target = tmp_path / "report.txt"
+    result = invoke(str(write(tmp_path, GOOD)), "--format", "table", "-o", str(target))
+    assert result.exit_code == 0, result.output
+    assert "east" in target.read_text()

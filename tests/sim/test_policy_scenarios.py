@@ -17,9 +17,18 @@ POLICIES = Path(__file__).resolve().parents[1] / "scenarios" / "policies"
 
 
 @pytest.mark.parametrize("scenario", sorted(POLICIES.glob("*.yaml")), ids=lambda path: path.stem)
-def test_policy_scenario_holds_its_expectations(scenario: Path) -> None:
+def test_policy_scenario_holds_its_expectations(scenario: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        app, ["simulate", str(scenario), "--check", "--format", "json", "--output", "/dev/null"]
+        app,
+        [
+            "simulate",
+            str(scenario),
+            "--check",
+            "--format",
+            "json",
+            "--output",
+            str(tmp_path / "report.json"),
+        ],
     )
     assert result.exit_code == 0, result.output
 

@@ -21,12 +21,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 
 def _write(path: str, outcome: dict[str, object]) -> None:
+    """Write-then-rename, as ``flotilla.files`` does (this file may import nothing of
+    Flotilla): a device or FIFO at ``path`` is written in place, never replaced."""
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(outcome, file)
+        return
     temporary = f"{path}.tmp"
     with open(temporary, "w", encoding="utf-8") as file:
         json.dump(outcome, file)

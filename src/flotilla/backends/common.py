@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from flotilla.backends.interface import (
     ReplicaPlacement,
     RunState,
 )
+from flotilla.files import write_text_safely
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.payload import Payload, PayloadError, parse_payload
 
@@ -78,21 +78,11 @@ def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:
-    """Write-then-rename: a reader (or a restart after kill -9) sees old or new. ``durable``
-    fsyncs before the rename; without it the caller must ``sync_file`` later (a kill -9 of
-    this process keeps the page cache, only a power loss needs the fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=1, sort_keys=True)
-            file.flush()
-            if durable:
-                os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write-then-rename (``flotilla.files``): a reader (or a restart after kill -9) sees old or
+    new, and a device or FIFO at ``path`` is written, never replaced. ``durable`` fsyncs
+    before the rename; without it the caller must ``sync_file`` later (a kill -9 of this
+    process keeps the page cache, only a power loss needs the fsync)."""
+    write_text_safely(path, json.dumps(data, indent=1, sort_keys=True), durable=durable)
 
 
 def sync_file(path: Path) -> None:

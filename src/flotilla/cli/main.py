@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from enum import StrEnum
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from flotilla import __version__
 from flotilla.cli import fleet, jobs, serve, up
+from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
 
@@ -70,6 +72,9 @@ def simulate(
     from flotilla.sim.table import render_table
 
     err = Console(stderr=True)
+    if output is not None and output.is_dir():  # say so before a long simulation, not after
+        err.print(f"[bold red]error:[/] --output: {output}: is a directory", highlight=False)
+        raise typer.Exit(2)
     try:
         spec = load_scenario(scenario)
         options = SimulationOptions(until=until, progress=_progress(err, len(spec.jobs)))
@@ -84,17 +89,22 @@ def simulate(
         OutputFormat.TABLE if sys.stdout.isatty() and output is None else OutputFormat.JSON
     )
     if fmt is OutputFormat.JSON:
-        text = json.dumps(report, indent=2)
-        if output is not None:
-            _write_atomically(output, text + "\n")
-        else:
-            typer.echo(text)
+        text = json.dumps(report, indent=2) + "\n"
+        if output is None:
+            typer.echo(text, nl=False)
     else:
-        if output is not None:
-            with output.open("w", encoding="utf-8") as handle:
-                render_table(report, Console(file=handle, width=120))
-        else:
+        if output is None:
             render_table(report, Console())
+        else:
+            buffer = io.StringIO()
+            render_table(report, Console(file=buffer, width=120))
+            text = buffer.getvalue()
+    if output is not None:
+        try:
+            write_text_safely(output, text)
+        except OSError as error:
+            err.print(f"[bold red]error:[/] --output: {error}", highlight=False)
+            raise typer.Exit(2) from None
     if check:
         failures = check_expectations(sim)
         total = len(spec.expect)
@@ -104,13 +114,6 @@ def simulate(
             err.print(f"{total - len(failures)} of {total} expectations hold", highlight=False)
             raise typer.Exit(1)
         err.print(f"[green]all {total} expectations hold[/]", highlight=False)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename: never a half-written report."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
 
 
 def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-def]
