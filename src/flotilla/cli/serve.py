@@ -26,6 +26,7 @@ def serve(
     from flotilla.model.errors import SpecError
     from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
     from flotilla.store import SqlStore
+    from flotilla.web import mount_dashboard
 
     try:
         settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
@@ -36,7 +37,7 @@ def serve(
         fail(str(error), code=2)
     store = SqlStore.open(db)
     try:
-        run_server(create_app(store, None, settings), host, port)
+        run_server(mount_dashboard(create_app(store, None, settings)), host, port)
     finally:
         store.close()
 

@@ -55,6 +55,7 @@ def up(
     from flotilla.scheduler.records import cluster_spec_from_inventory
     from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
     from flotilla.store import SqlStore
+    from flotilla.web import mount_dashboard
 
     try:
         settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
@@ -98,7 +99,7 @@ def up(
         f"{cycle_interval:g}s\n  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
-        run_server(create_app(store, loop, settings), host, port)
+        run_server(mount_dashboard(create_app(store, loop, settings)), host, port)
     finally:
         stop.set()
         scheduler.join(timeout=30)

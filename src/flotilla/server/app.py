@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from starlette.routing import Route
 
 from flotilla import __version__
@@ -37,7 +38,11 @@ def create_app(
     poll_interval: float = 0.2,
 ) -> FastAPI:
     """``poll_interval``: how often an event stream looks for new events (seconds)."""
-    app = FastAPI(title="Flotilla", version=__version__, description=DESCRIPTION)
+    # Swagger UI from files the fastapi-offline package ships: no CDN, so /docs works on an
+    # air-gapped cluster. ReDoc (/redoc) is served by flotilla.web, under a CSP.
+    app = FastAPIOffline(
+        title="Flotilla", version=__version__, description=DESCRIPTION, redoc_url=None
+    )
     context = ServerContext(
         store=store, scheduler=scheduler, auth=auth, poll_interval=poll_interval
     )

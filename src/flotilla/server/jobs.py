@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from starlette.concurrency import run_in_threadpool
@@ -111,6 +111,13 @@ def list_jobs(
     label: Annotated[list[str] | None, Query(description="key=value; repeat: all match.")] = None,
     after: Annotated[int | None, Query(ge=0, description="A page's next_cursor.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    name: Annotated[
+        str | None, Query(max_length=200, description="Part of the name (any case).")
+    ] = None,
+    order: Annotated[
+        Literal["oldest", "newest"],
+        Query(description="newest: newest first; `after` then pages to older jobs."),
+    ] = "oldest",
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits)."""
     page = context.store.list_jobs(
@@ -120,6 +127,8 @@ def list_jobs(
         labels=parse_labels(label),
         after=after,
         limit=limit,
+        name_contains=name,
+        newest_first=order == "newest",
     )
     return JobList(jobs=[Job.from_record(job) for job in page.jobs], next_cursor=page.next_cursor)
 

@@ -171,10 +171,14 @@ class Store(Protocol):
         labels: Mapping[str, str] | None = None,
         after: int | None = None,
         limit: int = 100,
+        name_contains: str | None = None,
+        newest_first: bool = False,
     ) -> JobPage:
-        """Jobs in submission order, filtered (``labels``: every pair must match);
-        keyset-paginated: pass the page's
-        ``next_cursor`` as ``after``. Stable under concurrent submissions."""
+        """Jobs in submission order (``newest_first``: the reverse), filtered (``labels``:
+        every pair must match; ``name_contains``: a case-insensitive substring of the name);
+        keyset-paginated: pass the page's ``next_cursor`` as ``after`` (with the same
+        order: newest first, ``after`` means older than). Stable under concurrent
+        submissions."""
         ...
 
     # Queues and quotas --------------------------------------------------------------------

@@ -286,10 +286,13 @@ class SqlStore:
         labels: Mapping[str, str] | None = None,
         after: int | None = None,
         limit: int = 100,
+        name_contains: str | None = None,
+        newest_first: bool = False,
     ) -> JobPage:
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        query = select(Job).order_by(Job.submit_serial).limit(limit + 1)
+        order = Job.submit_serial.desc() if newest_first else Job.submit_serial
+        query = select(Job).order_by(order).limit(limit + 1)
         if queue is not None:
             query = query.where(Job.queue == queue)
         if states is not None:
@@ -298,8 +301,14 @@ class SqlStore:
             query = query.where(Job.owner == owner)
         for key, value in (labels or {}).items():
             query = query.where(Job.labels[key].as_string() == value)
+        if name_contains:
+            query = query.where(
+                func.lower(Job.name).contains(name_contains.lower(), autoescape=True)
+            )
         if after is not None:
-            query = query.where(Job.submit_serial > after)
+            query = query.where(
+                Job.submit_serial < after if newest_first else Job.submit_serial > after
+            )
         with self._sessions() as session:
             rows = list(session.scalars(query))
             more = len(rows) > limit

@@ -1,0 +1,145 @@
+"""Mounts the dashboard on the API app: the page at ``/ui``, its files at ``/ui/static``, and
+the few read-only endpoints the API lacks at ``/ui/api``.
+
+The page itself holds no data: it is static HTML and JavaScript that calls the same ``/v1``
+endpoints as the CLI, with the bearer token the person typed in. So the dashboard shows
+exactly what the API would show that token, and refuses what the API refuses. The
+``/ui/api`` endpoints take the same token and answer only aggregate views (what is allocated
+where, over time) and who the caller is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.openapi.docs import get_redoc_html
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from flotilla.server.context import Caller, Context, ServerContext
+from flotilla.web.timeline import Timeline
+from flotilla.web.usage import fleet_usage
+
+STATIC = Path(str(resources.files("flotilla.web") / "static"))
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+"""Only this server's own files: no CDN could be used even by mistake."""
+
+router = APIRouter(prefix="/ui/api", tags=["dashboard"])
+
+
+def _timeline(request: Request) -> Timeline:
+    timeline: Timeline = request.app.state.flotilla_timeline
+    return timeline
+
+
+@router.get("/me")
+def whoami(context: Context, user: Caller) -> dict[str, Any]:
+    """The caller and their permissions, so the page offers only the buttons that would
+    work (the API still checks every action)."""
+    return {
+        "name": user.name,
+        "admin": user.admin,
+        "queues": {queue: sorted(perms) for queue, perms in user.queues.items()},
+        "auth_enabled": context.auth.enabled,
+    }
+
+
+@router.get("/fleet")
+async def fleet(context: Context, _user: Caller) -> dict[str, Any]:
+    """Clusters with nodes (allocated against capacity per resource, GPU devices in use),
+    queues (running, queued, dominant share against fair share) and quotas (usage against
+    min/max, borrowing and lending), computed now."""
+    usage = await run_in_threadpool(fleet_usage, context.store)
+    return usage.as_dict()
+
+
+@router.get("/timeline")
+def timeline(
+    request: Request,
+    _user: Caller,
+    since: Annotated[float | None, Query(description="Only samples after this time.")] = None,
+) -> dict[str, Any]:
+    """The fleet sampled every few seconds since this server started (bounded)."""
+    sampler = _timeline(request)
+    return {"interval": sampler.interval, "samples": sampler.samples(since)}
+
+
+def _index() -> HTMLResponse:
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    return HTMLResponse(
+        html,
+        headers={
+            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+            "Cache-Control": "no-cache",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+REDOC_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "script-src 'self' 'unsafe-inline' blob:; worker-src 'self' blob:; connect-src 'self'"
+)
+"""ReDoc's bundle links a logo on a CDN: the policy keeps the browser from fetching it."""
+
+
+def _redoc(app: FastAPI) -> HTMLResponse:
+    page = get_redoc_html(
+        openapi_url=app.openapi_url or "/openapi.json",
+        title=f"{app.title} - ReDoc",
+        redoc_js_url="/static-offline-docs/redoc.standalone.js",
+        redoc_favicon_url="/static-offline-docs/favicon.png",
+        with_google_fonts=False,
+    )
+    page.headers["Content-Security-Policy"] = REDOC_POLICY
+    return page
+
+
+def mount_dashboard(app: FastAPI, *, timeline_interval: float = 2.0) -> FastAPI:
+    """Add ``/ui`` to an app built by ``flotilla.server.create_app``; the timeline sampler
+    runs while the app is served (started and stopped with its lifespan)."""
+    context: ServerContext = app.state.flotilla
+    sampler = Timeline(context.store, context.scheduler, interval=timeline_interval)
+    app.state.flotilla_timeline = sampler
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+
+    @app.get("/ui", include_in_schema=False)
+    def ui_page() -> HTMLResponse:
+        return _index()
+
+    @app.get("/ui/", include_in_schema=False)
+    def ui_slash() -> RedirectResponse:
+        return RedirectResponse("/ui")
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return _redoc(app)
+
+    previous = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[Any]:
+        sampler.start()
+        try:
+            async with previous(application) as state:
+                yield state
+        finally:
+            sampler.stop()
+
+    app.router.lifespan_context = lifespan
+    return app

@@ -1,0 +1,233 @@
+/* Flotilla's charts: small SVG line charts, box plots and a Gantt, with no dependency.
+ *
+ * One classic script shared by the dashboard (/ui/static/charts.js) and the simulation
+ * report (inlined into the page, which must open with the network off). Each chart is plain
+ * SVG: it scales with its container, has a fixed aspect ratio (no layout shift when data
+ * arrives), an aria-label summary and a <title> on every mark for hover.
+ * Exposes window.FlotillaCharts = {lineChart, boxPlot, gantt, formatSeconds, color}.
+ */
+(function () {
+  "use strict";
+  var NS = "http://www.w3.org/2000/svg";
+  // Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
+                 "#F0E442", "#000000"];
+
+  function color(index) { return PALETTE[index % PALETTE.length]; }
+
+  function el(name, attrs, parent) {
+    var node = document.createElementNS(NS, name);
+    for (var key in attrs) { if (attrs[key] !== undefined) node.setAttribute(key, attrs[key]); }
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function titled(node, text) { el("title", {}, node).textContent = text; return node; }
+
+  function formatSeconds(value) {
+    if (value === null || value === undefined || isNaN(value)) return "–";
+    var v = Math.abs(value);
+    if (v < 1) return (value * 1000).toFixed(v < 0.01 ? 2 : 0) + " ms";
+    if (v < 120) return (+value.toFixed(1)) + " s";
+    if (v < 7200) return (+(value / 60).toFixed(1)) + " min";
+    return (+(value / 3600).toFixed(1)) + " h";
+  }
+
+  function formatNumber(value) {
+    if (value === null || value === undefined || isNaN(value)) return "–";
+    var v = Math.abs(value);
+    if (v >= 1e9) return (+(value / 1e9).toFixed(1)) + "G";
+    if (v >= 1e6) return (+(value / 1e6).toFixed(1)) + "M";
+    if (v >= 1e4) return (+(value / 1e3).toFixed(1)) + "k";
+    if (v >= 10 || v === 0) return String(+value.toFixed(0));
+    return String(+value.toFixed(2));
+  }
+
+  function niceTicks(min, max, count) {
+    if (!(max > min)) { max = min + 1; }
+    var span = max - min, step = Math.pow(10, Math.floor(Math.log10(span / count)));
+    var err = span / count / step;
+    if (err >= 7.5) step *= 10; else if (err >= 3.5) step *= 5; else if (err >= 1.5) step *= 2;
+    var ticks = [], start = Math.ceil(min / step) * step;
+    for (var t = start; t <= max + step * 1e-9; t += step) ticks.push(+t.toFixed(10));
+    return ticks;
+  }
+
+  function frame(container, options, height) {
+    container.textContent = "";
+    var width = options.width || 640;
+    var svg = el("svg", {viewBox: "0 0 " + width + " " + height, role: "img",
+      "class": "chart", preserveAspectRatio: "xMidYMid meet"}, container);
+    svg.setAttribute("aria-label", options.label || options.title || "chart");
+    return {svg: svg, width: width, height: height};
+  }
+
+  function legend(container, entries) {
+    var list = document.createElement("ul");
+    list.className = "chart-legend";
+    entries.forEach(function (entry) {
+      var item = document.createElement("li");
+      var swatch = document.createElement("span");
+      swatch.className = "swatch" + (entry.dashed ? " dashed" : "");
+      swatch.style.borderColor = entry.color;
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(entry.name));
+      list.appendChild(item);
+    });
+    container.appendChild(list);
+  }
+
+  /* Lines over x (time). options: series [{name, points [[x, y]], dashed, color}], yMax,
+   * xFormat, yFormat, step (draw steps, for sampled state), markers [{x, label}], empty. */
+  function lineChart(container, options) {
+    var height = options.height || 220;
+    var f = frame(container, options, height);
+    var pad = {left: 52, right: 12, top: 10, bottom: 26};
+    var all = [];
+    options.series.forEach(function (s) { s.points.forEach(function (p) { all.push(p); }); });
+    var plotW = f.width - pad.left - pad.right, plotH = height - pad.top - pad.bottom;
+    if (!all.length) {
+      el("text", {x: f.width / 2, y: height / 2, "text-anchor": "middle", "class": "empty"},
+         f.svg).textContent = options.empty || "no data yet";
+      return f.svg;
+    }
+    var xs = all.map(function (p) { return p[0]; }), ys = all.map(function (p) { return p[1]; });
+    var x0 = options.xMin !== undefined ? options.xMin : Math.min.apply(null, xs);
+    var x1 = Math.max.apply(null, xs);
+    if (x1 <= x0) x1 = x0 + 1;
+    var yMax = options.yMax !== undefined ? options.yMax : Math.max.apply(null, ys);
+    if (!(yMax > 0)) yMax = 1;
+    var yTicks = niceTicks(0, yMax, 4);
+    yMax = Math.max(yMax, yTicks[yTicks.length - 1]);
+    function sx(x) { return pad.left + (x - x0) / (x1 - x0) * plotW; }
+    function sy(y) { return pad.top + plotH - y / yMax * plotH; }
+    var yFormat = options.yFormat || formatNumber, xFormat = options.xFormat || formatNumber;
+    var axis = el("g", {"class": "axis"}, f.svg);
+    yTicks.forEach(function (t) {
+      el("line", {x1: pad.left, x2: f.width - pad.right, y1: sy(t), y2: sy(t), "class": "grid"}, axis);
+      el("text", {x: pad.left - 6, y: sy(t) + 4, "text-anchor": "end"}, axis).textContent = yFormat(t);
+    });
+    niceTicks(x0, x1, 6).forEach(function (t) {
+      if (t < x0 || t > x1) return;
+      el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = xFormat(t);
+    });
+    (options.markers || []).forEach(function (m) {
+      titled(el("line", {x1: sx(m.x), x2: sx(m.x), y1: pad.top, y2: pad.top + plotH,
+        "class": "marker"}, f.svg), m.label);
+    });
+    var entries = [];
+    options.series.forEach(function (s, index) {
+      var stroke = s.color || color(index);
+      entries.push({name: s.name, color: stroke, dashed: s.dashed});
+      if (!s.points.length) return;
+      var d = "";
+      s.points.forEach(function (p, i) {
+        if (i === 0) d += "M" + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1);
+        else if (options.step) d += "H" + sx(p[0]).toFixed(1) + "V" + sy(p[1]).toFixed(1);
+        else d += "L" + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1);
+      });
+      if (options.step && options.xEnd !== undefined) d += "H" + sx(options.xEnd).toFixed(1);
+      var path = el("path", {d: d, fill: "none", stroke: stroke, "stroke-width": 2,
+        "stroke-dasharray": s.dashed ? "5 4" : undefined, "class": "series",
+        "data-series": s.name, "data-points": String(s.points.length)}, f.svg);
+      var last = s.points[s.points.length - 1];
+      titled(path, s.name + ": " + yFormat(last[1]) + " at " + xFormat(last[0]));
+    });
+    legend(container, entries);
+    return f.svg;
+  }
+
+  function quantile(sorted, q) {
+    if (!sorted.length) return NaN;
+    var pos = (sorted.length - 1) * q, lo = Math.floor(pos), hi = Math.ceil(pos);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+  }
+
+  /* One horizontal box per row: min, p25, median, p75, p95 and max of row.values. */
+  function boxPlot(container, options) {
+    var rows = options.rows, rowH = 34, pad = {left: 120, right: 16, top: 8, bottom: 26};
+    var height = pad.top + pad.bottom + Math.max(rows.length, 1) * rowH;
+    var f = frame(container, options, height);
+    var plotW = f.width - pad.left - pad.right;
+    var max = 0;
+    rows.forEach(function (r) { r.values.forEach(function (v) { if (v > max) max = v; }); });
+    if (!(max > 0)) max = 1;
+    var ticks = niceTicks(0, max, 5);
+    max = Math.max(max, ticks[ticks.length - 1]);
+    var fmt = options.format || formatSeconds;
+    function sx(v) { return pad.left + v / max * plotW; }
+    var axis = el("g", {"class": "axis"}, f.svg);
+    ticks.forEach(function (t) {
+      el("line", {x1: sx(t), x2: sx(t), y1: pad.top, y2: height - pad.bottom, "class": "grid"}, axis);
+      el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = fmt(t);
+    });
+    rows.forEach(function (row, index) {
+      var y = pad.top + index * rowH + rowH / 2;
+      var name = row.name.length > 16 ? row.name.slice(0, 15) + "…" : row.name;
+      titled(el("text", {x: pad.left - 8, y: y + 4, "text-anchor": "end", "class": "label"},
+        f.svg), row.name).appendChild(document.createTextNode(name));
+      var values = row.values.slice().sort(function (a, b) { return a - b; });
+      if (!values.length) {
+        el("text", {x: pad.left + 4, y: y + 4, "class": "empty"}, f.svg).textContent = "no job started";
+        return;
+      }
+      var q = [values[0], quantile(values, 0.25), quantile(values, 0.5), quantile(values, 0.75),
+               quantile(values, 0.95), values[values.length - 1]];
+      var g = el("g", {"class": "box", "data-row": row.name, "data-count": String(values.length)}, f.svg);
+      var c = color(index);
+      el("line", {x1: sx(q[0]), x2: sx(q[5]), y1: y, y2: y, stroke: c}, g);
+      el("rect", {x: sx(q[1]), y: y - 9, width: Math.max(sx(q[3]) - sx(q[1]), 1.5), height: 18,
+        fill: c, "fill-opacity": 0.35, stroke: c}, g);
+      el("line", {x1: sx(q[2]), x2: sx(q[2]), y1: y - 9, y2: y + 9, stroke: c, "stroke-width": 3}, g);
+      el("line", {x1: sx(q[4]), x2: sx(q[4]), y1: y - 5, y2: y + 5, stroke: c}, g);
+      titled(g, row.name + ": " + values.length + " jobs; min " + fmt(q[0]) + ", median " +
+        fmt(q[2]) + ", p95 " + fmt(q[4]) + ", max " + fmt(q[5]));
+    });
+    return f.svg;
+  }
+
+  /* Jobs on nodes over time. options: rows [node names], bars [{row, start, end, label,
+   * group, preempted}], xEnd. Bars of one group (queue) share a colour. */
+  function gantt(container, options) {
+    var rows = options.rows, rowH = 18, pad = {left: 150, right: 12, top: 6, bottom: 26};
+    var height = pad.top + pad.bottom + Math.max(rows.length, 1) * rowH;
+    var f = frame(container, options, height);
+    var plotW = f.width - pad.left - pad.right;
+    var x1 = options.xEnd || 1;
+    options.bars.forEach(function (b) { if (b.end > x1) x1 = b.end; });
+    function sx(x) { return pad.left + x / x1 * plotW; }
+    var index = {};
+    rows.forEach(function (r, i) {
+      index[r] = i;
+      var y = pad.top + i * rowH;
+      var name = r.length > 22 ? r.slice(0, 21) + "…" : r;
+      titled(el("text", {x: pad.left - 6, y: y + rowH - 5, "text-anchor": "end", "class": "label"},
+        f.svg), r).appendChild(document.createTextNode(name));
+      if (i % 2 === 0) el("rect", {x: pad.left, y: y, width: plotW, height: rowH, "class": "band"}, f.svg);
+    });
+    var axis = el("g", {"class": "axis"}, f.svg);
+    niceTicks(0, x1, 6).forEach(function (t) {
+      el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = formatSeconds(t);
+    });
+    var groups = options.groups || [];
+    options.bars.forEach(function (b) {
+      if (!(b.row in index)) return;
+      var y = pad.top + index[b.row] * rowH + 2;
+      var c = color(Math.max(groups.indexOf(b.group), 0));
+      var rect = el("rect", {x: sx(b.start), y: y, width: Math.max(sx(b.end) - sx(b.start), 1),
+        height: rowH - 4, fill: c, "fill-opacity": 0.8, "class": "bar"}, f.svg);
+      titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + formatSeconds(b.start) +
+        " → " + formatSeconds(b.end) + (b.preempted ? ", preempted" : ""));
+      if (b.preempted) {
+        titled(el("path", {d: "M" + sx(b.end) + "," + y + "l4,-4h-8z", "class": "preemption"},
+          f.svg), b.label + " preempted at " + formatSeconds(b.end));
+      }
+    });
+    legend(container, groups.map(function (g, i) { return {name: g, color: color(i)}; })
+      .concat([{name: "▼ preempted", color: "#D55E00"}]));
+    return f.svg;
+  }
+
+  window.FlotillaCharts = {lineChart: lineChart, boxPlot: boxPlot, gantt: gantt,
+    formatSeconds: formatSeconds, formatNumber: formatNumber, color: color};
+})();

@@ -1,0 +1,144 @@
+"""The dashboard in a real browser over a real ``flotilla up``: what a person would check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from tests.e2e.service import Server, job_spec
+from tests.web.conftest import ANA_TOKEN, VIEWER_TOKEN, screenshot
+
+LIVE = 30_000
+"""Milliseconds a live update may take on a loaded 2-core box."""
+
+
+def signed_in(browser: Any, server: Server, token: str, **context: Any) -> Page:
+    options = {"viewport": {"width": 1280, "height": 800}, **context}
+    page: Page = browser.new_context(**options).new_page()
+    page.goto(f"{server.url}/ui")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    return page
+
+
+def test_a_job_appears_runs_and_finishes_live_with_its_logs(browser: Any, server: Server) -> None:
+    page = signed_in(browser, server, ANA_TOKEN)
+    expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+    script = "for i in 1 2 3 4 5 6; do echo line-$i; sleep 0.5; done"
+    [job_id] = server.submit(job_spec("printer", ["sh", "-c", script]))
+    row = page.locator(f"tr[data-job='{job_id}']")
+    expect(row).to_be_visible(timeout=LIVE)  # appears without a reload
+    expect(row).to_have_attribute("data-state", "running", timeout=LIVE)
+    screenshot(page, "jobs")
+    row.get_by_role("link", name="printer").click()
+    expect(page.get_by_role("heading", name="printer")).to_be_visible()
+    logs = page.locator("pre.logs")
+    expect(logs).to_contain_text("line-1", timeout=LIVE)
+    expect(logs).to_contain_text("line-6", timeout=LIVE)  # streamed as the job writes
+    expect(page.locator(".job-head .badge")).to_have_text("succeeded", timeout=LIVE)
+    expect(page.locator("ol.events")).to_contain_text("running")
+    expect(page.locator("section.runs")).to_contain_text("main[0] on")
+    screenshot(page, "job")
+
+
+def test_the_page_says_why_a_job_waits(browser: Any, server: Server) -> None:
+    [job_id] = server.submit(job_spec("too-big", ["true"], cpu=4096))
+    page = signed_in(browser, server, ANA_TOKEN)
+    page.goto(f"{server.url}/ui#/jobs/{job_id}")
+    why = page.locator("section.why")
+    expect(why).to_contain_text("Why it waits", timeout=LIVE)
+    reason = server.http.get(f"/v1/jobs/{job_id}/why").json()["reason"]
+    assert reason
+    expect(why.locator(".reason-text")).to_contain_text(reason, timeout=LIVE)
+    expect(why.locator(".position")).to_have_text("1 of 1")
+
+
+def test_cancel_works_for_a_user_allowed_to_and_is_refused_otherwise(
+    browser: Any, server: Server
+) -> None:
+    [job_id] = server.submit(job_spec("waits", ["true"], cpu=4096))
+    viewer = signed_in(browser, server, VIEWER_TOKEN)
+    viewer.goto(f"{server.url}/ui#/jobs/{job_id}")
+    expect(viewer.locator("#cancel-hint")).to_contain_text("no cancel permission on queue default")
+    expect(viewer.locator("#cancel")).to_be_disabled()
+    refused = httpx.post(
+        f"{server.url}/v1/jobs/{job_id}/cancel",
+        json={},
+        headers={"Authorization": f"Bearer {VIEWER_TOKEN}"},
+    )
+    assert refused.status_code == 403  # what the page's hint stands for
+    assert server.state(job_id) == "queued"
+
+    page = signed_in(browser, server, ANA_TOKEN)
+    page.goto(f"{server.url}/ui#/jobs/{job_id}")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.locator("#cancel").click()
+    expect(page.locator(".job-head .badge")).to_have_text("cancelled", timeout=LIVE)
+    assert server.state(job_id) == "cancelled"
+
+
+def test_filters_and_the_other_pages(browser: Any, server: Server) -> None:
+    server.submit(
+        job_spec("alpha-train", ["sleep", "30"], labels={"team": "a"}),
+        job_spec("beta-eval", ["true"], labels={"team": "b"}),
+    )
+    page = signed_in(browser, server, ANA_TOKEN)
+    page.get_by_label("Name").fill("ALPHA")
+    page.get_by_label("Name").press("Enter")
+    rows = page.locator("table.jobs tbody tr[data-job]")
+    expect(rows).to_have_count(1, timeout=LIVE)
+    expect(rows.first).to_contain_text("alpha-train")
+    page.goto(f"{server.url}/ui#/jobs?label=team%3Db")
+    expect(rows).to_have_count(1, timeout=LIVE)
+    expect(rows.first).to_contain_text("beta-eval")
+
+    page.get_by_role("link", name="Queues").click()
+    expect(page.locator("tr[data-queue='default']")).to_be_visible(timeout=LIVE)
+    expect(page.locator("svg.chart path.series").first).to_be_attached(timeout=LIVE)
+    screenshot(page, "queues")
+    page.get_by_role("link", name="Clusters").click()
+    node = page.locator("section[data-cluster='local'] tr[data-node]")
+    expect(node).to_have_count(1, timeout=LIVE)
+    expect(page.locator("section[data-cluster='local']")).to_contain_text("backend local")
+    screenshot(page, "clusters")
+    page.get_by_role("link", name="Scheduler").click()
+    expect(page.locator("dl.facts")).to_contain_text("Leader", timeout=LIVE)
+    screenshot(page, "scheduler")
+
+
+def test_keyboard_and_a_narrow_screen(browser: Any, server: Server) -> None:
+    page = signed_in(browser, server, ANA_TOKEN, viewport={"width": 390, "height": 800})
+    expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+    page.keyboard.press("Tab")  # focus sits on the page's content after a route
+    expect(page.locator("select[name=queue]")).to_be_focused()
+    for _ in range(5):  # back through the header: sign out, API, Scheduler, Clusters, Queues
+        page.keyboard.press("Shift+Tab")
+    expect(page.get_by_role("link", name="Queues")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways on a narrow screen: {width}px"
+    screenshot(page, "narrow-queues")
+
+
+def test_api_docs_work_offline(browser: Any, server: Server) -> None:
+    context = browser.new_context()
+    outside: list[str] = []
+
+    def block_outside(route: Any) -> None:
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", block_outside)
+    page = context.new_page()
+    for path, ready in (("/docs", ".swagger-ui .info"), ("/redoc", "redoc, [role=search]")):
+        page.goto(f"{server.url}{path}")
+        expect(page.locator(ready).first).to_be_attached(timeout=LIVE)
+    page.goto(f"{server.url}/ui")
+    expect(page.get_by_label("Token")).to_be_visible()
+    assert outside == []
