@@ -30,6 +30,7 @@ app = typer.Typer(
 class OutputFormat(StrEnum):
     JSON = "json"
     TABLE = "table"
+    HTML = "html"
 
 
 def _version(value: bool) -> None:
@@ -55,7 +56,11 @@ def simulate(
     ] = None,
     output_format: Annotated[
         OutputFormat | None,
-        typer.Option("--format", help="json or table (default: table on a terminal, else json)."),
+        typer.Option(
+            "--format",
+            help="json, table, or html: one self-contained page of charts (needs -o FILE). "
+            "Default: table on a terminal, else json.",
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -75,6 +80,9 @@ def simulate(
     if output is not None and output.is_dir():  # say so before a long simulation, not after
         err.print(f"[bold red]error:[/] --output: {output}: is a directory", highlight=False)
         raise typer.Exit(2)
+    if output_format is OutputFormat.HTML and output is None:
+        err.print("[bold red]error:[/] --format html: give the page a file with -o FILE")
+        raise typer.Exit(2)
     try:
         spec = load_scenario(scenario)
         options = SimulationOptions(until=until, progress=_progress(err, len(spec.jobs)))
@@ -88,7 +96,11 @@ def simulate(
     fmt = output_format or (
         OutputFormat.TABLE if sys.stdout.isatty() and output is None else OutputFormat.JSON
     )
-    if fmt is OutputFormat.JSON:
+    if fmt is OutputFormat.HTML:
+        from flotilla.web.simreport import render_simulation_html
+
+        text = render_simulation_html(sim, report)
+    elif fmt is OutputFormat.JSON:
         text = json.dumps(report, indent=2) + "\n"
         if output is None:
             typer.echo(text, nl=False)

@@ -27,6 +27,7 @@ function h(tag, attrs, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (key === "class") node.className = value;
+    else if (key === "style") node.style.cssText = value;  // CSSOM: allowed by the page's CSP
     else node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
@@ -71,6 +72,16 @@ function fmtAmount(name, value) {
 }
 
 /** Run fn now and every ms while its page is current; never two runs at once. */
+function clock(epochSeconds) {
+  return new Date(epochSeconds * 1000).toLocaleTimeString(undefined, {hour: "2-digit",
+    minute: "2-digit", second: "2-digit"});
+}
+
+/** replaceChildren without the holes: conditional parts may be null or false. */
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function every(ms, fn) {
   const id = routeId;
   if (stale(id)) return;
@@ -269,14 +280,14 @@ async function jobPage(jobId) {
       clearTimers();
       return;
     }
-    header.replaceChildren(h("h1", {}, short(job.name, 48), " ", badge(job.state)),
+    fill(header, h("h1", {}, short(job.name, 48), " ", badge(job.state)),
       h("p", {class: "meta"}, "id ", short(job.id, 40, true), " · queue ", short(job.queue, 24),
         " · owner ", job.owner || "–", " · priority ", String(job.priority),
         " · submitted ", when(job.submitted_at)));
     const key = job.state + "/" + job.priority + "/" + job.cancel_requested;
     if (actionsFor !== key) { renderActions(); actionsFor = key; }
     const detail = await api("/v1/jobs/" + encodeURIComponent(jobId) + "/why");
-    why.replaceChildren(h("h2", {}, WAITING.has(job.state) ? "Why it waits" : "State"),
+    fill(why, h("h2", {}, WAITING.has(job.state) ? "Why it waits" : "State"),
       h("p", {class: "reason-text"}, detail.summary),
       detail.queue_position ? h("p", {}, "Place in queue: ",
         h("strong", {class: "position"}, detail.queue_position + " of " + detail.queued_in_queue)) : null,
@@ -292,7 +303,7 @@ async function jobPage(jobId) {
   }
 
   function renderRuns() {
-    runs.replaceChildren(h("h2", {}, "Runs"), job.runs.length ? h("table", {class: "runs-table"},
+    fill(runs, h("h2", {}, "Runs"), job.runs.length ? h("table", {class: "runs-table"},
       h("thead", {}, h("tr", {}, ["Attempt", "Cluster", "State", "Started", "Finished", "Exit",
         "Replicas (node, GPUs)"].map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, job.runs.map((run) => h("tr", {},
@@ -437,22 +448,21 @@ async function queuesPage() {
     const timeline = await api("/ui/api/timeline");
     const samples = timeline.samples;
     const names = fleet.queues.map((q) => q.name);
-    const t0 = samples.length ? samples[0].time : 0;
     const series = [];
     names.forEach((name, i) => {
       const pts = samples.filter((s) => s.queues[name]);
-      series.push({name: name + " share", color: Charts.color(i), points: pts.map((s) => [s.time - t0, s.queues[name].share])});
-      series.push({name: name + " fair", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time - t0, s.queues[name].fair])});
+      series.push({name: name + " share", color: Charts.color(i), points: pts.map((s) => [s.time, s.queues[name].share])});
+      series.push({name: name + " fair", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time, s.queues[name].fair])});
     });
-    Charts.lineChart(shareChart, {series, yMax: 1, step: true, xFormat: Charts.formatSeconds,
+    Charts.lineChart(shareChart, {series, yMax: 1, step: true, xFormat: clock,
       yFormat: (v) => (v * 100).toFixed(0) + "%", label: "queue shares over time"});
     const counts = [];
     names.forEach((name, i) => {
       const pts = samples.filter((s) => s.queues[name]);
-      counts.push({name: name + " running", color: Charts.color(i), points: pts.map((s) => [s.time - t0, s.queues[name].running])});
-      counts.push({name: name + " queued", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time - t0, s.queues[name].queued])});
+      counts.push({name: name + " running", color: Charts.color(i), points: pts.map((s) => [s.time, s.queues[name].running])});
+      counts.push({name: name + " queued", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time, s.queues[name].queued])});
     });
-    Charts.lineChart(countChart, {series: counts, step: true, xFormat: Charts.formatSeconds, label: "jobs per queue over time"});
+    Charts.lineChart(countChart, {series: counts, step: true, xFormat: clock, label: "jobs per queue over time"});
     say("updated " + new Date().toLocaleTimeString());
   }
   every(3000, () => refresh().catch((error) => say(error.message, "error")));
@@ -488,13 +498,13 @@ async function clustersPage() {
             })) : "–")))))));
     }));
     const timeline = await api("/ui/api/timeline");
-    const samples = timeline.samples, t0 = samples.length ? samples[0].time : 0;
+    const samples = timeline.samples;
     const series = [];
     fleet.clusters.forEach((c) => Object.keys(c.capacity).forEach((r) => {
       series.push({name: c.name + " " + r, points: samples.filter((s) => s.clusters[c.name] && r in s.clusters[c.name])
-        .map((s) => [s.time - t0, s.clusters[c.name][r]])});
+        .map((s) => [s.time, s.clusters[c.name][r]])});
     }));
-    Charts.lineChart(chart, {series, yMax: 1, step: true, xFormat: Charts.formatSeconds,
+    Charts.lineChart(chart, {series, yMax: 1, step: true, xFormat: clock,
       yFormat: (v) => (v * 100).toFixed(0) + "%", label: "utilisation over time"});
     say("updated " + new Date().toLocaleTimeString());
   }
@@ -521,15 +531,14 @@ async function schedulerPage() {
       : [["Scheduler", "none in this server process (flotilla serve)"]];
     facts.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))]));
     const samples = (await api("/ui/api/timeline")).samples.filter((s) => s.cycle);
-    const t0 = samples.length ? samples[0].time : 0;
     Charts.lineChart(times, {series: [
-      {name: "cycle", points: samples.map((s) => [s.time - t0, s.cycle.seconds])},
-      {name: "algorithm", points: samples.map((s) => [s.time - t0, s.cycle.algorithm_seconds || 0])}],
-      xFormat: Charts.formatSeconds, yFormat: Charts.formatSeconds, label: "cycle time over time"});
+      {name: "cycle", points: samples.map((s) => [s.time, s.cycle.seconds])},
+      {name: "algorithm", points: samples.map((s) => [s.time, s.cycle.algorithm_seconds || 0])}],
+      xFormat: clock, yFormat: Charts.formatSeconds, label: "cycle time over time"});
     Charts.lineChart(decisions, {series: ["considered", "scheduled", "preempted"].map((k) => ({
-      name: k, points: samples.map((s) => [s.time - t0, s.cycle[k]])})), step: true,
-      xFormat: Charts.formatSeconds, label: "decisions over time",
-      markers: samples.filter((s) => s.cycle.preempted).map((s) => ({x: s.time - t0, label: s.cycle.preempted + " preempted"}))});
+      name: k, points: samples.map((s) => [s.time, s.cycle[k]])})), step: true,
+      xFormat: clock, label: "decisions over time",
+      markers: samples.filter((s) => s.cycle.preempted).map((s) => ({x: s.time, label: s.cycle.preempted + " preempted"}))});
     say("updated " + new Date().toLocaleTimeString());
   }
   every(3000, () => refresh().catch((error) => say(error.message, "error")));

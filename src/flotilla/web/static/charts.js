@@ -27,6 +27,7 @@
   function formatSeconds(value) {
     if (value === null || value === undefined || isNaN(value)) return "–";
     var v = Math.abs(value);
+    if (v === 0) return "0";
     if (v < 1) return (value * 1000).toFixed(v < 0.01 ? 2 : 0) + " ms";
     if (v < 120) return (+value.toFixed(1)) + " s";
     if (v < 7200) return (+(value / 60).toFixed(1)) + " min";
@@ -53,9 +54,25 @@
     return ticks;
   }
 
+  var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
+                    21600, 43200, 86400, 172800, 604800];
+
+  /* Ticks on a seconds axis at round durations (every 5 min, not every 16.7 min). */
+  function timeTicks(min, max, count) {
+    var span = max - min, step = TIME_STEPS[TIME_STEPS.length - 1];
+    for (var i = 0; i < TIME_STEPS.length; i++) {
+      if (span / TIME_STEPS[i] <= count) { step = TIME_STEPS[i]; break; }
+    }
+    if (span < count) return niceTicks(min, max, count);
+    var ticks = [];
+    for (var t = Math.ceil(min / step) * step; t <= max + 1e-9; t += step) ticks.push(t);
+    return ticks;
+  }
+
   function frame(container, options, height) {
     container.textContent = "";
-    var width = options.width || 640;
+    // Drawn at the container's own width, so text keeps its size on any screen.
+    var width = options.width || Math.max(container.clientWidth || 0, 300) || 640;
     var svg = el("svg", {viewBox: "0 0 " + width + " " + height, role: "img",
       "class": "chart", preserveAspectRatio: "xMidYMid meet"}, container);
     svg.setAttribute("aria-label", options.label || options.title || "chart");
@@ -107,7 +124,7 @@
       el("line", {x1: pad.left, x2: f.width - pad.right, y1: sy(t), y2: sy(t), "class": "grid"}, axis);
       el("text", {x: pad.left - 6, y: sy(t) + 4, "text-anchor": "end"}, axis).textContent = yFormat(t);
     });
-    niceTicks(x0, x1, 6).forEach(function (t) {
+    (options.timeAxis ? timeTicks : niceTicks)(x0, x1, 6).forEach(function (t) {
       if (t < x0 || t > x1) return;
       el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = xFormat(t);
     });
@@ -152,9 +169,9 @@
     var max = 0;
     rows.forEach(function (r) { r.values.forEach(function (v) { if (v > max) max = v; }); });
     if (!(max > 0)) max = 1;
-    var ticks = niceTicks(0, max, 5);
-    max = Math.max(max, ticks[ticks.length - 1]);
     var fmt = options.format || formatSeconds;
+    var ticks = (fmt === formatSeconds ? timeTicks : niceTicks)(0, max, 5);
+    max = Math.max(max, ticks[ticks.length - 1]);
     function sx(v) { return pad.left + v / max * plotW; }
     var axis = el("g", {"class": "axis"}, f.svg);
     ticks.forEach(function (t) {
@@ -206,7 +223,7 @@
       if (i % 2 === 0) el("rect", {x: pad.left, y: y, width: plotW, height: rowH, "class": "band"}, f.svg);
     });
     var axis = el("g", {"class": "axis"}, f.svg);
-    niceTicks(0, x1, 6).forEach(function (t) {
+    timeTicks(0, x1, 6).forEach(function (t) {
       el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = formatSeconds(t);
     });
     var groups = options.groups || [];
@@ -215,7 +232,8 @@
       var y = pad.top + index[b.row] * rowH + 2;
       var c = color(Math.max(groups.indexOf(b.group), 0));
       var rect = el("rect", {x: sx(b.start), y: y, width: Math.max(sx(b.end) - sx(b.start), 1),
-        height: rowH - 4, fill: c, "fill-opacity": 0.8, "class": "bar"}, f.svg);
+        height: rowH - 4, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
+        "class": "bar"}, f.svg);
       titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + formatSeconds(b.start) +
         " → " + formatSeconds(b.end) + (b.preempted ? ", preempted" : ""));
       if (b.preempted) {
