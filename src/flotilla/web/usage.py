@@ -241,10 +241,13 @@ def _quota_usage(roots: list[QuotaSpec], queues: list[QueueUsage]) -> list[dict[
         for child in spec.children:
             _add(usage, visit(child, spec.name, depth + 1))
         row["usage"] = usage
+        # Only resources the quota bounds (named in min or max) can borrow: the others are
+        # not governed by it.
+        bounded = set(row["min"]) | set(row["max"] or {})
         row["borrowing"] = {
             name: round(amount - row["min"].get(name, 0.0), 6)
             for name, amount in usage.items()
-            if amount > row["min"].get(name, 0.0) + 1e-9
+            if name in bounded and amount > row["min"].get(name, 0.0) + 1e-9
         }
         row["lending"] = {
             name: round(minimum - usage.get(name, 0.0), 6)

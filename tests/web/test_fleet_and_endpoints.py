@@ -1,0 +1,156 @@
+"""What the dashboard's own endpoints answer: allocation per node, queue and quota; the
+timeline; who the caller is; the same tokens as the API; and newest-first job pages."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
+from flotilla.server import AuthSettings, create_app
+from flotilla.store import RunRequest, SqlStore
+from flotilla.web import mount_dashboard
+from flotilla.web.usage import fleet_usage
+from tests.server.api_support import FakeScheduler
+
+TOKENS = {
+    "users": [
+        {"name": "ana", "token_env": "ANA", "queues": {"team-a": ["cancel"]}},
+        {"name": "ops", "token_env": "OPS", "admin": True},
+    ]
+}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    """Two 8-cpu nodes with 4 GPUs each; team-a (quota qa: min 4 cpu) runs a 2-replica job
+    holding 3 cpu and 1 GPU per replica; team-b (quota qb: min 8 cpu, weight 2) waits."""
+    store = SqlStore.open(f"sqlite:///{tmp_path}/flotilla.db")
+    group = {"name": "g", "count": 2, "resources": {"cpu": 8, "memory": "32Gi"}}
+    group["gpus"] = {"count": 4, "memory": "80Gi"}
+    store.upsert_cluster(ClusterSpec.model_validate({"name": "c1", "nodes": [group]}))
+    store.put_quota(
+        QuotaSpec.model_validate(
+            {
+                "name": "root",
+                "children": [
+                    {"name": "qa", "min": {"cpu": 4}, "max": {"cpu": 12}},
+                    {"name": "qb", "min": {"cpu": 8}},
+                ],
+            }
+        )
+    )
+    store.put_queue(QueueSpec(name="team-a", quota="qa"))
+    store.put_queue(QueueSpec(name="team-b", quota="qb", weight=2))
+    task = {"name": "main", "replicas": 2, "resources": {"cpu": 3, "gpu": 1}}
+    running, waiting = store.submit_jobs(
+        [
+            JobSpec.model_validate({"name": "train", "queue": "team-a", "tasks": [task]}),
+            JobSpec.model_validate({"name": "eval", "queue": "team-b", "tasks": [task]}),
+        ]
+    )
+    placements = [
+        {"task": "main", "replica": 0, "node": "g-0", "gpus": [0], "shares": []},
+        {"task": "main", "replica": 1, "node": "g-1", "gpus": [2], "shares": []},
+    ]
+    store.record_runs([RunRequest(running, "c1", {"cluster": "c1", "placements": placements})])
+    yield store
+    store.close()
+
+
+def test_allocation_per_node_cluster_queue_and_quota(store: SqlStore) -> None:
+    usage = fleet_usage(store).as_dict()
+    [cluster] = usage["clusters"]
+    assert cluster["capacity"] == {"cpu": 16, "memory": 64 * 2**30, "gpu": 8}
+    assert cluster["allocated"] == {"cpu": 6, "gpu": 2}
+    first = cluster["nodes"][0]
+    assert (first["name"], first["allocated"], first["gpu_devices"]) == (
+        "g-0",
+        {"cpu": 3, "gpu": 1},
+        4,
+    )
+    assert first["gpus_in_use"] == {"0": ["train"]}
+    queues = {queue["name"]: queue for queue in usage["queues"]}
+    assert (queues["team-a"]["running"], queues["team-a"]["queued"]) == (1, 0)
+    assert (queues["team-b"]["running"], queues["team-b"]["queued"]) == (0, 1)
+    assert queues["team-a"]["dominant_share"] == 0.375  # 6 of 16 cpu beats 2 of 8 GPUs
+    # Both want resources: fair shares follow the weights 1 and 2.
+    assert queues["team-a"]["fair_share"] == pytest.approx(1 / 3, abs=1e-4)
+    assert queues["team-b"]["fair_share"] == pytest.approx(2 / 3, abs=1e-4)
+    quotas = {quota["name"]: quota for quota in usage["quotas"]}
+    assert quotas["qa"]["borrowing"] == {"cpu": 2}  # uses 6, guaranteed 4
+    assert quotas["qb"]["lending"] == {"cpu": 8}  # guaranteed 8, uses none
+    assert quotas["root"]["usage"] == {"cpu": 6, "gpu": 2}
+
+
+@pytest.fixture
+def client(store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    auth = AuthSettings.from_data(TOKENS, environ={"ANA": "ana-token", "OPS": "ops-token"})
+    app = mount_dashboard(create_app(store, FakeScheduler(), auth), timeline_interval=0.05)
+    with TestClient(app) as client:  # runs the lifespan: the timeline samples
+        yield client
+
+
+def test_the_page_needs_no_token_but_its_data_does(client: TestClient) -> None:
+    page = client.get("/ui")
+    assert page.status_code == 200
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for path in ("/ui/api/fleet", "/ui/api/timeline", "/ui/api/me"):
+        assert client.get(path).status_code == 401, path
+        bad = client.get(path, headers={"Authorization": "Bearer nope"})
+        assert bad.status_code == 401, path
+
+
+def test_who_am_i_names_the_permissions(client: TestClient) -> None:
+    me = client.get("/ui/api/me", headers={"Authorization": "Bearer ana-token"}).json()
+    assert me == {
+        "name": "ana",
+        "admin": False,
+        "queues": {"team-a": ["cancel"]},
+        "auth_enabled": True,
+    }
+
+
+def test_the_timeline_samples_the_fleet_while_served(client: TestClient) -> None:
+    headers = {"Authorization": "Bearer ops-token"}
+    deadline = time.monotonic() + 30
+    samples: list[dict[str, object]] = []
+    while len(samples) < 2 and time.monotonic() < deadline:
+        samples = client.get("/ui/api/timeline", headers=headers).json()["samples"]
+        time.sleep(0.05)
+    assert len(samples) >= 2
+    latest = samples[-1]
+    assert latest["clusters"] == {"c1": {"cpu": 0.375, "memory": 0.0, "gpu": 0.25}}
+    assert latest["queues"]["team-b"]["queued"] == 1  # type: ignore[index]
+    later = client.get(
+        "/ui/api/timeline", headers=headers, params={"since": samples[-1]["time"]}
+    ).json()["samples"]
+    assert all(sample["time"] > samples[-1]["time"] for sample in later)  # type: ignore[operator]
+
+
+def test_jobs_newest_first_and_by_part_of_the_name(client: TestClient, store: SqlStore) -> None:
+    headers = {"Authorization": "Bearer ops-token"}
+    specs = [
+        JobSpec.model_validate(
+            {"name": f"sweep-{i}", "queue": "team-a", "tasks": [{"name": "m", "resources": {}}]}
+        )
+        for i in range(5)
+    ]
+    store.submit_jobs(specs)
+    first = client.get(
+        "/v1/jobs", headers=headers, params={"order": "newest", "name": "SWEEP", "limit": 3}
+    ).json()
+    assert [job["name"] for job in first["jobs"]] == ["sweep-4", "sweep-3", "sweep-2"]
+    rest = client.get(
+        "/v1/jobs",
+        headers=headers,
+        params={"order": "newest", "name": "sweep", "after": first["next_cursor"]},
+    ).json()
+    assert [job["name"] for job in rest["jobs"]] == ["sweep-1", "sweep-0"]
+    assert rest["next_cursor"] is None
+    literal = client.get("/v1/jobs", headers=headers, params={"name": "%"}).json()
+    assert literal["jobs"] == []  # the search is a plain substring, not a LIKE pattern
