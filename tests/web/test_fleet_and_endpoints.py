@@ -47,7 +47,7 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
     store.put_queue(QueueSpec(name="team-a", quota="qa"))
     store.put_queue(QueueSpec(name="team-b", quota="qb", weight=2))
     task = {"name": "main", "replicas": 2, "resources": {"cpu": 3, "gpu": 1}}
-    running, waiting = store.submit_jobs(
+    running, _waiting = store.submit_jobs(
         [
             JobSpec.model_validate({"name": "train", "queue": "team-a", "tasks": [task]}),
             JobSpec.model_validate({"name": "eval", "queue": "team-b", "tasks": [task]}),
