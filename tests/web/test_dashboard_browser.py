@@ -97,11 +97,13 @@ def test_filters_and_the_other_pages(browser: Any, server: Server) -> None:
     page.get_by_role("link", name="Queues").click()
     expect(page.locator("tr[data-queue='default']")).to_be_visible(timeout=LIVE)
     expect(page.locator("svg.chart path.series").first).to_be_attached(timeout=LIVE)
+    expect(page.locator("svg.chart g.box[data-row='default']")).to_be_attached(timeout=LIVE)
     screenshot(page, "queues")
     page.get_by_role("link", name="Clusters").click()
     node = page.locator("section[data-cluster='local'] tr[data-node]")
     expect(node).to_have_count(1, timeout=LIVE)
     expect(page.locator("section[data-cluster='local']")).to_contain_text("backend local")
+    expect(page.locator("svg.chart rect.bar").first).to_be_attached(timeout=LIVE)  # alpha-train
     screenshot(page, "clusters")
     page.get_by_role("link", name="Scheduler").click()
     expect(page.locator("dl.facts")).to_contain_text("Leader", timeout=LIVE)

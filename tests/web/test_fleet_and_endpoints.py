@@ -14,6 +14,7 @@ from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
 from flotilla.server import AuthSettings, create_app
 from flotilla.store import RunRequest, SqlStore
 from flotilla.web import mount_dashboard
+from flotilla.web.recent import recent_activity
 from flotilla.web.usage import fleet_usage
 from tests.server.api_support import FakeScheduler
 
@@ -154,3 +155,10 @@ def test_jobs_newest_first_and_by_part_of_the_name(client: TestClient, store: Sq
     assert rest["next_cursor"] is None
     literal = client.get("/v1/jobs", headers=headers, params={"name": "%"}).json()
     assert literal["jobs"] == []  # the search is a plain substring, not a LIKE pattern
+
+
+def test_recent_waits_per_queue_and_runs_on_nodes(store: SqlStore) -> None:
+    recent = recent_activity(store)
+    assert len(recent["waits"]["team-a"]) == 1 and recent["waits"]["team-a"][0] >= 0
+    assert recent["waits"]["team-b"] == []  # still waiting: no wait measured yet
+    assert recent["gantt"]["bars"] == []  # leased, not started: nothing ran on a node yet

@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.server.context import Caller, Context, ServerContext
+from flotilla.web.recent import recent_activity
 from flotilla.web.timeline import Timeline
 from flotilla.web.usage import fleet_usage
 
@@ -61,6 +62,16 @@ async def fleet(context: Context, _user: Caller) -> dict[str, Any]:
     min/max, borrowing and lending), computed now."""
     usage = await run_in_threadpool(fleet_usage, context.store)
     return usage.as_dict()
+
+
+@router.get("/recent")
+async def recent(
+    context: Context,
+    _user: Caller,
+    limit: Annotated[int, Query(ge=1, le=5000, description="How many newest jobs.")] = 500,
+) -> dict[str, Any]:
+    """The newest jobs drawn as a simulation is: wait times per queue and runs on nodes."""
+    return await run_in_threadpool(recent_activity, context.store, limit=limit)
 
 
 @router.get("/timeline")

@@ -415,15 +415,20 @@ async function queuesPage() {
   const quotas = h("div", {});
   const shareChart = h("div", {class: "chart-box"});
   const countChart = h("div", {class: "chart-box"});
+  const waitChart = h("div", {class: "chart-box short-box"});
   main.replaceChildren(h("h1", {}, "Queues"),
     h("div", {class: "table-wrap"}, h("table", {class: "queues"},
       h("thead", {}, h("tr", {}, ["Queue", "Weight", "Running", "Queued", "Dominant share",
         "Fair share", "Allocated", "Quota"].map((t) => h("th", {scope: "col"}, t)))), table)),
     h("section", {class: "panel"}, h("h2", {}, "Quotas: use against min and max"), quotas),
     h("section", {class: "panel"}, h("h2", {}, "Dominant share (solid) against fair share (dashed) over time"), shareChart),
-    h("section", {class: "panel"}, h("h2", {}, "Running and queued jobs over time"), countChart));
+    h("section", {class: "panel"}, h("h2", {}, "Running and queued jobs over time"), countChart),
+    h("section", {class: "panel"}, h("h2", {}, "Wait time per queue (the newest 500 jobs, submission to first run)"), waitChart));
   async function refresh() {
     const fleet = await api("/ui/api/fleet");
+    const recent = await api("/ui/api/recent");
+    Charts.boxPlot(waitChart, {rows: Object.keys(recent.waits).map((q) => ({name: q, values: recent.waits[q]})),
+      label: "wait time distributions per queue"});
     table.replaceChildren(...fleet.queues.map((q) => h("tr", {"data-queue": q.name},
       h("th", {scope: "row"}, short(q.name, 24)), h("td", {class: "num"}, String(q.weight)),
       h("td", {class: "num"}, String(q.running)), h("td", {class: "num"}, String(q.queued)),
@@ -454,7 +459,7 @@ async function queuesPage() {
       series.push({name: name + " share", color: Charts.color(i), points: pts.map((s) => [s.time, s.queues[name].share])});
       series.push({name: name + " fair", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time, s.queues[name].fair])});
     });
-    Charts.lineChart(shareChart, {series, yMax: 1, step: true, xFormat: clock,
+    Charts.lineChart(shareChart, {series, yMax: 1, step: true, xFormat: clock, timeAxis: true,
       yFormat: (v) => (v * 100).toFixed(0) + "%", label: "queue shares over time"});
     const counts = [];
     names.forEach((name, i) => {
@@ -462,7 +467,7 @@ async function queuesPage() {
       counts.push({name: name + " running", color: Charts.color(i), points: pts.map((s) => [s.time, s.queues[name].running])});
       counts.push({name: name + " queued", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time, s.queues[name].queued])});
     });
-    Charts.lineChart(countChart, {series: counts, step: true, xFormat: clock, label: "jobs per queue over time"});
+    Charts.lineChart(countChart, {series: counts, step: true, xFormat: clock, timeAxis: true, label: "jobs per queue over time"});
     say("updated " + new Date().toLocaleTimeString());
   }
   every(3000, () => refresh().catch((error) => say(error.message, "error")));
@@ -473,8 +478,10 @@ async function queuesPage() {
 async function clustersPage() {
   const list = h("div", {});
   const chart = h("div", {class: "chart-box"});
+  const gantt = h("div", {class: "chart-box short-box"});
   main.replaceChildren(h("h1", {}, "Clusters"), list,
-    h("section", {class: "panel"}, h("h2", {}, "Utilisation per cluster and resource over time"), chart));
+    h("section", {class: "panel"}, h("h2", {}, "Utilisation per cluster and resource over time"), chart),
+    h("section", {class: "panel"}, h("h2", {}, "Jobs on nodes (the newest 500 jobs, last 30 minutes)"), gantt));
   async function refresh() {
     const fleet = await api("/ui/api/fleet");
     list.replaceChildren(...fleet.clusters.map((c) => {
@@ -504,8 +511,16 @@ async function clustersPage() {
       series.push({name: c.name + " " + r, points: samples.filter((s) => s.clusters[c.name] && r in s.clusters[c.name])
         .map((s) => [s.time, s.clusters[c.name][r]])});
     }));
-    Charts.lineChart(chart, {series, yMax: 1, step: true, xFormat: clock,
+    Charts.lineChart(chart, {series, yMax: 1, step: true, xFormat: clock, timeAxis: true,
       yFormat: (v) => (v * 100).toFixed(0) + "%", label: "utilisation over time"});
+    const recent = await api("/ui/api/recent");
+    if (recent.gantt) {
+      const starts = recent.gantt.bars.map((b) => b.start);
+      const xMin = Math.max(Math.min(recent.now - 60, ...starts), recent.now - 1800);
+      Charts.gantt(gantt, {...recent.gantt, xMin, xEnd: recent.now, xFormat: clock, label: "jobs on nodes"});
+    } else {
+      gantt.replaceChildren(h("p", {class: "hint"}, "Too many nodes to draw one by one."));
+    }
     say("updated " + new Date().toLocaleTimeString());
   }
   every(3000, () => refresh().catch((error) => say(error.message, "error")));
@@ -534,10 +549,10 @@ async function schedulerPage() {
     Charts.lineChart(times, {series: [
       {name: "cycle", points: samples.map((s) => [s.time, s.cycle.seconds])},
       {name: "algorithm", points: samples.map((s) => [s.time, s.cycle.algorithm_seconds || 0])}],
-      xFormat: clock, yFormat: Charts.formatSeconds, label: "cycle time over time"});
+      xFormat: clock, timeAxis: true, yFormat: Charts.formatSeconds, label: "cycle time over time"});
     Charts.lineChart(decisions, {series: ["considered", "scheduled", "preempted"].map((k) => ({
       name: k, points: samples.map((s) => [s.time, s.cycle[k]])})), step: true,
-      xFormat: clock, label: "decisions over time",
+      xFormat: clock, timeAxis: true, label: "decisions over time",
       markers: samples.filter((s) => s.cycle.preempted).map((s) => ({x: s.time, label: s.cycle.preempted + " preempted"}))});
     say("updated " + new Date().toLocaleTimeString());
   }

@@ -210,9 +210,16 @@
     var height = pad.top + pad.bottom + Math.max(rows.length, 1) * rowH;
     var f = frame(container, options, height);
     var plotW = f.width - pad.left - pad.right;
-    var x1 = options.xEnd || 1;
+    var x0 = options.xMin !== undefined ? options.xMin : 0;
+    var x1 = options.xEnd || x0 + 1;
     options.bars.forEach(function (b) { if (b.end > x1) x1 = b.end; });
-    function sx(x) { return pad.left + x / x1 * plotW; }
+    if (x1 <= x0) x1 = x0 + 1;
+    var fmt = options.xFormat || formatSeconds;
+    function sx(x) { return pad.left + (Math.max(x, x0) - x0) / (x1 - x0) * plotW; }
+    if (!options.bars.length) {
+      el("text", {x: f.width / 2, y: height / 2 + 4, "text-anchor": "middle", "class": "empty"},
+         f.svg).textContent = options.empty || "no job has run yet";
+    }
     var index = {};
     rows.forEach(function (r, i) {
       index[r] = i;
@@ -223,22 +230,22 @@
       if (i % 2 === 0) el("rect", {x: pad.left, y: y, width: plotW, height: rowH, "class": "band"}, f.svg);
     });
     var axis = el("g", {"class": "axis"}, f.svg);
-    timeTicks(0, x1, 6).forEach(function (t) {
-      el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = formatSeconds(t);
+    timeTicks(x0, x1, 6).forEach(function (t) {
+      el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = fmt(t);
     });
     var groups = options.groups || [];
     options.bars.forEach(function (b) {
-      if (!(b.row in index)) return;
+      if (!(b.row in index) || b.end < x0) return;
       var y = pad.top + index[b.row] * rowH + 2;
       var c = color(Math.max(groups.indexOf(b.group), 0));
       var rect = el("rect", {x: sx(b.start), y: y, width: Math.max(sx(b.end) - sx(b.start), 1),
         height: rowH - 4, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
         "class": "bar"}, f.svg);
-      titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + formatSeconds(b.start) +
-        " → " + formatSeconds(b.end) + (b.preempted ? ", preempted" : ""));
+      titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + fmt(b.start) +
+        " → " + fmt(b.end) + (b.preempted ? ", preempted" : ""));
       if (b.preempted) {
         titled(el("path", {d: "M" + sx(b.end) + "," + y + "l4,-4h-8z", "class": "preemption"},
-          f.svg), b.label + " preempted at " + formatSeconds(b.end));
+          f.svg), b.label + " preempted at " + fmt(b.end));
       }
     });
     legend(container, groups.map(function (g, i) { return {name: g, color: color(i)}; })
