@@ -94,7 +94,8 @@ def up(
         if amount
     )
     typer.echo(
-        f"Flotilla is up: API http://{host}:{port} (OpenAPI /docs), database {db}\n"
+        f"Flotilla is up: API http://{host}:{port} (dashboard /ui, OpenAPI /docs), "
+        f"database {db}\n"
         f"  cluster {cluster}: node {node.name} ({capacity}); {mode.value} scheduling every "
         f"{cycle_interval:g}s\n  try: flotilla submit examples/jobs/hello.yaml"
     )

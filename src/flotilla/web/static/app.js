@@ -45,7 +45,7 @@ function short(value, keep = 12, copy = false) {
   const span = h("span", {class: "short", title: text, "data-full": text}, shown);
   if (!copy) return span;
   const button = h("button", {class: "copy", type: "button", "aria-label": "copy " + text,
-    title: "copy " + text, onclick: () => navigator.clipboard?.writeText(text)}, "⧉");
+    title: "copy " + text, onclick: () => navigator.clipboard?.writeText(text)}, "copy");
   return h("span", {class: "copyable"}, span, button);
 }
 
@@ -74,7 +74,7 @@ function fmtAmount(name, value) {
 /** Run fn now and every ms while its page is current; never two runs at once. */
 function clock(epochSeconds) {
   return new Date(epochSeconds * 1000).toLocaleTimeString(undefined, {hour: "2-digit",
-    minute: "2-digit", second: "2-digit"});
+    minute: "2-digit", second: "2-digit", hour12: false});
 }
 
 /** replaceChildren without the holes: conditional parts may be null or false. */

@@ -63,7 +63,6 @@
     for (var i = 0; i < TIME_STEPS.length; i++) {
       if (span / TIME_STEPS[i] <= count) { step = TIME_STEPS[i]; break; }
     }
-    if (span < count) return niceTicks(min, max, count);
     var ticks = [];
     for (var t = Math.ceil(min / step) * step; t <= max + 1e-9; t += step) ticks.push(t);
     return ticks;
@@ -124,7 +123,8 @@
       el("line", {x1: pad.left, x2: f.width - pad.right, y1: sy(t), y2: sy(t), "class": "grid"}, axis);
       el("text", {x: pad.left - 6, y: sy(t) + 4, "text-anchor": "end"}, axis).textContent = yFormat(t);
     });
-    (options.timeAxis ? timeTicks : niceTicks)(x0, x1, 6).forEach(function (t) {
+    var xCount = Math.max(2, Math.floor(plotW / 110));
+    (options.timeAxis ? timeTicks : niceTicks)(x0, x1, xCount).forEach(function (t) {
       if (t < x0 || t > x1) return;
       el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = xFormat(t);
     });
@@ -170,7 +170,8 @@
     rows.forEach(function (r) { r.values.forEach(function (v) { if (v > max) max = v; }); });
     if (!(max > 0)) max = 1;
     var fmt = options.format || formatSeconds;
-    var ticks = (fmt === formatSeconds ? timeTicks : niceTicks)(0, max, 5);
+    var ticks = (fmt === formatSeconds ? timeTicks : niceTicks)(0, max,
+      Math.max(2, Math.floor(plotW / 110)));
     max = Math.max(max, ticks[ticks.length - 1]);
     function sx(v) { return pad.left + v / max * plotW; }
     var axis = el("g", {"class": "axis"}, f.svg);
@@ -230,7 +231,7 @@
       if (i % 2 === 0) el("rect", {x: pad.left, y: y, width: plotW, height: rowH, "class": "band"}, f.svg);
     });
     var axis = el("g", {"class": "axis"}, f.svg);
-    timeTicks(x0, x1, 6).forEach(function (t) {
+    timeTicks(x0, x1, Math.max(2, Math.floor(plotW / 110))).forEach(function (t) {
       el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = fmt(t);
     });
     var groups = options.groups || [];
