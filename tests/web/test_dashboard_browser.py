@@ -111,6 +111,7 @@ def test_filters_and_the_other_pages(browser: Any, server: Server) -> None:
 
 
 def test_keyboard_and_a_narrow_screen(browser: Any, server: Server) -> None:
+    [job_id] = server.submit(job_spec("a-job-with-a-rather-long-name-for-a-phone", ["true"]))
     page = signed_in(browser, server, ANA_TOKEN, viewport={"width": 390, "height": 800})
     expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
     page.keyboard.press("Tab")  # focus sits on the page's content after a route
@@ -123,6 +124,12 @@ def test_keyboard_and_a_narrow_screen(browser: Any, server: Server) -> None:
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways on a narrow screen: {width}px"
     screenshot(page, "narrow-queues")
+    page.goto(f"{server.url}/ui#/jobs/{job_id}")
+    expect(page.locator(".job-head .badge")).to_have_text("succeeded", timeout=LIVE)
+    expect(page.locator("section.runs")).to_contain_text("main[0] on")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the job page scrolls sideways on a narrow screen: {width}px"
+    screenshot(page, "narrow-job")
 
 
 def test_api_docs_work_offline(browser: Any, server: Server) -> None:

@@ -21,7 +21,7 @@ from tests.web.conftest import screenshot
 
 # One 4-cpu node; `small` (queue b) runs first, `big` (queue a) needs the whole node after it.
 TWO_QUEUES = scenario(
-    name="two-queues",
+    name="two-queues </script><!-- <b>",
     clusters=[cluster("c1", nodes(1, cpu=4, memory="8Gi"))],
     queues=["a", "b"],
     jobs=[
@@ -91,7 +91,8 @@ def test_the_page_is_self_contained(tmp_path: Path) -> None:
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text), "nothing is loaded"
     data = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text)
     assert data is not None
-    assert json.loads(data.group(1).replace("<\\/", "</"))["scenario"] == "two-queues"
+    assert json.loads(data.group(1))["scenario"] == TWO_QUEUES["name"]
+    assert "<b>" not in text  # the name is escaped in the title and in the data
 
 
 def test_the_quickstart_report_opens_offline_with_data_in_every_chart(

@@ -190,7 +190,9 @@ def render_simulation_html(sim: Simulator, report: dict[str, Any]) -> str:
         "pictures": simulation_pictures(sim, report),
     }
     title = html.escape(f"Flotilla simulation: {report['scenario']}")
-    payload = _script_safe(json.dumps(data, separators=(",", ":")))
+    # In JSON "<" only occurs inside strings, where \u003c means the same: no "</script>"
+    # or "<!--" can appear in the data block, whatever the scenario's names say.
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

@@ -303,7 +303,7 @@ async function jobPage(jobId) {
   }
 
   function renderRuns() {
-    fill(runs, h("h2", {}, "Runs"), job.runs.length ? h("table", {class: "runs-table"},
+    fill(runs, h("h2", {}, "Runs"), job.runs.length ? h("div", {class: "table-wrap"}, h("table", {class: "runs-table"},
       h("thead", {}, h("tr", {}, ["Attempt", "Cluster", "State", "Started", "Finished", "Exit",
         "Replicas (node, GPUs)"].map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, job.runs.map((run) => h("tr", {},
@@ -313,7 +313,7 @@ async function jobPage(jobId) {
         h("td", {}, h("ul", {class: "placements"}, (run.assignment.placements || []).map((p) =>
           h("li", {}, p.task + "[" + p.replica + "] on ", short(p.node, 20),
             (p.gpus && p.gpus.length) ? " · GPUs " + p.gpus.join(",") : "",
-            (p.shares && p.shares.length) ? " · GPU share " + p.shares.map((s) => s[0] + ":" + s[1]).join(",") : ""))))))))
+            (p.shares && p.shares.length) ? " · GPU share " + p.shares.map((s) => s[0] + ":" + s[1]).join(",") : "")))))))))
       : h("p", {}, "No run yet."));
   }
 
@@ -436,7 +436,7 @@ async function queuesPage() {
         " " + (q.dominant_share * 100).toFixed(1) + "%"),
       h("td", {class: "num"}, (q.fair_share * 100).toFixed(1) + "%"),
       h("td", {}, amounts(q.allocated)), h("td", {}, q.quota || "–"))));
-    quotas.replaceChildren(fleet.quotas.length ? h("table", {class: "quotas"},
+    quotas.replaceChildren(fleet.quotas.length ? h("div", {class: "table-wrap"}, h("table", {class: "quotas"},
       h("thead", {}, h("tr", {}, ["Quota", "Resource", "Use / min / max", "", "Borrowing", "Lending"]
         .map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, fleet.quotas.flatMap((q) => {
@@ -449,7 +449,7 @@ async function queuesPage() {
             h("td", {}, q.borrowing[r] ? fmtAmount(r, q.borrowing[r]) : "–"),
             h("td", {}, q.lending[r] ? fmtAmount(r, q.lending[r]) : "–"));
         });
-      }))) : h("p", {}, "No quotas configured."));
+      })))) : h("p", {}, "No quotas configured."));
     const timeline = await api("/ui/api/timeline");
     const samples = timeline.samples;
     const names = fleet.queues.map((q) => q.name);
