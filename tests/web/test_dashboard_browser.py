@@ -53,6 +53,11 @@ def test_the_page_says_why_a_job_waits(browser: Any, server: Server) -> None:
     assert reason
     expect(why.locator(".reason-text")).to_contain_text(reason, timeout=LIVE)
     expect(why.locator(".position")).to_have_text("1 of 1")
+    page.get_by_label("new priority").fill("7")
+    page.get_by_role("button", name="Set priority").click()
+    expect(page.locator(".job-head .meta")).to_contain_text("priority 7", timeout=LIVE)
+    assert server.job(job_id)["priority"] == 7
+    expect(page.locator("ol.events")).to_contain_text("reprioritized", timeout=LIVE)
 
 
 def test_cancel_works_for_a_user_allowed_to_and_is_refused_otherwise(
