@@ -227,7 +227,11 @@ async function jobPage(jobId) {
         if (atBottom) logs.scrollTop = logs.scrollHeight;
         logState.offset = chunk.next_offset;
         query.set("offset", String(chunk.next_offset));
-        if (chunk.complete) { logState.done = true; break; }
+        if (chunk.complete) {
+          logState.done = true;
+          if (!logs.textContent) logs.textContent = "(no output on " + logState.stream + ")";
+          break;
+        }
         if (!chunk.data) break;
       }
     } catch (error) {
