@@ -140,7 +140,9 @@ def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:
     fleet.write_text(yaml.safe_dump(fleet_data()))
     workload = tmp_path / "w.yaml"
     workload.write_text(yaml.safe_dump({"name": "w"}))
-    result = CliRunner().invoke(app, ["simulate", str(workload), "--fleet", str(fleet)])
+    result = CliRunner().invoke(
+        app, ["simulate", str(workload), "--fleet", str(fleet)], env={"COLUMNS": "400"}
+    )
     assert result.exit_code == 2
     output = " ".join(result.output.split())  # rich wraps long lines
     assert f"{fleet}: invalid fleet" in output
