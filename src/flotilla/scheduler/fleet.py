@@ -319,6 +319,10 @@ class FleetRuntime:
             return self.factory(cluster.backend, cluster=cluster.name, **settings)
         return backend_factory(cluster.backend)(cluster=cluster.name, **settings)
 
+    def cluster_names(self) -> list[str]:
+        """The clusters in declaration order (strategies break ties by it)."""
+        return [cluster.name for cluster in self.fleet.clusters] if self.fleet else []
+
     def local_owner_of(self, cluster: FleetCluster) -> str:
         return local_owner(local_state_dir_of(cluster, self.local_state_dir))
 
