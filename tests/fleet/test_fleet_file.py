@@ -78,11 +78,16 @@ def test_cross_references_are_checked_with_their_path() -> None:
     assert any(p.startswith("clusters[1].name: duplicate cluster name 'here'") for p in found)
 
 
-def test_an_empty_secret_reference_and_a_cluster_setting_are_refused() -> None:
+def test_a_cluster_setting_an_empty_reference_and_an_inline_secret_are_refused() -> None:
     data = fleet_data()
-    data["clusters"][1]["settings"] = {"token": {"env": ""}, "cluster": "x"}
-    found = problems_of(data)
-    assert any(p.startswith("clusters[1]: settings.cluster:") for p in found)
+    data["clusters"][1]["settings"] = {"cluster": "x"}
+    assert problems_of(data)[0].startswith("clusters[1].settings.cluster: is the cluster's name")
+    data["clusters"][1]["settings"] = {"token": {"env": ""}}
+    assert problems_of(data)[0].startswith("clusters[1].settings.token: a secret reference")
+    data["clusters"][1]["settings"] = {"api_token": "s3cret"}
+    [problem] = problems_of(data)
+    assert problem.startswith("clusters[1].settings.api_token: a secret is given by reference")
+    assert "s3cret" not in problem
 
 
 def test_a_fleet_needs_clusters_and_queues() -> None:

@@ -193,8 +193,9 @@ def describe_nodes(nodes: Sequence[NodeInfo]) -> str:
 
 
 def fleet_document(fleet: Fleet) -> dict[str, Any]:
-    """The fleet as stored and shown: the file's fields, secret references as given."""
-    return fleet.model_dump(mode="json", exclude_defaults=True)
+    """The fleet as stored and shown: the fields the file gives, secret references as
+    given (quantities in base units)."""
+    return fleet.model_dump(mode="json", exclude_unset=True)
 
 
 def fleet_change(fleet: Fleet, expected_version: int | None = None) -> FleetChange:
