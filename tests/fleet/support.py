@@ -49,10 +49,16 @@ def sim_cluster(name: str, *, cpu: float = 4, count: int = 1, **extra: Any) -> D
     }
 
 
-def fleet_data(*clusters: Data, queues: list[Data] | None = None, **settings: Any) -> Data:
+def fleet_data(
+    *clusters: Data,
+    queues: list[Data] | None = None,
+    priority_classes: list[Data] | None = None,
+    **settings: Any,
+) -> Data:
     return {
         "name": "test",
         "settings": {"cycle_interval": 0.05, **settings},
+        "priority_classes": priority_classes or [],
         "clusters": list(clusters) or [sim_cluster("c1")],
         "queues": queues or [{"name": "default"}],
     }

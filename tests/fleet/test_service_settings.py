@@ -158,3 +158,56 @@ def test_mode_and_cycle_interval_come_from_the_fleet(service: FleetService) -> N
     assert loop.settings.cycle_interval == 0.2
     [hello] = service.submit(job("hello"))
     service.cycle_until(lambda: service.state(hello) in RUNNING)
+
+
+def test_priority_classes_of_the_fleet_give_a_submitted_job_its_priority(
+    service: FleetService,
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from flotilla.server import AuthSettings, create_app
+
+    start(
+        service,
+        sim_cluster("c1", cpu=2),
+        priority_preemption=True,
+        priority_classes=[
+            {"name": "urgent", "value": 100, "preemptible": False},
+            {"name": "batch", "value": 0},
+        ],
+    )
+    api = TestClient(create_app(service.store, service.loop, AuthSettings.disabled()))
+
+    def submit(name: str, klass: str) -> str:
+        body = {
+            "name": name,
+            "queue": "default",
+            "priority_class": klass,
+            "tasks": [{"name": "main", "resources": {"cpu": 2}}],
+            "payload": {"sim": {"duration": 1000}},
+        }
+        response = api.post("/v1/jobs", json=body)
+        assert response.status_code == 201, response.text
+        return str(response.json()["ids"][0])
+
+    low = submit("low", "batch")
+    service.cycles()
+    high = submit("high", "urgent")
+    service.cycles(5)
+    assert service.store.get_job(high).priority == 100
+    assert service.state(high) in RUNNING
+    assert service.state(low) in (JobState.PREEMPTED, JobState.QUEUED)
+    unknown = api.post(
+        "/v1/jobs",
+        json={
+            "name": "x",
+            "queue": "default",
+            "priority_class": "gold",
+            "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+        },
+    )
+    assert unknown.status_code == 422
+    assert any(
+        p.startswith("priority_class: unknown priority class 'gold' (the fleet has batch, urgent)")
+        for p in unknown.json()["problems"]
+    )
