@@ -139,3 +139,26 @@ def test_a_silent_cluster_becomes_unreachable_and_its_orphaned_runs_are_stopped(
         assert service.state(a) is JobState.RUNNING
     finally:
         service.close()
+
+
+def test_an_engine_down_at_start_is_one_line_and_the_cluster_unreachable(
+    db: str, engine: FakeEngine
+) -> None:
+    engine.up = False
+    service = replica(db, engine, "replica-a")
+    try:
+        service.apply(fleet_data(REMOTE))
+        service.runtime.sync()
+        [line] = service.runtime.connect()
+        assert line == (
+            "cluster remote (fake-remote): unreachable, retrying every cycle: "
+            "fake engine at fake://engine does not answer"
+        )
+        assert service.store.get_cluster("remote").state == "unreachable"
+        service.start()
+        engine.up = True
+        service.cycles(1)
+        assert service.store.get_cluster("remote").state == "ready"
+        assert service.store.list_nodes("remote")[0].name == "remote-0"
+    finally:
+        service.close()

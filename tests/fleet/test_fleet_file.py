@@ -152,3 +152,18 @@ def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:
     output = " ".join(result.output.split())  # rich wraps long lines
     assert f"{fleet}: invalid fleet" in output
     assert "clusters[0].nodes: a simulated cluster needs its nodes" in output
+
+
+def test_a_fleet_naming_an_uninstalled_backend_lists_the_installed_ones() -> None:
+    from flotilla.backends import available_backends
+    from flotilla.scheduler.fleet import check_fleet
+
+    data = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
+    data["clusters"][1]["backend"] = "no-such-engine"
+    problems = check_fleet(fleet_from_data(data))
+    installed = ", ".join(available_backends())
+    assert (
+        f"clusters[1].backend: unknown backend 'no-such-engine' (installed: {installed}; a "
+        "backend registers under the entry-point group 'flotilla.backends')"
+    ) in problems
+    assert check_fleet(load_fleet(EXAMPLES / "fleet-local.yaml")) == []
