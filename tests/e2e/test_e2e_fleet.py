@@ -105,3 +105,21 @@ def test_failover_on_a_fleet_orphans_loses_and_repeats_nothing(
         assert len(runs) == 1, runs  # adopted, not re-dispatched: nothing ran twice
         assert runs[0]["state"] == "succeeded"
     print(f"took over {time.monotonic() - killed:.1f}s after kill -9")
+
+
+def test_a_replica_whose_local_cluster_would_be_another_one_refuses_to_start(
+    services: Services, tmp_path: Path
+) -> None:
+    """Issue 12 defect 3: two replicas with their own state dirs cannot share the local
+    cluster (neither sees the other's processes); the second one says so and exits 2,
+    instead of leading later over runs it cannot see."""
+    db = f"sqlite:///{tmp_path / 'flotilla.db'}"
+    services.start(db=db, state_dir=tmp_path / "runs-a", workdir=tmp_path / "a")
+    second = services.start(
+        db=db, state_dir=tmp_path / "runs-b", workdir=tmp_path / "b", ready=False
+    )
+    assert second.process.wait(timeout=60) == 2
+    output = " ".join(second.output().split())
+    assert "cluster local: this local cluster is" in output
+    assert str(tmp_path / "runs-a") in output and str(tmp_path / "runs-b") in output
+    assert "Traceback" not in output

@@ -368,7 +368,7 @@ class RunTransitions:
                 continue
             except BackendError as error:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
-                return  # the engine is down: ask again next cycle
+                break  # the engine is down: ask again next cycle
             del self._unverified[job.id]
             changes += self.on_run_status(status)
         for job_id in [
