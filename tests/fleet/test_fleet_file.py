@@ -167,3 +167,24 @@ def test_a_fleet_naming_an_uninstalled_backend_lists_the_installed_ones() -> Non
         "backend registers under the entry-point group 'flotilla.backends')"
     ) in problems
     assert check_fleet(load_fleet(EXAMPLES / "fleet-local.yaml")) == []
+
+
+def test_up_refuses_an_invalid_fleet_before_touching_the_database(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
+    data["clusters"][1]["backend"] = "no-such-engine"
+    data["clusters"][2]["settings"]["token"] = {"env": "FLOTILLA_TEST_UNSET_VARIABLE"}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    db = tmp_path / "flotilla.db"
+    result = CliRunner().invoke(
+        app, ["up", "--fleet", str(path), "--db", f"sqlite:///{db}"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"{path}: invalid fleet" in output
+    assert "clusters[1].backend: unknown backend 'no-such-engine'" in output
+    assert (
+        "clusters[2].settings.token: environment variable FLOTILLA_TEST_UNSET_VARIABLE is not set"
+        in output
+    ) or "clusters[2].backend: unknown backend 'slurm'" in output
+    assert not db.exists()
