@@ -15,6 +15,8 @@ from flotilla.store.states import ACTIVE_JOB_STATES
 
 CURRENT = "current"
 
+SYSTEM_LABELS = "flotilla.io/"
+
 
 def get_fleet(session: Session) -> FleetRecord | None:
     row = session.get(FleetRow, CURRENT)
@@ -82,12 +84,15 @@ def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRe
         if existing is None:
             catalog.upsert_cluster(session, spec, "unreachable", now)
             continue
+        # Labels Flotilla itself sets (``flotilla.io/…``: a local cluster's owner) stay.
+        labels = {k: v for k, v in existing.labels.items() if k.startswith(SYSTEM_LABELS)}
+        labels.update(spec.labels)
         existing.backend = spec.backend
-        existing.labels = dict(spec.labels)
+        existing.labels = labels
         existing.spec = {
             **existing.spec,
             "backend": spec.backend,
-            "labels": dict(spec.labels),
+            "labels": labels,
             "cost": dict(spec.cost),
         }
         existing.updated_at = now
