@@ -162,3 +162,18 @@ def test_an_engine_down_at_start_is_one_line_and_the_cluster_unreachable(
         assert service.store.list_nodes("remote")[0].name == "remote-0"
     finally:
         service.close()
+
+
+def test_a_cluster_whose_engine_reports_no_nodes_yet_is_scheduled_around(db: str) -> None:
+    empty = FakeEngine(nodes=())
+    service = replica(db, empty, "replica-a")
+    try:
+        service.apply(fleet_data(REMOTE, {"name": "c1", "backend": "sim"}))
+        service.start()
+        [a] = service.submit(job("a"))
+        service.cycles(3)
+        assert service.cluster_of(a) == "c1"
+        assert service.store.get_cluster("remote").state == "ready"
+        assert service.store.list_nodes("remote") == []
+    finally:
+        service.close()
