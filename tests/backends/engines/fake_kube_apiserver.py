@@ -1,0 +1,864 @@
+"""A fake Kubernetes API server for the kubernetes backend's tests: real HTTP, real REST paths.
+
+No API server can be installed on the test machines, so this one speaks the subset of the
+Kubernetes REST API the backend uses, with the real paths, verbs and JSON shapes:
+
+* ``/api/v1/nodes`` (list), ``/api/v1/namespaces/{ns}/pods`` (list, ``watch=true`` with
+  ``resourceVersion``), ``.../pods/{name}`` (get, delete with ``gracePeriodSeconds``),
+  ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``);
+* ``/apis/batch/v1/namespaces/{ns}/jobs`` (create, list, watch), ``.../jobs/{name}`` (get,
+  merge patch, delete with ``propagationPolicy``), ``.../jobs/{name}/status`` (merge patch);
+* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list).
+
+Every Job and Binding posted is validated against the real OpenAPI schema
+(``kubernetes-validate``, strict) and refused with 422 when it does not conform, so a manifest
+the backend gets wrong fails the tests the way a real API server would.
+
+Behind the API sit three tiny controllers run by one thread: a *Job controller* (Indexed Jobs:
+one pod per completion index, ``backoffLimit``, ``activeDeadlineSeconds``, suspend, foreground
+and background deletion), a *scheduler* that binds pods whose ``schedulerName`` is one the
+fake handles (``default-scheduler``, ``volcano``) to the first node, and a *kubelet* that runs
+a bound pod's container command as a real local process (the image is ignored), writes its
+merged stdout/stderr as the pod log, and stops it on deletion with SIGTERM, then SIGKILL after
+the grace period. With ``run_processes=False`` the kubelet does nothing and tests move pods
+through phases themselves (``set_running``, ``terminate``, ``append_log``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import kubernetes_validate
+
+SCHEMA_VERSION = "1.31"
+HISTORY = 2000
+"""Watch events kept; a watch from an older resourceVersion gets 410 Gone, as for real."""
+
+Obj = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_object(code: int, reason: str, message: str) -> Obj:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.body = status_object(code, reason, message)
+        self.code = code
+
+
+def matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """Equality-based label selectors (``a=b,c``, ``a!=b``), as the backend uses them."""
+    if not selector:
+        return True
+    for term in selector.split(","):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@dataclass
+class Process:
+    popen: subprocess.Popen[bytes]
+    log: Path
+    kill_at: float | None = None
+
+
+@dataclass
+class FakeCluster:
+    """The state behind the API: objects by (kind, namespace, name) and the watch history."""
+
+    run_processes: bool = True
+    validate: bool = True
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    events: list[tuple[int, str, str, Obj]] = field(default_factory=list)
+    version: int = 100
+    logs: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    processes: dict[tuple[str, str], Process] = field(default_factory=dict)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    """(method, path) of every request, for tests that assert what the backend called."""
+    down: bool = False
+    """When true every request is refused with 503 (the API server is unhealthy)."""
+    lock: threading.Condition = field(
+        default_factory=lambda: threading.Condition(threading.RLock())
+    )
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fake-kubelet-")))
+
+    # --- object store ---
+
+    def _bump(self, kind: str, event: str, obj: Obj) -> None:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.events.append((self.version, kind, event, copy.deepcopy(obj)))
+        del self.events[:-HISTORY]
+        self.lock.notify_all()
+
+    def put(self, kind: str, obj: Obj, event: str = "MODIFIED") -> Obj:
+        with self.lock:
+            meta = obj["metadata"]
+            key = (kind, meta.get("namespace", ""), meta["name"])
+            if event == "ADDED":
+                meta.setdefault("uid", str(uuid.uuid4()))
+                meta.setdefault("creationTimestamp", now_rfc3339())
+                meta.setdefault("generation", 1)
+            self.objects[key] = obj
+            self._bump(kind, event, obj)
+            return obj
+
+    def remove(self, kind: str, namespace: str, name: str) -> None:
+        with self.lock:
+            obj = self.objects.pop((kind, namespace, name), None)
+            if obj is not None:
+                self._bump(kind, "DELETED", obj)
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            return self.objects.get((kind, namespace, name))
+
+    def list(
+        self, kind: str, namespace: str | None = None, selector: str | None = None
+    ) -> list[Obj]:
+        with self.lock:
+            return [
+                obj
+                for (k, ns, _), obj in sorted(self.objects.items())
+                if k == kind
+                and (namespace is None or ns == namespace)
+                and matches(selector, obj["metadata"].get("labels", {}))
+            ]
+
+    def expire_history(self) -> None:
+        """Forget every watch event, so a watch resuming from an old version gets 410 Gone."""
+        with self.lock:
+            self.events.clear()
+            self.version += 1000
+
+    # --- nodes ---
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        cpu: str = "8",
+        memory: str = "32Gi",
+        gpus: int = 0,
+        labels: dict[str, str] | None = None,
+        taints: list[Obj] | None = None,
+        ready: bool = True,
+    ) -> Obj:
+        allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            allocatable["nvidia.com/gpu"] = str(gpus)
+        node: Obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            },
+            "spec": {"taints": taints} if taints else {},
+            "status": {
+                "capacity": dict(allocatable),
+                "allocatable": allocatable,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+        return self.put("Node", node, "ADDED")
+
+    # --- the kubelet, driven by tests when run_processes is false ---
+
+    def pods_of(self, job: str, namespace: str = "default") -> list[Obj]:
+        return sorted(
+            self.list("Pod", namespace, f"batch.kubernetes.io/job-name={job}"),
+            key=lambda pod: int(
+                pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            ),
+        )
+
+    def set_running(self, pod: Obj) -> None:
+        with self.lock:
+            pod["status"] = {
+                "phase": "Running",
+                "startTime": now_rfc3339(),
+                "containerStatuses": [
+                    {
+                        "name": pod["spec"]["containers"][0]["name"],
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": pod["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "state": {"running": {"startedAt": now_rfc3339()}},
+                    }
+                ],
+            }
+            self.put("Pod", pod)
+
+    def terminate(self, pod: Obj, exit_code: int, reason: str | None = None) -> None:
+        with self.lock:
+            started = (
+                pod["status"]
+                .get("containerStatuses", [{}])[0]
+                .get("state", {})
+                .get("running", {})
+                .get("startedAt", now_rfc3339())
+            )
+            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            pod["status"]["containerStatuses"] = [
+                {
+                    "name": pod["spec"]["containers"][0]["name"],
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": pod["spec"]["containers"][0]["image"],
+                    "imageID": "",
+                    "state": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                            "startedAt": started,
+                            "finishedAt": now_rfc3339(),
+                        }
+                    },
+                }
+            ]
+            self.put("Pod", pod)
+
+    def append_log(self, pod: Obj, text: str) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        with self.lock:
+            self.logs[key] = self.logs.get(key, b"") + text.encode()
+
+    def pod_log(self, namespace: str, name: str) -> bytes:
+        with self.lock:
+            process = self.processes.get((namespace, name))
+            if process is not None:
+                return process.log.read_bytes()
+            return self.logs.get((namespace, name), b"")
+
+    # --- controllers: one step, run by the controller thread ---
+
+    def step(self) -> None:
+        with self.lock:
+            for job in self.list("Job"):
+                self._reconcile_job(job)
+            self._schedule()
+            self._kubelet()
+
+    def _reconcile_job(self, job: Obj) -> None:
+        meta, spec = job["metadata"], job["spec"]
+        namespace, name = meta["namespace"], meta["name"]
+        status = job.setdefault("status", {})
+        pods = self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}")
+        live = [pod for pod in pods if pod["status"].get("phase") in ("Pending", "Running")]
+        if meta.get("deletionTimestamp"):
+            for pod in live:
+                self.delete_pod(pod, None)
+            if not self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}"):
+                self.remove("Job", namespace, name)
+            return
+        conditions = status.setdefault("conditions", [])
+        if any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions):
+            return
+        if spec.get("suspend"):
+            return
+        changed = False
+        if "startTime" not in status:
+            status["startTime"] = now_rfc3339()
+            status["_started"] = time.time()
+            changed = True
+        succeeded = {pod_index(p) for p in pods if p["status"].get("phase") == "Succeeded"}
+        failed = [p for p in pods if p["status"].get("phase") == "Failed"]
+        deadline = spec.get("activeDeadlineSeconds")
+        if len(failed) > spec.get("backoffLimit", 6) or (
+            deadline is not None and time.time() - status["_started"] > deadline
+        ):
+            for pod in live:
+                self.delete_pod(pod, 0)
+            reason = "BackoffLimitExceeded" if live == [] or failed else "DeadlineExceeded"
+            if deadline is not None and time.time() - status["_started"] > deadline:
+                reason = "DeadlineExceeded"
+            if not live or reason == "BackoffLimitExceeded":
+                self._finish(job, "Failed", reason, len(failed), len(succeeded))
+            return
+        completions = spec.get("completions", 1)
+        if len(succeeded) >= completions:
+            self._finish(job, "Complete", "CompletionsReached", len(failed), len(succeeded))
+            return
+        have = {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
+        for index in range(completions):
+            if index not in have and index not in succeeded:
+                self._create_pod(job, index)
+                changed = True
+        active = sum(1 for p in pods if p["status"].get("phase") in ("Pending", "Running"))
+        if status.get("active") != active or status.get("succeeded") != len(succeeded):
+            status["active"], status["succeeded"], status["failed"] = (
+                active,
+                len(succeeded),
+                len(failed),
+            )
+            changed = True
+        if changed:
+            self.put("Job", job)
+
+    def _finish(self, job: Obj, kind: str, reason: str, failed: int, succeeded: int) -> None:
+        status = job["status"]
+        status["conditions"].append(
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": reason,
+                "lastProbeTime": now_rfc3339(),
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
+        status.update(active=0, failed=failed, succeeded=succeeded)
+        if kind == "Complete":
+            status["completionTime"] = now_rfc3339()
+        self.put("Job", job)
+
+    def _create_pod(self, job: Obj, index: int) -> None:
+        template = copy.deepcopy(job["spec"]["template"])
+        meta = template.setdefault("metadata", {})
+        name = job["metadata"]["name"]
+        labels = meta.setdefault("labels", {})
+        labels.update(
+            {
+                "batch.kubernetes.io/job-name": name,
+                "job-name": name,
+                "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+                "batch.kubernetes.io/job-completion-index": str(index),
+            }
+        )
+        meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
+        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
+        meta["namespace"] = job["metadata"]["namespace"]
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": job["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        pod_spec = template["spec"]
+        pod_spec.setdefault("schedulerName", "default-scheduler")
+        pod_spec["hostname"] = f"{name}-{index}"
+        for container in pod_spec["containers"]:
+            container.setdefault("env", []).append(
+                {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
+            )
+        pod = {"apiVersion": "v1", "kind": "Pod", **template, "status": {"phase": "Pending"}}
+        self.put("Pod", pod, "ADDED")
+
+    def _schedule(self) -> None:
+        nodes = self.list("Node")
+        for pod in self.list("Pod"):
+            spec = pod["spec"]
+            if spec.get("nodeName") or pod["metadata"].get("deletionTimestamp") or not nodes:
+                continue
+            if spec.get("schedulerName") in ("default-scheduler", "volcano"):
+                spec["nodeName"] = nodes[0]["metadata"]["name"]
+                self.put("Pod", pod)
+
+    def _kubelet(self) -> None:
+        for pod in self.list("Pod"):
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
+            process = self.processes.get(key)
+            if meta.get("deletionTimestamp"):
+                self._stop(pod, process)
+                continue
+            if not self.run_processes or process is not None:
+                if process is not None and process.popen.poll() is not None:
+                    self._exited(pod, process)
+                continue
+            if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending":
+                self._start(pod)
+
+    def _start(self, pod: Obj) -> None:
+        container = pod["spec"]["containers"][0]
+        argv = [*container.get("command", []), *container.get("args", [])]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            elif "fieldRef" in item:
+                env[item["name"]] = field_value(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
+        log = self.log_dir / f"{pod['metadata']['name']}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=container.get("workingDir") or self.log_dir,
+                start_new_session=True,
+            )
+        self.processes[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = Process(
+            popen, log
+        )
+        self.set_running(pod)
+
+    def _exited(self, pod: Obj, process: Process) -> None:
+        code = process.popen.returncode
+        self.terminate(pod, code if code >= 0 else 128 - code)
+
+    def _stop(self, pod: Obj, process: Process | None) -> None:
+        meta = pod["metadata"]
+        if process is None or process.popen.poll() is not None:
+            if process is not None:
+                self.logs[(meta["namespace"], meta["name"])] = process.log.read_bytes()
+                del self.processes[(meta["namespace"], meta["name"])]
+            self.remove("Pod", meta["namespace"], meta["name"])
+            return
+        if process.kill_at is None:
+            process.kill_at = time.time() + meta.get("deletionGracePeriodSeconds", 30)
+            os.killpg(process.popen.pid, signal.SIGTERM)
+        elif time.time() >= process.kill_at:
+            os.killpg(process.popen.pid, signal.SIGKILL)
+
+    def delete_pod(self, pod: Obj, grace: int | None) -> None:
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            if grace is not None:
+                meta["deletionGracePeriodSeconds"] = min(
+                    grace, meta.get("deletionGracePeriodSeconds", grace)
+                )
+            return
+        if grace is None:
+            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        meta["deletionTimestamp"] = now_rfc3339()
+        meta["deletionGracePeriodSeconds"] = grace
+        if not pod["spec"].get("nodeName") or pod["status"].get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            self.put("Pod", pod)
+            self.remove("Pod", meta["namespace"], meta["name"])
+            return
+        self.put("Pod", pod)
+
+    def kill_all(self) -> None:
+        for process in self.processes.values():
+            if process.popen.poll() is None:
+                os.killpg(process.popen.pid, signal.SIGKILL)
+                process.popen.wait()
+
+
+def pod_index(pod: Obj) -> int:
+    return int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+
+
+def field_value(pod: Obj, path: str) -> str:
+    value: Any = pod
+    for part in re.findall(r"[^.\[\]']+", path):
+        value = value.get(part, "") if isinstance(value, dict) else ""
+    return str(value)
+
+
+ROUTES: list[tuple[str, re.Pattern[str]]] = [
+    ("nodes", re.compile(r"^/api/v1/nodes$")),
+    ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")),
+    ("pod", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")),
+    ("binding", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/binding$")),
+    ("log", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")),
+    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")),
+    ("job", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)$")),
+    (
+        "job-status",
+        re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)/status$"),
+    ),
+    (
+        "podgroups",
+        re.compile(r"^/apis/scheduling.volcano.sh/v1beta1/namespaces/(?P<ns>[^/]+)/podgroups$"),
+    ),
+    (
+        "podgroup",
+        re.compile(
+            r"^/apis/scheduling.volcano.sh/v1beta1/namespaces/(?P<ns>[^/]+)/podgroups/(?P<name>[^/]+)$"
+        ),
+    ),
+]
+KINDS = {"nodes": "Node", "pods": "Pod", "jobs": "Job", "podgroups": "PodGroup"}
+LIST_KINDS = {"Node": ("v1", "NodeList"), "Pod": ("v1", "PodList"), "Job": ("batch/v1", "JobList")}
+LIST_KINDS["PodGroup"] = ("scheduling.volcano.sh/v1beta1", "PodGroupList")
+
+
+def merge_patch(target: Obj, patch: Obj) -> Obj:
+    """RFC 7386 JSON merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def check_schema(manifest: Obj) -> None:
+    try:
+        kubernetes_validate.validate(manifest, SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        path = ".".join(str(part) for part in error.path)
+        raise ApiError(
+            422, "Invalid", f"{manifest.get('kind')} is invalid: {path}: {error.message}"
+        ) from None
+
+
+def public(obj: Obj) -> Obj:
+    """The object as served: without the fake's private bookkeeping fields."""
+    served = copy.deepcopy(obj)
+    served.get("status", {}).pop("_started", None)
+    return served
+
+
+class Handler(BaseHTTPRequestHandler):
+    cluster: FakeCluster
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _send(self, code: int, body: Obj | bytes, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Obj:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
+    def _route(self) -> tuple[str, dict[str, str], dict[str, str]]:
+        url = urlparse(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        for name, pattern in ROUTES:
+            found = pattern.match(url.path)
+            if found:
+                return name, found.groupdict(), query
+        raise ApiError(
+            404, "NotFound", f"the server could not find the requested resource {url.path}"
+        )
+
+    def _handle(self, method: str) -> None:
+        cluster = self.cluster
+        cluster.requests.append((method, self.path))
+        try:
+            if cluster.down:
+                raise ApiError(503, "ServiceUnavailable", "the API server is shutting down")
+            route, params, query = self._route()
+            handler = getattr(self, f"_{method.lower()}_{route.replace('-', '_')}", None)
+            if handler is None:
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {route}")
+            handler(params, query)
+        except ApiError as error:
+            self._send(error.code, error.body)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # --- collections ---
+
+    def _collection(self, kind: str, params: dict[str, str], query: dict[str, str]) -> None:
+        namespace = params.get("ns")
+        selector = query.get("labelSelector")
+        if query.get("watch") in ("true", "1"):
+            self._watch(kind, namespace, selector, query)
+            return
+        with self.cluster.lock:
+            items = [public(obj) for obj in self.cluster.list(kind, namespace, selector)]
+            version = str(self.cluster.version)
+        api_version, list_kind = LIST_KINDS[kind]
+        self._send(
+            200,
+            {
+                "apiVersion": api_version,
+                "kind": list_kind,
+                "metadata": {"resourceVersion": version},
+                "items": items,
+            },
+        )
+
+    def _watch(self, kind: str, namespace: str | None, selector: str | None, query: Obj) -> None:
+        cluster = self.cluster
+        since = int(query.get("resourceVersion") or cluster.version)
+        deadline = time.time() + float(query.get("timeoutSeconds") or 30)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        with cluster.lock:
+            oldest = cluster.events[0][0] if cluster.events else cluster.version + 1
+            if since < oldest - 1 and since < cluster.version:
+                gone = status_object(410, "Expired", f"too old resource version: {since}")
+                self.wfile.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                return
+        try:
+            while time.time() < deadline and not cluster.down:
+                with cluster.lock:
+                    fresh = [
+                        (version, event, obj)
+                        for version, k, event, obj in cluster.events
+                        if version > since
+                        and k == kind
+                        and (namespace is None or obj["metadata"].get("namespace") == namespace)
+                        and matches(selector, obj["metadata"].get("labels", {}))
+                    ]
+                    if not fresh:
+                        since = max(since, cluster.version)
+                        cluster.lock.wait(0.2)
+                        continue
+                for version, event, obj in fresh:
+                    line = json.dumps({"type": event, "object": public(obj)}).encode() + b"\n"
+                    self.wfile.write(line)
+                    since = version
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _get_nodes(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._collection("Node", params, query)
+
+    def _get_pods(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._collection("Pod", params, query)
+
+    def _get_jobs(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._collection("Job", params, query)
+
+    def _get_podgroups(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._collection("PodGroup", params, query)
+
+    # --- single objects ---
+
+    def _one(self, kind: str, params: dict[str, str]) -> Obj:
+        obj = self.cluster.get(kind, params["ns"], params["name"])
+        if obj is None:
+            resource = {"Pod": "pods", "Job": "jobs.batch", "PodGroup": "podgroups"}[kind]
+            raise ApiError(404, "NotFound", f'{resource} "{params["name"]}" not found')
+        return obj
+
+    def _get_pod(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._send(200, public(self._one("Pod", params)))
+
+    def _get_job(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._send(200, public(self._one("Job", params)))
+
+    def _get_podgroup(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._send(200, public(self._one("PodGroup", params)))
+
+    def _create(self, kind: str, params: dict[str, str], api_version: str) -> None:
+        body = self._body()
+        if body.get("kind") != kind or body.get("apiVersion") != api_version:
+            raise ApiError(400, "BadRequest", f"expected {api_version} {kind}")
+        if self.cluster.validate and kind != "PodGroup":
+            check_schema(body)
+        meta = body.setdefault("metadata", {})
+        namespace = meta.setdefault("namespace", params["ns"])
+        if namespace != params["ns"]:
+            raise ApiError(400, "BadRequest", "the namespace of the object does not match")
+        with self.cluster.lock:
+            if self.cluster.get(kind, namespace, meta["name"]) is not None:
+                resource = {"Job": "jobs.batch", "PodGroup": "podgroups"}[kind]
+                raise ApiError(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
+            if kind == "Job":
+                body["spec"].setdefault("backoffLimit", 6)
+                body["spec"].setdefault("completions", 1)
+                body["spec"]["template"]["spec"].setdefault("schedulerName", "default-scheduler")
+                body["status"] = {}
+            created = self.cluster.put(kind, body, "ADDED")
+            self._send(201, public(created))
+
+    def _post_jobs(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._create("Job", params, "batch/v1")
+
+    def _post_podgroups(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._create("PodGroup", params, "scheduling.volcano.sh/v1beta1")
+
+    def _patch_job(
+        self, params: dict[str, str], query: dict[str, str], status: bool = False
+    ) -> None:
+        content_type = self.headers.get("Content-Type", "")
+        if content_type != "application/merge-patch+json":
+            raise ApiError(
+                415, "UnsupportedMediaType", f"the fake takes merge patches, not {content_type}"
+            )
+        patch = self._body()
+        with self.cluster.lock:
+            job = self._one("Job", params)
+            if status:
+                merge_patch(job.setdefault("status", {}), patch.get("status", {}))
+            else:
+                merge_patch(job, {key: patch[key] for key in ("metadata", "spec") if key in patch})
+            self.cluster.put("Job", job)
+            self._send(200, public(job))
+
+    def _patch_job_status(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._patch_job(params, query, status=True)
+
+    def _delete_options(self, query: dict[str, str]) -> Obj:
+        options = self._body()
+        if "propagationPolicy" in query:
+            options.setdefault("propagationPolicy", query["propagationPolicy"])
+        if "gracePeriodSeconds" in query:
+            options.setdefault("gracePeriodSeconds", int(query["gracePeriodSeconds"]))
+        return options
+
+    def _delete_job(self, params: dict[str, str], query: dict[str, str]) -> None:
+        options = self._delete_options(query)
+        policy = options.get("propagationPolicy", "Background")
+        if policy not in ("Foreground", "Background", "Orphan"):
+            raise ApiError(400, "BadRequest", f"unknown propagationPolicy {policy!r}")
+        with self.cluster.lock:
+            job = self._one("Job", params)
+            pods = self.cluster.list(
+                "Pod", params["ns"], f"batch.kubernetes.io/job-name={params['name']}"
+            )
+            if policy == "Foreground":
+                job["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+                job["metadata"]["finalizers"] = ["foregroundDeletion"]
+                self.cluster.put("Job", job)
+            else:
+                self.cluster.remove("Job", params["ns"], params["name"])
+            if policy != "Orphan":
+                for pod in pods:
+                    self.cluster.delete_pod(pod, None)
+            self._send(200, public(job))
+
+    def _delete_pod(self, params: dict[str, str], query: dict[str, str]) -> None:
+        options = self._delete_options(query)
+        with self.cluster.lock:
+            pod = self._one("Pod", params)
+            self.cluster.delete_pod(pod, options.get("gracePeriodSeconds"))
+            self._send(200, public(pod))
+
+    def _post_binding(self, params: dict[str, str], query: dict[str, str]) -> None:
+        body = self._body()
+        if self.cluster.validate:
+            check_schema(body)
+        with self.cluster.lock:
+            pod = self._one("Pod", params)
+            if pod["spec"].get("nodeName"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'pod {params["name"]} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                )
+            node = body["target"]["name"]
+            if self.cluster.get("Node", "", node) is None:
+                raise ApiError(404, "NotFound", f'nodes "{node}" not found')
+            pod["spec"]["nodeName"] = node
+            self.cluster.put("Pod", pod)
+        self._send(201, status_object(201, "", "") | {"status": "Success"})
+
+    def _get_log(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._one("Pod", params)
+        data = self.cluster.pod_log(params["ns"], params["name"])
+        if "limitBytes" in query:
+            data = data[: int(query["limitBytes"])]
+        self._send(200, data, "text/plain")
+
+
+class FakeApiServer:
+    """The fake API server on a free loopback port, with its controller thread."""
+
+    def __init__(self, *, run_processes: bool = True, validate: bool = True) -> None:
+        self.cluster = FakeCluster(run_processes=run_processes, validate=validate)
+        handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self.httpd.serve_forever, daemon=True),
+            threading.Thread(target=self._controllers, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _controllers(self) -> None:
+        while not self._stop.wait(0.02):
+            self.cluster.step()
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "fake-token-not-a-secret"}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "tester", "namespace": namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    def close(self) -> None:
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        with self.cluster.lock:
+            self.cluster.kill_all()
+
+
+def iter_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Split a byte stream into lines (a helper for tests reading a watch themselves)."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line
