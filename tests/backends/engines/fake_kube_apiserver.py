@@ -408,7 +408,11 @@ class FakeCluster:
                 self._stop(pod, process)
                 continue
             if not self.run_processes or process is not None:
-                if process is not None and process.popen.poll() is not None:
+                if (
+                    process is not None
+                    and process.popen.poll() is not None
+                    and pod["status"].get("phase") == "Running"
+                ):
                     self._exited(pod, process)
                 continue
             if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending":
@@ -498,6 +502,7 @@ def field_value(pod: Obj, path: str) -> str:
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("nodes", re.compile(r"^/api/v1/nodes$")),
     ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")),
+    ("pods", re.compile(r"^/api/v1/pods$")),
     ("pod", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")),
     ("binding", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/binding$")),
     ("log", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")),
@@ -554,7 +559,7 @@ def public(obj: Obj) -> Obj:
 
 class Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -636,35 +641,46 @@ class Handler(BaseHTTPRequestHandler):
         deadline = time.time() + float(query.get("timeoutSeconds") or 30)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        try:
+            self._stream_events(kind, namespace, selector, since, deadline)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _stream_events(
+        self, kind: str, namespace: str | None, selector: str | None, since: int, deadline: float
+    ) -> None:
+        cluster = self.cluster
         with cluster.lock:
             oldest = cluster.events[0][0] if cluster.events else cluster.version + 1
             if since < oldest - 1 and since < cluster.version:
                 gone = status_object(410, "Expired", f"too old resource version: {since}")
-                self.wfile.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                self._chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
                 return
-        try:
-            while time.time() < deadline and not cluster.down:
-                with cluster.lock:
-                    fresh = [
-                        (version, event, obj)
-                        for version, k, event, obj in cluster.events
-                        if version > since
-                        and k == kind
-                        and (namespace is None or obj["metadata"].get("namespace") == namespace)
-                        and matches(selector, obj["metadata"].get("labels", {}))
-                    ]
-                    if not fresh:
-                        since = max(since, cluster.version)
-                        cluster.lock.wait(0.2)
-                        continue
-                for version, event, obj in fresh:
-                    line = json.dumps({"type": event, "object": public(obj)}).encode() + b"\n"
-                    self.wfile.write(line)
-                    since = version
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            return
+        while time.time() < deadline and not cluster.down:
+            with cluster.lock:
+                fresh = [
+                    (version, event, obj)
+                    for version, k, event, obj in cluster.events
+                    if version > since
+                    and k == kind
+                    and (namespace is None or obj["metadata"].get("namespace") == namespace)
+                    and matches(selector, obj["metadata"].get("labels", {}))
+                ]
+                if not fresh:
+                    since = max(since, cluster.version)
+                    cluster.lock.wait(0.2)
+                    continue
+            for version, event, obj in fresh:
+                line = json.dumps({"type": event, "object": public(obj)}).encode() + b"\n"
+                self._chunk(line)
+                since = version
 
     def _get_nodes(self, params: dict[str, str], query: dict[str, str]) -> None:
         self._collection("Node", params, query)

@@ -181,7 +181,8 @@ class KubeApi:
     def bind(self, manifest: Obj) -> None:
         self._call(
             "binding a pod",
-            self.core.create_namespaced_binding,
+            self.core.create_namespaced_pod_binding,
+            manifest["metadata"]["name"],
             self.namespace,
             manifest,
         )
