@@ -493,8 +493,12 @@ def pod_index(pod: Obj) -> int:
 
 
 def field_value(pod: Obj, path: str) -> str:
+    """The downward API's fieldRef: ``spec.nodeName``, ``metadata.annotations['a.b/c']``."""
+    keyed = re.match(r"^metadata\.(annotations|labels)\['(.+)'\]$", path)
+    if keyed:
+        return str(pod["metadata"].get(keyed.group(1), {}).get(keyed.group(2), ""))
     value: Any = pod
-    for part in re.findall(r"[^.\[\]']+", path):
+    for part in path.split("."):
         value = value.get(part, "") if isinstance(value, dict) else ""
     return str(value)
 
