@@ -425,7 +425,7 @@ class FakeCluster:
         for item in container.get("env", []):
             if "value" in item:
                 env[item["name"]] = item["value"]
-            elif "fieldRef" in item:
+            elif "fieldRef" in item.get("valueFrom", {}):
                 env[item["name"]] = field_value(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
         log = self.log_dir / f"{pod['metadata']['name']}.log"
         with log.open("wb") as out:
