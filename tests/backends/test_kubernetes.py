@@ -240,7 +240,10 @@ def test_a_watch_that_expires_is_listed_again_and_pods_are_still_bound(
     try:
         backend.dispatch(gpu_request("first", replicas=1))
         until(
-            lambda: server.cluster.pods_of(m.job_name("first"))[0]["spec"].get("nodeName"), "bound"
+            lambda: [
+                p for p in server.cluster.pods_of(m.job_name("first")) if p["spec"].get("nodeName")
+            ],
+            "bound",
         )
         server.cluster.expire_history()
         time.sleep(1.5)  # the watch times out and resumes from a version the server forgot
@@ -350,7 +353,7 @@ def test_cancel_deletes_the_job_with_its_propagation_and_the_pods_with_the_grace
     status = kube.wait_terminal(backend, "run-1")
     assert (status.state, status.message) == (RunState.CANCELLED, "preempted")
     kube.assert_gone(status)
-    assert kube.fake.cluster.get("Job", "default", name) is None
+    until(lambda: kube.fake and kube.fake.cluster.get("Job", "default", name) is None, "Job gone")
     assert backend.cancel(CancelRequest("run-1")).outcome is CancelOutcome.ALREADY_FINISHED
     with pytest.raises(UnknownRun):
         kube.make().status(StatusRequest("run-1"))  # deleted: a fresh object cannot know it

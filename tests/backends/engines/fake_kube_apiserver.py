@@ -564,6 +564,7 @@ def public(obj: Obj) -> Obj:
 class Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         return

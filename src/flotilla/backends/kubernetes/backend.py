@@ -327,9 +327,13 @@ class KubernetesBackend:
 
     def _status_of(self, run_id: str, job: Obj, pods: Sequence[Obj]) -> RunStatus:
         status = run_status(job, pods, self.cluster)
-        if run_id in self._stopping and not status.state.terminal:
-            with self._lock:
-                self._stopping[run_id] = status
+        with self._lock:
+            if run_id in self._stopping:
+                if status.state.terminal:  # every pod gone; the Job follows (foreground)
+                    del self._stopping[run_id]
+                    self._cancelled[run_id] = status
+                else:
+                    self._stopping[run_id] = status
         return status
 
     def _tombstone(self, run_id: str) -> RunStatus:

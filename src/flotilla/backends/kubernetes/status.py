@@ -6,6 +6,7 @@ statuses, which is what makes adoption after a restart or a failover work.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -127,7 +128,12 @@ def run_status(
     if state.terminal:
         end_time = timestamp(job.get("status", {}).get("completionTime"))
         candidates = [t for t in (end_time, *finished) if t is not None]
-        finished_at = max(candidates) if candidates else (started_at or dispatched_at)
+        if candidates:
+            finished_at = max(candidates)
+        elif state is RunState.CANCELLED:
+            finished_at = time.time()  # the pods are gone, and with them their end times
+        else:
+            finished_at = started_at or dispatched_at
         if started_at is None and state is not RunState.CANCELLED:
             started_at = dispatched_at
         finished_at = max(finished_at, started_at or dispatched_at)
