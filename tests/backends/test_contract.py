@@ -141,7 +141,7 @@ def test_invalid_requests_are_rejected_naming_the_field(harness: Harness) -> Non
     backend = harness.make()
     with pytest.raises(DispatchRejected, match=r"payload\.command"):
         backend.dispatch(request(backend, "run-1", {"command": [], "sim": {"duration": 1}}))
-    if harness.name == "kubernetes":
+    if harness.name in ("kubernetes", "sim"):  # both run container payloads
         with pytest.raises(DispatchRejected, match=r"payload\.image"):
             backend.dispatch(request(backend, "run-1", {"command": "x"}, job_type="container"))
     else:
