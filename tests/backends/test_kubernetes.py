@@ -504,3 +504,44 @@ def test_a_fresh_backend_and_loop_adopt_a_running_job(service: Service) -> None:
     gate.touch()
     service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
     assert b"adopted" in service.loop.logs(job, LogsRequest(run_id="")).data
+
+
+DISPATCHER = """
+import sys, time
+from flotilla.backends import DispatchRequest, ReplicaPlacement
+from flotilla.backends.kubernetes import KubernetesBackend
+backend = KubernetesBackend(cluster="crashy", kubeconfig=sys.argv[1], watch_timeout=5)
+backend.dispatch(DispatchRequest(
+    run_id="survivor", job="job-a", cluster="crashy",
+    placements=(ReplicaPlacement("main", 0, "node-b"),),
+    payload={"command": "while [ ! -e " + sys.argv[2] + " ]; do sleep 0.05; done; echo lived"},
+))
+print("dispatched", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_outlives_a_scheduler_killed_with_sigkill(kube: KubernetesHarness) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    gate = kube.scratch / "gate"
+    process = subprocess.Popen(
+        [sys.executable, "-c", DISPATCHER, str(kube.kubeconfig), str(gate)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"dispatched"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    fresh = kube.make(cluster="crashy")
+    assert [status.run_id for status in fresh.poll()] == ["survivor"]
+    kube.wait(fresh, "survivor", lambda s: s.state is RunState.RUNNING, "running")
+    assert fresh.status(StatusRequest("survivor")).replicas[0].node == "node-b"
+    gate.touch()
+    assert kube.wait_terminal(fresh, "survivor").state is RunState.SUCCEEDED
+    assert "lived" in read_all(fresh, "survivor")

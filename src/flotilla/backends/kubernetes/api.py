@@ -70,6 +70,14 @@ class KubeApi:
                     f"Kubernetes API server at {self.address} failed {what}: "
                     f"HTTP {error.status} {error.reason}"
                 ) from None
+            if error.status in (401, 403):
+                # Credentials or RBAC: nothing the request can fix, but an operator can; the
+                # caller retries, as for an outage, once the Role or token is fixed.
+                raise BackendUnavailable(
+                    f"Kubernetes API server at {self.address} refused {what}: HTTP "
+                    f"{error.status} {_message(error.body)} (check the credentials and the "
+                    "RBAC Role in docs/backends.md)"
+                ) from None
             raise ApiFailure(int(error.status), _message(error.body)) from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise BackendUnavailable(

@@ -172,9 +172,11 @@ class KubernetesBackend:
                     ) from None
             if existing is None:
                 raise BackendUnavailable(f"Job {name} vanished while it was being created")
-            if self.settings.mode == "volcano":
-                self._create_pod_group(existing)
         result = self._result_from_job(existing, request)
+        if self.settings.mode == "volcano":
+            # Also on a repeated dispatch: a PodGroup whose creation failed last time is made
+            # now, so a retry completes what an interrupted dispatch began.
+            self._create_pod_group(existing)
         with self._lock:
             self._cache["jobs"].setdefault(name, existing)
             self._changes.observe(request.run_id, RunState.PENDING)
