@@ -46,6 +46,7 @@ from flotilla.backends.interface import (
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.status import node_info, pods_by_index, run_status, usable
+from flotilla.backends.kubernetes.watch import ClusterWatch
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.quantity import parse_quantity
 
@@ -119,16 +120,8 @@ class KubernetesBackend:
         """Runs this object cancelled whose Job is gone: their final status (see docs)."""
         self._stopping: dict[str, RunStatus] = {}
         self._nodes: tuple[float, list[NodeInfo]] = (0.0, [])
-        self._cache: dict[str, dict[str, Obj]] = {"jobs": {}, "pods": {}}
-        self._synced = {"jobs": threading.Event(), "pods": threading.Event()}
-        self._bound: set[str] = set()
         self._closed = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._watch_loop, args=(kind,), daemon=True, name=kind)
-            for kind in ("jobs", "pods")
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._watch = ClusterWatch(self.api, self._selector, self.settings, watch_timeout)
 
     # --- the contract ---
 
@@ -178,7 +171,7 @@ class KubernetesBackend:
             # now, so a retry completes what an interrupted dispatch began.
             self._create_pod_group(existing)
         with self._lock:
-            self._cache["jobs"].setdefault(name, existing)
+            self._watch.remember_job(existing)
             self._changes.observe(request.run_id, RunState.PENDING)
         return result
 
@@ -301,8 +294,7 @@ class KubernetesBackend:
         if self._closed.is_set():
             return
         self._closed.set()
-        for thread in self._threads:
-            thread.join(timeout=0.5)
+        self._watch.stop()
         self.api.close()
 
     # --- reading runs ---
@@ -361,9 +353,9 @@ class KubernetesBackend:
 
     def _snapshot(self) -> tuple[list[Obj], list[Obj]]:
         """Jobs and pods of this cluster: from the watch cache when it is in sync, else listed."""
-        with self._lock:
-            if all(event.is_set() for event in self._synced.values()):
-                return list(self._cache["jobs"].values()), list(self._cache["pods"].values())
+        cached = self._watch.snapshot()
+        if cached is not None:
+            return cached
         jobs = self.api.list_jobs(self._selector)["items"]
         pods = self.api.list_pods(self._selector)["items"]
         return jobs, pods
@@ -421,96 +413,6 @@ class KubernetesBackend:
                     "Volcano installed?"
                 ) from None
 
-    def _bind(self, pod: Obj) -> None:
-        """Put a new pod on the node its completion index was placed on (native mode)."""
-        meta, spec = pod["metadata"], pod.get("spec", {})
-        name = meta["name"]
-        if (
-            self.settings.mode != "native"
-            or spec.get("nodeName")
-            or meta.get("deletionTimestamp")
-            or spec.get("schedulerName") != self.settings.scheduler_name
-            or name in self._bound
-        ):
-            return
-        job_name = meta.get("labels", {}).get(m.JOB_NAME_LABEL)
-        index = meta.get("labels", {}).get(m.INDEX_LABEL) or meta.get("annotations", {}).get(
-            m.INDEX_ANNOTATION
-        )
-        if job_name is None or index is None:
-            return
-        job = self._cache["jobs"].get(job_name) or self.api.get_job(job_name)
-        if job is None:
-            return
-        placements = m.placements_from_annotation(
-            job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS]
-        )
-        if int(index) >= len(placements):
-            return
-        node = placements[int(index)].node
-        try:
-            self.api.bind(m.binding_manifest(name, self.settings.namespace, node))
-        except ApiFailure as error:
-            if error.code not in (404, 409):  # gone, or bound by another replica: fine
-                log.warning("binding pod %s to node %s failed: %s", name, node, error)
-                return
-        self._bound.add(name)
-
-    # --- the watch threads ---
-
-    def _watch_loop(self, kind: str) -> None:
-        """List, then watch from the list's resourceVersion; on any error or 410, list again."""
-        while not self._closed.is_set():
-            try:
-                listed = (
-                    self.api.list_jobs(self._selector)
-                    if kind == "jobs"
-                    else self.api.list_pods(self._selector)
-                )
-                with self._lock:
-                    self._cache[kind] = {item["metadata"]["name"]: item for item in listed["items"]}
-                    self._synced[kind].set()
-                if kind == "pods":
-                    for pod in listed["items"]:
-                        self._bind(pod)
-                version = listed["metadata"]["resourceVersion"]
-                while not self._closed.is_set():
-                    version = self._watch_once(kind, version)
-            except _Resync:
-                continue
-            except BackendUnavailable as error:
-                self._synced[kind].clear()
-                if self._closed.is_set():
-                    return
-                log.debug("watch of %s interrupted: %s", kind, error)
-                self._closed.wait(0.5)
-            except Exception:  # a bug must not kill the watch for good; log it and relist
-                self._synced[kind].clear()
-                log.exception("watch of %s failed", kind)
-                self._closed.wait(0.5)
-
-    def _watch_once(self, kind: str, version: str) -> str:
-        for event in self.api.watch(kind, self._selector, version, self.watch_timeout):
-            if self._closed.is_set():
-                return version
-            kind_of_event = event.get("type")
-            item = event.get("object", {})
-            if kind_of_event == "ERROR":
-                raise _Resync()
-            version = item.get("metadata", {}).get("resourceVersion", version)
-            if kind_of_event == "BOOKMARK":
-                continue
-            name = item["metadata"]["name"]
-            with self._lock:
-                if kind_of_event == "DELETED":
-                    self._cache[kind].pop(name, None)
-                    self._bound.discard(name)
-                else:
-                    self._cache[kind][name] = item
-            if kind == "pods" and kind_of_event in ("ADDED", "MODIFIED"):
-                self._bind(item)
-        return version
-
     # --- nodes ---
 
     def _node_infos(self, fresh: bool = False) -> list[NodeInfo]:
@@ -559,10 +461,6 @@ class KubernetesBackend:
                     if key in requests:
                         here[key] = here.get(key, 0.0) + parse_quantity(requests[key])
         return used
-
-
-class _Resync(Exception):
-    """The watch said ERROR (410 Gone: the version is too old): list again."""
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
