@@ -37,7 +37,8 @@ from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
 from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 
-from .engines.fake_kube_apiserver import FakeApiServer, FakeCluster
+from .engines.fake_kube_apiserver import FakeApiServer
+from .engines.fake_kube_cluster import FakeCluster
 from .support import WAIT_LIMIT, KubernetesHarness, read_all, request
 
 pytestmark = pytest.mark.skipif(
