@@ -24,7 +24,6 @@ from flotilla.backends import (
     RunStatus,
     StatusRequest,
 )
-from flotilla.backends.kubernetes import KubernetesBackend
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.processes import group_alive
 from flotilla.backends.sim import FakeClock, SimBackend
@@ -215,6 +214,8 @@ class KubernetesHarness(Harness):
             self.image = "registry.example/unused:1"
 
     def make(self, **config: Any) -> Backend:
+        from flotilla.backends.kubernetes import KubernetesBackend  # slow import: only here
+
         settings: dict[str, Any] = {
             "cluster": self.cluster_name,
             "kubeconfig": self.kubeconfig,
@@ -243,6 +244,8 @@ class KubernetesHarness(Harness):
         if self.fake is not None:
             self.fake.close()
             return
+        from flotilla.backends.kubernetes import KubernetesBackend
+
         cleaner = KubernetesBackend(cluster=self.cluster_name, kubeconfig=self.kubeconfig)
         try:
             for job in cleaner.api.list_jobs(cleaner._selector)["items"]:
@@ -255,9 +258,11 @@ class KubernetesHarness(Harness):
 
     def assert_gone(self, status: RunStatus) -> None:
         """No pod of the run is left (on the fake: and no process of it runs)."""
+        from flotilla.backends.kubernetes import KubernetesBackend
+        from flotilla.backends.kubernetes.manifests import JOB_NAME_LABEL, job_name
+
         assert isinstance(self.backends[-1], KubernetesBackend)
         api = self.backends[-1].api
-        from flotilla.backends.kubernetes.manifests import JOB_NAME_LABEL, job_name
 
         deadline = time.monotonic() + WAIT_LIMIT
         while api.list_pods(f"{JOB_NAME_LABEL}={job_name(status.run_id)}")["items"]:

@@ -59,9 +59,9 @@ class ClusterWatch:
             self._cache["jobs"].setdefault(job["metadata"]["name"], job)
 
     def stop(self) -> None:
+        """Ask the threads to end; a thread inside a watch request ends when it returns (at
+        most ``watch_timeout``), without touching anything on the way out."""
         self.closed.set()
-        for thread in self._threads:
-            thread.join(timeout=0.5)
 
     def bind(self, pod: Obj) -> None:
         """Put a new pod on the node its completion index was placed on (native mode)."""
@@ -131,6 +131,8 @@ class ClusterWatch:
                 self.closed.wait(0.5)
             except Exception:  # a bug must not kill the watch for good; log it and relist
                 self._synced[kind].clear()
+                if self.closed.is_set():
+                    return  # the API client was closed under a running watch
                 log.exception("watch of %s failed", kind)
                 self.closed.wait(0.5)
 
