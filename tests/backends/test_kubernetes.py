@@ -270,6 +270,7 @@ def test_an_unreachable_api_server_is_one_clear_error_naming_the_address(tmp_pat
         with pytest.raises(BackendUnavailable, match=r"http://127\.0\.0\.1:\d+") as error:
             backend.inventory()
         assert "\n" not in str(error.value)
+        assert "fake-token" not in str(error.value) + repr(backend)  # the kubeconfig's token
         with pytest.raises(BackendUnavailable):
             backend.status(StatusRequest("run-1"))
     finally:

@@ -147,6 +147,9 @@ class DispatchRequest:
         job_type: str = "command",
         env: Mapping[str, str] | None = None,
         max_runtime: float | None = None,
+        resources: Mapping[str, Mapping[str, float]] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tolerations: tuple[Mapping[str, Any], ...] = (),
     ) -> DispatchRequest:
         """The request for a scheduler ``Assignment`` (cluster, node and GPUs per replica)."""
         placements = tuple(
@@ -167,6 +170,9 @@ class DispatchRequest:
             job_type=job_type,
             env=dict(env or {}),
             max_runtime=max_runtime,
+            resources=dict(resources or {}),
+            labels=dict(labels or {}),
+            tolerations=tolerations,
         )
 
 
