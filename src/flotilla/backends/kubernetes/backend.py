@@ -172,7 +172,8 @@ class KubernetesBackend:
             self._create_pod_group(existing)
         with self._lock:
             self._watch.remember_job(existing)
-            self._changes.observe(request.run_id, RunState.PENDING)
+            if not self._changes.knows(request.run_id):
+                self._changes.observe(request.run_id, RunState.PENDING)
         return result
 
     def cancel(self, request: CancelRequest) -> CancelResult:
@@ -234,9 +235,10 @@ class KubernetesBackend:
             ).append(pod)
         current: dict[str, RunStatus] = {}
         for job in jobs:
-            run_id = job["metadata"].get("annotations", {}).get(m.ANNOTATION_RUN_ID)
-            if run_id is None:
-                continue
+            annotations = job["metadata"].get("annotations", {})
+            run_id = annotations.get(m.ANNOTATION_RUN_ID)
+            if run_id is None or m.ANNOTATION_PLACEMENTS not in annotations:
+                continue  # carries our labels but was not made by a Flotilla backend
             current[run_id] = self._status_of(run_id, job, pods_of.get(job["metadata"]["name"], []))
         with self._lock:
             for run_id in list(self._stopping):
