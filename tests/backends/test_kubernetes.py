@@ -547,3 +547,30 @@ def test_a_run_outlives_a_scheduler_killed_with_sigkill(kube: KubernetesHarness)
     gate.touch()
     assert kube.wait_terminal(fresh, "survivor").state is RunState.SUCCEEDED
     assert "lived" in read_all(fresh, "survivor")
+
+
+def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-1", replicas=1))
+        (pod,) = until(lambda: server.cluster.pods_of(m.job_name("run-1")), "pod created")
+        with server.cluster.lock:
+            pod["status"]["containerStatuses"] = [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": "manifest unknown"}},
+                }
+            ]
+            server.cluster.put("Pod", pod)
+        status = backend.status(StatusRequest("run-1"))
+        assert status.state is RunState.PENDING
+        assert status.message == "ErrImagePull: manifest unknown"
+    finally:
+        backend.close()
