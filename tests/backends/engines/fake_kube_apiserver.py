@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -419,3 +420,4 @@ class FakeApiServer:
         self.httpd.server_close()
         with self.cluster.lock:
             self.cluster.kill_all()
+        shutil.rmtree(self.cluster.log_dir, ignore_errors=True)
