@@ -203,15 +203,29 @@ class KubernetesBackend:
                 request.run_id, CancelOutcome.ALREADY_STOPPING, "already stopping", status
             )
         name = job["metadata"]["name"]
-        job = self.api.annotate_job(name, {m.ANNOTATION_CANCEL_REASON: request.reason})
+        try:
+            job = self.api.annotate_job(name, {m.ANNOTATION_CANCEL_REASON: request.reason})
+        except ApiFailure as error:
+            if error.code != 404:
+                raise BackendUnavailable(
+                    f"Kubernetes API server at {self.api.address} refused to annotate Job "
+                    f"{name} (HTTP {error.code}: {error.message})"
+                ) from None
+            # Deleted by someone else between the read and the patch: nothing left to stop.
+            return CancelResult(
+                request.run_id, CancelOutcome.ALREADY_FINISHED, "the Job is already gone", status
+            )
         grace = self.settings.grace_period if request.grace_period is None else request.grace_period
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
                 try:
                     self.api.delete_pod(pod["metadata"]["name"], max(0, round(grace)))
                 except ApiFailure as error:
-                    if error.code != 404:
-                        raise
+                    if error.code != 404:  # 404: the pod is gone already, as wanted
+                        raise BackendUnavailable(
+                            f"Kubernetes API server at {self.api.address} refused to delete "
+                            f"pod {pod['metadata']['name']} (HTTP {error.code})"
+                        ) from None
         self._delete_job(name)
         status = run_status(job, pods, self.cluster)
         with self._lock:
