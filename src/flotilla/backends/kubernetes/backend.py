@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 PROPAGATION = ("Foreground", "Background")
 NODE_CACHE_SECONDS = 5.0
+CANCELLED_KEPT = 10_000
 
 
 class KubernetesBackend:
@@ -341,7 +342,7 @@ class KubernetesBackend:
             if run_id in self._stopping:
                 if status.state.terminal:  # every pod gone; the Job follows (foreground)
                     del self._stopping[run_id]
-                    self._cancelled[run_id] = status
+                    self._remember_cancelled(run_id, status)
                 else:
                     self._stopping[run_id] = status
         return status
@@ -364,8 +365,15 @@ class KubernetesBackend:
             finished_at=max(time.time(), last.started_at or last.dispatched_at),
             replicas=replicas,
         )
-        self._cancelled[run_id] = final
+        self._remember_cancelled(run_id, final)
         return final
+
+    def _remember_cancelled(self, run_id: str, status: RunStatus) -> None:
+        """Keep the final status of a cancelled run; the oldest are forgotten past a bound (the
+        scheduler recorded each cancel long before)."""
+        self._cancelled[run_id] = status
+        while len(self._cancelled) > CANCELLED_KEPT:
+            del self._cancelled[next(iter(self._cancelled))]
 
     def _snapshot(self) -> tuple[list[Obj], list[Obj]]:
         """Jobs and pods of this cluster: from the watch cache when it is in sync, else listed."""
