@@ -574,3 +574,31 @@ def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
         assert status.message == "ErrImagePull: manifest unknown"
     finally:
         backend.close()
+
+
+def test_a_job_failed_through_its_status_subresource_fails_the_run(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    """Another controller (a PodFailurePolicy, an admin) may end a Job through /status."""
+    import httpx
+
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-1", replicas=1))
+        failed = {
+            "type": "Failed",
+            "status": "True",
+            "reason": "PodFailurePolicy",
+            "message": "container main exited with 42",
+        }
+        httpx.patch(
+            f"{server.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}/status",
+            json={"status": {"conditions": [failed]}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+        status = backend.status(StatusRequest("run-1"))
+        assert (status.state, status.message) == (RunState.FAILED, "job failed: PodFailurePolicy")
+        assert "run-1" not in backend.inventory().active_runs
+    finally:
+        backend.close()
