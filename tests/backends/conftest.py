@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from .support import Harness, LocalHarness, SimHarness
+from .support import Harness, KubernetesHarness, LocalHarness, SimHarness
 
 
-@pytest.fixture(params=["local", "sim"])
+@pytest.fixture(params=["local", "sim", "kubernetes"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    kind = {"local": LocalHarness, "sim": SimHarness}[request.param]
+    kind = {"local": LocalHarness, "sim": SimHarness, "kubernetes": KubernetesHarness}[
+        request.param
+    ]
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     made = kind(tmp_path / "state", scratch)
@@ -36,6 +38,17 @@ def local(tmp_path: Path) -> Iterator[LocalHarness]:
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[SimHarness]:
     made = SimHarness(tmp_path / "state", tmp_path)
+    try:
+        yield made
+    finally:
+        made.close_all()
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[KubernetesHarness]:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    made = KubernetesHarness(tmp_path / "state", scratch)
     try:
         yield made
     finally:

@@ -179,6 +179,102 @@ class SimHarness(Harness):
         self.clock.advance(0.1)
 
 
+REAL_KUBECONFIG_ENV = "FLOTILLA_TEST_KUBECONFIG"
+"""Set to a kubeconfig path to run the kubernetes tests against that real cluster instead of
+the fake API server (see docs/backends.md, "Testing against a real cluster")."""
+REAL_IMAGE_ENV = "FLOTILLA_TEST_KUBE_IMAGE"
+
+
+class KubernetesHarness(Harness):
+    """The kubernetes backend over the fake API server (tests/backends/engines), or over a real
+    cluster when ``FLOTILLA_TEST_KUBECONFIG`` names a kubeconfig.
+
+    On the fake, pods run as local processes, so a gate is a local file as for ``local``. On a
+    real cluster pods cannot see the test's files: a gated run then simply sleeps a few seconds
+    before it prints and exits, and ``release`` does nothing.
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, state_dir: Path, scratch: Path) -> None:
+        from .engines.fake_kube_apiserver import FakeApiServer
+
+        super().__init__(state_dir, scratch)
+        real = os.environ.get(REAL_KUBECONFIG_ENV)
+        self.cluster_name = f"test-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+        self.fake: FakeApiServer | None = None
+        if real:
+            self.kubeconfig = Path(real)
+            self.image = os.environ.get(REAL_IMAGE_ENV, "busybox:1.36")
+        else:
+            self.fake = FakeApiServer()
+            self.fake.cluster.add_node("node-a", cpu="8", memory="32Gi", gpus=2)
+            self.fake.cluster.add_node("node-b", cpu="4", memory="16Gi")
+            self.kubeconfig = self.fake.kubeconfig(scratch / "kubeconfig")
+            self.image = "registry.example/unused:1"
+
+    def make(self, **config: Any) -> Backend:
+        from flotilla.backends.kubernetes import KubernetesBackend  # slow import: only here
+
+        settings: dict[str, Any] = {
+            "cluster": self.cluster_name,
+            "kubeconfig": self.kubeconfig,
+            "grace_period": 2.0,
+            "default_image": self.image,
+            "watch_timeout": 5,
+            "request_timeout": 5.0,
+        }
+        settings.update(config)
+        backend = KubernetesBackend(**settings)
+        self.backends.append(backend)
+        return backend
+
+    def gated(self, output: str = "hello", exit_code: int = 0) -> tuple[dict[str, Any], Path]:
+        if self.fake is not None:
+            return super().gated(output, exit_code)
+        script = f"sleep 5; echo {output}; echo done >&2; exit {exit_code}"
+        return {"command": script}, self.scratch / "unused-gate"
+
+    def release(self, gate: Path) -> None:
+        if self.fake is not None:
+            gate.touch()
+
+    def close_all(self) -> None:
+        super().close_all()
+        if self.fake is not None:
+            self.fake.close()
+            return
+        from flotilla.backends.kubernetes import KubernetesBackend
+
+        cleaner = KubernetesBackend(cluster=self.cluster_name, kubeconfig=self.kubeconfig)
+        try:
+            for job in cleaner.api.list_jobs(cleaner._selector)["items"]:
+                cleaner.api.delete_job(job["metadata"]["name"], "Background")
+        finally:
+            cleaner.close()
+
+    def pass_time(self) -> None:
+        time.sleep(0.02)
+
+    def assert_gone(self, status: RunStatus) -> None:
+        """No pod of the run is left (on the fake: and no process of it runs)."""
+        from flotilla.backends.kubernetes import KubernetesBackend
+        from flotilla.backends.kubernetes.manifests import JOB_NAME_LABEL, job_name
+
+        assert isinstance(self.backends[-1], KubernetesBackend)
+        api = self.backends[-1].api
+
+        deadline = time.monotonic() + WAIT_LIMIT
+        while api.list_pods(f"{JOB_NAME_LABEL}={job_name(status.run_id)}")["items"]:
+            assert time.monotonic() < deadline, f"pods of {status.run_id} are still there"
+            time.sleep(0.05)
+        if self.fake is not None:
+            with self.fake.cluster.lock:
+                for process in self.fake.cluster.processes.values():
+                    if job_name(status.run_id) in process.log.name:
+                        assert process.popen.poll() is not None, "a pod's process still runs"
+
+
 def read_all(backend: Backend, run_id: str, stream: LogStream = LogStream.STDOUT) -> str:
     chunk = backend.logs(LogsRequest(run_id, stream=stream))
     return chunk.text

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from flotilla.model.payload import CommandPayload, PayloadError, parse_payload
+from flotilla.model.payload import CommandPayload, ContainerPayload, PayloadError, parse_payload
 
 
 def problems(job_type: str, data: Any) -> list[str]:
@@ -47,10 +47,27 @@ def test_values_are_not_coerced() -> None:
 
 
 def test_planned_types_are_refused_saying_they_are_not_built_yet() -> None:
-    for job_type in ("ray", "spark", "container"):
+    for job_type in ("ray", "spark"):
         (line,) = problems(job_type, {"entrypoint": "x"})
         assert line.startswith(f"type: {job_type!r} is not supported yet")
         assert "supported: command" in line
+
+
+def test_a_container_payload_needs_an_image_and_takes_a_command_and_args() -> None:
+    payload = parse_payload(
+        "container", {"image": "busybox:1.36", "command": "echo $A", "args": ["x"]}
+    )
+    assert isinstance(payload, ContainerPayload)
+    assert payload.argv() == ["/bin/sh", "-c", "echo $A"]
+    assert parse_payload("container", {"image": "busybox:1.36"}).argv() is None  # type: ignore[union-attr]
+    assert problems("container", {"command": ["run"]}) == [
+        "payload.image: required field is missing"
+    ]
+    assert problems("container", {"image": "a b"})[0].startswith("payload.image")
+    assert problems("container", {"image": "x", "command": []})[0].startswith("payload.command")
+    assert problems("container", {"image": "x", "image_pull_policy": "Sometimes"})[0].startswith(
+        "payload.image_pull_policy"
+    )
 
 
 def test_unknown_types_list_the_known_ones() -> None:

@@ -18,7 +18,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.files import write_text_safely
 from flotilla.framework.nodes import NodeInfo
-from flotilla.model.payload import Payload, PayloadError, parse_payload
+from flotilla.model.payload import CommandPayload, Payload, PayloadError, parse_payload
 
 
 def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeInfo]) -> None:
@@ -57,11 +57,24 @@ def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeIn
                 )
 
 
-def payload_of(request: DispatchRequest) -> Payload:
+def any_payload_of(request: DispatchRequest) -> Payload:
+    """The request's payload, validated for its job type (``DispatchRejected`` naming the
+    field)."""
     try:
         return parse_payload(request.job_type, request.payload)
     except PayloadError as error:
         raise DispatchRejected(str(error)) from None
+
+
+def payload_of(request: DispatchRequest) -> CommandPayload:
+    """The payload of a backend that runs commands only (``local``): other types refused."""
+    payload = any_payload_of(request)
+    if not isinstance(payload, CommandPayload):
+        raise DispatchRejected(
+            f"type: {request.job_type!r} is not supported yet by this backend (supported: "
+            "command; container jobs run on the kubernetes backend)"
+        )
+    return payload
 
 
 def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
@@ -152,6 +165,10 @@ class ChangeLog:
     def remember(self, run_id: str, state: RunState) -> None:
         """Take ``state`` as already reported (a run loaded at start that is not news)."""
         self._last[run_id] = state
+
+    def knows(self, run_id: str) -> bool:
+        """Whether a state of ``run_id`` was observed or remembered before."""
+        return run_id in self._last
 
     def mark(self, run_id: str) -> None:
         """Report ``run_id`` at the next poll even if its state did not change."""

@@ -119,6 +119,9 @@ class DispatchRequest:
     ``env`` is set for every replica (below the payload's own env, which is the user's word);
     backend-owned variables (``FLOTILLA_*``, ``CUDA_VISIBLE_DEVICES``) always win.
     ``max_runtime``: seconds after which the run is stopped and reported failed.
+    ``resources`` (per task: ``cpu`` cores, ``memory`` bytes, ``gpu`` devices…), ``labels`` and
+    ``tolerations`` (each a mapping of ``key``/``operator``/``value``/``effect``) are the job's
+    own; backends whose engine enforces them (``kubernetes``) pass them on, others ignore them.
     """
 
     run_id: str
@@ -129,6 +132,9 @@ class DispatchRequest:
     job_type: str = "command"
     env: Mapping[str, str] = field(default_factory=dict)
     max_runtime: float | None = None
+    resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_assignment(
@@ -141,6 +147,9 @@ class DispatchRequest:
         job_type: str = "command",
         env: Mapping[str, str] | None = None,
         max_runtime: float | None = None,
+        resources: Mapping[str, Mapping[str, float]] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tolerations: tuple[Mapping[str, Any], ...] = (),
     ) -> DispatchRequest:
         """The request for a scheduler ``Assignment`` (cluster, node and GPUs per replica)."""
         placements = tuple(
@@ -161,6 +170,9 @@ class DispatchRequest:
             job_type=job_type,
             env=dict(env or {}),
             max_runtime=max_runtime,
+            resources=dict(resources or {}),
+            labels=dict(labels or {}),
+            tolerations=tolerations,
         )
 
 

@@ -1,8 +1,9 @@
 """Typed job payloads: what a backend needs to start a job of a given ``type``.
 
 A ``JobSpec`` carries ``type`` (the discriminator) and a free-form ``payload`` dict; this module
-turns the pair into a typed, strictly validated model. Only ``command`` runs today. The other
-job types Flotilla is designed for (``ray``, ``spark``, ``container``) have their place in
+turns the pair into a typed, strictly validated model. ``command`` runs everywhere;
+``container`` (an image) runs on the ``kubernetes`` backend. The other job types Flotilla is
+designed for (``ray``, ``spark``) have their place in
 ``PLANNED_TYPES`` so that a job using one is refused with a message saying so, rather than with
 a puzzling "unknown field".
 """
@@ -83,15 +84,55 @@ class CommandPayload(StrictPayload):
         return list(self.command)
 
 
-Payload = CommandPayload
-"""Every payload type a backend can run today (a union once more types are built)."""
+class ContainerPayload(StrictPayload):
+    """A container image, run once per replica (by the ``kubernetes`` backend).
 
-PAYLOAD_TYPES: Mapping[str, type[StrictPayload]] = {"command": CommandPayload}
+    ``command`` replaces the image's entrypoint and ``args`` its arguments, as in a Kubernetes
+    container; both omitted runs the image as built. A string ``command`` runs by
+    ``/bin/sh -c`` inside the image.
+    """
+
+    type: Literal["container"] = "container"
+    image: str = Field(min_length=1, pattern=r"^[^\s]+$")
+    command: list[str] | str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    working_dir: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    sim: SimBehaviour | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, command: list[str] | str | None) -> list[str] | str | None:
+        if command is None:
+            return None
+        return CommandPayload._not_empty(command)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        return CommandPayload._env_names(env)
+
+    def argv(self) -> list[str] | None:
+        """The container's ``command`` (entrypoint override), or ``None`` for the image's."""
+        if self.command is None:
+            return None
+        if isinstance(self.command, str):
+            return ["/bin/sh", "-c", self.command]
+        return list(self.command)
+
+
+Payload = CommandPayload | ContainerPayload
+"""Every payload type a backend can run today."""
+
+PAYLOAD_TYPES: Mapping[str, type[CommandPayload | ContainerPayload]] = {
+    "command": CommandPayload,
+    "container": ContainerPayload,
+}
 
 PLANNED_TYPES: Mapping[str, str] = {
     "ray": "Ray jobs need the ray backend, which is not built yet",
     "spark": "Spark jobs need a spark-submit payload, which is not built yet",
-    "container": "container jobs need the kubernetes backend, which is not built yet",
 }
 
 
@@ -121,7 +162,7 @@ def parse_payload(job_type: str, data: Mapping[str, Any] | None) -> Payload:
     if declared != job_type:
         raise PayloadError([f"payload.type: {declared!r} disagrees with the job type {job_type!r}"])
     try:
-        return CommandPayload.model_validate(fields)
+        return PAYLOAD_TYPES[job_type].model_validate(fields)
     except ValidationError as error:
         problems = from_pydantic(error).problems
         raise PayloadError([_under("payload", line) for line in problems]) from None

@@ -76,6 +76,12 @@ class Dispatcher:
             job_type=job.spec.type,
             env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name},
             max_runtime=job.spec.max_runtime,
+            resources={task.name: dict(task.resources) for task in job.spec.tasks},
+            labels=dict(job.spec.labels),
+            tolerations=tuple(
+                toleration.model_dump(mode="json", exclude_none=True)
+                for toleration in job.spec.tolerations
+            ),
         )
         try:
             backend.dispatch(request)

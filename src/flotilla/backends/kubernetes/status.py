@@ -1,0 +1,227 @@
+"""A run's status read from its Job and pods; the cluster's nodes read from Node objects.
+
+Pure functions of API objects: two backend objects looking at the same cluster compute equal
+statuses, which is what makes adoption after a restart or a failover work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from flotilla.backends.interface import ReplicaStatus, RunState, RunStatus
+from flotilla.backends.kubernetes import manifests as m
+from flotilla.framework.nodes import NodeInfo
+from flotilla.model.cluster import Taint, TaintEffect
+from flotilla.model.quantity import parse_quantity
+
+Obj = Mapping[str, Any]
+
+
+def timestamp(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def pods_by_index(pods: Iterable[Obj]) -> dict[int, Obj]:
+    """The newest pod of each completion index."""
+    chosen: dict[int, Obj] = {}
+    for pod in pods:
+        index = pod["metadata"].get("labels", {}).get(m.INDEX_LABEL) or pod["metadata"].get(
+            "annotations", {}
+        ).get(m.INDEX_ANNOTATION)
+        if index is None:
+            continue
+        key = int(index)
+        old = chosen.get(key)
+        if old is None or pod["metadata"].get("creationTimestamp", "") >= old["metadata"].get(
+            "creationTimestamp", ""
+        ):
+            chosen[key] = pod
+    return chosen
+
+
+def terminated(pod: Obj) -> Obj | None:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        if status.get("name") == m.CONTAINER:
+            found: Obj | None = status.get("state", {}).get("terminated")
+            return found
+    return None
+
+
+def exit_code(state: Obj) -> int:
+    """A container's exit code in Flotilla's convention: ``-N`` for a kill by signal N."""
+    if state.get("signal"):
+        return -int(state["signal"])
+    return int(state.get("exitCode", 0))
+
+
+def waiting_reason(pod: Obj) -> str | None:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        waiting = status.get("state", {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
+def replica_state(pod: Obj | None) -> RunState:
+    if pod is None:
+        return RunState.PENDING
+    phase = pod.get("status", {}).get("phase")
+    if phase == "Succeeded":
+        return RunState.SUCCEEDED
+    if phase == "Failed":
+        return RunState.FAILED
+    if phase == "Running":
+        return RunState.RUNNING
+    return RunState.PENDING
+
+
+def condition(job: Obj, kind: str) -> Obj | None:
+    for item in job.get("status", {}).get("conditions", []) or []:
+        if item.get("type") == kind and item.get("status") == "True":
+            found: Obj = item
+            return found
+    return None
+
+
+def run_status(
+    job: Obj, pods: Sequence[Obj], cluster: str, cancelled_reason: str | None = None
+) -> RunStatus:
+    """The run of ``job``. ``cancelled_reason`` overrides the Job's own annotation (a Job
+    already deleted by this backend's cancel)."""
+    meta = job["metadata"]
+    annotations = meta.get("annotations", {})
+    placements = m.placements_from_annotation(annotations[m.ANNOTATION_PLACEMENTS])
+    dispatched_at = float(annotations[m.ANNOTATION_DISPATCHED_AT])
+    by_index = pods_by_index(pods)
+    replicas = []
+    started: list[float] = []
+    finished: list[float] = []
+    failing: tuple[str, int, str] | None = None
+    for index, placement in enumerate(placements):
+        pod = by_index.get(index)
+        state = replica_state(pod)
+        code = None
+        node = placement.node
+        if pod is not None:
+            node = pod.get("spec", {}).get("nodeName") or placement.node
+            begun = timestamp(pod.get("status", {}).get("startTime"))
+            if begun is not None and state is not RunState.PENDING:
+                started.append(begun)
+            end = terminated(pod)
+            if end is not None:
+                code = exit_code(end)
+                done = timestamp(end.get("finishedAt"))
+                if done is not None:
+                    finished.append(done)
+                if code != 0 and failing is None:
+                    failing = (placement.label, code, str(end.get("reason", "")))
+        replicas.append(ReplicaStatus(placement.task, placement.replica, node, state, code))
+    reason = cancelled_reason or annotations.get(m.ANNOTATION_CANCEL_REASON)
+    state, code, message = _overall(job, replicas, failing, reason, by_index)
+    started_at = max(dispatched_at, min(started)) if started else None
+    finished_at = None
+    if state.terminal:
+        end_time = timestamp(job.get("status", {}).get("completionTime"))
+        candidates = [t for t in (end_time, *finished) if t is not None]
+        if candidates:
+            finished_at = max(candidates)
+        elif state is RunState.CANCELLED:
+            finished_at = time.time()  # the pods are gone, and with them their end times
+        else:
+            finished_at = started_at or dispatched_at
+        if started_at is None and state is not RunState.CANCELLED:
+            started_at = dispatched_at
+        finished_at = max(finished_at, started_at or dispatched_at)
+    if state is RunState.CANCELLED:
+        replicas = [
+            r if r.state.terminal else ReplicaStatus(r.task, r.replica, r.node, RunState.CANCELLED)
+            for r in replicas
+        ]
+    return RunStatus(
+        run_id=annotations[m.ANNOTATION_RUN_ID],
+        job=annotations[m.ANNOTATION_JOB],
+        cluster=cluster,
+        state=state,
+        dispatched_at=dispatched_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        exit_code=code,
+        message=message,
+        replicas=tuple(replicas),
+    )
+
+
+def _overall(
+    job: Obj,
+    replicas: Sequence[ReplicaStatus],
+    failing: tuple[str, int, str] | None,
+    cancel_reason: str | None,
+    by_index: Mapping[int, Obj],
+) -> tuple[RunState, int | None, str]:
+    if cancel_reason is not None:
+        live = [pod for pod in by_index.values() if replica_state(pod) in _LIVE]
+        if live:
+            return RunState.RUNNING, None, f"stopping: {cancel_reason}"
+        return RunState.CANCELLED, None, cancel_reason
+    if condition(job, "Complete"):
+        return RunState.SUCCEEDED, 0, "every replica exited 0"
+    failed = condition(job, "Failed")
+    if failed is not None:
+        if failed.get("reason") == "DeadlineExceeded":
+            limit = job["metadata"].get("annotations", {}).get(m.ANNOTATION_MAX_RUNTIME)
+            return RunState.FAILED, None, f"exceeded max_runtime of {limit}s"
+        if failing is not None:
+            label, code, why = failing
+            detail = f" ({why})" if why and why not in ("Error", "Completed") else ""
+            return RunState.FAILED, code, f"replica {label} exited with code {code}{detail}"
+        return RunState.FAILED, None, f"job failed: {failed.get('reason', '')}".rstrip(": ")
+    if any(replica.state is RunState.RUNNING for replica in replicas):
+        return RunState.RUNNING, None, ""
+    if job.get("spec", {}).get("suspend"):
+        return RunState.PENDING, None, "waiting for admission (the Job is suspended)"
+    reasons = [text for pod in by_index.values() if (text := waiting_reason(pod))]
+    return RunState.PENDING, None, reasons[0] if reasons else ""
+
+
+_LIVE = (RunState.PENDING, RunState.RUNNING)
+
+
+def node_info(node: Obj, gpu_resource: str) -> NodeInfo:
+    """A Node as Flotilla sees it: allocatable resources, labels, taints, GPU count."""
+    allocatable = node.get("status", {}).get("allocatable", {})
+    gpus = int(parse_quantity(allocatable.get(gpu_resource, "0")))
+    capacity: dict[str, float] = {
+        "cpu": parse_quantity(allocatable.get("cpu", "0")),
+        "memory": parse_quantity(allocatable.get("memory", "0")),
+        "gpu": float(gpus),
+    }
+    taints = tuple(
+        Taint(
+            key=item["key"],
+            value=str(item.get("value") or ""),
+            effect=TaintEffect(item.get("effect", "NoSchedule")),
+        )
+        for item in node.get("spec", {}).get("taints", []) or []
+    )
+    return NodeInfo(
+        name=node["metadata"]["name"],
+        capacity=capacity,
+        labels=dict(node["metadata"].get("labels", {})),
+        taints=taints,
+        gpu_count=gpus,
+    )
+
+
+def usable(node: Obj) -> bool:
+    """Ready and not cordoned: a node Flotilla may place on."""
+    if node.get("spec", {}).get("unschedulable"):
+        return False
+    for item in node.get("status", {}).get("conditions", []) or []:
+        if item.get("type") == "Ready":
+            return bool(item.get("status") == "True")
+    return False

@@ -1,0 +1,604 @@
+"""What the kubernetes backend does beyond the shared contract: the manifests it sends (checked
+against the real OpenAPI schema), binding, watches that survive a 410, the Kueue and Volcano
+modes, cancel semantics, an unreachable API server, and whole jobs through a real
+``SchedulingLoop`` over SQLite.
+
+The API server is the fake in ``engines/fake_kube_apiserver.py`` (real HTTP, real paths); it
+refuses any Job or Binding that does not validate against the Kubernetes 1.31 schema.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from flotilla.backends import (
+    BackendUnavailable,
+    CancelOutcome,
+    CancelRequest,
+    DispatchRejected,
+    LogsRequest,
+    ReplicaPlacement,
+    RunState,
+    StatusRequest,
+    UnknownRun,
+    load_backend,
+)
+from flotilla.backends.kubernetes import KubernetesBackend
+from flotilla.backends.kubernetes import manifests as m
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.model.scenario import Mode
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.store import JobState, SqlStore
+
+from .engines.fake_kube_apiserver import FakeApiServer
+from .engines.fake_kube_cluster import FakeCluster
+from .support import WAIT_LIMIT, KubernetesHarness, read_all, request
+
+pytestmark = pytest.mark.skipif(
+    __import__("os").environ.get("FLOTILLA_TEST_KUBECONFIG") is not None,
+    reason="these tests drive the fake API server's kubelet; the contract suite runs on a "
+    "real cluster",
+)
+
+
+def until(condition: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+    return value
+
+
+@pytest.fixture
+def manual(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Path]]:
+    """A fake API server whose kubelet runs nothing: the test moves pods through phases."""
+    server = FakeApiServer(run_processes=False)
+    server.cluster.add_node("gpu-1", cpu="16", memory="64Gi", gpus=4, labels={"pool": "a100"})
+    server.cluster.add_node(
+        "cpu-1", cpu="4", memory="8Gi", taints=[{"key": "spot", "effect": "NoSchedule"}]
+    )
+    try:
+        yield server, server.kubeconfig(tmp_path / "kubeconfig")
+    finally:
+        server.close()
+
+
+def make(kubeconfig: Path, **settings: Any) -> KubernetesBackend:
+    backend = load_backend(
+        "kubernetes", cluster="gpu-cluster", kubeconfig=str(kubeconfig), **settings
+    )
+    assert isinstance(backend, KubernetesBackend)
+    return backend
+
+
+def gpu_request(run_id: str, replicas: int = 2, **fields: Any) -> Any:
+    from flotilla.backends import DispatchRequest
+
+    return DispatchRequest(
+        run_id=run_id,
+        job="team-a/train-7",
+        cluster="gpu-cluster",
+        placements=tuple(ReplicaPlacement("worker", i, "gpu-1", (i,)) for i in range(replicas)),
+        payload={"image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["torchrun", "x.py"]},
+        job_type="container",
+        resources={"worker": {"cpu": 2.5, "memory": 8 * 2**30, "gpu": 1}},
+        labels={"team": "a", "not a valid key!": "x"},
+        tolerations=({"key": "spot", "operator": "Exists", "effect": "NoSchedule"},),
+        **fields,
+    )
+
+
+def only_job(cluster: FakeCluster) -> dict[str, Any]:
+    jobs = cluster.list("Job")
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+# --- manifests ---
+
+
+def test_a_run_becomes_an_indexed_job_with_gpus_resources_labels_and_tolerations(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-7"))
+        job = only_job(server.cluster)
+    finally:
+        backend.close()
+    spec = job["spec"]
+    assert job["metadata"]["name"] == m.job_name("run-7")
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["backoffLimit"] == 0
+    labels = job["metadata"]["labels"]
+    assert labels[m.LABEL_RUN] == "run-7" and labels[m.LABEL_CLUSTER] == "gpu-cluster"
+    assert labels["team"] == "a" and "not a valid key!" not in labels
+    pod = spec["template"]["spec"]
+    assert pod["schedulerName"] == "flotilla"
+    assert pod["tolerations"] == [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
+    container = pod["containers"][0]
+    assert container["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert container["command"] == ["torchrun", "x.py"]
+    assert container["resources"]["limits"] == {
+        "cpu": "2500m",
+        "memory": str(8 * 2**30),
+        "nvidia.com/gpu": "1",
+    }
+    names = {item["name"] for item in container["env"]}
+    assert {"FLOTILLA_RUN", "FLOTILLA_JOB", "FLOTILLA_INDEX", "FLOTILLA_PLACEMENTS"} <= names
+
+
+@pytest.mark.parametrize("mode", ["native", "kueue", "volcano"])
+def test_every_manifest_validates_against_the_kubernetes_schema(mode: str) -> None:
+    settings = m.JobSettings(
+        cluster="c",
+        namespace="ml",
+        mode=mode,
+        scheduler_name="flotilla",
+        default_image="python:3.12-slim",
+        grace_period=30,
+        gpu_resource="nvidia.com/gpu",
+        queue_name="team-a" if mode == "kueue" else None,
+        volcano_queue="default",
+        image_pull_secrets=("registry",),
+    )
+    from flotilla.backends.common import any_payload_of
+
+    req = gpu_request("A_Run.With-Odd_Chars" * 5, max_runtime=90.5)
+    job = m.job_manifest(req, any_payload_of(req), settings, 1.0)
+    kubernetes_validate.validate(job, "1.31", strict=True)
+    kubernetes_validate.validate(m.binding_manifest("p", "ml", "gpu-1"), "1.31", strict=True)
+    assert len(job["metadata"]["name"]) <= 52
+    assert job["spec"]["activeDeadlineSeconds"] == 91
+    if mode == "kueue":
+        assert job["spec"]["suspend"] is True
+        assert job["metadata"]["labels"][m.KUEUE_QUEUE_LABEL] == "team-a"
+        assert "schedulerName" not in job["spec"]["template"]["spec"]
+    if mode == "volcano":
+        assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+        group = m.pod_group_manifest({**job, "metadata": {**job["metadata"], "uid": "u"}}, settings)
+        assert group["spec"]["minMember"] == 2
+        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "2"
+
+
+def test_a_fractional_gpu_is_rejected_naming_the_field(manual: tuple[FakeApiServer, Path]) -> None:
+    _, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        bad = gpu_request("run-1")
+        bad = type(bad)(**{**vars(bad), "resources": {"worker": {"gpu": 0.5}}})
+        with pytest.raises(DispatchRejected, match=r"resources\.gpu"):
+            backend.dispatch(bad)
+    finally:
+        backend.close()
+
+
+def test_settings_are_checked_by_name(manual: tuple[FakeApiServer, Path]) -> None:
+    _, kubeconfig = manual
+    with pytest.raises(ValueError, match="mode"):
+        make(kubeconfig, mode="slurm")
+    with pytest.raises(ValueError, match="queue_name"):
+        make(kubeconfig, mode="kueue")
+    with pytest.raises(TypeError, match="no_such_setting"):
+        make(kubeconfig, no_such_setting=1)
+
+
+# --- binding, status, exit codes ---
+
+
+def test_each_replica_is_bound_to_its_node_and_the_first_failure_fails_the_run(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        req = gpu_request("run-1")
+        placements = (
+            ReplicaPlacement("worker", 0, "gpu-1"),
+            ReplicaPlacement("worker", 1, "cpu-1"),
+        )
+        backend.dispatch(type(req)(**{**vars(req), "placements": placements}))
+        name = m.job_name("run-1")
+        pods = until(
+            lambda: (
+                [p for p in server.cluster.pods_of(name) if p["spec"].get("nodeName")][1:]
+                and server.cluster.pods_of(name)
+            ),
+            "both pods bound",
+        )
+        assert [pod["spec"]["nodeName"] for pod in pods] == ["gpu-1", "cpu-1"]
+        assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
+        for pod in pods:
+            server.cluster.set_running(pod)
+        assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+        server.cluster.append_log(pods[1], "CUDA out of memory\n")
+        server.cluster.terminate(pods[1], 137, reason="OOMKilled")
+        status = until(
+            lambda: (s := backend.status(StatusRequest("run-1"))).state.terminal and s,
+            "failed",
+        )
+        assert status.state is RunState.FAILED
+        assert status.exit_code == 137
+        assert status.message == "replica worker/1 exited with code 137 (OOMKilled)"
+        assert "out of memory" in backend.logs(LogsRequest("run-1", task="worker", replica=1)).text
+    finally:
+        backend.close()
+
+
+def test_a_watch_that_expires_is_listed_again_and_pods_are_still_bound(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig, watch_timeout=1)
+    try:
+        backend.dispatch(gpu_request("first", replicas=1))
+        until(
+            lambda: [
+                p for p in server.cluster.pods_of(m.job_name("first")) if p["spec"].get("nodeName")
+            ],
+            "bound",
+        )
+        server.cluster.expire_history()
+        time.sleep(1.5)  # the watch times out and resumes from a version the server forgot
+        backend.dispatch(gpu_request("second", replicas=1))
+        pod = until(
+            lambda: [
+                p for p in server.cluster.pods_of(m.job_name("second")) if p["spec"].get("nodeName")
+            ],
+            "bound after the resync",
+        )[0]
+        server.cluster.set_running(pod)
+        until(lambda: "second" in [s.run_id for s in backend.poll()], "poll sees the change")
+    finally:
+        backend.close()
+
+
+def test_an_unreachable_api_server_is_one_clear_error_naming_the_address(tmp_path: Path) -> None:
+    server = FakeApiServer(run_processes=False)
+    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+    server.close()
+    backend = make(kubeconfig, request_timeout=1.0)  # the constructor does not need the server
+    try:
+        with pytest.raises(BackendUnavailable, match=r"http://127\.0\.0\.1:\d+") as error:
+            backend.inventory()
+        assert "\n" not in str(error.value)
+        assert "fake-token" not in str(error.value) + repr(backend)  # the kubeconfig's token
+        with pytest.raises(BackendUnavailable):
+            backend.status(StatusRequest("run-1"))
+    finally:
+        backend.close()
+
+
+def test_a_server_error_is_unavailable_not_a_rejection(manual: tuple[FakeApiServer, Path]) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        node = backend.inventory().nodes[0]
+        assert node.name == "cpu-1" or node.gpu_count == 4
+        server.cluster.down = True
+        with pytest.raises(BackendUnavailable, match="503"):
+            backend.inventory()
+    finally:
+        backend.close()
+
+
+def test_inventory_reads_allocatable_labels_taints_and_gpus(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    _, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        nodes = {node.name: node for node in backend.inventory().nodes}
+    finally:
+        backend.close()
+    assert nodes["gpu-1"].gpu_count == 4 and nodes["gpu-1"].capacity["gpu"] == 4
+    assert nodes["gpu-1"].capacity["memory"] == 64 * 2**30
+    assert nodes["gpu-1"].labels["pool"] == "a100"
+    assert [(t.key, t.effect.value) for t in nodes["cpu-1"].taints] == [("spot", "NoSchedule")]
+
+
+def test_cpu_and_memory_of_other_tenants_pods_are_not_counted_free(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    server.cluster.put(
+        "Pod",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "other"},
+            "spec": {
+                "nodeName": "gpu-1",
+                "containers": [
+                    {"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "1500m"}}}
+                ],
+            },
+            "status": {"phase": "Running"},
+        },
+        "ADDED",
+    )
+    backend = make(kubeconfig)
+    try:
+        nodes = {node.name: node for node in backend.inventory().nodes}
+    finally:
+        backend.close()
+    assert nodes["gpu-1"].capacity["cpu"] == 14.5
+    assert nodes["cpu-1"].capacity["cpu"] == 4
+
+
+# --- cancel ---
+
+
+@pytest.mark.parametrize("propagation", ["Foreground", "Background"])
+def test_cancel_deletes_the_job_with_its_propagation_and_the_pods_with_the_grace(
+    kube: KubernetesHarness, propagation: str
+) -> None:
+    backend = kube.make(propagation=propagation, grace_period=30)
+    backend.dispatch(request(backend, "run-1", kube.long()))
+    kube.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    assert kube.fake is not None
+    kube.fake.cluster.requests.clear()
+    result = backend.cancel(CancelRequest("run-1", reason="preempted", grace_period=1))
+    assert result.outcome is CancelOutcome.STOPPING
+    calls = [(method, path.split("?")[0]) for method, path in kube.fake.cluster.requests]
+    name = m.job_name("run-1")
+    assert ("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{name}") in calls
+    assert any(method == "DELETE" and "/pods/" in path for method, path in calls)
+    status = kube.wait_terminal(backend, "run-1")
+    assert (status.state, status.message) == (RunState.CANCELLED, "preempted")
+    kube.assert_gone(status)
+    until(lambda: kube.fake and kube.fake.cluster.get("Job", "default", name) is None, "Job gone")
+    assert backend.cancel(CancelRequest("run-1")).outcome is CancelOutcome.ALREADY_FINISHED
+    with pytest.raises(UnknownRun):
+        kube.make().status(StatusRequest("run-1"))  # deleted: a fresh object cannot know it
+
+
+# --- modes ---
+
+
+def test_kueue_mode_leaves_the_job_suspended_until_kueue_admits_it(kube: KubernetesHarness) -> None:
+    backend = kube.make(mode="kueue", queue_name="team-a")
+    backend.dispatch(request(backend, "run-1", kube.quick(output="admitted")))
+    assert kube.fake is not None
+    job = kube.fake.cluster.get("Job", "default", m.job_name("run-1"))
+    assert job is not None and job["spec"]["suspend"] is True
+    time.sleep(0.2)
+    status = backend.status(StatusRequest("run-1"))
+    assert status.state is RunState.PENDING and "suspended" in status.message
+    assert kube.fake.cluster.pods_of(m.job_name("run-1")) == []
+    # Kueue admits the workload: it unsuspends the Job (its pods then go to kube-scheduler).
+    import httpx
+
+    httpx.patch(
+        f"{kube.fake.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}",
+        json={"spec": {"suspend": False}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    status = kube.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+    assert "admitted" in read_all(backend, "run-1")
+
+
+def test_volcano_mode_creates_a_pod_group_of_every_replica(kube: KubernetesHarness) -> None:
+    backend = kube.make(mode="volcano", volcano_queue="research")
+    backend.dispatch(request(backend, "run-1", kube.quick(), replicas=3))
+    assert kube.fake is not None
+    group = kube.fake.cluster.get("PodGroup", "default", m.job_name("run-1"))
+    assert group is not None
+    assert (group["spec"]["minMember"], group["spec"]["queue"]) == (3, "research")
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    status = kube.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+
+
+def test_a_container_payload_runs_its_command_with_its_env(kube: KubernetesHarness) -> None:
+    backend = kube.make()
+    payload = {
+        "image": "busybox:1.36",
+        "command": "echo $GREETING-$FLOTILLA_INDEX",
+        "env": {"GREETING": "hi"},
+    }
+    backend.dispatch(request(backend, "run-1", payload, job_type="container", replicas=2))
+    status = kube.wait_terminal(backend, "run-1")
+    assert status.state is RunState.SUCCEEDED
+    assert backend.logs(LogsRequest("run-1", replica=1)).text.strip() == "hi-1"
+
+
+# --- end to end through the scheduling loop ---
+
+
+class Service:
+    """The service's loop over SQLite and the kubernetes backend over the fake API server."""
+
+    def __init__(self, tmp_path: Path, kube: KubernetesHarness) -> None:
+        self.kube = kube
+        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+        self.backend = kube.make(cluster="k8s")
+        nodes = self.backend.inventory().nodes
+        self.store.upsert_cluster(cluster_spec_from_inventory("k8s", "kubernetes", nodes))
+        self.store.put_queue(QueueSpec(name="default"))
+        self.loop = self.new_loop()
+
+    def new_loop(self) -> SchedulingLoop:
+        return SchedulingLoop(
+            self.store,
+            {"k8s": self.backend},
+            LoopSettings(mode=Mode.SYNC, cycle_interval=0.05, replica="replica-a"),
+        )
+
+    def submit(self, name: str, command: str) -> str:
+        spec = JobSpec.model_validate(
+            {
+                "name": name,
+                "queue": "default",
+                "tasks": [{"name": "main", "resources": {"cpu": 0.5, "memory": "64Mi"}}],
+                "payload": {"command": ["sh", "-c", command]},
+            }
+        )
+        return self.store.submit_jobs([spec])[0]
+
+    def state(self, job_id: str) -> JobState:
+        return self.store.get_job(job_id).state
+
+    def cycle_until(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + WAIT_LIMIT
+        while not done():
+            assert time.monotonic() < deadline, "the loop did not get there in time"
+            self.loop.cycle()
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def service(tmp_path: Path, kube: KubernetesHarness) -> Iterator[Service]:
+    running = Service(tmp_path, kube)
+    yield running
+    running.loop.close()
+    running.store.close()
+
+
+def test_loop_runs_a_job_to_success_with_its_logs(service: Service) -> None:
+    job = service.submit("hello", "echo hello from a pod")
+    service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+    chunk = service.loop.logs(job, LogsRequest(run_id=""))
+    assert b"hello from a pod" in chunk.data
+    assert service.kube.fake is not None
+    pod = service.kube.fake.cluster.list("Pod")[0]
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "500m",
+        "memory": str(64 * 2**20),
+    }
+
+
+def test_loop_fails_a_job_with_its_exit_code(service: Service) -> None:
+    job = service.submit("broken", "exit 3")
+    service.cycle_until(lambda: service.state(job) is JobState.FAILED)
+    assert service.store.runs(job)[-1].exit_code == 3
+
+
+def test_loop_cancels_a_running_job(service: Service) -> None:
+    job = service.submit("sleeper", "sleep 60")
+    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+    service.store.cancel(job, "no longer needed")
+    service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
+    assert service.kube.fake is not None
+    until(lambda: not service.kube.fake.cluster.list("Pod"), "the pod is gone")
+
+
+def test_a_fresh_backend_and_loop_adopt_a_running_job(service: Service) -> None:
+    gate = service.kube.scratch / "gate"
+    job = service.submit("adoptee", f"while [ ! -e '{gate}' ]; do sleep 0.05; done; echo adopted")
+    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+    service.loop.close()
+    service.backend.close()  # the service dies; the pod keeps running on the cluster
+
+    service.backend = service.kube.make(cluster="k8s")
+    service.loop = service.new_loop()
+    service.loop.cycle()
+    assert service.state(job) is JobState.RUNNING
+    gate.touch()
+    service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+    assert b"adopted" in service.loop.logs(job, LogsRequest(run_id="")).data
+
+
+DISPATCHER = """
+import sys, time
+from flotilla.backends import DispatchRequest, ReplicaPlacement
+from flotilla.backends.kubernetes import KubernetesBackend
+backend = KubernetesBackend(cluster="crashy", kubeconfig=sys.argv[1], watch_timeout=5)
+backend.dispatch(DispatchRequest(
+    run_id="survivor", job="job-a", cluster="crashy",
+    placements=(ReplicaPlacement("main", 0, "node-b"),),
+    payload={"command": "while [ ! -e " + sys.argv[2] + " ]; do sleep 0.05; done; echo lived"},
+))
+print("dispatched", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_outlives_a_scheduler_killed_with_sigkill(kube: KubernetesHarness) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    gate = kube.scratch / "gate"
+    process = subprocess.Popen(
+        [sys.executable, "-c", DISPATCHER, str(kube.kubeconfig), str(gate)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == b"dispatched"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    fresh = kube.make(cluster="crashy")
+    assert [status.run_id for status in fresh.poll()] == ["survivor"]
+    kube.wait(fresh, "survivor", lambda s: s.state is RunState.RUNNING, "running")
+    assert fresh.status(StatusRequest("survivor")).replicas[0].node == "node-b"
+    gate.touch()
+    assert kube.wait_terminal(fresh, "survivor").state is RunState.SUCCEEDED
+    assert "lived" in read_all(fresh, "survivor")
+
+
+def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-1", replicas=1))
+        (pod,) = until(lambda: server.cluster.pods_of(m.job_name("run-1")), "pod created")
+        with server.cluster.lock:
+            pod["status"]["containerStatuses"] = [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": "manifest unknown"}},
+                }
+            ]
+            server.cluster.put("Pod", pod)
+        status = backend.status(StatusRequest("run-1"))
+        assert status.state is RunState.PENDING
+        assert status.message == "ErrImagePull: manifest unknown"
+    finally:
+        backend.close()
+
+
+def test_a_job_failed_through_its_status_subresource_fails_the_run(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    """Another controller (a PodFailurePolicy, an admin) may end a Job through /status."""
+    import httpx
+
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-1", replicas=1))
+        failed = {
+            "type": "Failed",
+            "status": "True",
+            "reason": "PodFailurePolicy",
+            "message": "container main exited with 42",
+        }
+        httpx.patch(
+            f"{server.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}/status",
+            json={"status": {"conditions": [failed]}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+        status = backend.status(StatusRequest("run-1"))
+        assert (status.state, status.message) == (RunState.FAILED, "job failed: PodFailurePolicy")
+        assert "run-1" not in backend.inventory().active_runs
+    finally:
+        backend.close()
