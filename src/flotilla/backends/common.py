@@ -18,7 +18,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.files import write_text_safely
 from flotilla.framework.nodes import NodeInfo
-from flotilla.model.payload import Payload, PayloadError, parse_payload
+from flotilla.model.payload import CommandPayload, Payload, PayloadError, parse_payload
 
 
 def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeInfo]) -> None:
@@ -62,6 +62,17 @@ def payload_of(request: DispatchRequest) -> Payload:
         return parse_payload(request.job_type, request.payload)
     except PayloadError as error:
         raise DispatchRejected(str(error)) from None
+
+
+def command_payload_of(request: DispatchRequest, backend: str) -> CommandPayload:
+    """The ``command`` payload of a request to a backend that runs nothing else."""
+    payload = payload_of(request)
+    if not isinstance(payload, CommandPayload):
+        raise DispatchRejected(
+            f"type: {request.job_type!r} jobs do not run on the {backend} backend (it runs "
+            "command jobs; a ray job needs a cluster whose backend is ray)"
+        )
+    return payload
 
 
 def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
