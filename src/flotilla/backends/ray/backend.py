@@ -48,6 +48,7 @@ from flotilla.backends.ray.jobs import (
     describe_failure,
     read_replica,
     submission_id,
+    user_output,
 )
 from flotilla.backends.ray.nodes import RayNode, read_nodes
 
@@ -283,8 +284,11 @@ class RayBackend:
             raise UnknownRun(request.run_id)
         index = pick_replica(view.placements, request.task, request.replica)
         # Read the state before the log: a run terminal now has all its output in the log.
-        terminal = view.replicas[index].state.terminal
-        data = self._client.logs(self._sid(request.run_id, view.markers[index])).encode()
+        replica = view.replicas[index]
+        submission = self._sid(request.run_id, replica.marker)
+        log = self._client.logs(submission)
+        data = user_output(log, submission, replica.entrypoint).encode()
+        terminal = replica.state.terminal
         end = min(len(data), request.offset + request.limit)
         start = min(request.offset, len(data))
         return LogChunk(

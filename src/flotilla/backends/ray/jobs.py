@@ -11,6 +11,7 @@ Ray alone: nothing is stored on the scheduler's disk.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -215,6 +216,7 @@ class RayReplica:
     end_time: float | None
     exit_code: int | None
     message: str
+    entrypoint: str = ""
 
     @property
     def state(self) -> RunState:
@@ -246,6 +248,7 @@ def read_replica(details: Any) -> RayReplica | None:
         end_time=end / 1000.0 if end else None,
         exit_code=int(exit_code) if exit_code is not None else None,
         message=str(getattr(details, "message", "") or ""),
+        entrypoint=str(getattr(details, "entrypoint", "") or ""),
     )
 
 
@@ -258,3 +261,21 @@ def describe_failure(replica: RayReplica) -> str:
     if not message:
         message = f"exited with code {replica.exit_code}"
     return f"replica {replica.marker.placement.label} failed on Ray: {message}"
+
+
+RAY_LOG_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\tINFO job_manager\.py:\d+ -- [^\n]*\n"
+)
+
+
+def user_output(log: str, submission: str, entrypoint: str) -> str:
+    """The job's own output: Ray's log of a job starts with lines of its own (runtime env set
+    up, "Running entrypoint for job …: <the whole wrapped entrypoint>"), which are not the
+    user's and would change with Flotilla's wrapping; they are cut off."""
+    position = 0
+    while match := RAY_LOG_LINE.match(log, position):
+        position = match.end()
+    announcement = f"Running entrypoint for job {submission}: {entrypoint}\n"
+    if log.startswith(announcement, position):
+        position += len(announcement)
+    return log[position:]
