@@ -127,10 +127,13 @@ def build_submission(
     runtime_env: dict[str, Any] = {}
     if isinstance(payload, CommandPayload):
         env.update(payload.env)
-        command = shlex.join(payload.argv())
+        # Ray runs the entrypoint with a shell: a list command is quoted, a string one is
+        # already shell code.
+        command = (
+            payload.command if isinstance(payload.command, str) else shlex.join(payload.command)
+        )
         if payload.working_dir is not None:
-            command = f"cd {shlex.quote(payload.working_dir)} && exec {command}"
-        argv = ["/bin/sh", "-c", command]
+            command = f"cd {shlex.quote(payload.working_dir)} && {command}"
     else:
         assert isinstance(payload, RayPayload)
         env.update(payload.runtime_env.env_vars)
@@ -138,7 +141,7 @@ def build_submission(
             runtime_env["working_dir"] = payload.runtime_env.working_dir
         if payload.runtime_env.pip is not None:
             runtime_env["pip"] = list(payload.runtime_env.pip)
-        argv = ["/bin/sh", "-c", payload.entrypoint]
+        command = payload.entrypoint
     env.update(backend_env(request, placement))
     # Ray's job supervisor reads the stop wait from the job's environment: the grace period
     # between stop_job's SIGTERM and its SIGKILL (whole seconds, at least one).
@@ -146,15 +149,19 @@ def build_submission(
     runtime_env["env_vars"] = env
     if request.max_runtime is not None:
         # Enforced on the node itself, so it holds while no scheduler watches.
-        argv = [
-            "timeout",
-            "--kill-after",
-            f"{max(1, math.ceil(grace_period))}s",
-            f"{request.max_runtime:g}s",
-            *argv,
-        ]
+        command = shlex.join(
+            [
+                "timeout",
+                "--kill-after",
+                f"{max(1, math.ceil(grace_period))}s",
+                f"{request.max_runtime:g}s",
+                "/bin/sh",
+                "-c",
+                command,
+            ]
+        )
     fields: dict[str, Any] = {
-        "entrypoint": shlex.join(argv),
+        "entrypoint": command,
         "submission_id": submission_id(
             request.cluster, request.run_id, placement.task, placement.replica
         ),
@@ -269,13 +276,13 @@ RAY_LOG_LINE = re.compile(
 
 
 def user_output(log: str, submission: str, entrypoint: str) -> str:
-    """The job's own output: Ray's log of a job starts with lines of its own (runtime env set
+    """The job's own output: Ray's log of a job also holds lines of its own (runtime env set
     up, "Running entrypoint for job …: <the whole wrapped entrypoint>"), which are not the
-    user's and would change with Flotilla's wrapping; they are cut off."""
+    user's and would change with Flotilla's wrapping; they are cut out. Ray writes its
+    announcement through a buffered logger, so it may come after the job's first output."""
     position = 0
     while match := RAY_LOG_LINE.match(log, position):
         position = match.end()
+    log = log[position:]
     announcement = f"Running entrypoint for job {submission}: {entrypoint}\n"
-    if log.startswith(announcement, position):
-        position += len(announcement)
-    return log[position:]
+    return log.replace(announcement, "", 1)
