@@ -104,7 +104,7 @@ class RayBackend:
         address: str,
         token: str | None = None,
         grace_period: float = 10.0,
-        request_timeout: float = 10.0,
+        request_timeout: float = 30.0,
         node_refresh: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -172,9 +172,10 @@ class RayBackend:
                 )
         existing = self._view_of_request(request)
         if existing is not None:
-            check_same_job(existing.result(), request)
             if existing.complete:
+                check_same_job(existing.result(), request)
                 return existing.result()
+            self._check_same_partial_run(existing, request)
         nodes = self._nodes_for(request)
         check_request(request, self.cluster, [node.info for node in nodes])
         payload = payload_of(request)
@@ -216,6 +217,22 @@ class RayBackend:
             dispatched_at=dispatched_at,
             placements=request.placements,
         )
+
+    @staticmethod
+    def _check_same_partial_run(existing: RunView, request: DispatchRequest) -> None:
+        """A dispatch interrupted half-way is completed only by the same run's request."""
+        for marker in existing.markers:
+            same = (
+                marker.job == request.job
+                and marker.replicas == len(request.placements)
+                and marker.index < len(request.placements)
+                and request.placements[marker.index] == marker.placement
+            )
+            if not same:
+                raise DispatchRejected(
+                    f"run_id: {request.run_id!r} was already dispatched for job {marker.job!r} "
+                    "with other placements; a run id names one attempt"
+                )
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         self._check_open()
