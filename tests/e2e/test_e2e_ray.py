@@ -115,7 +115,12 @@ def test_jobs_run_on_ray_succeed_fail_are_cancelled_and_show_logs(
         30,
         "Ray to report the job stopped",
     )
-    assert run_processes(long_run["id"], cluster) == []
+    # Ray marks the job stopped right after its SIGKILL; the kernel may take a moment more.
+    wait_for(
+        lambda: run_processes(long_run["id"], cluster) == [],
+        15,
+        lambda: f"the cancelled run's processes to end: {run_processes(long_run['id'], cluster)}",
+    )
 
     # One Ray job per run, each named after its run: nothing dispatched twice.
     runs = {server.job(job_id)["runs"][0]["id"] for job_id in (ok, bad, long, native)}

@@ -429,7 +429,8 @@ class RayBackend:
         with self._lock:
             reason = self._reasons.get(view.run_id)
         states = [replica.state for replica in replicas]
-        terminal = view.complete and all(state.terminal for state in states)
+        # A half-dispatched run is completed by the next dispatch, unless it was cancelled.
+        terminal = (view.complete or reason is not None) and all(s.terminal for s in states)
         started = [
             r.start_time for r in replicas if r.start_time and r.state is not RunState.PENDING
         ]
