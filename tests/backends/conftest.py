@@ -10,8 +10,11 @@ import pytest
 from .ray_support import RayHarness
 from .support import Harness, LocalHarness, SimHarness
 
+RAY = pytest.param("ray", marks=pytest.mark.xdist_group("ray"))
+"""Every test on the Ray head runs on one xdist worker (``--dist loadgroup``): one head."""
 
-@pytest.fixture(params=["local", "sim", "ray"])
+
+@pytest.fixture(params=["local", "sim", RAY])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -29,6 +29,9 @@ from flotilla.model.payload import parse_payload
 from .engines.ray_head import CUSTOM, GPUS, LABELS, RayHead
 from .ray_support import RAY_WAIT_LIMIT
 
+pytestmark = pytest.mark.xdist_group("ray")
+"""One worker runs every test on the Ray head, so a session starts one head."""
+
 PLACEMENT = ReplicaPlacement("main", 0, "10.0.0.7", (0,))
 
 

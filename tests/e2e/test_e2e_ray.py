@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from flotilla.backends.ray.client import RayJobsClient
@@ -19,6 +20,9 @@ from flotilla.backends.ray.jobs import Marker
 from tests.backends.engines.ray_head import RayHead
 from tests.backends.ray_support import run_processes
 from tests.e2e.service import Server, Services, wait_for
+
+pytestmark = pytest.mark.xdist_group("ray")
+"""One worker runs every test on the Ray head, so a session starts one head."""
 
 RAY_LIMIT = 120.0
 """Seconds a job may take to reach a state: a Ray job needs about 4 s to start when idle."""

@@ -96,7 +96,7 @@ class RayHead:
         )
         return env
 
-    def start(self, attempts: int = 3) -> None:
+    def start(self, attempts: int = 4) -> None:
         """Start the head, trying again on fresh ports: on a loaded machine ``ray start`` gives
         up when its raylet does not register within Ray's fixed 30 s."""
         for attempt in range(1, attempts + 1):
