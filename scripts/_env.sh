@@ -11,4 +11,4 @@ else
   python3 -m pip install --quiet "uv==${UV_VERSION}"
 fi
 uv() { python3 -m uv "$@"; }
-uv sync --frozen --quiet
+uv sync --frozen --quiet --all-extras

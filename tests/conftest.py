@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.exc import OperationalError
 
+from tests.backends.engines.ray_head import RayHead, ray_executable
 from tests.builders import SHARED_DIR
 from tests.postgres_support import POSTGRES_URL
 
@@ -54,3 +55,27 @@ def postgres_admin() -> Iterator[tuple[Engine, str]]:
     connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     connection.close()
     server.dispose()
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[RayHead]:
+    """A real Ray head for the session (per xdist worker), stopped by PID at the end.
+
+    Outside CI a machine where Ray is missing or cannot start skips the Ray tests; under
+    ``CI=true`` that is a failure, never a skip."""
+    in_ci = os.environ.get("CI") == "true"
+    if ray_executable() is None:
+        if in_ci:
+            pytest.fail("Ray is not installed: uv sync --all-extras (CI must test it)")
+        pytest.skip("Ray is not installed (uv sync --all-extras installs it)")
+    head = RayHead()
+    try:
+        head.start()
+    except RuntimeError as error:
+        if in_ci:
+            pytest.fail(f"the Ray head did not start: {error}")
+        pytest.skip(f"the Ray head did not start: {error}")
+    try:
+        yield head
+    finally:
+        head.stop()

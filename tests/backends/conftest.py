@@ -7,17 +7,32 @@ from pathlib import Path
 
 import pytest
 
+from .ray_support import RayHarness
 from .support import Harness, KubernetesHarness, LocalHarness, SimHarness
 
 
-@pytest.fixture(params=["local", "sim", "kubernetes"])
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every contract test on the Ray head runs on one xdist worker (``--dist loadgroup``), so
+    a test run starts one head (marks on fixture params do not reach the tests)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("harness") == "ray":
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.fixture(params=["local", "sim", "kubernetes", "ray"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    kind = {"local": LocalHarness, "sim": SimHarness, "kubernetes": KubernetesHarness}[
-        request.param
-    ]
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    made = kind(tmp_path / "state", scratch)
+    made: Harness
+    if request.param == "ray":
+        made = RayHarness(tmp_path / "state", scratch, request.getfixturevalue("ray_head"))
+    else:
+        kind = {"local": LocalHarness, "sim": SimHarness, "kubernetes": KubernetesHarness}[
+            request.param
+        ]
+        made = kind(tmp_path / "state", scratch)
     try:
         yield made
     finally:

@@ -55,7 +55,7 @@ def test_a_bad_job_in_a_batch_stores_nothing_and_names_the_field(
 def test_every_problem_of_every_job_is_listed_at_once(client: TestClient) -> None:
     jobs = [
         {"name": "a", "queue": "team-a", "tasks": [], "colour": "red"},
-        spec("b", type="ray"),
+        spec("b", type="spark"),
         spec("c", payload={"command": []}),
         spec("d", cancel_at=5),
     ]
@@ -64,7 +64,7 @@ def test_every_problem_of_every_job_is_listed_at_once(client: TestClient) -> Non
     problems = response.json()["problems"]
     assert "jobs[0].colour: unknown field" in problems
     assert any(line.startswith("jobs[0].tasks: ") for line in problems)
-    assert any(line.startswith("jobs[1].type: 'ray' is not supported yet") for line in problems)
+    assert any(line.startswith("jobs[1].type: 'spark' is not supported yet") for line in problems)
     assert any(line.startswith("jobs[2].payload.command: ") for line in problems)
     assert "jobs[3].cancel_at: only meaningful in a simulation scenario" in problems
 

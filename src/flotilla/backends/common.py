@@ -66,13 +66,14 @@ def any_payload_of(request: DispatchRequest) -> Payload:
         raise DispatchRejected(str(error)) from None
 
 
-def payload_of(request: DispatchRequest) -> CommandPayload:
-    """The payload of a backend that runs commands only (``local``): other types refused."""
+def command_payload_of(request: DispatchRequest, backend: str) -> CommandPayload:
+    """The ``command`` payload of a request to a backend that runs nothing else."""
     payload = any_payload_of(request)
     if not isinstance(payload, CommandPayload):
         raise DispatchRejected(
-            f"type: {request.job_type!r} is not supported yet by this backend (supported: "
-            "command; container jobs run on the kubernetes backend)"
+            f"type: {request.job_type!r} jobs do not run on the {backend} backend (it runs "
+            "command jobs; a ray job needs a cluster whose backend is ray, a container job "
+            "one whose backend is kubernetes)"
         )
     return payload
 

@@ -119,7 +119,10 @@ class DispatchRequest:
     ``env`` is set for every replica (below the payload's own env, which is the user's word);
     backend-owned variables (``FLOTILLA_*``, ``CUDA_VISIBLE_DEVICES``) always win.
     ``max_runtime``: seconds after which the run is stopped and reported failed.
-    ``resources`` (per task: ``cpu`` cores, ``memory`` bytes, ``gpu`` devices…), ``labels`` and
+    ``resources``: what one replica of each task asks for, by task name (``{"main": {"cpu": 2,
+    "memory": 2**30, "gpu": 1}}``, memory in bytes), for engines that reserve resources
+    themselves (Slurm, Ray, Kubernetes); empty when the caller does not say, and then such a
+    backend asks its engine for its defaults. ``local`` and ``sim`` ignore it. ``labels`` and
     ``tolerations`` (each a mapping of ``key``/``operator``/``value``/``effect``) are the job's
     own; backends whose engine enforces them (``kubernetes``) pass them on, others ignore them.
     """

@@ -28,7 +28,7 @@ from flotilla.backends.common import (
     ChangeLog,
     check_request,
     check_same_job,
-    payload_of,
+    command_payload_of,
     pick_replica,
     read_json,
     run_directory,
@@ -149,7 +149,7 @@ class LocalBackend:
                 check_same_job(existing.result, request)
                 return existing.result
             check_request(request, self.cluster, (self._node,))
-            payload = payload_of(request)
+            payload = command_payload_of(request, "local")
             assert self.working_dir is not None
             working_dir = self.working_dir / (payload.working_dir or ".")
             run = Run(

@@ -2,8 +2,9 @@
 
 A ``JobSpec`` carries ``type`` (the discriminator) and a free-form ``payload`` dict; this module
 turns the pair into a typed, strictly validated model. ``command`` runs everywhere;
-``container`` (an image) runs on the ``kubernetes`` backend. The other job types Flotilla is
-designed for (``ray``, ``spark``) have their place in
+``container`` (an image) runs on the ``kubernetes`` backend; ``ray`` (a Ray job: an entrypoint
+and its ``runtime_env``) runs on the ``ray`` backend. The other job types Flotilla is designed
+for (``spark``) have their place in
 ``PLANNED_TYPES`` so that a job using one is refused with a message saying so, rather than with
 a puzzling "unknown field".
 """
@@ -11,7 +12,7 @@ a puzzling "unknown field".
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
@@ -73,10 +74,7 @@ class CommandPayload(StrictPayload):
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"{name!r} is not a valid environment variable name")
-        return env
+        return _check_env_names(env)
 
     def argv(self) -> list[str]:
         if isinstance(self.command, str):
@@ -122,16 +120,65 @@ class ContainerPayload(StrictPayload):
         return list(self.command)
 
 
-Payload = CommandPayload | ContainerPayload
+class RayRuntimeEnv(StrictPayload):
+    """The part of Ray's ``runtime_env`` Flotilla passes on (the rest is refused, not dropped).
+
+    ``working_dir``: a directory on the machine that submits the job (the scheduler; Ray's
+    client packs and uploads it) or a remote archive URI (``s3://…/code.zip``, ``https://…``).
+    ``pip``: requirement specifiers Ray installs in a fresh virtualenv on the node.
+    """
+
+    working_dir: str | None = None
+    env_vars: dict[str, str] = {}
+    pip: list[Annotated[str, Field(min_length=1)]] | None = None
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, working_dir: str | None) -> str | None:
+        if working_dir is not None and not working_dir.strip():
+            raise ValueError("must not be empty")
+        return working_dir
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        return _check_env_names(env)
+
+
+class RayPayload(StrictPayload):
+    """A Ray job: ``entrypoint`` is the shell command Ray's job supervisor runs (typically
+    ``python train.py``, a driver that calls ``ray.init()``), once per replica."""
+
+    type: Literal["ray"] = "ray"
+    entrypoint: str
+    runtime_env: RayRuntimeEnv = RayRuntimeEnv()
+    sim: SimBehaviour | None = None
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _not_empty(cls, entrypoint: str) -> str:
+        if not entrypoint.strip():
+            raise ValueError("must not be empty")
+        return entrypoint
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+    return env
+
+
+Payload = CommandPayload | ContainerPayload | RayPayload
 """Every payload type a backend can run today."""
 
-PAYLOAD_TYPES: Mapping[str, type[CommandPayload | ContainerPayload]] = {
+PAYLOAD_TYPES: Mapping[str, type[CommandPayload] | type[ContainerPayload] | type[RayPayload]] = {
     "command": CommandPayload,
     "container": ContainerPayload,
+    "ray": RayPayload,
 }
 
 PLANNED_TYPES: Mapping[str, str] = {
-    "ray": "Ray jobs need the ray backend, which is not built yet",
     "spark": "Spark jobs need a spark-submit payload, which is not built yet",
 }
 

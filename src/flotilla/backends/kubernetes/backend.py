@@ -48,6 +48,7 @@ from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.status import node_info, pods_by_index, run_status, usable
 from flotilla.backends.kubernetes.watch import ClusterWatch
 from flotilla.framework.nodes import NodeInfo
+from flotilla.model.payload import RayPayload
 from flotilla.model.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,11 @@ class KubernetesBackend:
             nodes = self._node_infos(fresh=True)
         check_request(request, self.cluster, nodes)
         payload = any_payload_of(request)
+        if isinstance(payload, RayPayload):
+            raise DispatchRejected(
+                "type: 'ray' jobs do not run on the kubernetes backend (it runs command and "
+                "container jobs; a ray job needs a cluster whose backend is ray)"
+            )
         name = m.job_name(request.run_id)
         existing = self.api.get_job(name)
         if existing is None and request.run_id in self._cancelled:
