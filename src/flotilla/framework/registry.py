@@ -53,6 +53,18 @@ PROFILES: Mapping[str, tuple[str, ...]] = {
         "spread",
         "queue-preemption",
     ),
+    # Fragmentation-aware GPU packing (FGD), then rules that keep GPUs usable, then best fit;
+    # exactly bin-packing on clusters without GPUs.
+    "gpu-packing": (
+        "priority-sort",
+        "elastic-quota",
+        "resources-fit",
+        "node-affinity",
+        "taint-toleration",
+        "gpu-devices",
+        "gpu-fragmentation",
+        "queue-preemption",
+    ),
 }
 
 
