@@ -179,7 +179,7 @@ def test_row_score_agrees_bit_for_bit_with_score() -> None:
         assert all(0.0 <= value <= 1.0 for value in full)
 
 
-def test_the_mix_groups_gpu_requests_by_amount_with_median_cpu() -> None:
+def test_the_mix_groups_gpu_requests_by_amount_with_median_cpu_and_a_whole_gpu_prior() -> None:
     f = fleet(
         scenario(
             clusters=[cluster("c", node("n", cpu=8))],
@@ -195,8 +195,10 @@ def test_the_mix_groups_gpu_requests_by_amount_with_median_cpu() -> None:
     space = f.cluster().nodes.space
     jobs = [f.job(name) for name in "abcde"]
     mix = mix_of(jobs, space.index["cpu"], space.index.get("memory"))
+    # One-GPU requests are always in the mix (a prior of one tenth, at least one).
     assert [(kind.gpu_milli, kind.cpu, kind.count) for kind in mix.types] == [
         (500, 4.0, 3),
+        (1000, 0.0, 1),
         (2000, 16.0, 1),
     ]
 

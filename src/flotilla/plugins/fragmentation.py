@@ -59,6 +59,11 @@ MIX_SAMPLE = 2048
 MIX_TYPES = 8
 """Distinct GPU amounts kept in the mix (the most frequent): the cost is linear in it."""
 
+WHOLE_GPU_PRIOR = 10
+"""One-GPU requests get a pseudo-count of a tenth of the mix (one at least) added: a sample
+that has not seen them yet (a queue of notebooks) must not make breaking a whole device look
+free, and whole GPUs are what most training jobs ask for."""
+
 FRAGMENTATION_WEIGHT = 0.9
 RULE_WEIGHT = 0.0005
 PACKING_WEIGHT = 0.0001
@@ -82,7 +87,7 @@ class MixType:
 
 @dataclass(frozen=True)
 class Mix:
-    """The run's expected next requests (empty: no GPU job seen)."""
+    """The run's expected next requests."""
 
     types: tuple[MixType, ...]
 
@@ -91,29 +96,55 @@ class Mix:
         return sum(kind.count for kind in self.types)
 
 
-EMPTY_MIX = Mix(())
+DEFAULT_MIX = Mix((MixType(MILLI, 0.0, 0.0, 1),))
+"""The mix before any GPU job was seen (or outside a scheduling run): the prior alone."""
 
 
 def mix_of(jobs: Sequence[SchedulingJob], cpu: int | None, memory: int | None) -> Mix:
     """The mix of ``jobs``' GPU requests: one entry per replica asking for a GPU, grouped by
     amount (the ``MIX_TYPES`` most frequent kept), with the median CPU and memory of each."""
-    groups: dict[int, list[tuple[float, float]]] = {}
+    # Counted per distinct request first: a backlog holds few shapes, so this stays cheap.
+    shapes: dict[tuple[float, bytes], list[Any]] = {}
     for job in jobs:
         for task in job.tasks:
             if task.gpu <= 0:
                 continue
-            amount = round(task.gpu * MILLI)
-            task_cpu = float(task.request[cpu]) if cpu is not None else 0.0
-            task_memory = float(task.request[memory]) if memory is not None else 0.0
-            groups.setdefault(amount, []).extend([(task_cpu, task_memory)] * task.replicas)
-    kept = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))[:MIX_TYPES]
+            key = (task.gpu, task.request.tobytes())
+            found = shapes.get(key)
+            if found is None:
+                shapes[key] = [task, task.replicas]
+            else:
+                found[1] += task.replicas
+    groups: dict[int, list[tuple[float, float, int]]] = {}
+    for task, count in shapes.values():
+        task_cpu = float(task.request[cpu]) if cpu is not None else 0.0
+        task_memory = float(task.request[memory]) if memory is not None else 0.0
+        groups.setdefault(round(task.gpu * MILLI), []).append((task_cpu, task_memory, count))
+    counted = [(amount, sum(count for *_, count in group)) for amount, group in groups.items()]
+    kept = sorted(counted, key=lambda item: (-item[1], item[0]))[:MIX_TYPES]
     types = []
-    for amount, requests in sorted(kept):
-        cpus = sorted(request[0] for request in requests)
-        memories = sorted(request[1] for request in requests)
-        middle = len(requests) // 2
-        types.append(MixType(amount, cpus[middle], memories[middle], len(requests)))
+    everything = sum(total for _, total in kept)
+    prior = max(1, everything // WHOLE_GPU_PRIOR)
+    if not any(amount == MILLI for amount, _ in kept):
+        types.append(MixType(MILLI, 0.0, 0.0, prior))
+    for amount, total in sorted(kept):
+        group = groups[amount]
+        extra = prior if amount == MILLI else 0
+        types.append(
+            MixType(amount, _median(group, 0, total), _median(group, 1, total), total + extra)
+        )
+    types.sort(key=lambda kind: kind.gpu_milli)
     return Mix(tuple(types))
+
+
+def _median(group: list[tuple[float, float, int]], field: int, total: int) -> float:
+    """The upper median of ``field`` over the group's requests, each counted ``count`` times."""
+    seen = 0
+    for entry in sorted(group, key=lambda entry: entry[field]):
+        seen += entry[2]
+        if seen > total // 2:
+            return entry[field]
+    return 0.0
 
 
 def _dimension(nodes: NodeTable, name: str) -> int | None:
@@ -286,7 +317,7 @@ class GpuFragmentationScore:
         request.cycle.data[self.name] = mix
 
     def _model(self, cycle: CycleState, nodes: NodeTable) -> _Model:
-        mix = cycle.data.get(self.name, EMPTY_MIX)
+        mix = cycle.data.get(self.name, DEFAULT_MIX)
         key = (id(mix), id(nodes.numa_block))
         model = self._models.get(key)
         if model is None or model.mix is not mix:
