@@ -11,11 +11,13 @@ ask for more than 90 % of the GPUs, and at the end. Every profile uses the same 
 model (``gpu-devices``: whole devices, fractions sharing one device); only the node choice
 differs:
 
-- ``default``: the default profile as configured (``binpack`` before this case existed);
+- ``binpack``: plain bin-packing (the fullest node), the default profile before
+  ``gpu-fragmentation`` joined it;
 - ``first-fit``: the first node (in table order) that fits;
 - ``best-fit``: the node left with the least free resources (requested resources, each as a
   share of the largest node's), a classic best fit;
-- ``gpu-packing``: the fragmentation-aware profile (``gpu-fragmentation``).
+- ``gpu-packing``: the fragmentation-aware score (``gpu-fragmentation``), which the
+  ``default`` profile now uses.
 
 ``python3 -m uv run python -m bench.gpu_fill [--seed N] [--nodes N]`` reproduces the table.
 """
@@ -43,7 +45,7 @@ from flotilla.scheduler.types import QueueInfo
 
 NODE_MIX: tuple[tuple[str, float, float, int, float], ...] = (
     # name, CPU, memory GiB, GPUs, share of the nodes
-    ("cpu", 64, 256, 0, 0.15),
+    ("cpu", 64, 512, 0, 0.15),
     ("gpu2", 32, 192, 2, 0.30),
     ("gpu8", 96, 768, 8, 0.55),
 )
@@ -66,11 +68,14 @@ BATCH = 25
 """Pods arriving between two scheduling runs."""
 
 
-def fleet(nodes: int) -> tuple[ResourceSpace, Cluster]:
+def fleet(nodes: int, cpu_node_memory: float | None = None) -> tuple[ResourceSpace, Cluster]:
+    """The fleet; ``cpu_node_memory`` (GiB) overrides the CPU-only nodes' memory."""
     space = ResourceSpace(["cpu", "memory", "gpu"])
     counts = [round(nodes * share) for *_, share in NODE_MIX]
     infos = []
     for (name, cpu, memory, gpus, _), count in zip(NODE_MIX, counts, strict=True):
+        if not gpus and cpu_node_memory is not None:
+            memory = cpu_node_memory
         for _ in range(count):
             infos.append(
                 NodeInfo(
@@ -139,32 +144,27 @@ class BestFitScore:
         return result
 
     def row_score(self, request: FilterInput) -> Callable[[int], float]:
-        nodes = request.cluster.nodes
-        single = ScoreInput(
-            job=request.job,
-            task=request.task,
-            cluster=request.cluster,
-            candidates=np.zeros(1, dtype=np.intp),
-            cycle=request.cycle,
-        )
+        """One row through ``score`` itself (a baseline: exactness over speed)."""
 
         def score(row: int) -> float:
-            candidates = np.array([row], dtype=np.intp)
-            one = ScoreInput(single.job, single.task, single.cluster, candidates, single.cycle)
+            one = ScoreInput(
+                request.job,
+                request.task,
+                request.cluster,
+                np.array([row], dtype=np.intp),
+                request.cycle,
+            )
             return float(self.score(one)[0])
 
-        del nodes
         return score
 
 
 def framework_for(profile: str) -> Framework:
-    if profile == "default":
-        return Framework.from_profile("default")
-    if profile == "gpu-packing":
-        return Framework.from_profile("gpu-packing")
+    if profile in ("binpack", "gpu-packing"):
+        return Framework.from_profile(profile)
     names = [
         name
-        for name in profile_plugin_names("default")
+        for name in profile_plugin_names("binpack")
         if name not in ("binpack", "gpu-fragmentation")
     ]
     plugins: list[object] = [load_plugin(name) for name in names]
@@ -173,7 +173,8 @@ def framework_for(profile: str) -> Framework:
     return Framework(tuple(plugins))
 
 
-PROFILES = ("default", "first-fit", "best-fit", "gpu-packing")
+PROFILES = ("binpack", "first-fit", "best-fit", "gpu-packing")
+"""``gpu-packing`` is the default profile's placement; ``binpack`` was, before it."""
 
 
 @dataclass
@@ -186,8 +187,8 @@ class FillResult:
     seconds: float
 
 
-def fill(profile: str, nodes: int, seed: int) -> FillResult:
-    space, cluster = fleet(nodes)
+def fill(profile: str, nodes: int, seed: int, cpu_node_memory: float | None = None) -> FillResult:
+    space, cluster = fleet(nodes, cpu_node_memory)
     table = cluster.nodes
     gpu = space.index["gpu"]
     capacity = float(table.capacity[:, gpu].sum())
@@ -229,11 +230,14 @@ def fill(profile: str, nodes: int, seed: int) -> FillResult:
     )
 
 
-def run_fill(nodes: int = 1_000, seeds: Sequence[int] = (1,)) -> dict[str, Any]:
-    rows = [fill(profile, nodes, seed) for seed in seeds for profile in PROFILES]
+def run_fill(
+    nodes: int = 1_000, seeds: Sequence[int] = (1,), cpu_node_memory: float | None = None
+) -> dict[str, Any]:
+    rows = [fill(profile, nodes, seed, cpu_node_memory) for seed in seeds for profile in PROFILES]
     return {
         "kind": "gpu-fill",
         "nodes": nodes,
+        "cpu_node_memory_gi": cpu_node_memory,
         "seeds": list(seeds),
         "rows": [row.__dict__ for row in rows],
     }
@@ -258,11 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_fill", description=__doc__)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--seed", type=int, action="append", help="repeatable (default 1)")
+    parser.add_argument(
+        "--cpu-node-memory", type=float, help="GiB per CPU-only node (default 512: 8 GiB/CPU)"
+    )
     args = parser.parse_args(argv)
-    results = run_fill(args.nodes, args.seed or [1])
+    results = run_fill(args.nodes, args.seed or [1], args.cpu_node_memory)
     print(render(results))
-    seeds = " ".join(f"--seed {seed}" for seed in args.seed or [1])
-    print(f"\nReproduce: python3 -m uv run python -m bench.gpu_fill --nodes {args.nodes} {seeds}")
+    options = " ".join(f"--seed {seed}" for seed in args.seed or [1])
+    if args.cpu_node_memory is not None:
+        options += f" --cpu-node-memory {args.cpu_node_memory:g}"
+    print(f"\nReproduce: python3 -m uv run python -m bench.gpu_fill --nodes {args.nodes} {options}")
     return 0
 
 
