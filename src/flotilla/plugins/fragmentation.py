@@ -164,6 +164,8 @@ class _Model:
             for kind in mix.types
         ]
         width = nodes.device_free.shape[1]
+        self.gpu_counts = np.count_nonzero(nodes.numa_block >= 0, axis=1)
+        """Devices per node (static: shared by every copy of the table)."""
         self.scale = 1.0 / (2.0 * max(width, 1) * MILLI * max(mix.total, 1))
         """Turns a fragmentation increase into [-0.5, 0.5] of the first tier."""
 
@@ -334,26 +336,24 @@ class GpuFragmentationScore:
         model = self._model(request.cycle, nodes)
         candidates = request.candidates
         task = _task_key(request.task, model)
-        devices = _devices_milli(nodes, candidates)
-        cpu_free = (
-            nodes.free[candidates, model.cpu]
-            if model.cpu is not None
-            else np.zeros(len(candidates))
-        )
-        memory_free = (
-            nodes.free[candidates, model.memory]
-            if model.memory is not None
-            else np.zeros(len(candidates))
-        )
-        increase = model.increase_rows(devices, cpu_free, memory_free, task)
-        fragmentation = 0.5 - increase.astype(np.float64) * model.scale
         amount = task[0]
-        if amount == 0:
-            rule = (devices.sum(axis=1) == 0).astype(np.float64)
-        elif amount < MILLI:
-            rule = ((devices >= amount) & (devices < MILLI)).any(axis=1).astype(np.float64)
-        else:
-            rule = np.zeros(len(candidates))
+        # Nodes without devices: no fragmentation to add (0.5), and the CPU-only rule holds.
+        fragmentation = np.full(len(candidates), 0.5)
+        rule = np.full(len(candidates), 1.0 if amount == 0 else 0.0)
+        equipped = np.flatnonzero(model.gpu_counts[candidates] > 0)
+        if len(equipped):
+            rows = candidates[equipped]
+            devices = _devices_milli(nodes, rows)
+            cpu_free = nodes.free[rows, model.cpu] if model.cpu is not None else np.zeros(len(rows))
+            memory_free = (
+                nodes.free[rows, model.memory] if model.memory is not None else np.zeros(len(rows))
+            )
+            increase = model.increase_rows(devices, cpu_free, memory_free, task)
+            fragmentation[equipped] = 0.5 - increase.astype(np.float64) * model.scale
+            if amount == 0:
+                rule[equipped] = (devices.sum(axis=1) == 0).astype(np.float64)
+            elif amount < MILLI:
+                rule[equipped] = ((devices >= amount) & (devices < MILLI)).any(axis=1)
         result: Vector = (
             fragmentation * FRAGMENTATION_WEIGHT + rule * RULE_WEIGHT + utilisation * PACKING_WEIGHT
         )
@@ -374,7 +374,12 @@ class GpuFragmentationScore:
         memo: dict[tuple[object, ...], int] = {}
         scale = model.scale
 
+        counts = model.gpu_counts.tolist()
+        bare = 0.5 * FRAGMENTATION_WEIGHT + (1.0 if amount == 0 else 0.0) * RULE_WEIGHT
+
         def score(row: int) -> float:
+            if not counts[row]:
+                return bare + utilisation(row) * PACKING_WEIGHT
             devices = _row_devices(nodes, row)
             cpu_free = item(row, cpu) if cpu is not None else 0.0
             memory_free = item(row, memory) if memory is not None else 0.0
