@@ -72,7 +72,7 @@ expected fragmentation on an 8-GPU node moves the first tier by about 6e-5; the 
 the best fit therefore decide only among nodes the first tier finds (nearly) equal."""
 
 _MEMO_LIMIT = 65_536
-"""Fragmentation increases remembered per placement key, by node state."""
+"""Node states whose score (all but the best-fit part) is remembered, per placement key."""
 
 
 @dataclass(frozen=True)
@@ -371,35 +371,35 @@ class GpuFragmentationScore:
         amount = task[0]
         item = nodes.free.item
         cpu, memory = model.cpu, model.memory
-        memo: dict[tuple[object, ...], int] = {}
+        memo: dict[tuple[float, ...], float] = {}
         scale = model.scale
 
         counts = model.gpu_counts.tolist()
         bare = 0.5 * FRAGMENTATION_WEIGHT + (1.0 if amount == 0 else 0.0) * RULE_WEIGHT
 
+        device_free = nodes.device_free
+
         def score(row: int) -> float:
             if not counts[row]:
                 return bare + utilisation(row) * PACKING_WEIGHT
-            devices = _row_devices(nodes, row)
             cpu_free = item(row, cpu) if cpu is not None else 0.0
             memory_free = item(row, memory) if memory is not None else 0.0
-            state = (cpu_free, memory_free, *devices)
-            increase = memo.get(state)
-            if increase is None:
+            # Keyed by the row's raw state: a node state seen before costs one lookup.
+            state = (cpu_free, memory_free, *device_free[row].tolist())
+            known = memo.get(state)
+            if known is None:
                 if len(memo) > _MEMO_LIMIT:
                     memo.clear()
-                increase = memo[state] = model.increase(devices, cpu_free, memory_free, task)
-            fragmentation = 0.5 - float(increase) * scale
-            if amount == 0:
-                rule = 1.0 if sum(devices) == 0 else 0.0
-            elif amount < MILLI:
-                rule = 1.0 if any(amount <= free < MILLI for free in devices) else 0.0
-            else:
-                rule = 0.0
-            return (
-                fragmentation * FRAGMENTATION_WEIGHT
-                + rule * RULE_WEIGHT
-                + utilisation(row) * PACKING_WEIGHT
-            )
+                devices = _row_devices(nodes, row)
+                increase = model.increase(devices, cpu_free, memory_free, task)
+                fragmentation = 0.5 - float(increase) * scale
+                if amount == 0:
+                    rule = 1.0 if sum(devices) == 0 else 0.0
+                elif amount < MILLI:
+                    rule = 1.0 if any(amount <= free < MILLI for free in devices) else 0.0
+                else:
+                    rule = 0.0
+                known = memo[state] = fragmentation * FRAGMENTATION_WEIGHT + rule * RULE_WEIGHT
+            return known + utilisation(row) * PACKING_WEIGHT
 
         return score
