@@ -157,6 +157,8 @@ class _Model:
 
     def __init__(self, mix: Mix, nodes: NodeTable) -> None:
         self.mix = mix
+        self.blocks = nodes.numa_block
+        """The table's static device layout this model was made for (shared by copies)."""
         self.cpu = _dimension(nodes, "cpu")
         self.memory = _dimension(nodes, "memory")
         self.types = [
@@ -322,8 +324,9 @@ class GpuFragmentationScore:
         mix = cycle.data.get(self.name, DEFAULT_MIX)
         key = (id(mix), id(nodes.numa_block))
         model = self._models.get(key)
-        if model is None or model.mix is not mix:
-            if len(self._models) > 64:
+        # Identity checks too: an id may be reused once its object is gone.
+        if model is None or model.mix is not mix or model.blocks is not nodes.numa_block:
+            if len(self._models) > 8:
                 self._models.clear()
             model = self._models[key] = _Model(mix, nodes)
         return model
