@@ -239,15 +239,22 @@ class _Model:
     ) -> npt.NDArray[np.int64]:
         total = devices.sum(axis=1)
         expected = np.zeros(len(devices), dtype=np.int64)
+        # Whole-GPU requests all see the same usable devices: counted once for all of them.
+        whole_count: npt.NDArray[np.int64] | None = None
+        partial: npt.NDArray[np.int64] | None = None
         for amount, cpu, memory, count in self.types:
             room = (cpu_free >= cpu) & (memory_free >= memory)
             if amount < MILLI:
                 usable = devices >= amount
                 fits = usable.any(axis=1)
+                unusable = np.where(usable, 0, devices).sum(axis=1)
             else:
-                usable = devices >= MILLI
-                fits = np.count_nonzero(usable, axis=1) * MILLI >= amount
-            unusable = np.where(usable, 0, devices).sum(axis=1)
+                if whole_count is None or partial is None:
+                    whole = devices >= MILLI
+                    whole_count = np.count_nonzero(whole, axis=1)
+                    partial = np.where(whole, 0, devices).sum(axis=1)
+                fits = whole_count * MILLI >= amount
+                unusable = partial
             expected += count * np.where(room & fits, unusable, total)
         return np.where(total == 0, 0, expected)
 
