@@ -190,6 +190,23 @@ def _service_throughput(database: str = "sqlite") -> Case:
     )
 
 
+def _gpu_fill() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.gpu_fill import run_fill
+
+        return run_fill(nodes=1_000, seeds=(1, 2, 3))
+
+    return Case(
+        "gpu-fill",
+        "GPU fill test: 1,000 nodes (CPU-only, 2- and 8-GPU), pods of 0, fractional, 1, 2, 4, 8 "
+        "GPUs through one FIFO queue with nothing finishing (3 seeds); GPU allocation ratio at "
+        "90 % demand and at the end for default, first-fit, best-fit and gpu-packing",
+        quick=False,
+        run=run,
+        target="gpu-packing above first-fit and best-fit",
+    )
+
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -211,6 +228,7 @@ CASES: dict[str, Case] = {
         _service_cancel(),
         _service_throughput(),
         _service_throughput("postgresql"),
+        _gpu_fill(),
     )
 }
 ENGINE_CASES: dict[str, EngineCase] = {

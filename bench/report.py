@@ -158,6 +158,12 @@ def render(results: Sequence[dict[str, Any]], machine: dict[str, Any], console: 
         console.print(simulator_table(results))
     for line in service_lines(results):
         console.print(line)
+    for r in results:
+        if r.get("kind") == "gpu-fill":
+            from bench.gpu_fill import render as render_fill
+
+            console.print(f"{r['case']}: GPU allocation ratio per profile")
+            console.print(render_fill(r), markup=False)
     failed = [r for r in results if r.get("kind") == "error"]
     for r in failed:
         console.print(f"[red]{r['case']} failed[/red]: {r['error']}")

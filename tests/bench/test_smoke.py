@@ -108,3 +108,16 @@ def test_cli_runs_a_case_and_writes_results(tmp_path: Path) -> None:
 def test_suites_name_known_cases() -> None:
     assert set(quick_suite()) <= set(CASES)
     assert "headline-5k" in quick_suite()
+
+
+def test_gpu_fill_reports_each_profile_and_allocation_only_grows() -> None:
+    from bench.gpu_fill import PROFILES, render, run_fill
+
+    result = run_fill(nodes=40, seeds=(1,))
+    rows = result["rows"]
+    assert [row["profile"] for row in rows] == list(PROFILES)
+    for row in rows:
+        # Nothing finishes, so the share allocated at 90 % demand is at most the final one.
+        assert 0.0 < row["at_90"] <= row["end"] <= 1.0
+        assert 0 < row["placed"] <= row["pods"]
+    assert "gpu-packing" in render(result)

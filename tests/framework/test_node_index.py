@@ -33,10 +33,19 @@ from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.model.cluster import Taint
 from flotilla.model.job import JobSpec, TopologyScope
 from flotilla.plugins.devices import GpuDevices
+from flotilla.plugins.fragmentation import Mix, MixType
 
 SPACE = ResourceSpace(["cpu", "memory", "gpu", "gpu_memory"])
-CYCLE = CycleState(time=0)
-PROFILES = {name: Framework.from_profile(name) for name in ("default", "spread")}
+CYCLE = CycleState(
+    time=0,
+    # The mix gpu-packing's fragmentation score expects (fixed for a run, as in the engine).
+    data={
+        "gpu-fragmentation": Mix(
+            (MixType(250, 1.0, 4.0, 3), MixType(1000, 2.0, 4.0, 5), MixType(4000, 3.0, 4.0, 1))
+        )
+    },
+)
+PROFILES = {name: Framework.from_profile(name) for name in ("default", "spread", "gpu-packing")}
 
 node_kinds = st.fixed_dictionaries(
     {

@@ -58,15 +58,17 @@ def test_a_snapshot_does_not_share_allocations() -> None:
     assert np.array_equal(copy.nodes.capacity, original.nodes.capacity)
 
 
-def test_default_profile_bin_packs_and_spread_profile_spreads() -> None:
+def test_default_profile_packs_gpus_and_spread_profile_spreads() -> None:
     default, spread = profile_plugin_names("default"), profile_plugin_names("spread")
-    assert "binpack" in default and "spread" not in default
-    assert "spread" in spread and "binpack" not in spread
+    # gpu-fragmentation is exactly binpack on clusters without GPUs.
+    assert "gpu-fragmentation" in default and "spread" not in default
+    assert profile_plugin_names("binpack")[-2] == "binpack"
+    assert "spread" in spread and "binpack" not in spread and "gpu-fragmentation" not in spread
 
 
 def test_profiles_can_disable_and_enable_plugins() -> None:
-    names = profile_plugin_names("default", enabled=["spread"], disabled=["binpack"])
-    assert "binpack" not in names and names[-1] == "spread"
+    names = profile_plugin_names("default", enabled=["spread"], disabled=["gpu-fragmentation"])
+    assert "gpu-fragmentation" not in names and names[-1] == "spread"
 
 
 def test_builtin_plugins_and_strategies_load_by_entry_point() -> None:

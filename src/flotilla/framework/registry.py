@@ -30,29 +30,25 @@ from flotilla.framework.interfaces import (
 PLUGIN_GROUP = "flotilla.plugins"
 STRATEGY_GROUP = "flotilla.strategies"
 
+_BASE = (
+    "priority-sort",
+    "elastic-quota",
+    "resources-fit",
+    "node-affinity",
+    "taint-toleration",
+    "gpu-devices",
+)
+
 PROFILES: Mapping[str, tuple[str, ...]] = {
-    # Bin-packing keeps whole nodes free for big gangs: the right default for batch work.
-    "default": (
-        "priority-sort",
-        "elastic-quota",
-        "resources-fit",
-        "node-affinity",
-        "taint-toleration",
-        "gpu-devices",
-        "binpack",
-        "queue-preemption",
-    ),
+    # Bin-packing keeps whole nodes free for big gangs; on GPU clusters the fragmentation-aware
+    # score packs GPUs (FGD) first. Exactly bin-packing on clusters without GPUs.
+    "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+    # The same, by the name that says what it does.
+    "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+    # Plain bin-packing everywhere (the default before the fragmentation-aware score).
+    "binpack": (*_BASE, "binpack", "queue-preemption"),
     # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
-    "spread": (
-        "priority-sort",
-        "elastic-quota",
-        "resources-fit",
-        "node-affinity",
-        "taint-toleration",
-        "gpu-devices",
-        "spread",
-        "queue-preemption",
-    ),
+    "spread": (*_BASE, "spread", "queue-preemption"),
 }
 
 

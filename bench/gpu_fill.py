@@ -1,0 +1,279 @@
+"""GPU fill test: how much of a GPU fleet each placement rule allocates before it jams.
+
+A synthetic cluster with a realistic mix (CPU-only nodes, nodes of 2 and of 8 GPUs) is filled
+through one best-effort FIFO queue with nothing finishing: pods arrive in a fixed order
+(seeded) in small batches, one scheduling run per batch, and a pod that does not fit waits
+(it never fits later, since nothing is released). Pods ask for CPU and memory and for 0, a
+fraction of one, 1, 2, 4 or 8 GPUs, with total GPU demand above the fleet's capacity.
+
+Printed per profile: the share of the fleet's GPUs allocated when the pods that arrived first
+ask for more than 90 % of the GPUs, and at the end. Every profile uses the same per-device
+model (``gpu-devices``: whole devices, fractions sharing one device); only the node choice
+differs:
+
+- ``binpack``: plain bin-packing (the fullest node), the default profile before
+  ``gpu-fragmentation`` joined it;
+- ``first-fit``: the first node (in table order) that fits;
+- ``best-fit``: the node left with the least free resources (requested resources, each as a
+  share of the largest node's), a classic best fit;
+- ``gpu-packing``: the fragmentation-aware score (``gpu-fragmentation``), which the
+  ``default`` profile now uses.
+
+``python3 -m uv run python -m bench.gpu_fill [--seed N] [--nodes N]`` reproduces the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.generators import GI
+from flotilla.framework.clusters import Cluster
+from flotilla.framework.interfaces import FilterInput, ScoreInput
+from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.nodes import NodeInfo, NodeTable
+from flotilla.framework.registry import Framework, load_plugin, profile_plugin_names
+from flotilla.framework.resources import ResourceSpace, Vector
+from flotilla.model.job import JobSpec
+from flotilla.scheduler import RunningJob, SchedulingAlgorithm, SchedulingConfig, SchedulingSnapshot
+from flotilla.scheduler.types import QueueInfo
+
+NODE_MIX: tuple[tuple[str, float, float, int, float], ...] = (
+    # name, CPU, memory GiB, GPUs, share of the nodes
+    ("cpu", 64, 512, 0, 0.15),
+    ("gpu2", 32, 192, 2, 0.30),
+    ("gpu8", 96, 768, 8, 0.55),
+)
+
+POD_MIX: tuple[tuple[str, float, tuple[float, ...], tuple[float, ...], float], ...] = (
+    # name, GPUs, CPU choices, memory GiB per CPU choices, share of the pods
+    ("cpu", 0.0, (2, 4, 8, 16, 32), (4, 8), 0.45),
+    ("frac-0.25", 0.25, (1, 2, 4), (4, 8), 0.08),
+    ("frac-0.5", 0.5, (2, 4, 8), (4, 8), 0.08),
+    ("gpu1", 1.0, (4, 8, 12), (4, 8), 0.28),
+    ("gpu2", 2.0, (8, 16, 24), (4, 8), 0.10),
+    ("gpu4", 4.0, (16, 32, 48), (4, 8), 0.05),
+    ("gpu8", 8.0, (32, 64, 88), (4, 8), 0.03),
+)
+
+DEMAND = 1.05
+"""Pods are drawn until their GPU demand reaches this share of the fleet's GPUs."""
+
+BATCH = 25
+"""Pods arriving between two scheduling runs."""
+
+
+def fleet(nodes: int, cpu_node_memory: float | None = None) -> tuple[ResourceSpace, Cluster]:
+    """The fleet; ``cpu_node_memory`` (GiB) overrides the CPU-only nodes' memory."""
+    space = ResourceSpace(["cpu", "memory", "gpu"])
+    counts = [round(nodes * share) for *_, share in NODE_MIX]
+    infos = []
+    for (name, cpu, memory, gpus, _), count in zip(NODE_MIX, counts, strict=True):
+        if not gpus and cpu_node_memory is not None:
+            memory = cpu_node_memory
+        for _ in range(count):
+            infos.append(
+                NodeInfo(
+                    name=f"{name}-{len(infos)}",
+                    capacity={"cpu": cpu, "memory": memory * GI, "gpu": float(gpus)},
+                    labels={"pool": name},
+                    taints=(),
+                    gpu_count=gpus,
+                )
+            )
+    # Interleaved so that "first" is not "all CPU-only nodes first" (table order = rack order).
+    order = np.random.default_rng(0).permutation(len(infos)).tolist()
+    table = NodeTable(space, [infos[i] for i in order])
+    return space, Cluster(name="c1", order=0, labels={}, cost={}, nodes=table)
+
+
+def pods(space: ResourceSpace, gpu_capacity: float, seed: int) -> list[SchedulingJob]:
+    rng = np.random.default_rng(seed)
+    shares = np.array([share for *_, share in POD_MIX])
+    jobs: list[SchedulingJob] = []
+    demand = 0.0
+    while demand < DEMAND * gpu_capacity:
+        name, gpu, cpus, per_cpu, _ = POD_MIX[
+            int(rng.choice(len(POD_MIX), p=shares / shares.sum()))
+        ]
+        cpu = float(rng.choice(cpus))
+        resources: dict[str, float] = {"cpu": cpu, "memory": cpu * float(rng.choice(per_cpu)) * GI}
+        if gpu:
+            resources["gpu"] = gpu
+        spec = JobSpec.model_validate(
+            {
+                "name": name,
+                "queue": "q",
+                "tasks": [{"name": "main", "replicas": 1, "resources": resources}],
+            }
+        )
+        jobs.append(
+            build_job(
+                spec,
+                name=f"p{len(jobs)}",
+                space=space,
+                sequence=len(jobs),
+                submit_time=float(len(jobs)),
+                priority=0,
+                preemptible=False,
+            )
+        )
+        demand += gpu
+    return jobs
+
+
+class BestFitScore:
+    """Least free resources left after placing: the requested resources, each as a share of
+    the largest node's capacity (a bench baseline, not a plugin of Flotilla)."""
+
+    name = "best-fit"
+    row_local = True
+
+    def score(self, request: ScoreInput) -> Vector:
+        nodes = request.cluster.nodes
+        wanted = request.task.wanted
+        largest = nodes.capacity.max(axis=0)
+        cells = request.candidates[:, np.newaxis], wanted
+        left = (nodes.free[cells] - request.task.request[wanted]) / largest[wanted]
+        result: Vector = 1.0 - left.sum(axis=1) / max(len(wanted), 1)
+        return result
+
+    def row_score(self, request: FilterInput) -> Callable[[int], float]:
+        """One row through ``score`` itself (a baseline: exactness over speed)."""
+
+        def score(row: int) -> float:
+            one = ScoreInput(
+                request.job,
+                request.task,
+                request.cluster,
+                np.array([row], dtype=np.intp),
+                request.cycle,
+            )
+            return float(self.score(one)[0])
+
+        return score
+
+
+def framework_for(profile: str) -> Framework:
+    if profile in ("binpack", "gpu-packing"):
+        return Framework.from_profile(profile)
+    names = [
+        name
+        for name in profile_plugin_names("binpack")
+        if name not in ("binpack", "gpu-fragmentation")
+    ]
+    plugins: list[object] = [load_plugin(name) for name in names]
+    if profile == "best-fit":
+        plugins.append(BestFitScore())
+    return Framework(tuple(plugins))
+
+
+PROFILES = ("binpack", "first-fit", "best-fit", "gpu-packing")
+"""``gpu-packing`` is the default profile's placement; ``binpack`` was, before it."""
+
+
+@dataclass
+class FillResult:
+    profile: str
+    at_90: float
+    end: float
+    placed: int
+    pods: int
+    seconds: float
+
+
+def fill(profile: str, nodes: int, seed: int, cpu_node_memory: float | None = None) -> FillResult:
+    space, cluster = fleet(nodes, cpu_node_memory)
+    table = cluster.nodes
+    gpu = space.index["gpu"]
+    capacity = float(table.capacity[:, gpu].sum())
+    jobs = pods(space, capacity, seed)
+    algorithm = SchedulingAlgorithm(SchedulingConfig(), framework=framework_for(profile))
+    queues = [QueueInfo(name="q")]
+    queued: dict[str, SchedulingJob] = {}
+    running: list[RunningJob] = []
+    demand = 0.0
+    at_90: float | None = None
+    started = time.perf_counter()
+    for start in range(0, len(jobs), BATCH):
+        for job in jobs[start : start + BATCH]:
+            queued[job.name] = job
+            demand += job.tasks[0].gpu
+        snapshot = SchedulingSnapshot(
+            time=float(start),
+            clusters=[cluster],
+            queues=queues,
+            queued=list(queued.values()),
+            running=running,
+        )
+        result = algorithm.schedule(snapshot)
+        for scheduled in result.scheduled:
+            for placement in scheduled.assignment.placements:
+                table.allocate(placement.row, placement.request, placement.gpus)
+            del queued[scheduled.job.name]
+            running.append(RunningJob(scheduled.job, scheduled.assignment))
+        if at_90 is None and demand > 0.9 * capacity:
+            at_90 = float(table.allocated[:, gpu].sum()) / capacity
+    end = float(table.allocated[:, gpu].sum()) / capacity
+    return FillResult(
+        profile,
+        at_90 if at_90 is not None else end,
+        end,
+        len(running),
+        len(jobs),
+        time.perf_counter() - started,
+    )
+
+
+def run_fill(
+    nodes: int = 1_000, seeds: Sequence[int] = (1,), cpu_node_memory: float | None = None
+) -> dict[str, Any]:
+    rows = [fill(profile, nodes, seed, cpu_node_memory) for seed in seeds for profile in PROFILES]
+    return {
+        "kind": "gpu-fill",
+        "nodes": nodes,
+        "cpu_node_memory_gi": cpu_node_memory,
+        "seeds": list(seeds),
+        "rows": [row.__dict__ for row in rows],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "| seed | profile | GPUs allocated at 90 % demand | at the end | pods placed |",
+        "|---|---|---|---|---|",
+    ]
+    per_seed = len(PROFILES)
+    for index, row in enumerate(results["rows"]):
+        seed = results["seeds"][index // per_seed]
+        lines.append(
+            f"| {seed} | {row['profile']} | {row['at_90']:.1%} | {row['end']:.1%} "
+            f"| {row['placed']:,} / {row['pods']:,} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_fill", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, action="append", help="repeatable (default 1)")
+    parser.add_argument(
+        "--cpu-node-memory", type=float, help="GiB per CPU-only node (default 512: 8 GiB/CPU)"
+    )
+    args = parser.parse_args(argv)
+    results = run_fill(args.nodes, args.seed or [1], args.cpu_node_memory)
+    print(render(results))
+    options = " ".join(f"--seed {seed}" for seed in args.seed or [1])
+    if args.cpu_node_memory is not None:
+        options += f" --cpu-node-memory {args.cpu_node_memory:g}"
+    print(f"\nReproduce: python3 -m uv run python -m bench.gpu_fill --nodes {args.nodes} {options}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
