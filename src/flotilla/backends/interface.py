@@ -119,6 +119,10 @@ class DispatchRequest:
     ``env`` is set for every replica (below the payload's own env, which is the user's word);
     backend-owned variables (``FLOTILLA_*``, ``CUDA_VISIBLE_DEVICES``) always win.
     ``max_runtime``: seconds after which the run is stopped and reported failed.
+    ``resources``: what one replica of each task asks for, by task name (``{"main": {"cpu": 2,
+    "memory": 2**30, "gpu": 1}}``, memory in bytes), for engines that reserve resources
+    themselves (Slurm, Ray); empty when the caller does not say, and then such a backend
+    asks its engine for its defaults. ``local`` and ``sim`` ignore it.
     """
 
     run_id: str
@@ -129,6 +133,7 @@ class DispatchRequest:
     job_type: str = "command"
     env: Mapping[str, str] = field(default_factory=dict)
     max_runtime: float | None = None
+    resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def from_assignment(
@@ -141,6 +146,7 @@ class DispatchRequest:
         job_type: str = "command",
         env: Mapping[str, str] | None = None,
         max_runtime: float | None = None,
+        resources: Mapping[str, Mapping[str, float]] | None = None,
     ) -> DispatchRequest:
         """The request for a scheduler ``Assignment`` (cluster, node and GPUs per replica)."""
         placements = tuple(
@@ -161,6 +167,7 @@ class DispatchRequest:
             job_type=job_type,
             env=dict(env or {}),
             max_runtime=max_runtime,
+            resources={task: dict(asks) for task, asks in (resources or {}).items()},
         )
 
 

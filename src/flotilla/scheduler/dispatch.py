@@ -76,6 +76,7 @@ class Dispatcher:
             job_type=job.spec.type,
             env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name},
             max_runtime=job.spec.max_runtime,
+            resources={task.name: dict(task.resources) for task in job.spec.tasks},
         )
         try:
             backend.dispatch(request)
