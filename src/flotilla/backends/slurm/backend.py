@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from flotilla.backends.common import (
     write_json_atomic,
 )
 from flotilla.backends.interface import (
+    RUN_ID_PATTERN,
     BackendClosed,
     CancelOutcome,
     CancelRequest,
@@ -138,6 +139,7 @@ class SlurmBackend:
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         self._check_open()
+        check_run_id(request.run_id)
         with self._lock:
             self._refresh()
             known = self._lookup(request.run_id)
@@ -164,6 +166,7 @@ class SlurmBackend:
                 **payload.env,
                 "FLOTILLA_JOB": request.job,
                 "FLOTILLA_RUN": request.run_id,
+                "FLOTILLA_CLUSTER": self.cluster,
             }
             self._write_record(marker, job_id=None)
             try:
@@ -320,6 +323,8 @@ class SlurmBackend:
 
     def _lookup(self, run_id: str) -> _Seen | None:
         """This cluster's run ``run_id``: from squeue, else its record and the completion log."""
+        if not RUN_ID_PATTERN.match(run_id):
+            return None
         known = self._seen.get(run_id)
         if known is not None:
             return known
@@ -530,17 +535,15 @@ class SlurmBackend:
         )
 
 
+def check_run_id(run_id: str) -> None:
+    """Run ids name files under ``output_dir``: check them before any path is built."""
+    if not RUN_ID_PATTERN.match(run_id):
+        raise DispatchRejected(
+            f"run_id: {run_id!r} must be 1-200 characters of letters, digits, '.', '_'"
+            " or '-', starting with a letter or digit"
+        )
+
+
 def make_slurm_backend(**settings: Any) -> SlurmBackend:
     """The entry-point factory (``flotilla.backends`` → ``slurm``): fleet-file settings."""
     return SlurmBackend(**settings)
-
-
-def settings_help() -> Mapping[str, str]:
-    return {
-        "slurm_conf": "path to slurm.conf, exported as SLURM_CONF for the clients",
-        "partition": "submit to this partition, and list only its nodes",
-        "bin_dir": "directory of sbatch/squeue/… when not on PATH",
-        "output_dir": "where job output goes: a directory the nodes and Flotilla share",
-        "working_dir": "where commands run (a payload's relative working_dir is under it)",
-        "grace_period": "seconds between SIGTERM and SIGKILL on cancel (default 30)",
-    }
