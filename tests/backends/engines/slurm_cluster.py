@@ -122,6 +122,19 @@ class SlurmCluster:
         self._spawn(["slurmd", "-D", "-f", str(self.conf)], "slurmd")
         self._wait_for(self._node_idle, "the node to become idle", timeout)
 
+    def restart_controller(self, *, forget_jobs: bool) -> None:
+        """Stop slurmctld and start it again; ``forget_jobs`` wipes its saved state first, so
+        it knows no job any more (what ``MinJobAge`` does to finished ones, in a second)."""
+        controller = next(p for p in self.processes if p.args[0] == "slurmctld")
+        controller.send_signal(signal.SIGTERM)
+        controller.wait(timeout=20)
+        self.processes.remove(controller)
+        if forget_jobs:
+            shutil.rmtree(self.box / "spool" / "ctld")
+            (self.box / "spool" / "ctld").mkdir()
+        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        self._wait_for(self._node_idle, "the node to become idle after a restart", 30)
+
     def _spawn(self, command: list[str], name: str) -> None:
         log = (self.box / "log" / f"{name}.out").open("wb")
         self.processes.append(
@@ -231,11 +244,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 def main() -> None:
     box = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/flotilla-slurm-box")
     cluster = SlurmCluster(box)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     cluster.start()
     print(f"export SLURM_CONF={cluster.conf}", flush=True)
     try:
         signal.pause()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         cluster.stop()

@@ -65,6 +65,11 @@ DEFAULT_GRACE = 30.0
 """Seconds between SIGTERM and SIGKILL when a cancel names none (Slurm's default KillWait)."""
 
 
+REFUSED_AT_SUBMIT = {"BadConstraints"}
+"""A job sbatch refused still shows in squeue as FAILED with this reason: it never existed
+for Flotilla (the dispatch raised DispatchRejected)."""
+
+
 def default_output_dir(cluster: str) -> Path:
     base = os.environ.get("FLOTILLA_STATE_DIR") or Path.home() / ".local/state/flotilla"
     return Path(base) / "backends" / cluster / "slurm-output"
@@ -93,7 +98,7 @@ class SlurmBackend:
         output_dir: str | Path | None = None,
         working_dir: str | Path | None = None,
         grace_period: float = DEFAULT_GRACE,
-        command_timeout: float = 20.0,
+        command_timeout: float = 15.0,
         monitor_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -303,6 +308,8 @@ class SlurmBackend:
             for job in sorted(jobs, key=lambda job: job.job_id):
                 marker = decode(job.comment)
                 if marker is None or marker.cluster != self.cluster or marker.run_id != job.name:
+                    continue
+                if job.reason in REFUSED_AT_SUBMIT:
                     continue
                 item = _Seen(marker, job, self._status_of(marker, job))
                 found[marker.run_id] = item

@@ -83,6 +83,9 @@ class SlurmClients:
         """The client's stdout; ``BackendUnavailable`` when it cannot talk to slurmctld,
         ``SlurmRefused`` when it answered with an error of the request."""
         command = [self._program(name), *arguments]
+        if self.slurm_conf and not os.path.isfile(self.slurm_conf):
+            # The clients would retry for a minute before saying so.
+            raise BackendUnavailable(f"slurm: slurm_conf {self.slurm_conf} does not exist")
         try:
             result = subprocess.run(
                 command,
@@ -112,11 +115,11 @@ class SlurmClients:
 
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld still knows (active, and finished within ``MinJobAge``)."""
-        data = _json(self.run("squeue", ["--json"]), "squeue")
+        data = _json(self.run("squeue", ["--json"]), "squeue", self.where)
         return [_job(item) for item in data.get("jobs", [])]
 
     def nodes(self) -> list[SlurmNode]:
-        data = _json(self.run("sinfo", ["--json"]), "sinfo")
+        data = _json(self.run("sinfo", ["--json"]), "sinfo", self.where)
         return [_node(item) for item in data.get("nodes", [])]
 
     def submit(self, script: str, options: Sequence[str]) -> int:
@@ -207,13 +210,20 @@ def _unreachable(stderr: str) -> bool:
     return any(marker in stderr for marker in _UNREACHABLE)
 
 
-def _json(text: str, program: str) -> dict[str, Any]:
+def _json(text: str, program: str, where: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError:
         raise BackendUnavailable(f"slurm: {program} --json printed no JSON") from None
     if not isinstance(data, dict):
         raise BackendUnavailable(f"slurm: {program} --json printed no object")
+    errors = [error for error in data.get("errors") or () if isinstance(error, Mapping)]
+    if errors:
+        # squeue --json exits 0 with an empty job list and an "errors" entry when slurmctld
+        # does not answer: taking that list as the truth would report every run lost.
+        first = errors[0]
+        what = first.get("description") or first.get("error") or "unknown error"
+        raise BackendUnavailable(f"slurm: slurmctld does not answer {program} ({where}): {what}")
     return data
 
 
