@@ -7,6 +7,7 @@ under the entry-point group ``flotilla.backends`` (built-ins ``local`` and ``sim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -51,17 +52,21 @@ def available_backends() -> list[str]:
     return sorted({point.name for point in entry_points(group=BACKEND_GROUP)})
 
 
+def backend_factory(name: str) -> Callable[..., Backend]:
+    """The factory registered as ``name`` (raises ``UnknownBackend`` naming the known ones)."""
+    points = {point.name: point for point in entry_points(group=BACKEND_GROUP)}
+    if name not in points:
+        raise UnknownBackend(name, list(points))
+    factory: Callable[..., Backend] = points[name].load()
+    return factory
+
+
 def load_backend(name: str, **config: Any) -> Backend:
     """A new backend object of the registered ``name``, configured by keyword.
 
     A configuration key the backend does not take raises ``TypeError`` naming it.
     """
-    points = {point.name: point for point in entry_points(group=BACKEND_GROUP)}
-    if name not in points:
-        raise UnknownBackend(name, list(points))
-    factory = points[name].load()
-    backend: Backend = factory(**config)
-    return backend
+    return backend_factory(name)(**config)
 
 
 __all__ = [
@@ -88,5 +93,6 @@ __all__ = [
     "UnknownBackend",
     "UnknownRun",
     "available_backends",
+    "backend_factory",
     "load_backend",
 ]

@@ -18,6 +18,7 @@ from flotilla.cli import fleet, jobs, serve, up
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
+from flotilla.model.scenario import Scenario
 
 app = typer.Typer(
     help="Flotilla: a batch job scheduler for ML and HPC platforms.",
@@ -64,6 +65,12 @@ def simulate(
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 if any of the scenario's expect entries fails.")
     ] = False,
+    fleet_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--fleet", help="A fleet file: replaces the scenario's clusters, queues and settings."
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario through the scheduling engine in virtual time and report what happened."""
     from flotilla.sim.report import build_report, check_expectations
@@ -76,11 +83,12 @@ def simulate(
         err.print(f"[bold red]error:[/] --output: {output}: is a directory", highlight=False)
         raise typer.Exit(2)
     try:
-        spec = load_scenario(scenario)
+        spec = _load(scenario, fleet_file)
         options = SimulationOptions(until=until, progress=_progress(err, len(spec.jobs)))
         sim = run_simulation(spec, options)
     except SpecError as error:
-        err.print(f"[bold red]error:[/] {scenario}: invalid scenario", highlight=False)
+        what = f"{error.source}: invalid fleet" if error.source == str(fleet_file) else None
+        err.print(f"[bold red]error:[/] {what or f'{scenario}: invalid scenario'}", highlight=False)
         for problem in error.problems:
             err.print(f"  {problem}", highlight=False, markup=False)
         raise typer.Exit(2) from None
@@ -114,6 +122,23 @@ def simulate(
             err.print(f"{total - len(failures)} of {total} expectations hold", highlight=False)
             raise typer.Exit(1)
         err.print(f"[green]all {total} expectations hold[/]", highlight=False)
+
+
+def _load(scenario: Path, fleet_file: Path | None) -> Scenario:
+    """The scenario, with its fleet part taken from ``fleet_file`` if given."""
+    if fleet_file is None:
+        return load_scenario(scenario)
+    from flotilla.model.fleet_loader import load_fleet, scenario_with_fleet
+    from flotilla.model.loader import parse_document
+
+    fleet = load_fleet(fleet_file)
+    try:
+        text = scenario.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError([f"cannot read file: {error.strerror}"], str(scenario)) from None
+    return scenario_with_fleet(
+        parse_document(text, str(scenario)), fleet, str(scenario), str(fleet_file)
+    )
 
 
 def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-def]

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flotilla.cli.client import fail
 from flotilla.model.scenario import Mode
+
+if TYPE_CHECKING:
+    from flotilla.model.fleet import Fleet
+    from flotilla.scheduler.fleet import FleetRuntime
+    from flotilla.store import SqlStore
 
 
 def up(
@@ -45,14 +50,22 @@ def up(
             min=1.0,
         ),
     ] = 10.0,
+    fleet_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--fleet",
+            help="A fleet file: clusters and their backends, queues, quotas, settings "
+            "(docs/fleet.md). Without it: one local cluster of this machine.",
+        ),
+    ] = None,
 ) -> None:
-    """Start Flotilla here: REST API + scheduler + a local cluster that runs jobs as processes."""
-    from flotilla.backends.local import LocalBackend
-    from flotilla.model import QueueSpec
+    """Start Flotilla here: REST API + scheduler + a local cluster that runs jobs as processes.
+
+    With ``--fleet FILE``, the clusters (each run by its backend), queues, quotas, priority
+    classes and scheduling settings of a fleet file instead (see docs/fleet.md)."""
     from flotilla.model.errors import SpecError
-    from flotilla.model.quantity import format_quantity
+    from flotilla.scheduler.fleet import FleetRuntime
     from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
-    from flotilla.scheduler.records import cluster_spec_from_inventory
     from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
     from flotilla.store import SqlStore
 
@@ -63,47 +76,113 @@ def up(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     if db.startswith("sqlite:///") and not db.startswith("sqlite:////"):
         Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     store = SqlStore.open(db)
-    backend = LocalBackend(cluster=cluster, state_dir=state_dir)
-    nodes = backend.inventory().nodes
-    store.upsert_cluster(
-        cluster_spec_from_inventory(cluster, "local", nodes, labels={"flotilla.io/local": "true"})
+    runtime = FleetRuntime(store, {}, local_state_dir=state_dir)
+    if fleet is not None:
+        lines = _apply_fleet(store, runtime, fleet, fleet_file)
+    elif store.get_fleet() is not None:  # a fleet was applied to this database before
+        runtime.sync()
+        if runtime.problems:
+            fail("cannot drive the fleet in force", list(runtime.problems.values()), code=2)
+        lines = runtime.connect()
+    else:
+        lines = _default_cluster(store, runtime, cluster, state_dir)
+    loop_settings = LoopSettings(
+        mode=mode,
+        cycle_interval=cycle_interval,
+        replica=replica or default_replica_id(),
+        lease_ttl=lease_ttl,
     )
-    if not store.list_queues():
-        store.put_queue(QueueSpec(name="default"))
-    loop = SchedulingLoop(
-        store,
-        {cluster: backend},
-        LoopSettings(
-            mode=mode,
-            cycle_interval=cycle_interval,
-            replica=replica or default_replica_id(),
-            lease_ttl=lease_ttl,
-        ),
-    )
+    loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime)
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
     scheduler.start()
-    node = nodes[0]
-    capacity = ", ".join(
-        f"{name} {format_quantity(name, amount)}"
-        for name, amount in node.capacity.items()
-        if amount
-    )
+    scheduling = f"{loop.settings.mode.value} scheduling every {loop.settings.cycle_interval:g}s"
+    if runtime.fleet is None:  # the embedded default: one line, as it always was
+        lines[-1] += f"; {scheduling}"
+    else:
+        lines.append(scheduling)
     typer.echo(
         f"Flotilla is up: API http://{host}:{port} (OpenAPI /docs), database {db}\n"
-        f"  cluster {cluster}: node {node.name} ({capacity}); {mode.value} scheduling every "
-        f"{cycle_interval:g}s\n  try: flotilla submit examples/jobs/hello.yaml"
+        + "".join(f"  {line}\n" for line in lines)
+        + "  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
         run_server(create_app(store, loop, settings), host, port)
     finally:
         stop.set()
         scheduler.join(timeout=30)
-        backend.close()
+        runtime.close()
         store.close()
+
+
+def _read_fleet(path: Path, state_dir: Path) -> Fleet:
+    """The fleet file, fully checked for this machine (backends installed, secrets
+    resolvable): exit 2 naming every problem."""
+    from flotilla.model.fleet_loader import FleetError, load_fleet
+    from flotilla.scheduler.fleet import check_fleet
+
+    try:
+        fleet = load_fleet(path)
+    except FleetError as error:
+        fail(f"{path}: invalid fleet", error.problems, code=2)
+    problems = check_fleet(fleet, local_state_dir=state_dir)
+    if problems:
+        fail(f"{path}: invalid fleet", problems, code=2)
+    return fleet
+
+
+def _apply_fleet(
+    store: SqlStore, runtime: FleetRuntime, fleet: Fleet, path: Path | None
+) -> list[str]:
+    """Make ``fleet`` the fleet in force (as ``flotilla fleet apply`` does), then connect."""
+    from flotilla.scheduler.fleet import fleet_change
+    from flotilla.store import ConflictError
+
+    for cluster in fleet.clusters:
+        if cluster.backend == "local":
+            _refuse_foreign_owner(store, cluster.name, runtime.local_owner_of(cluster))
+    try:
+        record = store.apply_fleet(fleet_change(fleet))
+    except ConflictError as error:
+        fail(f"{path}: cannot apply the fleet", str(error).split("; "), code=2)
+    runtime.install(fleet, record.version)
+    return [
+        f"fleet {fleet.name!r} (version {record.version}) from {path}",
+        *runtime.connect(),
+    ]
+
+
+def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
+    from flotilla.scheduler.fleet import check_local_owner
+
+    problem = check_local_owner(store, cluster, owner)
+    if problem is not None:
+        fail(problem, code=2)
+
+
+def _default_cluster(
+    store: SqlStore, runtime: FleetRuntime, cluster: str, state_dir: Path
+) -> list[str]:
+    """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
+    from flotilla.backends.local import LocalBackend
+    from flotilla.model import QueueSpec
+    from flotilla.scheduler.fleet import LOCAL_LABEL, OWNER_LABEL, describe_nodes, local_owner
+    from flotilla.scheduler.records import cluster_spec_from_inventory
+
+    owner = local_owner(state_dir)
+    _refuse_foreign_owner(store, cluster, owner)
+    backend = LocalBackend(cluster=cluster, state_dir=state_dir)
+    runtime.backends[cluster] = backend
+    nodes = backend.inventory().nodes
+    labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}
+    store.upsert_cluster(cluster_spec_from_inventory(cluster, "local", nodes, labels=labels))
+    if not store.list_queues():
+        store.put_queue(QueueSpec(name="default"))
+    return [f"cluster {cluster}: {describe_nodes(nodes)}"]
 
 
 def register(app: typer.Typer) -> None:

@@ -14,7 +14,7 @@ from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import Vector
 from flotilla.model.queue import Preemption
-from flotilla.model.scenario import FairShare, Queueing
+from flotilla.model.scenario import FairShare, Queueing, Settings
 
 
 @dataclass(frozen=True)
@@ -239,3 +239,21 @@ class SchedulingConfig:
     profile: str = "default"
     enabled_plugins: tuple[str, ...] = ()
     disabled_plugins: tuple[str, ...] = ()
+
+
+def scheduling_config(settings: Settings) -> SchedulingConfig:
+    """The engine's configuration from a scenario's or a fleet file's ``settings``: the
+    simulator and the service read the same fields the same way."""
+    enabled = list(settings.plugins.enabled)
+    if settings.priority_preemption:
+        enabled.append("priority-preemption")
+    if settings.fair_share_preemption:
+        enabled.append("fair-share-preemption")
+    return SchedulingConfig(
+        assignment_strategy=settings.assignment_strategy,
+        fair_share=settings.fair_share,
+        queueing=settings.queueing,
+        profile=settings.plugins.profile,
+        enabled_plugins=tuple(enabled),
+        disabled_plugins=tuple(settings.plugins.disabled),
+    )

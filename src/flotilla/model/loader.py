@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import ValidationError
 
+from flotilla.model.cluster import NodeGroup
 from flotilla.model.errors import SpecError, from_pydantic
-from flotilla.model.queue import QuotaSpec
+from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Scenario
 
 
@@ -97,13 +98,26 @@ def _duplicates(names: list[tuple[str, str]], what: str) -> list[str]:
     return problems
 
 
-def check_references(scenario: Scenario) -> list[str]:
-    """Cross-field checks: unknown references, duplicate names, inconsistent quotas."""
+class _HasNodes(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def nodes(self) -> Sequence[NodeGroup]: ...
+
+
+def check_fleet_references(
+    clusters: Sequence[_HasNodes],
+    queues: Sequence[QueueSpec],
+    priority_classes: Sequence[PriorityClass],
+    quotas: list[QuotaSpec],
+) -> list[str]:
+    """Cross-field checks of a fleet (a scenario's fleet part, or a fleet file): duplicate
+    names, inconsistent quotas, queues naming unknown quotas."""
     problems: list[str] = []
     problems += _duplicates(
-        [(f"clusters[{i}].name", c.name) for i, c in enumerate(scenario.clusters)], "cluster"
+        [(f"clusters[{i}].name", c.name) for i, c in enumerate(clusters)], "cluster"
     )
-    for ci, cluster in enumerate(scenario.clusters):
+    for ci, cluster in enumerate(clusters):
         problems += _duplicates(
             [
                 (f"clusters[{ci}].nodes[{ni}].name", node_name)
@@ -112,14 +126,12 @@ def check_references(scenario: Scenario) -> list[str]:
             ],
             "node",
         )
+    problems += _duplicates([(f"queues[{i}].name", q.name) for i, q in enumerate(queues)], "queue")
     problems += _duplicates(
-        [(f"queues[{i}].name", q.name) for i, q in enumerate(scenario.queues)], "queue"
-    )
-    problems += _duplicates(
-        [(f"priority_classes[{i}].name", p.name) for i, p in enumerate(scenario.priority_classes)],
+        [(f"priority_classes[{i}].name", p.name) for i, p in enumerate(priority_classes)],
         "priority class",
     )
-    quota_paths = list(walk_quotas(scenario.quotas))
+    quota_paths = list(walk_quotas(quotas))
     problems += _duplicates([(f"{path}.name", q.name) for path, q, _ in quota_paths], "quota")
     for path, quota, _ in quota_paths:
         for resource, amount in quota.min.items():
@@ -137,9 +149,17 @@ def check_references(scenario: Scenario) -> list[str]:
                     )
 
     quota_names = {q.name for _, q, _ in quota_paths}
-    for index, queue in enumerate(scenario.queues):
+    for index, queue in enumerate(queues):
         if queue.quota is not None and queue.quota not in quota_names:
             problems.append(f"queues[{index}].quota: unknown quota {queue.quota!r}")
+    return problems
+
+
+def check_references(scenario: Scenario) -> list[str]:
+    """Cross-field checks: unknown references, duplicate names, inconsistent quotas."""
+    problems = check_fleet_references(
+        scenario.clusters, scenario.queues, scenario.priority_classes, scenario.quotas
+    )
 
     queue_names = {q.name for q in scenario.queues}
     class_names = {p.name for p in scenario.priority_classes}

@@ -37,17 +37,20 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from flotilla.backends.interface import Backend, LogChunk, LogsRequest, UnknownRun
+from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.snapshot import CycleResult, SchedulingConfig
 from flotilla.jobdb import JobDb
+from flotilla.model import ClusterSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.commit import Committer
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.dispatch import Dispatcher
+from flotilla.scheduler.fleet import FleetRuntime, scheduling_config
 from flotilla.scheduler.handle import CycleReport
 from flotilla.scheduler.leadership import Leadership
 from flotilla.scheduler.metrics import SchedulerMetrics
@@ -55,8 +58,8 @@ from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.reporting import Reporter
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
-from flotilla.scheduler.transitions import RunTransitions
-from flotilla.store import JobState, Lease, LeaseLostError, Store
+from flotilla.scheduler.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,27 @@ dozens of such returns. The run pays a few per cent for the extra switches."""
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
 the snapshot for the next run is ready when it is triggered."""
+
+
+def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSettings:
+    if fleet.fleet is None:
+        return settings
+    given = fleet.fleet.settings
+    return replace(
+        settings,
+        scheduling=scheduling_config(given),
+        mode=given.mode,
+        cycle_interval=given.cycle_interval,
+    )
+
+
+def _fleet_spec(fleet: FleetRuntime) -> ClusterSpecBuilder:
+    def build(record: ClusterRecord, nodes: Sequence[NodeInfo]) -> ClusterSpec:
+        if fleet.fleet is None:
+            return spec_from_record(record, nodes)
+        return fleet.cluster_spec(record.name, nodes)
+
+    return build
 
 
 def default_replica_id() -> str:
@@ -106,10 +130,17 @@ class SchedulingLoop:
         backends: Mapping[str, Backend],
         settings: LoopSettings | None = None,
         metrics: SchedulerMetrics | None = None,
+        fleet: FleetRuntime | None = None,
     ) -> None:
+        """With ``fleet``, the backends are the fleet's (one dict, changed in place when an
+        apply changes the fleet) and its settings override ``settings.scheduling``,
+        ``mode`` and ``cycle_interval``."""
         self.store = store
-        self.backends = dict(backends)
+        self.fleet = fleet
+        self.backends = fleet.backends if fleet is not None else dict(backends)
         self.settings = settings or LoopSettings()
+        if fleet is not None and fleet.fleet is not None:
+            self.settings = _with_fleet_settings(self.settings, fleet)
         self.metrics = metrics or SchedulerMetrics()
         self.jobdb = JobDb.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
@@ -124,7 +155,11 @@ class SchedulingLoop:
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )
-        self._transitions = RunTransitions(self._context, self.settings.heartbeat_timeout)
+        self._transitions = RunTransitions(
+            self._context,
+            self.settings.heartbeat_timeout,
+            **({"cluster_spec": _fleet_spec(fleet)} if fleet is not None else {}),
+        )
         self._dispatcher = Dispatcher(self._context, self._transitions)
         self._committer = Committer(self._context, self._transitions, self._dispatcher, self._sync)
         self._snapshots = SnapshotBuilder(store, self.jobdb)
@@ -253,9 +288,34 @@ class SchedulingLoop:
             self.runner.reset()
         self._leadership.release()
 
+    def reload_fleet(self) -> bool:
+        """Take up a fleet applied since the last cycle (any replica: the backends serve
+        logs everywhere); the engine's settings change between two scheduling runs."""
+        if self.fleet is None or not self.fleet.sync():
+            return False
+        settings = _with_fleet_settings(self.settings, self.fleet)
+        if settings.scheduling != self.settings.scheduling or settings.mode != self.settings.mode:
+            self.algorithm = SchedulingAlgorithm(settings.scheduling)
+            if self.runner is not None:
+                self.runner.reset()
+            self.runner = None
+            if settings.mode is Mode.ASYNC:
+                self.runner = AsyncSchedulingRunner(
+                    lambda snapshot, cancel: self.algorithm.schedule(snapshot, cancel),
+                    ThreadExecutor(),
+                    on_duration=self.metrics.algorithm_seconds.observe,
+                )
+        self.settings = settings
+        log.info("fleet version %d in force", self.fleet.version)
+        return True
+
     def cycle(self) -> CycleReport:
         started = time.perf_counter()
         self._cycles += 1
+        try:
+            self.reload_fleet()
+        except Exception:  # a bad reload must not stop scheduling with the fleet in force
+            log.exception("reloading the fleet failed; keeping the one in force")
         self._sync()
         was_leader = self._context.lease is not None
         if self._leadership.hold():

@@ -9,9 +9,10 @@ recorded in one transaction (thousands of runs starting at once are one write).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from flotilla.backends.interface import (
     Backend,
@@ -24,9 +25,13 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.backends.interface import RunState as BackendRunState
+from flotilla.framework.nodes import NodeInfo
+from flotilla.model import ClusterSpec
 from flotilla.scheduler.context import LoopContext
+from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.store import (
     ACTIVE_JOB_STATES,
+    ClusterRecord,
     IllegalTransitionError,
     JobRecord,
     JobState,
@@ -37,10 +42,33 @@ from flotilla.store import (
 log = logging.getLogger(__name__)
 
 
+ClusterSpecBuilder = Callable[[ClusterRecord, Sequence[NodeInfo]], ClusterSpec]
+"""The cluster as the store keeps it, from its record and the nodes its backend reports."""
+
+
+def spec_from_record(record: ClusterRecord, nodes: Sequence[NodeInfo]) -> ClusterSpec:
+    """Refreshed nodes, everything else as recorded (labels, cost, backend)."""
+    spec = cluster_spec_from_inventory(record.name, record.backend, nodes, labels=record.labels)
+    cost = record.spec.get("cost") or {}
+    return spec.model_copy(update={"cost": dict(cost)}) if cost else spec
+
+
 class RunTransitions:
-    def __init__(self, context: LoopContext, heartbeat_timeout: float) -> None:
+    def __init__(
+        self,
+        context: LoopContext,
+        heartbeat_timeout: float,
+        cluster_spec: ClusterSpecBuilder = spec_from_record,
+    ) -> None:
         self._context = context
         self._heartbeat_timeout = heartbeat_timeout
+        self._cluster_spec = cluster_spec
+        self._inventories: dict[str, tuple[NodeInfo, ...]] = {}
+        """Cluster → the nodes last recorded in the store by this replica: a change (a node
+        added, drained, resized) is written once, not every cycle."""
+        self._unverified: dict[str, str] = {}
+        """Job id → run id of runs the store believes active that a backend could not be
+        asked about yet (engine unreachable): asked again until it answers."""
         """A cluster whose backend has not answered for this long becomes unreachable."""
         self._heartbeats: dict[str, float] = {}
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
@@ -57,6 +85,8 @@ class RunTransitions:
         """A new term: the old term's in-flight state is recovered from the store instead."""
         self.awaiting_stop.clear()
         self._cancelling.clear()
+        self._unverified.clear()
+        self._inventories.clear()
 
     # --- recording ------------------------------------------------------------------------
 
@@ -113,8 +143,40 @@ class RunTransitions:
 
     def poll(self, backend: Backend) -> None:
         """Record what ``backend`` reports changed since its last poll."""
-        statuses = backend.poll()
+        self._apply_statuses(backend, backend.poll())
+
+    def _apply_statuses(self, backend: Backend, statuses: Sequence[RunStatus]) -> None:
         self.record([change for status in statuses for change in self.on_run_status(status)])
+        for status in statuses:
+            self._stop_if_orphaned(backend, status)
+
+    def _stop_if_orphaned(self, backend: Backend, status: RunStatus) -> None:
+        """Stop a run that is active in the engine although its job moved on: re-queued when
+        its cluster was unreachable (and runs again elsewhere), or already finished. Without
+        this, a cluster coming back would run the job twice."""
+        if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
+            return
+        if status.run_id in self.awaiting_stop or status.run_id in self._cancelling:
+            return
+        job = self._context.jobdb.read_txn().get(status.job)
+        if job is None:
+            return
+        current = job.run is not None and job.run.id == status.run_id
+        if current and job.state in ACTIVE_JOB_STATES:
+            return
+        if current and job.state is JobState.PREEMPTED:
+            return
+        log.warning(
+            "run %s of job %s is active on %s but the job is %s: stopping it",
+            status.run_id,
+            job.id,
+            status.cluster,
+            job.state.value,
+        )
+        with contextlib.suppress(BackendUnavailable):  # reported again by a later poll
+            backend.cancel(
+                CancelRequest(status.run_id, reason=f"superseded: the job is {job.state.value}")
+            )
 
     def poll_all(self) -> None:
         for backend in self._context.backends.values():
@@ -124,22 +186,27 @@ class RunTransitions:
                 continue
 
     def observe_clusters(self) -> None:
-        """Poll every cluster with a backend here; one silent for too long is lost."""
+        """Poll every cluster with a backend here and refresh its nodes from its inventory;
+        one silent for too long is lost."""
         context = self._context
         now = time.time()
         for record in context.store.list_clusters():
             backend = context.backends.get(record.name)
             if backend is not None:
                 try:
-                    backend.inventory()
+                    inventory = backend.inventory()
                     statuses = backend.poll()
                 except BackendUnavailable as error:
                     log.warning("cluster %s did not answer: %s", record.name, error)
                 else:
                     self._heartbeat(record.name)
-                    if record.state == "unreachable":
+                    if self._inventories.get(record.name) != inventory.nodes and inventory.nodes:
+                        context.store.upsert_cluster(self._cluster_spec(record, inventory.nodes))
+                        self._inventories[record.name] = inventory.nodes
+                    elif record.state == "unreachable":
                         context.store.set_cluster_state(record.name, "ready")
-                    self.record([c for status in statuses for c in self.on_run_status(status)])
+                    self._apply_statuses(backend, statuses)
+                    self._verify(record.name, backend)
                     continue
             seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
             silent = seen is None or now - seen > self._heartbeat_timeout
@@ -176,6 +243,8 @@ class RunTransitions:
         job = self._context.jobdb.read_txn().get(status.job)
         if job is None or job.run is None or job.run.id != status.run_id:
             return []
+        if job.state not in ACTIVE_JOB_STATES:
+            return []  # re-queued (its cluster was lost) or finished: the run is an orphan
         state, run = status.state, status.run_id
         changes: list[Transition] = []
         not_yet_running = job.state in (JobState.LEASED, JobState.PENDING)
@@ -221,10 +290,15 @@ class RunTransitions:
             self.transition(job_id, JobState.QUEUED, "re-queued after preemption")
 
     def still_active(self, backend: Backend, run_id: str) -> bool:
+        """Whether the run may still hold its resources: an engine that cannot be asked
+        counts as yes (the preempted job re-queues once it answers), one that never had the
+        run as no."""
         try:
             status = backend.status(StatusRequest(run_id))
-        except (UnknownRun, BackendError):
+        except UnknownRun:
             return False
+        except BackendError:
+            return True
         return status.state in (BackendRunState.PENDING, BackendRunState.RUNNING)
 
     def recover(self) -> None:
@@ -237,18 +311,53 @@ class RunTransitions:
                 backend = context.backends.get(job.run.cluster)
                 if backend is None or not self.still_active(backend, job.run.id):
                     self.requeue_preempted(job.run.id)
-        # Runs another replica dispatched: this replica's backends may never have reported
-        # them, so ask each for its state once (the backend then watches it like its own).
+        # Runs another replica dispatched (adoption after a failover): this replica's
+        # backends may never have reported them, so ask each for its state once (the backend
+        # then watches it like its own). An engine that has no record of a run lost it; one
+        # that cannot be reached is asked again every cycle until it answers.
         for state in (JobState.PENDING, JobState.RUNNING):
             for job in context.jobdb.read_txn().jobs_in_state(state):
-                backend = context.backends.get(job.run.cluster) if job.run is not None else None
-                if job.run is None or backend is None:
-                    continue
-                try:
-                    status = backend.status(StatusRequest(job.run.id))
-                except (UnknownRun, BackendError):
-                    continue
-                self.record(self.on_run_status(status))
+                if job.run is not None:
+                    self._unverified[job.id] = job.run.id
+        for cluster in {job.run.cluster for job in self._jobs(self._unverified) if job.run}:
+            backend = context.backends.get(cluster)
+            if backend is not None:
+                self._verify(cluster, backend)
+
+    def _jobs(self, job_ids: Iterable[str]) -> list[JobRecord]:
+        read = self._context.jobdb.read_txn()
+        return [job for job_id in list(job_ids) if (job := read.get(job_id)) is not None]
+
+    def _verify(self, cluster: str, backend: Backend) -> None:
+        """Ask ``backend`` about the runs on ``cluster`` not confirmed since this term began."""
+        if not self._unverified:
+            return
+        changes: list[Transition] = []
+        for job in self._jobs(self._unverified):
+            run_id = self._unverified[job.id]
+            if job.run is None or job.run.id != run_id or job.state not in ACTIVE_JOB_STATES:
+                del self._unverified[job.id]
+                continue
+            if job.run.cluster != cluster:
+                continue
+            try:
+                status = backend.status(StatusRequest(run_id))
+            except UnknownRun:
+                del self._unverified[job.id]
+                reason = f"run lost: cluster {cluster} has no record of run {run_id}"
+                log.warning("job %s: %s; re-queued", job.id, reason)
+                changes.append(Transition(job.id, JobState.QUEUED, reason, run_id))
+                continue
+            except BackendError as error:
+                log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
+                return  # the engine is down: ask again next cycle
+            del self._unverified[job.id]
+            changes += self.on_run_status(status)
+        for job_id in [
+            j for j in self._unverified if self._context.jobdb.read_txn().get(j) is None
+        ]:
+            del self._unverified[job_id]
+        self.record(changes)
 
     # --- what users asked for -------------------------------------------------------------
 
@@ -270,7 +379,11 @@ class RunTransitions:
         if backend is None:
             self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
-        result = backend.cancel(CancelRequest(job.run.id, reason="cancelled by request"))
+        try:
+            result = backend.cancel(CancelRequest(job.run.id, reason="cancelled by request"))
+        except BackendUnavailable as error:
+            log.warning("cancel of %s waits for %s: %s", job.id, job.run.cluster, error)
+            return  # asked again next pass
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
                 self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)

@@ -22,6 +22,7 @@ from flotilla.framework.fleet import build_cluster
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
+from flotilla.framework.snapshot import scheduling_config
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import JobState, Mode, Scenario
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -70,19 +71,7 @@ class Simulator:
             for order, queue in enumerate(scenario.queues)
         ]
         self.quotas = QuotaTree(scenario.quotas, self.space) if scenario.quotas else None
-        enabled = list(settings.plugins.enabled)
-        if settings.priority_preemption:
-            enabled.append("priority-preemption")
-        if settings.fair_share_preemption:
-            enabled.append("fair-share-preemption")
-        config = SchedulingConfig(
-            assignment_strategy=settings.assignment_strategy,
-            fair_share=settings.fair_share,
-            queueing=settings.queueing,
-            profile=settings.plugins.profile,
-            enabled_plugins=tuple(enabled),
-            disabled_plugins=tuple(settings.plugins.disabled),
-        )
+        config = scheduling_config(settings)
         self.algorithm = _build_algorithm(config)
         self.runner: AsyncSchedulingRunner | None = None
         if settings.mode is Mode.ASYNC:

@@ -19,6 +19,8 @@ from flotilla.store.protocol import RunRequest, Store, Transition
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
+    FleetChange,
+    FleetRecord,
     JobPage,
     JobRecord,
     Lease,
@@ -45,6 +47,8 @@ __all__ = [
     "ConflictError",
     "DuplicateJobError",
     "EventRecord",
+    "FleetChange",
+    "FleetRecord",
     "IllegalTransitionError",
     "InvalidJobError",
     "JobPage",

@@ -32,6 +32,8 @@ from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
+    FleetChange,
+    FleetRecord,
     JobPage,
     JobRecord,
     Lease,
@@ -231,6 +233,21 @@ class Store(Protocol):
     def delete_cluster(self, name: str) -> None: ...
 
     # Leader lease -------------------------------------------------------------------------
+    def get_fleet(self) -> FleetRecord | None:
+        """The fleet in force (the applied fleet file, secret references only); None if no
+        fleet was ever applied (``flotilla up`` without ``--fleet``)."""
+        ...
+
+    def fleet_version(self) -> int:
+        """The version of the fleet in force, 0 if none: cheap enough to read every cycle."""
+        ...
+
+    def apply_fleet(self, change: FleetChange) -> FleetRecord:
+        """Apply a fleet in one transaction, all or nothing: raises ``ConflictError`` naming
+        every problem (a removed queue that has jobs, a removed cluster with active jobs, a
+        version other than ``change.expected_version``) and writes nothing then."""
+        ...
+
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
         """Take the lease for ``ttl`` seconds if it is free or expired (or already ours, which
         renews it); None if another holder has it. Each change of hands increments the

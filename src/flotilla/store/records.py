@@ -5,12 +5,12 @@ They are frozen so the JobDb can share them between snapshots without copying.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from flotilla.model import JobSpec
+from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
 from flotilla.store.states import JobState, RunState
 
 
@@ -112,3 +112,33 @@ class Lease:
     holder: str
     token: int
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRecord:
+    """The fleet in force: the applied fleet file as JSON data (secret references, never
+    their values) and its version (grows on every apply)."""
+
+    version: int
+    document: Mapping[str, Any]
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetChange:
+    """Everything one fleet apply writes, in one transaction.
+
+    ``queues`` and ``quotas`` replace the catalog's (queues left out are deleted, which the
+    store refuses for a queue that has jobs). Of ``clusters``, a new one is inserted
+    ``unreachable`` (with the file's nodes, possibly none) until its backend answers; an
+    existing one keeps its nodes and state and takes the new backend, labels and cost.
+    Clusters not in ``clusters`` are deleted (refused while a job is active on one).
+    ``expected_version`` makes the apply conditional: another apply in between is a
+    conflict, not a lost update.
+    """
+
+    document: Mapping[str, Any]
+    queues: Sequence[QueueSpec]
+    quotas: Sequence[QuotaSpec]
+    clusters: Sequence[ClusterSpec] = ()
+    expected_version: int | None = None

@@ -187,3 +187,15 @@ class LeaseRow(Base):
     fencing_token: Mapped[int] = mapped_column(BigInteger)
     acquired_at: Mapped[datetime]
     renewed_at: Mapped[datetime]
+
+
+class FleetRow(Base):
+    """The fleet in force (one row, ``name = "current"``): the fleet file as applied, secret
+    references unresolved — never a secret's value. ``version`` grows on every apply; each
+    replica reloads its backends and settings when it sees a new one."""
+
+    __tablename__ = "fleet"
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    document: Mapped[dict[str, Any]]
+    applied_at: Mapped[datetime]

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import catalog, jobs, leases
+from flotilla.store import catalog, fleet, jobs, leases
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -35,6 +35,8 @@ from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
+    FleetChange,
+    FleetRecord,
     JobPage,
     JobRecord,
     Lease,
@@ -382,6 +384,19 @@ class SqlStore:
     def delete_cluster(self, name: str) -> None:
         with self._write() as session:
             session.delete(catalog.get_cluster(session, name))
+
+    # The fleet in force --------------------------------------------------------------------
+    def get_fleet(self) -> FleetRecord | None:
+        with self._sessions() as session:
+            return fleet.get_fleet(session)
+
+    def fleet_version(self) -> int:
+        with self._sessions() as session:
+            return fleet.fleet_version(session)
+
+    def apply_fleet(self, change: FleetChange) -> FleetRecord:
+        with self._write() as session:
+            return fleet.apply_fleet(session, change, self._now())
 
     # Leader lease -------------------------------------------------------------------------
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:

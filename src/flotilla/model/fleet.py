@@ -1,0 +1,90 @@
+"""The fleet file: the clusters Flotilla drives, and its queues, quotas and settings.
+
+The same schema as a scenario's fleet part (``settings``, ``priority_classes``, ``clusters``,
+``quotas``, ``queues``; see ``../shared/spec/scenario.md``) plus, per cluster, ``backend`` (an
+entry-point name of the group ``flotilla.backends``) and ``settings`` (that backend's keyword
+settings). A service cluster's nodes are optional: they come from its backend's
+``inventory()``. The simulator reads the same file (``flotilla simulate --fleet``), where
+nodes are required since nothing reports them.
+
+Any setting value may be a secret reference instead of the value itself: a mapping whose
+only key is ``env`` (an environment variable's name) or ``file`` (a path; the content with
+its trailing newline removed). References are what is stored and shown; values are resolved
+in each process that builds a backend, and never stored, logged or printed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, JsonValue, model_validator
+
+from flotilla.model.base import Labels, Name, Strict
+from flotilla.model.cluster import NodeGroup
+from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
+from flotilla.model.scenario import Settings
+
+SECRET_KEYS = ("env", "file")
+
+
+def secret_reference(value: Any) -> tuple[str, str] | None:
+    """``("env", "NAME")`` or ``("file", "PATH")`` when ``value`` is a secret reference."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((kind, target),) = value.items()
+        if kind in SECRET_KEYS:
+            return str(kind), target if isinstance(target, str) else ""
+    return None
+
+
+class FleetCluster(Strict):
+    """One cluster of the fleet, run by the backend ``backend`` configured by ``settings``."""
+
+    name: Name
+    backend: str = Field(default="sim", min_length=1)
+    settings: dict[str, JsonValue] = {}
+    """Keyword settings of the backend's factory (``factory(cluster=name, **settings)``)."""
+    labels: Labels = {}
+    cost: dict[str, float] = {}
+    startup_delay: float = Field(default=0, ge=0)
+    """Simulator only: seconds from dispatch to running."""
+    fail_at: float | None = Field(default=None, ge=0)
+    """Simulator only: when the cluster fails."""
+    nodes: list[NodeGroup] = []
+    """Optional for a service cluster (its backend reports them); required to simulate."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FleetCluster:
+        for resource, price in self.cost.items():
+            if price < 0:
+                raise ValueError(f"cost.{resource}: must be >= 0")
+        if "cluster" in self.settings:
+            raise ValueError("settings.cluster: is the cluster's name; do not set it")
+        for key, value in self.settings.items():
+            reference = secret_reference(value)
+            if reference is not None and not reference[1]:
+                raise ValueError(
+                    f"settings.{key}: a secret reference {{{reference[0]}: ...}} needs a "
+                    "non-empty string"
+                )
+        return self
+
+    def has_secrets(self) -> bool:
+        return any(secret_reference(value) for value in self.settings.values())
+
+
+class Fleet(Strict):
+    """A fleet file. ``name`` and ``description`` are free text."""
+
+    name: str = "fleet"
+    description: str = ""
+    settings: Settings = Settings()
+    priority_classes: list[PriorityClass] = []
+    clusters: list[FleetCluster] = Field(min_length=1)
+    quotas: list[QuotaSpec] = []
+    queues: list[QueueSpec] = Field(min_length=1)
+
+    def cluster(self, name: str) -> FleetCluster:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)

@@ -1,0 +1,108 @@
+"""The fleet in force, and a fleet apply: every catalog change in one transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from flotilla.store import catalog
+from flotilla.store.errors import ConflictError
+from flotilla.store.records import FleetChange, FleetRecord
+from flotilla.store.schema import Cluster, FleetRow, Job, Queue, Quota, Run
+from flotilla.store.states import ACTIVE_JOB_STATES
+
+CURRENT = "current"
+
+
+def get_fleet(session: Session) -> FleetRecord | None:
+    row = session.get(FleetRow, CURRENT)
+    if row is None:
+        return None
+    return FleetRecord(version=row.version, document=row.document, applied_at=row.applied_at)
+
+
+def fleet_version(session: Session) -> int:
+    """The version in force (0: none applied yet); one primary-key read."""
+    version = session.scalar(select(FleetRow.version).where(FleetRow.name == CURRENT))
+    return int(version or 0)
+
+
+def _problems(session: Session, change: FleetChange, current: int) -> list[str]:
+    """Why ``change`` cannot be applied, one line per problem naming what it is about."""
+    problems: list[str] = []
+    if change.expected_version is not None and change.expected_version != current:
+        problems.append(
+            f"(top level): the fleet changed meanwhile (version {current}, expected "
+            f"{change.expected_version}); read it again and re-apply"
+        )
+    keep = {spec.name for spec in change.queues}
+    for name in session.scalars(select(Queue.name)):
+        if name not in keep and session.scalar(select(func.count()).where(Job.queue == name)):
+            problems.append(
+                f"queues: queue {name!r} has jobs (their history keeps it); it cannot be "
+                "removed, keep it in the file"
+            )
+    wanted = {spec.name for spec in change.clusters}
+    active = [state.value for state in ACTIVE_JOB_STATES]
+    for name in session.scalars(select(Cluster.name)):
+        if name in wanted:
+            continue
+        count = session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .join(Run, Run.id == Job.run_id)
+            .where(Run.cluster == name, Job.state.in_(active))
+        )
+        if count:
+            problems.append(
+                f"clusters: cluster {name!r} still has {count} active job(s); cancel them or "
+                "wait until they end before removing it"
+            )
+    return problems
+
+
+def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRecord:
+    """Write ``change`` or nothing: raise ``ConflictError`` listing every problem first."""
+    row = session.get(FleetRow, CURRENT, with_for_update=True)
+    current = row.version if row is not None else 0
+    problems = _problems(session, change, current)
+    if problems:
+        raise ConflictError("the fleet cannot be applied: " + "; ".join(problems))
+    wanted = {spec.name: spec for spec in change.clusters}
+    for cluster in list(session.scalars(select(Cluster))):
+        if cluster.name not in wanted:
+            session.delete(cluster)
+    session.flush()
+    for spec in change.clusters:
+        existing = session.get(Cluster, spec.name)
+        if existing is None:
+            catalog.upsert_cluster(session, spec, "unreachable", now)
+            continue
+        existing.backend = spec.backend
+        existing.labels = dict(spec.labels)
+        existing.spec = {
+            **existing.spec,
+            "backend": spec.backend,
+            "labels": dict(spec.labels),
+            "cost": dict(spec.cost),
+        }
+        existing.updated_at = now
+    keep = {spec.name for spec in change.queues}
+    session.execute(delete(Queue).where(Queue.name.not_in(keep)))
+    session.execute(delete(Quota).where(Quota.parent.is_(None)))  # children cascade
+    session.flush()
+    for index, quota in enumerate(change.quotas):
+        catalog.put_quota(session, quota, None, now)
+        session.get_one(Quota, quota.name).position = index
+    for queue in change.queues:
+        catalog.put_queue(session, queue, now)
+    if row is None:
+        row = FleetRow(name=CURRENT, version=0, document={}, applied_at=now)
+        session.add(row)
+    row.version = current + 1
+    row.document = dict(change.document)
+    row.applied_at = now
+    session.flush()
+    return FleetRecord(version=row.version, document=row.document, applied_at=now)

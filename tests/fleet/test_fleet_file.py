@@ -1,0 +1,147 @@
+"""The fleet file: the scenario's fleet part plus, per cluster, a backend and its settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flotilla.cli.main import app
+from flotilla.model.fleet import secret_reference
+from flotilla.model.fleet_loader import FleetError, fleet_from_data, load_fleet
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def fleet_data(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "test",
+        "settings": {"assignment_strategy": "resource-aware", "queueing": "backfill"},
+        "priority_classes": [{"name": "high", "value": 100, "preemptible": False}],
+        "clusters": [
+            {"name": "here", "backend": "local"},
+            {
+                "name": "ray",
+                "backend": "sim",
+                "labels": {"engine": "ray"},
+                "settings": {"address": "http://127.0.0.1:8265", "token": {"env": "T"}},
+            },
+        ],
+        "quotas": [{"name": "org", "min": {"cpu": 4}, "children": [{"name": "a"}]}],
+        "queues": [{"name": "a", "quota": "a"}, {"name": "b", "weight": 2}],
+    }
+    data.update(changes)
+    return data
+
+
+def problems_of(data: Any) -> list[str]:
+    with pytest.raises(FleetError) as caught:
+        fleet_from_data(data, "fleet.yaml")
+    return caught.value.problems
+
+
+def test_a_service_cluster_needs_no_nodes_and_keeps_its_settings() -> None:
+    fleet = fleet_from_data(fleet_data())
+    assert fleet.clusters[0].nodes == []
+    assert fleet.clusters[1].settings["address"] == "http://127.0.0.1:8265"
+    assert fleet.settings.queueing == "backfill"
+    assert fleet.priority_classes[0].value == 100
+
+
+def test_secret_references_are_recognised_and_kept_as_references() -> None:
+    fleet = fleet_from_data(fleet_data())
+    assert secret_reference(fleet.clusters[1].settings["token"]) == ("env", "T")
+    assert secret_reference({"file": "/run/secret"}) == ("file", "/run/secret")
+    assert secret_reference({"env": "A", "file": "B"}) is None
+    assert fleet.clusters[1].has_secrets()
+
+
+def test_unknown_fields_are_refused_with_their_path() -> None:
+    data = fleet_data()
+    data["clusters"][1]["setings"] = {}
+    data["queues"][0]["wieght"] = 1
+    found = problems_of(data)
+    assert "clusters[1].setings: unknown field" in found
+    assert "queues[0].wieght: unknown field" in found
+
+
+def test_cross_references_are_checked_with_their_path() -> None:
+    data = fleet_data(queues=[{"name": "a", "quota": "nope"}, {"name": "a"}])
+    data["clusters"][1]["name"] = "here"
+    found = problems_of(data)
+    assert "queues[0].quota: unknown quota 'nope'" in found
+    assert any(p.startswith("queues[1].name: duplicate queue name 'a'") for p in found)
+    assert any(p.startswith("clusters[1].name: duplicate cluster name 'here'") for p in found)
+
+
+def test_an_empty_secret_reference_and_a_cluster_setting_are_refused() -> None:
+    data = fleet_data()
+    data["clusters"][1]["settings"] = {"token": {"env": ""}, "cluster": "x"}
+    found = problems_of(data)
+    assert any(p.startswith("clusters[1]: settings.cluster:") for p in found)
+
+
+def test_a_fleet_needs_clusters_and_queues() -> None:
+    found = problems_of({"clusters": [], "queues": []})
+    assert "clusters: List should have at least 1 item after validation, not 0" in found
+    assert any(p.startswith("queues:") for p in found)
+
+
+def test_an_unreadable_or_malformed_file_names_itself(tmp_path: Path) -> None:
+    with pytest.raises(FleetError) as caught:
+        load_fleet(tmp_path / "missing.yaml")
+    assert "cannot read file" in caught.value.problems[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("clusters: [\n")
+    with pytest.raises(FleetError) as caught:
+        load_fleet(bad)
+    assert caught.value.source == str(bad)
+    assert "invalid fleet" in str(caught.value)
+
+
+def test_the_examples_are_valid_fleet_files() -> None:
+    mixed = load_fleet(EXAMPLES / "fleet.yaml")
+    assert [c.backend for c in mixed.clusters] == ["local", "ray", "slurm"]
+    assert mixed.cluster("ray").settings["address"] == "http://127.0.0.1:8265"
+    local = load_fleet(EXAMPLES / "fleet-local.yaml")
+    assert {c.backend for c in local.clusters} == {"local", "sim"}
+
+
+def test_simulate_takes_its_fleet_from_a_fleet_file(tmp_path: Path) -> None:
+    workload = {
+        "name": "workload-only",
+        "jobs": [
+            {
+                "name": "train",
+                "queue": "vision",
+                "duration": 10,
+                "tasks": [{"name": "w", "resources": {"cpu": 1, "gpu": 4}}],
+            }
+        ],
+        "expect": [{"at": 0, "job": "train", "state": "running", "cluster": "gpu-sim"}],
+    }
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump(workload))
+    result = CliRunner().invoke(
+        app,
+        ["simulate", str(path), "--fleet", str(EXAMPLES / "fleet-local.yaml"), "--check"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert {c["name"] for c in report["clusters"]} == {"local", "gpu-sim"}
+
+
+def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data()))
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump({"name": "w"}))
+    result = CliRunner().invoke(app, ["simulate", str(workload), "--fleet", str(fleet)])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())  # rich wraps long lines
+    assert f"{fleet}: invalid fleet" in output
+    assert "clusters[0].nodes: a simulated cluster needs its nodes" in output
