@@ -10,6 +10,7 @@ run record live in ``output_dir``, a directory the Slurm nodes write and Flotill
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendUnavailable,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -58,12 +60,16 @@ from flotilla.backends.slurm.marker import (
 )
 from flotilla.backends.slurm.nodes import node_info
 from flotilla.backends.slurm.script import batch_script, replica_file, sbatch_options
+from flotilla.framework.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE = 30.0
 """Seconds between SIGTERM and SIGKILL when a cancel names none (Slurm's default KillWait)."""
 
+
+REFRESH_AGE = 0.2
+"""Seconds one squeue read stays good for the calls that follow it."""
 
 REFUSED_AT_SUBMIT = {"BadConstraints"}
 """A job sbatch refused still shows in squeue as FAILED with this reason: it never existed
@@ -117,6 +123,9 @@ class SlurmBackend:
         self._seen: dict[str, _Seen] = {}
         self._changes = ChangeLog()
         self._polled = False
+        self._last_refresh: float | None = None
+        self._last_found: dict[str, _Seen] = {}
+        self._node_cache: tuple[NodeInfo, ...] | None = None
         self._tracked: set[str] = set()
         """Runs whose changes the next poll reports: dispatched here, or any after a poll."""
         self._closed = threading.Event()
@@ -133,11 +142,20 @@ class SlurmBackend:
 
     def inventory(self) -> Inventory:
         self._check_open()
-        nodes = [node for node in self.clients.nodes() if self._in_partition(node)]
-        jobs = self._refresh()
+        with self._lock:
+            self._node_cache = None
+            infos = self._nodes()
+            jobs = self._refresh()
         active = tuple(sorted(run for run, seen in jobs.items() if not seen.status.state.terminal))
-        infos = tuple(info for node in nodes if (info := node_info(node)) is not None)
         return Inventory(self.cluster, infos, heartbeat=self._clock(), active_runs=active)
+
+    def _nodes(self) -> tuple[NodeInfo, ...]:
+        """The usable nodes, as of the last ``inventory()`` (dispatch checks placements
+        against them without asking sinfo each time)."""
+        if self._node_cache is None:
+            nodes = [node for node in self.clients.nodes() if self._in_partition(node)]
+            self._node_cache = tuple(info for node in nodes if (info := node_info(node)))
+        return self._node_cache
 
     def _in_partition(self, node: SlurmNode) -> bool:
         return self.partition is None or self.partition in node.partitions
@@ -146,14 +164,14 @@ class SlurmBackend:
         self._check_open()
         check_run_id(request.run_id)
         with self._lock:
-            self._refresh()
-            known = self._lookup(request.run_id)
+            if self._last_refresh is None:
+                self._refresh()
+            known = self._lookup(request.run_id, fresh=False)
             if known is not None:
                 result = self._result(known.marker)
                 check_same_job(result, request)
                 return result
-            nodes = [node for node in self.clients.nodes() if self._in_partition(node)]
-            check_request(request, self.cluster, [n for x in nodes if (n := node_info(x))])
+            check_request(request, self.cluster, self._nodes())
             payload = payload_of(request)
             marker = Marker(
                 cluster=self.cluster,
@@ -203,6 +221,7 @@ class SlurmBackend:
             )
             self._seen[request.run_id] = _Seen(marker, None, status)
             self._tracked.add(request.run_id)
+            self._last_refresh = -math.inf  # the next call reads squeue: the job is new there
             self._changes.observe(request.run_id, RunState.PENDING)
             return self._result(marker)
 
@@ -299,9 +318,16 @@ class SlurmBackend:
         if self._closed.is_set():
             raise BackendClosed(f"the slurm backend of cluster {self.cluster!r} is closed")
 
-    def _refresh(self) -> dict[str, _Seen]:
-        """Read every job of this cluster from ``squeue``, enforce deadlines, note changes."""
+    def _refresh(self, max_age: float = REFRESH_AGE) -> dict[str, _Seen]:
+        """Read every job of this cluster from ``squeue``, enforce deadlines, note changes.
+
+        Reuses a read younger than ``max_age`` seconds: one squeue serves the status, poll and
+        logs calls of one scheduling cycle."""
+        now = time.monotonic()
+        if self._last_refresh is not None and now - self._last_refresh < max_age:
+            return self._last_found
         jobs = self.clients.jobs()
+        self._last_refresh = now
         now = self._clock()
         found: dict[str, _Seen] = {}
         with self._lock:
@@ -326,10 +352,14 @@ class SlurmBackend:
                         self._changes.observe(run, forgotten.status.state)
             for item in found.values():
                 self._enforce(item, now)
+            self._last_found = found
         return found
 
-    def _lookup(self, run_id: str) -> _Seen | None:
-        """This cluster's run ``run_id``: from squeue, else its record and the completion log."""
+    def _lookup(self, run_id: str, fresh: bool = True) -> _Seen | None:
+        """This cluster's run ``run_id``: from squeue, else its record and the completion log.
+
+        ``fresh``: the caller has just read squeue; otherwise a run with a record is looked
+        for in squeue again before the completion log is asked."""
         if not RUN_ID_PATTERN.match(run_id):
             return None
         known = self._seen.get(run_id)
@@ -341,6 +371,10 @@ class SlurmBackend:
         if record[1] is None:
             # Submit did not complete (a crash, or Slurm refused): nothing runs under this id.
             return None
+        if not fresh:
+            self._refresh(max_age=0.0)
+            if run_id in self._seen:
+                return self._seen[run_id]
         forgotten = self._from_completion_log(run_id)
         if forgotten is not None:
             self._seen[run_id] = forgotten
@@ -452,9 +486,11 @@ class SlurmBackend:
 
         ``scancel`` is Slurm's SIGTERM, then SIGKILL after the cluster's KillWait; a shorter
         grace is enforced by this backend (any backend object: the deadline is in Slurm)."""
-        assert known.job is not None or known.status.state.terminal
         if known.job is None:
-            return
+            self._refresh(max_age=0.0)
+            known = self._seen.get(known.marker.run_id, known)
+        if known.job is None:
+            raise BackendUnavailable(f"slurm: job of run {known.marker.run_id} not in squeue yet")
         marker = known.marker.stopping(reason, self._clock() + grace)
         self.clients.set_comment(known.job.job_id, marker.encode())
         self._record_stop(marker)
