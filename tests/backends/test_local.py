@@ -221,8 +221,8 @@ def test_load_backend_by_name(tmp_path: Path) -> None:
         assert backend.inventory().cluster == "dev"
     finally:
         backend.close()
-    with pytest.raises(UnknownBackend, match=r"unknown backend 'slurm' \(known: local, sim"):
-        load_backend("slurm")
+    with pytest.raises(UnknownBackend, match=r"unknown backend 'nomad' \(known: local, sim"):
+        load_backend("nomad")
     with pytest.raises(TypeError, match="colour"):
         load_backend("local", state_dir=str(tmp_path), colour="blue")
 
