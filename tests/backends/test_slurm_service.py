@@ -7,6 +7,7 @@ that no job was orphaned, lost or run twice.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.service import Server, Services, assert_started_once, job_spec, wait_for
+from tests.e2e.service import FLOTILLA, Server, Services, assert_started_once, job_spec, wait_for
 
 from .engines.slurm_cluster import SlurmCluster
 
@@ -105,6 +106,20 @@ def fleet(slurm_cluster: SlurmCluster, services: Services, tmp_path: Path) -> It
         made.cancel_leftovers()
 
 
+def cli(server: Server, *arguments: str) -> str:
+    """A ``flotilla`` CLI command against ``server``; its stdout (it must exit 0)."""
+    done = subprocess.run(
+        [str(FLOTILLA), *arguments, "--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def spec(name: str, command: str, *, replicas: int = 1, gpu: int = 0) -> dict[str, Any]:
     made = job_spec(name, command, cpu=1)
     resources = made["tasks"][0]["resources"]
@@ -128,6 +143,12 @@ def test_jobs_succeed_fail_are_cancelled_and_show_logs_on_slurm(fleet: SlurmFlee
     assert server.job(broken)["runs"][-1]["exit_code"] == 3
 
     server.wait_states([sleeper], frozenset({"running"}))
+    (ticker,) = server.submit(spec("ticker", "for i in 1 2 3; do echo tick $i; sleep 0.5; done"))
+    server.wait_states([ticker], frozenset({"running", "succeeded"}))
+    followed = cli(server, "logs", "-f", ticker)
+    assert followed.split() == ["tick", "1", "tick", "2", "tick", "3"]
+    assert "replica main/0 exited with code 3" in cli(server, "describe", broken)
+    assert fleet.cluster in cli(server, "clusters")
     server.cancel(sleeper)
     assert server.wait_states([sleeper]) == {sleeper: "cancelled"}
     wait_for(lambda: not fleet.active_slurm_jobs(), 20, "the cancelled Slurm job to end")
