@@ -1,4 +1,4 @@
-"""The ``Backend`` contract, asserted identically over every backend (``local``, ``sim``, ``slurm``)."""
+"""The ``Backend`` contract, asserted identically over every backend (local, sim, slurm)."""
 
 from __future__ import annotations
 
