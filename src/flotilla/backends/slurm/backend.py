@@ -25,10 +25,6 @@ from flotilla.backends.common import (
     check_same_job,
     payload_of,
     pick_replica,
-    placements_from_json,
-    placements_to_json,
-    read_json,
-    write_json_atomic,
 )
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
@@ -51,14 +47,12 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.slurm.commands import SlurmClients, SlurmJob, SlurmNode, SlurmRefused
 from flotilla.backends.slurm.marker import (
-    ACTIVE_STATES,
-    ENDED_STATES,
     STOP_MAX_RUNTIME,
     Marker,
     decode,
-    exit_code_of,
 )
 from flotilla.backends.slurm.nodes import node_info
+from flotilla.backends.slurm.runs import RunFiles, build_status, status_of
 from flotilla.backends.slurm.script import batch_script, replica_file, sbatch_options
 from flotilla.framework.nodes import NodeInfo
 
@@ -112,6 +106,7 @@ class SlurmBackend:
         self.partition = partition
         self.grace_period = grace_period
         self.output_dir = Path(output_dir) if output_dir else default_output_dir(cluster)
+        self.files = RunFiles(self.output_dir, cluster)
         self.working_dir = Path(working_dir) if working_dir else Path.cwd()
         self.clients = SlurmClients(
             str(slurm_conf) if slurm_conf else None,
@@ -181,7 +176,7 @@ class SlurmBackend:
                 placements=request.placements,
                 max_runtime=request.max_runtime,
             )
-            output = self.output_dir / request.run_id
+            output = self.files.directory(request.run_id)
             output.mkdir(parents=True, exist_ok=True)
             working_dir = self.working_dir / (payload.working_dir or ".")
             environment = {
@@ -191,7 +186,7 @@ class SlurmBackend:
                 "FLOTILLA_RUN": request.run_id,
                 "FLOTILLA_CLUSTER": self.cluster,
             }
-            self._write_record(marker, job_id=None)
+            self.files.write_record(marker, job_id=None)
             try:
                 job_id = self.clients.submit(
                     batch_script(request, payload, output, environment),
@@ -204,9 +199,9 @@ class SlurmBackend:
                     ),
                 )
             except SlurmRefused as error:
-                (output / "run.json").unlink(missing_ok=True)
+                self.files.forget(request.run_id)
                 raise DispatchRejected(f"placements: Slurm refused the job: {error}") from None
-            self._write_record(marker, job_id=job_id)
+            self.files.write_record(marker, job_id=job_id)
             log.info("run %s submitted to Slurm as job %d", request.run_id, job_id)
             status = RunStatus(
                 run_id=request.run_id,
@@ -290,7 +285,9 @@ class SlurmBackend:
                 raise UnknownRun(request.run_id)
         placements = known.marker.placements
         index = pick_replica(placements, request.task, request.replica)
-        path = self.output_dir / request.run_id / replica_file(placements[index], request.stream)
+        path = self.files.directory(request.run_id) / replica_file(
+            placements[index], request.stream
+        )
         try:
             with path.open("rb") as stream:
                 stream.seek(request.offset)
@@ -337,7 +334,7 @@ class SlurmBackend:
                     continue
                 if job.reason in REFUSED_AT_SUBMIT:
                     continue
-                item = _Seen(marker, job, self._status_of(marker, job))
+                item = _Seen(marker, job, status_of(marker, job, self.files, self._clock()))
                 found[marker.run_id] = item
                 self._seen[marker.run_id] = item
                 if self._polled or marker.run_id in self._tracked:
@@ -365,7 +362,7 @@ class SlurmBackend:
         known = self._seen.get(run_id)
         if known is not None:
             return known
-        record = self._read_record(run_id)
+        record = self.files.read_record(run_id)
         if record is None:
             return None
         if record[1] is None:
@@ -381,103 +378,21 @@ class SlurmBackend:
         return forgotten
 
     def _from_completion_log(self, run_id: str) -> _Seen | None:
-        record = self._read_record(run_id)
+        record = self.files.read_record(run_id)
         if record is None:
             return None
         marker, job_id = record
         ended = [job for job in self.clients.completed({run_id}) if job.job_id == job_id]
         if ended:
             job = ended[-1]
-            return _Seen(marker, job, self._status_of(marker, job))
-        status = self._build_status(
+            return _Seen(marker, job, status_of(marker, job, self.files, self._clock()))
+        status = build_status(
             marker,
             RunState.LOST,
+            self.files,
             message=f"Slurm no longer knows job {job_id} and its completion log has no record",
         )
         return _Seen(marker, None, status)
-
-    def _status_of(self, marker: Marker, job: SlurmJob) -> RunStatus:
-        if job.state in ACTIVE_STATES:
-            state = ACTIVE_STATES[job.state]
-            started = job.start_time if state is RunState.RUNNING else None
-            message = job.reason if state is RunState.PENDING and job.reason != "None" else ""
-            return self._build_status(marker, state, started_at=started, message=message)
-        state, message = ENDED_STATES.get(job.state, (RunState.LOST, f"Slurm state {job.state}"))
-        exit_code = exit_code_of(job.exit_code)
-        if marker.stop == STOP_MAX_RUNTIME or (job.state == "TIMEOUT" and marker.max_runtime):
-            state, exit_code = RunState.FAILED, None
-            message = f"exceeded max_runtime of {marker.max_runtime:g}s"
-        elif marker.stop is not None:
-            state, exit_code, message = RunState.CANCELLED, None, marker.stop
-        elif state is RunState.SUCCEEDED:
-            exit_code = 0
-        elif state is RunState.FAILED and job.state == "FAILED":
-            message = self._failure_line(marker.run_id) or f"exited with code {exit_code}"
-        elif state is not RunState.FAILED:
-            exit_code = None
-        started = (
-            job.start_time if job.start_time and job.start_time <= (job.end_time or 0) else None
-        )
-        return self._build_status(
-            marker,
-            state,
-            started_at=started,
-            finished_at=job.end_time or self._clock(),
-            exit_code=exit_code,
-            message=message,
-        )
-
-    def _build_status(
-        self,
-        marker: Marker,
-        state: RunState,
-        *,
-        started_at: float | None = None,
-        finished_at: float | None = None,
-        exit_code: int | None = None,
-        message: str = "",
-    ) -> RunStatus:
-        replicas = []
-        for placement in marker.placements:
-            code = self._replica_exit(marker.run_id, placement.task, placement.replica)
-            if state.terminal and code is not None and state is not RunState.CANCELLED:
-                replica_state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
-            else:
-                replica_state = state
-            replicas.append(
-                ReplicaStatus(
-                    placement.task, placement.replica, placement.node, replica_state, code
-                )
-            )
-        return RunStatus(
-            run_id=marker.run_id,
-            job=marker.job,
-            cluster=self.cluster,
-            state=state,
-            dispatched_at=marker.dispatched_at,
-            started_at=started_at,
-            finished_at=finished_at if state.terminal else None,
-            exit_code=exit_code,
-            message=message,
-            replicas=tuple(replicas),
-        )
-
-    def _replica_exit(self, run_id: str, task: str, replica: int) -> int | None:
-        try:
-            text = (self.output_dir / run_id / f"{task}-{replica}.exit").read_text()
-            return int(text.strip())
-        except (OSError, ValueError):
-            return None
-
-    def _failure_line(self, run_id: str) -> str:
-        try:
-            text = (self.output_dir / run_id / "batch.stderr").read_text(errors="replace")
-        except OSError:
-            return ""
-        for line in text.splitlines():
-            if line.startswith("flotilla: replica "):
-                return line.removeprefix("flotilla: ")
-        return ""
 
     # --- stopping -------------------------------------------------------------------------
 
@@ -493,7 +408,7 @@ class SlurmBackend:
             raise BackendUnavailable(f"slurm: job of run {known.marker.run_id} not in squeue yet")
         marker = known.marker.stopping(reason, self._clock() + grace)
         self.clients.set_comment(known.job.job_id, marker.encode())
-        self._record_stop(marker)
+        self.files.record_stop(marker)
         self.clients.cancel(known.job.job_id)
         self._seen[marker.run_id] = _Seen(marker, known.job, known.status)
 
@@ -526,47 +441,6 @@ class SlurmBackend:
                 self._refresh()
             except Exception as error:  # the monitor must outlive any error
                 log.warning("slurm monitor of %s: %s", self.cluster, error)
-
-    # --- the run record in output_dir -----------------------------------------------------
-
-    def _write_record(self, marker: Marker, job_id: int | None) -> None:
-        write_json_atomic(
-            self.output_dir / marker.run_id / "run.json",
-            {
-                "run_id": marker.run_id,
-                "job": marker.job,
-                "cluster": marker.cluster,
-                "dispatched_at": marker.dispatched_at,
-                "placements": placements_to_json(marker.placements),
-                "max_runtime": marker.max_runtime,
-                "slurm_job_id": job_id,
-                "stop": marker.stop,
-            },
-        )
-
-    def _record_stop(self, marker: Marker) -> None:
-        record = self._read_record(marker.run_id)
-        if record is not None:
-            self._write_record(marker, record[1])
-
-    def _read_record(self, run_id: str) -> tuple[Marker, int | None] | None:
-        data = read_json(self.output_dir / run_id / "run.json")
-        if data is None or data.get("cluster") != self.cluster:
-            return None
-        try:
-            marker = Marker(
-                cluster=str(data["cluster"]),
-                run_id=str(data["run_id"]),
-                job=str(data["job"]),
-                dispatched_at=float(data["dispatched_at"]),
-                placements=placements_from_json(data["placements"]),
-                max_runtime=data.get("max_runtime"),
-                stop=data.get("stop"),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        job_id = data.get("slurm_job_id")
-        return marker, int(job_id) if job_id is not None else None
 
     def _result(self, marker: Marker) -> DispatchResult:
         return DispatchResult(
