@@ -11,6 +11,7 @@ import pytest
 
 from flotilla.backends import (
     BackendUnavailable,
+    CancelRequest,
     DispatchRejected,
     DispatchRequest,
     LogsRequest,
@@ -235,3 +236,15 @@ def test_an_unreachable_controller_is_one_clear_line_and_construction_still_work
 def test_an_unknown_setting_is_a_type_error_naming_it() -> None:
     with pytest.raises(TypeError, match="tokn"):
         load_backend("slurm", cluster="x", tokn="secret")
+
+
+def test_a_run_that_ignores_sigterm_is_killed_after_the_cancels_grace(slurm: SlurmHarness) -> None:
+    # The fixture's KillWait is 30 s: ending sooner proves the backend's own SIGKILL.
+    backend = slurm.make()
+    stubborn = "trap 'echo ignoring TERM' TERM; echo ready; while true; do sleep 0.1; done"
+    backend.dispatch(placed(backend, "stubborn", stubborn))
+    slurm.wait_output(backend, "stubborn", "ready")
+    assert backend.cancel(CancelRequest("stubborn", grace_period=1.0)).outcome.value == "stopping"
+    status = slurm.wait_terminal(backend, "stubborn")
+    assert (status.state, status.message) == (RunState.CANCELLED, "cancelled")
+    slurm.assert_gone(status)

@@ -4,7 +4,7 @@ What ``../shared/ENGINES.md`` measured, as a fixture: every daemon gets its own 
 state, logs and free ports under ``box``, so tests running at the same time never share a
 daemon, and ``stop`` ends exactly the processes ``start`` made (by PID). Two fake GPUs are
 character devices (Slurm refuses plain files), so ``--gres=gpu:N`` sets CUDA_VISIBLE_DEVICES.
-``KillWait`` is lowered so a cancelled job that ignores SIGTERM is killed within seconds.
+``KillWait`` is Slurm's default (30 s): a shorter grace is the backend's to enforce.
 
 Run it by hand: ``python tests/backends/engines/slurm_cluster.py /tmp/box`` starts one and
 prints the ``SLURM_CONF`` to export; Ctrl-C stops it.
@@ -68,7 +68,7 @@ class SlurmCluster:
 
     box: Path
     cluster_name: str = "testbox"
-    kill_wait: int = 2
+    kill_wait: int = 30
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 

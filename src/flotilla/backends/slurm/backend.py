@@ -397,10 +397,12 @@ class SlurmBackend:
     # --- stopping -------------------------------------------------------------------------
 
     def _stop(self, known: _Seen, reason: str, grace: float) -> None:
-        """Write why and when the hard kill is due into the job's comment, then scancel.
+        """Write why and when the hard kill is due into the job's comment, then SIGTERM.
 
-        ``scancel`` is Slurm's SIGTERM, then SIGKILL after the cluster's KillWait; a shorter
-        grace is enforced by this backend (any backend object: the deadline is in Slurm)."""
+        SIGTERM goes to the batch shell and every step (``scancel --signal=TERM --full``); the
+        SIGKILL at the deadline is this backend's (any backend object's: the deadline is in
+        Slurm). A plain ``scancel`` would end the job at once and leave the processes to
+        Slurm's KillWait, whatever the grace. A job still pending is simply cancelled."""
         if known.job is None:
             self._refresh(max_age=0.0)
             known = self._seen.get(known.marker.run_id, known)
@@ -409,7 +411,10 @@ class SlurmBackend:
         marker = known.marker.stopping(reason, self._clock() + grace)
         self.clients.set_comment(known.job.job_id, marker.encode())
         self.files.record_stop(marker)
-        self.clients.cancel(known.job.job_id)
+        if known.status.state is RunState.PENDING:
+            self.clients.cancel(known.job.job_id)
+        else:
+            self.clients.cancel(known.job.job_id, signal="TERM")
         self._seen[marker.run_id] = _Seen(marker, known.job, known.status)
 
     def _enforce(self, item: _Seen, now: float) -> None:

@@ -133,15 +133,18 @@ class SlurmClients:
         self.run("scontrol", ["update", f"JobId={job_id}", f"Comment={comment}"])
 
     def cancel(self, job_id: int, signal: str | None = None) -> None:
-        """``scancel`` (Slurm's SIGTERM, then SIGKILL after KillWait), or one signal to the
-        batch shell and every step."""
+        """``scancel`` (the job ends now; Slurm's SIGTERM, then SIGKILL after KillWait), or
+        one signal to the batch shell and every step (a job that cannot take a signal — it
+        has not started — is cancelled instead)."""
         options = [f"--signal={signal}", "--full"] if signal else []
         try:
             self.run("scancel", [*options, str(job_id)])
         except SlurmRefused as error:
             if "already completing or completed" in str(error) or "Invalid job id" in str(error):
                 return
-            raise
+            if not signal:
+                raise
+            self.cancel(job_id)
 
     def completed(self, names: set[str]) -> list[SlurmJob]:
         """Finished jobs of these names from the job completion log (outlives MinJobAge).
