@@ -12,6 +12,8 @@ prints the ``SLURM_CONF`` to export; Ctrl-C stops it.
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import os
 import shutil
 import signal
@@ -179,6 +181,20 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """End the daemons this fixture started (by PID), and any job step they left."""
+        if any(process.poll() is None for process in self.processes):
+            subprocess.run(
+                [
+                    "scancel",
+                    "--signal=KILL",
+                    "--full",
+                    "--state=RUNNING",
+                    f"--user={getpass.getuser()}",
+                ],
+                env=self.environment(),
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -189,6 +205,25 @@ class SlurmCluster:
                 process.kill()
                 process.wait()
         self.processes.clear()
+        for pid in self._leftovers():
+            # Job processes outlive slurmd (a slurmstepd, an orphaned srun): end them by PID.
+            for child in [*_children(pid), pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+
+    def _leftovers(self) -> list[int]:
+        """Processes of this cluster's jobs: their environment names this SLURM_CONF."""
+        wanted = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
 
     def _write_config(self) -> None:
         box, host = self.box, self.host
@@ -239,6 +274,19 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         (self.box / "etc" / "gres.conf").write_text(
             f"AutoDetect=off\nNodeName={host} Name=gpu File={devices}\n"
         )
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (from /proc), deepest last."""
+    found: list[int] = []
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        for task in tasks:
+            for child in (task / "children").read_text().split():
+                found += [int(child), *_children(int(child))]
+    except OSError:
+        pass
+    return found
 
 
 def main() -> None:
