@@ -78,11 +78,16 @@ def test_cross_references_are_checked_with_their_path() -> None:
     assert any(p.startswith("clusters[1].name: duplicate cluster name 'here'") for p in found)
 
 
-def test_an_empty_secret_reference_and_a_cluster_setting_are_refused() -> None:
+def test_a_cluster_setting_an_empty_reference_and_an_inline_secret_are_refused() -> None:
     data = fleet_data()
-    data["clusters"][1]["settings"] = {"token": {"env": ""}, "cluster": "x"}
-    found = problems_of(data)
-    assert any(p.startswith("clusters[1]: settings.cluster:") for p in found)
+    data["clusters"][1]["settings"] = {"cluster": "x"}
+    assert problems_of(data)[0].startswith("clusters[1].settings.cluster: is the cluster's name")
+    data["clusters"][1]["settings"] = {"token": {"env": ""}}
+    assert problems_of(data)[0].startswith("clusters[1].settings.token: a secret reference")
+    data["clusters"][1]["settings"] = {"api_token": "s3cret"}
+    [problem] = problems_of(data)
+    assert problem.startswith("clusters[1].settings.api_token: a secret is given by reference")
+    assert "s3cret" not in problem
 
 
 def test_a_fleet_needs_clusters_and_queues() -> None:
@@ -140,8 +145,46 @@ def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:
     fleet.write_text(yaml.safe_dump(fleet_data()))
     workload = tmp_path / "w.yaml"
     workload.write_text(yaml.safe_dump({"name": "w"}))
-    result = CliRunner().invoke(app, ["simulate", str(workload), "--fleet", str(fleet)])
+    result = CliRunner().invoke(
+        app, ["simulate", str(workload), "--fleet", str(fleet)], env={"COLUMNS": "400"}
+    )
     assert result.exit_code == 2
     output = " ".join(result.output.split())  # rich wraps long lines
     assert f"{fleet}: invalid fleet" in output
     assert "clusters[0].nodes: a simulated cluster needs its nodes" in output
+
+
+def test_a_fleet_naming_an_uninstalled_backend_lists_the_installed_ones() -> None:
+    from flotilla.backends import available_backends
+    from flotilla.scheduler.fleet import check_fleet
+
+    data = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
+    data["clusters"][1]["backend"] = "no-such-engine"
+    problems = check_fleet(fleet_from_data(data))
+    installed = ", ".join(available_backends())
+    assert (
+        f"clusters[1].backend: unknown backend 'no-such-engine' (installed: {installed}; a "
+        "backend registers under the entry-point group 'flotilla.backends')"
+    ) in problems
+    assert check_fleet(load_fleet(EXAMPLES / "fleet-local.yaml")) == []
+
+
+def test_up_refuses_an_invalid_fleet_before_touching_the_database(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
+    data["clusters"][1]["backend"] = "no-such-engine"
+    data["clusters"][2]["settings"]["token"] = {"env": "FLOTILLA_TEST_UNSET_VARIABLE"}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    db = tmp_path / "flotilla.db"
+    result = CliRunner().invoke(
+        app, ["up", "--fleet", str(path), "--db", f"sqlite:///{db}"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"{path}: invalid fleet" in output
+    assert "clusters[1].backend: unknown backend 'no-such-engine'" in output
+    assert (
+        "clusters[2].settings.token: environment variable FLOTILLA_TEST_UNSET_VARIABLE is not set"
+        in output
+    ) or "clusters[2].backend: unknown backend 'slurm'" in output
+    assert not db.exists()

@@ -278,7 +278,7 @@ class SimBackend:
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         with self._lock:
             self._check_open()
-            existing = self._runs.get(request.run_id)
+            existing = self._lookup(request.run_id)
             if existing is not None:
                 check_same_job(existing.result, request)
                 return existing.result
@@ -361,9 +361,23 @@ class SimBackend:
             raise BackendClosed(f"the sim backend of cluster {self.cluster!r} is closed")
 
     def _get(self, run_id: str) -> SimRun:
-        run = self._runs.get(run_id)
+        run = self._lookup(run_id)
         if run is None:
             raise UnknownRun(run_id)
+        return run
+
+    def _lookup(self, run_id: str) -> SimRun | None:
+        """The run, also one another backend object over the same state dir recorded after
+        this one started (a scheduler replica taking over adopts it, as with ``local``)."""
+        run = self._runs.get(run_id)
+        if run is not None or self.state_dir is None:
+            return run
+        data = read_json(run_directory(self.state_dir, run_id) / "run.json")
+        if data is None or data.get("version") != 1:
+            return None
+        run = SimRun.from_json(data)
+        self._runs[run_id] = run
+        self._changes.remember(run_id, run.status(self.clock()).state)
         return run
 
     def _behaviour(self, request: DispatchRequest) -> SimBehaviour:

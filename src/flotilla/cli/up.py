@@ -145,11 +145,22 @@ def _apply_fleet(
     for cluster in fleet.clusters:
         if cluster.backend == "local":
             _refuse_foreign_owner(store, cluster.name, runtime.local_owner_of(cluster))
+    # Build every backend before writing anything: a factory refusing its settings is a
+    # configuration error (a constructor never fails for an engine being down).
+    runtime.install(fleet, runtime.version)
+    if runtime.problems:
+        runtime.close()
+        fail(
+            f"{path}: cannot start the fleet",
+            [f"cluster {name}: {problem}" for name, problem in runtime.problems.items()],
+            code=2,
+        )
     try:
         record = store.apply_fleet(fleet_change(fleet))
     except ConflictError as error:
-        fail(f"{path}: cannot apply the fleet", str(error).split("; "), code=2)
-    runtime.install(fleet, record.version)
+        runtime.close()
+        fail(f"{path}: cannot apply the fleet", error.problems or [str(error)], code=2)
+    runtime.version = record.version
     return [
         f"fleet {fleet.name!r} (version {record.version}) from {path}",
         *runtime.connect(),

@@ -26,6 +26,9 @@ from flotilla.model.scenario import Settings
 
 SECRET_KEYS = ("env", "file")
 
+SECRET_WORDS = ("token", "password", "secret", "credential")
+"""A setting whose name holds one of these is a secret: refused unless given by reference."""
+
 
 def secret_reference(value: Any) -> tuple[str, str] | None:
     """``("env", "NAME")`` or ``("file", "PATH")`` when ``value`` is a secret reference."""
@@ -61,6 +64,11 @@ class FleetCluster(Strict):
             raise ValueError("settings.cluster: is the cluster's name; do not set it")
         for key, value in self.settings.items():
             reference = secret_reference(value)
+            if reference is None and value and any(w in key.lower() for w in SECRET_WORDS):
+                raise ValueError(
+                    f"settings.{key}: a secret is given by reference, {{env: NAME}} or "
+                    "{file: PATH}, never inline (it would be stored and shown)"
+                )
             if reference is not None and not reference[1]:
                 raise ValueError(
                     f"settings.{key}: a secret reference {{{reference[0]}: ...}} needs a "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,24 @@ def fleet_from_data(data: Any, source: str | None = None) -> Fleet:
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as error:
-        raise FleetError(from_pydantic(error).problems, source) from None
+        raise FleetError(
+            [_joined(line) for line in from_pydantic(error).problems], source
+        ) from None
     problems = check_fleet_references(
         fleet.clusters, fleet.queues, fleet.priority_classes, fleet.quotas
     )
     if problems:
         raise FleetError(problems, source)
     return fleet
+
+
+_NESTED = re.compile(r"^(\S+): ((?:settings|cost)\.\S+): ")
+
+
+def _joined(line: str) -> str:
+    """``clusters[1]: settings.token: …`` (a model check's message) → ``clusters[1].settings
+    .token: …``, one path as every other problem has."""
+    return _NESTED.sub(r"\1.\2: ", line)
 
 
 def scenario_with_fleet(

@@ -193,8 +193,9 @@ def describe_nodes(nodes: Sequence[NodeInfo]) -> str:
 
 
 def fleet_document(fleet: Fleet) -> dict[str, Any]:
-    """The fleet as stored and shown: the file's fields, secret references as given."""
-    return fleet.model_dump(mode="json", exclude_defaults=True)
+    """The fleet as stored and shown: the fields the file gives, secret references as
+    given (quantities in base units)."""
+    return fleet.model_dump(mode="json", exclude_unset=True)
 
 
 def fleet_change(fleet: Fleet, expected_version: int | None = None) -> FleetChange:
@@ -318,6 +319,10 @@ class FleetRuntime:
         if self.factory is not None:
             return self.factory(cluster.backend, cluster=cluster.name, **settings)
         return backend_factory(cluster.backend)(cluster=cluster.name, **settings)
+
+    def cluster_names(self) -> list[str]:
+        """The clusters in declaration order (strategies break ties by it)."""
+        return [cluster.name for cluster in self.fleet.clusters] if self.fleet else []
 
     def local_owner_of(self, cluster: FleetCluster) -> str:
         return local_owner(local_state_dir_of(cluster, self.local_state_dir))

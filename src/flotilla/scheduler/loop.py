@@ -163,6 +163,8 @@ class SchedulingLoop:
         self._dispatcher = Dispatcher(self._context, self._transitions)
         self._committer = Committer(self._context, self._transitions, self._dispatcher, self._sync)
         self._snapshots = SnapshotBuilder(store, self.jobdb)
+        if fleet is not None:
+            self._snapshots.cluster_order = fleet.cluster_names
         self._reporter = Reporter(self._context)
         self._report = CycleReport()
         self._wake = threading.Event()

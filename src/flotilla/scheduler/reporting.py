@@ -69,8 +69,8 @@ class Reporter:
         context = self._context
         capacity: dict[str, float] = {}
         for record in context.store.list_clusters():
-            if record.state == "unreachable":
-                continue
+            if record.state == "unreachable" or not record.spec.get("nodes"):
+                continue  # (no nodes: a fleet cluster whose backend never reported any)
             for group in ClusterSpec.model_validate(record.spec).nodes:
                 for name, amount in group.resources.items():
                     capacity[name] = capacity.get(name, 0.0) + amount * (group.count or 1)

@@ -13,7 +13,7 @@ every queued job is converted again.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flotilla.framework.clusters import Cluster
@@ -31,7 +31,7 @@ from flotilla.scheduler.records import (
     space_for,
     unknown_resources,
 )
-from flotilla.store import ACTIVE_JOB_STATES, JobRecord, JobState, Store
+from flotilla.store import ACTIVE_JOB_STATES, ClusterRecord, JobRecord, JobState, Store
 
 
 @dataclass
@@ -45,6 +45,9 @@ class LoopSnapshot:
 class SnapshotBuilder:
     def __init__(self, store: Store, jobdb: JobDb) -> None:
         self._store = store
+        self.cluster_order: Callable[[], Sequence[str]] | None = None
+        """The clusters' declaration order (the fleet file's), which strategies use to break
+        ties; None: by name."""
         self._queued: dict[str, JobRecord] = {}
         """Queued records by id, kept from the change feed."""
         self._serial = -1
@@ -125,12 +128,21 @@ class SnapshotBuilder:
 
     # --- building -------------------------------------------------------------------------
 
+    def _ordered(self, records: list[ClusterRecord]) -> list[ClusterRecord]:
+        """Clusters with nodes (one whose backend never answered has none yet), in the
+        declaration order."""
+        records = [record for record in records if record.spec.get("nodes")]
+        if self.cluster_order is None:
+            return records
+        position = {name: index for index, name in enumerate(self.cluster_order())}
+        return sorted(records, key=lambda record: (position.get(record.name, len(position)),))
+
     def build(self, read: ReadTxn, *, include_queued: bool = True) -> LoopSnapshot:
         """The snapshot of ``read`` (node tables with every active run's allocation), and —
         unless only node state is needed (reconciling) — the queued jobs."""
         if read.serial > self._serial:
             self._reload(read)
-        records = self._store.list_clusters()
+        records = self._ordered(self._store.list_clusters())
         active_records = [job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)]
         cluster_specs = [ClusterSpec.model_validate(record.spec) for record in records]
         space = space_for(cluster_specs, [job.spec for job in active_records])

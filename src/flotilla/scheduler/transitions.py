@@ -69,6 +69,10 @@ class RunTransitions:
         self._unverified: dict[str, str] = {}
         """Job id → run id of runs the store believes active that a backend could not be
         asked about yet (engine unreachable): asked again until it answers."""
+        self._orphans: dict[str, set[str]] = {}
+        """Cluster → runs re-queued when it became unreachable: stopped when it answers
+        again, since the engine may have kept them running. (A new leader's fresh backends
+        report every active run on their first poll, which finds the same orphans.)"""
         """A cluster whose backend has not answered for this long becomes unreachable."""
         self._heartbeats: dict[str, float] = {}
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
@@ -207,6 +211,7 @@ class RunTransitions:
                         context.store.set_cluster_state(record.name, "ready")
                     self._apply_statuses(backend, statuses)
                     self._verify(record.name, backend)
+                    self._stop_orphans(record.name, backend)
                     continue
             seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
             silent = seen is None or now - seen > self._heartbeat_timeout
@@ -228,10 +233,23 @@ class RunTransitions:
         context.store.set_cluster_state(cluster, "unreachable")
         reason = f"cluster {cluster} became unreachable"
         read = context.jobdb.read_txn()
+        orphans = self._orphans.setdefault(cluster, set())
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
                 if job.run is not None and job.run.cluster == cluster:
                     self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
+                    if state is not JobState.LEASED:
+                        orphans.add(job.run.id)
+
+    def _stop_orphans(self, cluster: str, backend: Backend) -> None:
+        """Stop the runs re-queued while ``cluster`` was unreachable (it answers again)."""
+        for run_id in sorted(self._orphans.pop(cluster, ())):
+            try:
+                backend.cancel(
+                    CancelRequest(run_id, reason=f"superseded: re-queued when {cluster} was lost")
+                )
+            except BackendUnavailable:
+                self._orphans.setdefault(cluster, set()).add(run_id)
 
     def on_run_status(self, status: RunStatus) -> list[Transition]:
         """The job transitions a run's reported state calls for (recorded by the caller, in
@@ -350,7 +368,7 @@ class RunTransitions:
                 continue
             except BackendError as error:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
-                return  # the engine is down: ask again next cycle
+                break  # the engine is down: ask again next cycle
             del self._unverified[job.id]
             changes += self.on_run_status(status)
         for job_id in [

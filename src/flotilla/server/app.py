@@ -17,7 +17,7 @@ from starlette.routing import Route
 from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.handle import SchedulerHandle
-from flotilla.server import catalog, history, jobs, ops
+from flotilla.server import catalog, fleet, history, jobs, ops
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
@@ -43,7 +43,7 @@ def create_app(
     )
     app.state.flotilla = context
     install_handlers(app)
-    for module in (jobs, history, catalog, ops):
+    for module in (jobs, history, catalog, ops, fleet):
         app.include_router(module.router)
     _count_requests(app, context)
     _document_job_spec(app)

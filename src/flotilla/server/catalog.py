@@ -109,7 +109,13 @@ def delete_quota(name: str, context: Context, user: Caller) -> Response:
 
 @router.get("/clusters", tags=["clusters"])
 def list_clusters(context: Context, _user: Caller) -> list[Cluster]:
-    return [Cluster.from_record(cluster) for cluster in context.store.list_clusters()]
+    """Every cluster with its backend, health (``state``, ``heartbeat_at``), node count, and
+    capacity and allocation per resource."""
+    allocations = context.store.cluster_allocations()
+    return [
+        Cluster.from_record(cluster, allocations.get(cluster.name))
+        for cluster in context.store.list_clusters()
+    ]
 
 
 @router.get("/clusters/{name}/nodes", tags=["clusters"])

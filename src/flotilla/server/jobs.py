@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from flotilla.model import JobSpec
+from flotilla.model import JobSpec, PriorityClass
 from flotilla.server.auth import Permission, User
 from flotilla.server.context import Caller, Context, ServerContext, require
 from flotilla.server.errors import ApiError
@@ -66,6 +66,17 @@ def _check_queues(context: ServerContext, specs: list[JobSpec], prefixes: list[s
         raise ApiError(400, "unknown queue; nothing was submitted", problems)
 
 
+def _priority_classes(context: ServerContext) -> dict[str, PriorityClass]:
+    """The fleet's priority classes (none without a fleet)."""
+    record = context.store.get_fleet()
+    if record is None:
+        return {}
+    return {
+        item["name"]: PriorityClass.model_validate(item)
+        for item in record.document.get("priority_classes", [])
+    }
+
+
 @router.post("/jobs", status_code=201, openapi_extra=SUBMIT_BODY)
 async def submit_jobs(request: Request, context: Context, user: Caller) -> SubmitResult:
     """Submit one job or a batch. Every job is validated first; then all are stored in one
@@ -74,7 +85,8 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         body = json.loads(await request.body())
     except ValueError as error:
         raise ApiError(400, f"the body is not valid JSON: {error}") from None
-    specs, prefixes = parse_submission(body)
+    classes = await run_in_threadpool(_priority_classes, context)
+    specs, prefixes = parse_submission(body, classes)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)

@@ -184,9 +184,27 @@ class Cluster(BaseModel):
     heartbeat_at: datetime | None
     updated_at: datetime
     spec: dict[str, Any]
+    nodes: int = 0
+    """How many nodes its backend reported last."""
+    capacity: dict[str, float] = {}
+    """Sum over its nodes, per resource in base units (``gpu`` counts devices)."""
+    allocated: dict[str, float] = {}
+    """What its active runs hold, per resource in base units."""
 
     @classmethod
-    def from_record(cls, cluster: ClusterRecord) -> Cluster:
+    def from_record(
+        cls, cluster: ClusterRecord, allocated: dict[str, float] | None = None
+    ) -> Cluster:
+        capacity: dict[str, float] = {}
+        count = 0
+        for group in cluster.spec.get("nodes") or []:
+            times = group.get("count") or 1
+            count += times
+            amounts = dict(group.get("resources", {}))
+            if group.get("gpus"):
+                amounts["gpu"] = group["gpus"].get("count", 0)
+            for name, amount in amounts.items():
+                capacity[name] = capacity.get(name, 0.0) + float(amount) * times
         return cls(
             name=cluster.name,
             backend=cluster.backend,
@@ -195,6 +213,9 @@ class Cluster(BaseModel):
             heartbeat_at=cluster.heartbeat_at,
             updated_at=cluster.updated_at,
             spec=dict(cluster.spec),
+            nodes=count,
+            capacity=capacity,
+            allocated=dict(allocated or {}),
         )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from flotilla.model import JobSpec
+from flotilla.model import JobSpec, PriorityClass
 from flotilla.model.errors import from_pydantic
 from flotilla.model.payload import (
     PAYLOAD_TYPES,
@@ -51,35 +51,62 @@ def check_payload(spec: JobSpec) -> list[str]:
     return []
 
 
-def check_service_fields(spec: JobSpec) -> list[str]:
+def check_service_fields(
+    spec: JobSpec, priority_classes: Mapping[str, PriorityClass] | None = None
+) -> list[str]:
     """Scenario fields that mean nothing to a running service: refused, never ignored."""
     problems: list[str] = []
     if spec.submit_at != 0:
         problems.append("submit_at: only meaningful in a simulation scenario")
     if spec.cancel_at is not None:
         problems.append("cancel_at: only meaningful in a simulation scenario")
-    if spec.priority_class is not None:
-        # The service has no priority classes configured yet: a class would silently mean
-        # priority 0 and preemptible, which is worse than a clear refusal.
-        problems.append(
-            "priority_class: this server has no priority classes; give priority (and "
-            "preemptible) instead"
-        )
+    if spec.priority_class is not None and spec.priority_class not in (priority_classes or {}):
+        # An unknown class would silently mean priority 0 and preemptible, which is worse
+        # than a clear refusal.
+        if priority_classes:
+            known = ", ".join(sorted(priority_classes))
+            problems.append(
+                f"priority_class: unknown priority class {spec.priority_class!r} (the fleet "
+                f"has {known})"
+            )
+        else:
+            problems.append(
+                "priority_class: this server has no priority classes (a fleet file defines "
+                "them); give priority (and preemptible) instead"
+            )
     return problems
 
 
-def parse_job(data: Any, prefix: str) -> tuple[JobSpec | None, list[str]]:
+def with_priority_class(
+    spec: JobSpec, priority_classes: Mapping[str, PriorityClass] | None
+) -> JobSpec:
+    """A job naming a priority class of the fleet gets its value and preemptibility (its own
+    ``preemptible`` wins), as the simulator gives them."""
+    found = (priority_classes or {}).get(spec.priority_class or "")
+    if found is None:
+        return spec
+    preemptible = spec.preemptible if spec.preemptible is not None else found.preemptible
+    return spec.model_copy(
+        update={"priority": found.value, "priority_class": None, "preemptible": preemptible}
+    )
+
+
+def parse_job(
+    data: Any, prefix: str, priority_classes: Mapping[str, PriorityClass] | None = None
+) -> tuple[JobSpec | None, list[str]]:
     if not isinstance(data, Mapping):
         return None, [f"{prefix or '(top level)'}: expected a job (a mapping)"]
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as error:
         return None, [_under(prefix, line) for line in from_pydantic(error).problems]
-    problems = check_service_fields(spec) + check_payload(spec)
-    return spec, [_under(prefix, line) for line in problems]
+    problems = check_service_fields(spec, priority_classes) + check_payload(spec)
+    return with_priority_class(spec, priority_classes), [_under(prefix, line) for line in problems]
 
 
-def parse_submission(body: Any) -> tuple[list[JobSpec], list[str]]:
+def parse_submission(
+    body: Any, priority_classes: Mapping[str, PriorityClass] | None = None
+) -> tuple[list[JobSpec], list[str]]:
     """The specs and, per spec, the path prefix of its fields (``jobs[2]`` or ``""``).
 
     Raises ``ApiError`` (422) listing every problem.
@@ -95,7 +122,7 @@ def parse_submission(body: Any) -> tuple[list[JobSpec], list[str]]:
         problems, items, prefixes = [], [body], [""]
     specs: list[JobSpec] = []
     for item, prefix in zip(items, prefixes, strict=True):
-        spec, found = parse_job(item, prefix)
+        spec, found = parse_job(item, prefix, priority_classes)
         problems.extend(found)
         if spec is not None:
             specs.append(spec)

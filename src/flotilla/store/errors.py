@@ -43,6 +43,9 @@ class StaleRunError(StoreError):
 class ConflictError(StoreError):
     """The change would break a reference (for example deleting a queue that has jobs)."""
 
+    problems: list[str] = []
+    """One line per problem when there are several (a fleet apply)."""
+
 
 class LeaseLostError(StoreError):
     """A fenced write by a replica that no longer holds the leader lease."""

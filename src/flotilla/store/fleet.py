@@ -15,6 +15,8 @@ from flotilla.store.states import ACTIVE_JOB_STATES
 
 CURRENT = "current"
 
+SYSTEM_LABELS = "flotilla.io/"
+
 
 def get_fleet(session: Session) -> FleetRecord | None:
     row = session.get(FleetRow, CURRENT)
@@ -69,7 +71,9 @@ def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRe
     current = row.version if row is not None else 0
     problems = _problems(session, change, current)
     if problems:
-        raise ConflictError("the fleet cannot be applied: " + "; ".join(problems))
+        error = ConflictError("the fleet cannot be applied: " + "; ".join(problems))
+        error.problems = problems
+        raise error
     wanted = {spec.name: spec for spec in change.clusters}
     for cluster in list(session.scalars(select(Cluster))):
         if cluster.name not in wanted:
@@ -80,12 +84,15 @@ def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRe
         if existing is None:
             catalog.upsert_cluster(session, spec, "unreachable", now)
             continue
+        # Labels Flotilla itself sets (``flotilla.io/…``: a local cluster's owner) stay.
+        labels = {k: v for k, v in existing.labels.items() if k.startswith(SYSTEM_LABELS)}
+        labels.update(spec.labels)
         existing.backend = spec.backend
-        existing.labels = dict(spec.labels)
+        existing.labels = labels
         existing.spec = {
             **existing.spec,
             "backend": spec.backend,
-            "labels": dict(spec.labels),
+            "labels": labels,
             "cost": dict(spec.cost),
         }
         existing.updated_at = now
@@ -106,3 +113,21 @@ def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRe
     row.applied_at = now
     session.flush()
     return FleetRecord(version=row.version, document=row.document, applied_at=now)
+
+
+def cluster_allocations(session: Session) -> dict[str, dict[str, float]]:
+    """Per cluster, what active runs hold: each placed replica's task request, summed."""
+    active = [state.value for state in ACTIVE_JOB_STATES]
+    rows = session.execute(
+        select(Job.spec, Run.cluster, Run.assignment)
+        .join(Run, Run.id == Job.run_id)
+        .where(Job.state.in_(active))
+    )
+    held: dict[str, dict[str, float]] = {}
+    for spec, cluster, assignment in rows:
+        requests = {task["name"]: task.get("resources", {}) for task in spec.get("tasks", [])}
+        mine = held.setdefault(cluster, {})
+        for placement in (assignment or {}).get("placements", []):
+            for name, amount in requests.get(placement.get("task"), {}).items():
+                mine[name] = mine.get(name, 0.0) + float(amount)
+    return held

@@ -242,6 +242,11 @@ class Store(Protocol):
         """The version of the fleet in force, 0 if none: cheap enough to read every cycle."""
         ...
 
+    def cluster_allocations(self) -> dict[str, dict[str, float]]:
+        """Per cluster, the resources its active runs hold (their placed replicas' requests,
+        in base units): what ``flotilla clusters`` shows against capacity."""
+        ...
+
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         """Apply a fleet in one transaction, all or nothing: raises ``ConflictError`` naming
         every problem (a removed queue that has jobs, a removed cluster with active jobs, a

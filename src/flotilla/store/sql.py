@@ -394,6 +394,10 @@ class SqlStore:
         with self._sessions() as session:
             return fleet.fleet_version(session)
 
+    def cluster_allocations(self) -> dict[str, dict[str, float]]:
+        with self._sessions() as session:
+            return fleet.cluster_allocations(session)
+
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         with self._write() as session:
             return fleet.apply_fleet(session, change, self._now())

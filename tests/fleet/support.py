@@ -1,0 +1,284 @@
+"""A service driven by a fleet: a real SchedulingLoop over SQLite whose backends are built
+from a fleet file by ``FleetRuntime`` (sim clusters here: fake nodes and fake runs), and a
+fake remote backend that keeps its truth "in the engine" (an object shared by every backend
+instance, as a Ray head or a Slurm controller is shared by every replica)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flotilla.backends import (
+    Backend,
+    BackendUnavailable,
+    CancelOutcome,
+    CancelRequest,
+    CancelResult,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    LogChunk,
+    LogsRequest,
+    RunState,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+    load_backend,
+)
+from flotilla.framework.nodes import NodeInfo
+from flotilla.model import JobSpec
+from flotilla.model.fleet import Fleet
+from flotilla.model.fleet_loader import fleet_from_data
+from flotilla.scheduler.fleet import FleetRuntime, fleet_change
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.store import JobState, SqlStore
+
+Data = dict[str, Any]
+
+
+def sim_cluster(name: str, *, cpu: float = 4, count: int = 1, **extra: Any) -> Data:
+    return {
+        "name": name,
+        "backend": "sim",
+        "nodes": [{"name": f"{name}-node", "count": count, "resources": {"cpu": cpu}}],
+        **extra,
+    }
+
+
+def fleet_data(
+    *clusters: Data,
+    queues: list[Data] | None = None,
+    priority_classes: list[Data] | None = None,
+    **settings: Any,
+) -> Data:
+    return {
+        "name": "test",
+        "settings": {"cycle_interval": 0.05, **settings},
+        "priority_classes": priority_classes or [],
+        "clusters": list(clusters) or [sim_cluster("c1")],
+        "queues": queues or [{"name": "default"}],
+    }
+
+
+def job(
+    name: str,
+    cpu: float = 1,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    duration: float = 1000,
+    **extra: Any,
+) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "name": name,
+            "queue": queue,
+            "priority": priority,
+            "tasks": [{"name": "main", "resources": {"cpu": cpu}}],
+            "payload": {"sim": {"duration": duration}},
+            **extra,
+        }
+    )
+
+
+class FleetService:
+    """One replica: a store, a fleet runtime and a loop the test cycles by hand."""
+
+    def __init__(
+        self,
+        db: str,
+        *,
+        replica: str = "replica-a",
+        factory: Callable[..., Backend] | None = None,
+        heartbeat_timeout: float = 30.0,
+    ) -> None:
+        self.store = SqlStore.open(db)
+        self.runtime = FleetRuntime(self.store, {}, factory=factory)
+        self.replica = replica
+        self.heartbeat_timeout = heartbeat_timeout
+        self.loop: SchedulingLoop | None = None
+
+    def apply(self, data: Data) -> Fleet:
+        fleet = fleet_from_data(data)
+        self.store.apply_fleet(fleet_change(fleet))
+        return fleet
+
+    def start(self) -> SchedulingLoop:
+        self.runtime.sync()
+        self.runtime.connect()
+        self.loop = SchedulingLoop(
+            self.store,
+            {},
+            LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout),
+            fleet=self.runtime,
+        )
+        return self.loop
+
+    def submit(self, *specs: JobSpec) -> list[str]:
+        return self.store.submit_jobs(list(specs))
+
+    def state(self, job_id: str) -> JobState:
+        return self.store.get_job(job_id).state
+
+    def cluster_of(self, job_id: str) -> str | None:
+        run = self.store.get_job(job_id).run
+        return run.cluster if run is not None else None
+
+    def cycles(self, n: int = 3) -> None:
+        assert self.loop is not None
+        for _ in range(n):
+            self.loop.cycle()
+
+    def cycle_until(self, done: Callable[[], bool], limit: float = 20.0) -> None:
+        assert self.loop is not None
+        deadline = time.monotonic() + limit
+        while not done():
+            assert time.monotonic() < deadline, "the loop did not get there in time"
+            self.loop.cycle()
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+        self.runtime.close()
+        self.store.close()
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'flotilla.db'}"
+
+
+# --- a fake remote engine -----------------------------------------------------------------
+
+
+@dataclass
+class FakeEngine:
+    """What a Ray head or a Slurm controller keeps: every run by id, whoever submitted it.
+    Tests end runs by hand (``finish``) and take the engine down (``up = False``)."""
+
+    nodes: tuple[NodeInfo, ...] = (
+        NodeInfo(name="remote-0", capacity={"cpu": 4.0}, labels={}, taints=()),
+    )
+    up: bool = True
+    runs: dict[str, RunStatus] = field(default_factory=dict)
+    dispatches: dict[str, int] = field(default_factory=dict)
+    """Run id → how many times a dispatch of it started something (must stay 1)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def check(self) -> None:
+        if not self.up:
+            raise BackendUnavailable("fake engine at fake://engine does not answer")
+
+    def finish(self, run_id: str, exit_code: int = 0) -> None:
+        with self.lock:
+            status = self.runs[run_id]
+            state = RunState.SUCCEEDED if exit_code == 0 else RunState.FAILED
+            self.runs[run_id] = RunStatus(
+                run_id,
+                status.job,
+                status.cluster,
+                state,
+                status.dispatched_at,
+                started_at=status.started_at,
+                finished_at=time.time(),
+                exit_code=exit_code,
+            )
+
+
+class FakeRemoteBackend:
+    """A backend whose truth is the engine: a fresh object (another replica, a restart)
+    sees every run, and its first ``poll`` reports every active one (adoption)."""
+
+    name = "fake-remote"
+
+    def __init__(self, engine: FakeEngine, cluster: str) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self._seen: dict[str, RunState] = {}
+
+    def inventory(self) -> Inventory:
+        self.engine.check()
+        active = tuple(
+            run_id
+            for run_id, status in self.engine.runs.items()
+            if status.state in (RunState.PENDING, RunState.RUNNING)
+        )
+        return Inventory(self.cluster, self.engine.nodes, time.time(), active)
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        self.engine.check()
+        with self.engine.lock:
+            if request.run_id not in self.engine.runs:
+                now = time.time()
+                self.engine.runs[request.run_id] = RunStatus(
+                    request.run_id,
+                    request.job,
+                    self.cluster,
+                    RunState.RUNNING,
+                    now,
+                    started_at=now,
+                )
+                self.engine.dispatches[request.run_id] = (
+                    self.engine.dispatches.get(request.run_id, 0) + 1
+                )
+            status = self.engine.runs[request.run_id]
+        return DispatchResult(
+            request.run_id, request.job, self.cluster, status.dispatched_at, request.placements
+        )
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        self.engine.check()
+        with self.engine.lock:
+            status = self.engine.runs.get(request.run_id)
+            if status is None:
+                return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, "unknown run")
+            if status.state not in (RunState.PENDING, RunState.RUNNING):
+                return CancelResult(request.run_id, CancelOutcome.ALREADY_FINISHED, "finished")
+            self.engine.runs[request.run_id] = RunStatus(
+                status.run_id,
+                status.job,
+                status.cluster,
+                RunState.CANCELLED,
+                status.dispatched_at,
+                started_at=status.started_at,
+                finished_at=time.time(),
+            )
+        return CancelResult(request.run_id, CancelOutcome.STOPPING, "stopped")
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        self.engine.check()
+        status = self.engine.runs.get(request.run_id)
+        if status is None:
+            raise UnknownRun(request.run_id)
+        return status
+
+    def poll(self) -> list[RunStatus]:
+        self.engine.check()
+        changed = []
+        for run_id, status in list(self.engine.runs.items()):
+            if self._seen.get(run_id) is not status.state:
+                self._seen[run_id] = status.state
+                changed.append(status)
+        return changed
+
+    def logs(self, request: LogsRequest) -> LogChunk:
+        self.engine.check()
+        raise UnknownRun(request.run_id)
+
+    def close(self) -> None:
+        pass
+
+
+def factory_with(engine: FakeEngine) -> Callable[..., Backend]:
+    """Build ``fake-remote`` clusters on ``engine``, every other backend by entry point."""
+
+    def build(name: str, **settings: Any) -> Backend:
+        if name == "fake-remote":
+            return FakeRemoteBackend(engine, settings["cluster"])
+        return load_backend(name, **settings)
+
+    return build
