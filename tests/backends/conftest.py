@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from .engines.slurm_cluster import SlurmCluster, slurm_installed
 from .ray_support import RayHarness
-from .support import Harness, KubernetesHarness, LocalHarness, SimHarness
+from .support import Harness, KubernetesHarness, LocalHarness, SimHarness, SlurmHarness
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -21,13 +23,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 
-@pytest.fixture(params=["local", "sim", "kubernetes", "ray"])
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real munged + slurmctld + slurmd for the session (per xdist worker), stopped by PID.
+
+    Outside CI a machine without Slurm skips these tests (``scripts/install-slurm`` installs
+    it); under ``CI=true`` a missing Slurm is a failure, never a skip."""
+    if not slurm_installed():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Slurm is not installed: run scripts/install-slurm (CI must test it)")
+        pytest.skip("Slurm is not installed (scripts/install-slurm installs it)")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm") / "box")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["local", "sim", "kubernetes", "ray", "slurm"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     made: Harness
     if request.param == "ray":
         made = RayHarness(tmp_path / "state", scratch, request.getfixturevalue("ray_head"))
+    elif request.param == "slurm":
+        made = SlurmHarness(tmp_path / "state", scratch, request.getfixturevalue("slurm_cluster"))
     else:
         kind = {"local": LocalHarness, "sim": SimHarness, "kubernetes": KubernetesHarness}[
             request.param

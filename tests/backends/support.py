@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,9 @@ from flotilla.backends import (
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.processes import group_alive
 from flotilla.backends.sim import FakeClock, SimBackend
+from flotilla.backends.slurm import SlurmBackend
+
+from .engines.slurm_cluster import SlurmCluster
 
 WAIT_LIMIT = 15.0
 """Upper bound of any wait in real time; reaching it fails the test, it never passes it."""
@@ -273,6 +278,70 @@ class KubernetesHarness(Harness):
                 for process in self.fake.cluster.processes.values():
                     if job_name(status.run_id) in process.log.name:
                         assert process.popen.poll() is not None, "a pod's process still runs"
+
+
+class SlurmHarness(Harness):
+    """A real Slurm (the session's ``slurm_cluster``); each test is its own Flotilla cluster,
+    so run ids repeat across tests without meeting each other's jobs."""
+
+    name = "slurm"
+
+    def __init__(self, state_dir: Path, scratch: Path, cluster: SlurmCluster) -> None:
+        super().__init__(state_dir, scratch)
+        self.slurm = cluster
+        self.cluster_name = f"slurm-{uuid.uuid4().hex[:8]}"
+
+    def make(self, **config: Any) -> Backend:
+        settings: dict[str, Any] = {
+            "cluster": self.cluster_name,
+            "slurm_conf": self.slurm.conf,
+            "output_dir": self.state_dir / "output",
+            "working_dir": self.scratch,
+            "grace_period": 2.0,
+            "monitor_interval": 0.1,
+        }
+        settings.update(config)
+        backend = SlurmBackend(**settings)
+        self.backends.append(backend)
+        return backend
+
+    def close_all(self) -> None:
+        super().close_all()
+        # Safety net: a test that failed half-way must leave no job of its cluster behind.
+        listing = subprocess.run(
+            ["squeue", "-h", "-o", "%i %k"],
+            capture_output=True,
+            text=True,
+            env=self.slurm.environment(),
+            check=False,
+        )
+        for line in listing.stdout.splitlines():
+            job_id, _, comment = line.partition(" ")
+            if f"cluster={self.cluster_name};" in comment:
+                subprocess.run(["scancel", job_id], env=self.slurm.environment(), check=False)
+
+    def pass_time(self) -> None:
+        time.sleep(0.1)
+
+    def assert_gone(self, status: RunStatus) -> None:
+        leftover = run_processes(status.run_id, self.cluster_name)
+        assert not leftover, f"processes of {status.run_id} still run: {leftover}"
+
+
+def run_processes(run_id: str, cluster: str) -> list[int]:
+    """Processes whose environment names this run of this Flotilla cluster."""
+    wanted = {f"FLOTILLA_RUN={run_id}".encode(), f"FLOTILLA_CLUSTER={cluster}".encode()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= environment:
+            found.append(int(entry.name))
+    return found
 
 
 def read_all(backend: Backend, run_id: str, stream: LogStream = LogStream.STDOUT) -> str:

@@ -1,5 +1,5 @@
 """The ``Backend`` contract, asserted identically over every backend (``local``, ``sim``,
-``kubernetes`` over a fake API server)."""
+``kubernetes`` over a fake API server, ``ray`` and ``slurm`` on real engines)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,250 @@
+"""What the Slurm backend does beyond the shared contract, against a real slurmctld + slurmd."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends import (
+    BackendUnavailable,
+    CancelRequest,
+    DispatchRejected,
+    DispatchRequest,
+    LogsRequest,
+    LogStream,
+    ReplicaPlacement,
+    RunState,
+    StatusRequest,
+    UnknownRun,
+    load_backend,
+)
+from flotilla.backends.slurm import SlurmBackend
+from flotilla.backends.slurm.nodes import FEATURE_LABEL
+
+from .engines.slurm_cluster import CPUS, GPUS, MEMORY_MIB, SlurmCluster
+from .support import SlurmHarness, read_all, read_replica
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[SlurmHarness]:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    made = SlurmHarness(tmp_path / "state", scratch, slurm_cluster)
+    try:
+        yield made
+    finally:
+        made.close_all()
+
+
+def placed(
+    backend: SlurmBackend,
+    run_id: str,
+    command: str,
+    *,
+    replicas: int = 1,
+    gpus_each: int = 0,
+    resources: dict[str, float] | None = None,
+    **fields: object,
+) -> DispatchRequest:
+    node = backend.inventory().nodes[0].name
+    placements = tuple(
+        ReplicaPlacement(
+            "main", index, node, tuple(range(index * gpus_each, (index + 1) * gpus_each))
+        )
+        for index in range(replicas)
+    )
+    return DispatchRequest(
+        run_id=run_id,
+        job=f"job-{run_id}",
+        cluster=backend.cluster,
+        placements=placements,
+        payload={"command": command},
+        resources={"main": resources or {"cpu": 1}},
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_inventory_is_slurms_node_with_its_cpus_memory_gpus_and_features(
+    slurm: SlurmHarness,
+) -> None:
+    backend = slurm.make()
+    (node,) = backend.inventory().nodes
+    assert node.name == slurm.slurm.node
+    assert node.capacity == {"cpu": CPUS, "memory": MEMORY_MIB * MIB, "gpu": GPUS}
+    assert node.gpu_count == GPUS
+    assert node.labels[f"{FEATURE_LABEL}fast"] == "true"
+
+
+def test_a_drained_node_is_left_out_of_the_inventory(slurm: SlurmHarness) -> None:
+    backend = slurm.make()
+    node = slurm.slurm.node
+    scontrol = ["scontrol", "update", f"NodeName={node}"]
+    environment = slurm.slurm.environment()
+    subprocess.run([*scontrol, "State=DRAIN", "Reason=maintenance"], env=environment, check=True)
+    try:
+        assert backend.inventory().nodes == ()
+    finally:
+        subprocess.run([*scontrol, "State=RESUME"], env=environment, check=True)
+        deadline = time.monotonic() + 15
+        # Slurm flags a resumed node NOT_RESPONDING until slurmd answers again (a second).
+        while not backend.inventory().nodes and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert [info.name for info in backend.inventory().nodes] == [node]
+
+
+def test_gpu_replicas_see_their_devices_and_others_see_none(slurm: SlurmHarness) -> None:
+    backend = slurm.make()
+    show = "echo devices=[$CUDA_VISIBLE_DEVICES] replica=$FLOTILLA_REPLICA"
+    backend.dispatch(placed(backend, "gpus", show, replicas=2, gpus_each=1))
+    backend.dispatch(placed(backend, "none", show))
+    assert slurm.wait_terminal(backend, "gpus").state is RunState.SUCCEEDED
+    assert slurm.wait_terminal(backend, "none").state is RunState.SUCCEEDED
+    seen = {read_replica(backend, "gpus", "main", index).strip() for index in range(2)}
+    assert seen == {"devices=[0] replica=0", "devices=[1] replica=1"} or seen == {
+        "devices=[1] replica=0",
+        "devices=[0] replica=1",
+    }
+    assert read_all(backend, "none").strip() == "devices=[] replica=0"
+
+
+def test_cpus_and_memory_become_the_steps_allocation(slurm: SlurmHarness) -> None:
+    backend = slurm.make()
+    show = "echo cpus=$SLURM_CPUS_PER_TASK mem=$SLURM_MEM_PER_CPU"
+    backend.dispatch(placed(backend, "sized", show, resources={"cpu": 2, "memory": 300 * MIB}))
+    assert slurm.wait_terminal(backend, "sized").state is RunState.SUCCEEDED
+    assert read_all(backend, "sized").strip() == "cpus=2 mem=150"
+
+
+def test_environment_is_flotillas_and_the_payloads_not_the_services(
+    slurm: SlurmHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICE_SECRET", "hunter2")
+    backend = slurm.make()
+    request = placed(
+        backend,
+        "env",
+        "echo $FLOTILLA_JOB $FLOTILLA_RUN $FLOTILLA_TASK $FLOTILLA_NODE $QUEUE $MODE "
+        "[${SERVICE_SECRET:-unset}] $(pwd)",
+        env={"QUEUE": "team-a", "MODE": "from-request"},
+    )
+    payload = {
+        "command": request.payload["command"],
+        "env": {"MODE": "from-payload"},  # type: ignore[index]
+        "working_dir": "sub",
+    }
+    (slurm.scratch / "sub").mkdir()
+    backend.dispatch(DispatchRequest(**{**vars(request), "payload": payload}))
+    assert slurm.wait_terminal(backend, "env").state is RunState.SUCCEEDED
+    node = slurm.slurm.node
+    assert read_all(backend, "env").split() == [
+        "job-env",
+        "env",
+        "main",
+        node,
+        "team-a",
+        "from-payload",
+        "[unset]",
+        str(slurm.scratch / "sub"),
+    ]
+
+
+def test_one_failing_replica_stops_the_gang_and_names_itself(slurm: SlurmHarness) -> None:
+    backend = slurm.make()
+    command = 'if [ "$FLOTILLA_REPLICA" = 1 ]; then echo bad >&2; exit 3; fi; sleep 60'
+    backend.dispatch(placed(backend, "gang", command, replicas=2))
+    status = slurm.wait_terminal(backend, "gang")
+    assert status.state is RunState.FAILED
+    assert status.exit_code == 3
+    assert status.message == "replica main/1 exited with code 3"
+    assert [replica.exit_code for replica in status.replicas][1] == 3
+    assert status.replicas[1].state is RunState.FAILED
+    assert "bad" in backend.logs(LogsRequest("gang", LogStream.STDERR, replica=1)).text
+    slurm.assert_gone(status)
+
+
+def test_a_request_slurm_can_never_place_is_rejected(slurm: SlurmHarness) -> None:
+    backend = slurm.make()
+    too_big = placed(backend, "huge", "true", resources={"cpu": 1, "memory": 10 * MEMORY_MIB * MIB})
+    with pytest.raises(DispatchRejected, match="Slurm refused"):
+        backend.dispatch(too_big)
+    with pytest.raises(UnknownRun):
+        backend.status(StatusRequest("huge"))
+
+
+def test_finished_runs_are_read_from_the_completion_log_once_slurm_forgets_them(
+    tmp_path: Path,
+) -> None:
+    cluster = SlurmCluster(tmp_path / "box")
+    cluster.start()
+    try:
+        harness = SlurmHarness(tmp_path / "state", tmp_path, cluster)
+        first = harness.make()
+        first.dispatch(placed(first, "ok", "echo kept"))
+        first.dispatch(placed(first, "bad", "exit 4"))
+        assert harness.wait_terminal(first, "ok").state is RunState.SUCCEEDED
+        assert harness.wait_terminal(first, "bad").exit_code == 4
+        first.close()
+        cluster.restart_controller(forget_jobs=True)
+
+        second = harness.make()
+        ok = second.status(StatusRequest("ok"))
+        assert (ok.state, ok.exit_code, ok.job) == (RunState.SUCCEEDED, 0, "job-ok")
+        bad = second.status(StatusRequest("bad"))
+        assert (bad.state, bad.exit_code) == (RunState.FAILED, 4)
+        assert "kept" in read_all(second, "ok")
+        # Idempotent still: the run is known, nothing starts again.
+        second.dispatch(placed(second, "ok", "echo kept"))
+        time.sleep(1)
+        assert read_all(second, "ok").count("kept") == 1
+        harness.close_all()
+    finally:
+        cluster.stop()
+
+
+def test_an_unreachable_controller_is_one_clear_line_and_construction_still_works(
+    slurm: SlurmHarness, tmp_path: Path
+) -> None:
+    dead = tmp_path / "dead.conf"
+    text = slurm.slurm.conf.read_text()
+    lines = [
+        "SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
+        for line in text.splitlines()
+    ]
+    dead.write_text("\n".join([*lines, "MessageTimeout=2", ""]))
+    (tmp_path / "gres.conf").write_text((slurm.slurm.conf.parent / "gres.conf").read_text())
+    backend = load_backend("slurm", cluster="gone", slurm_conf=str(dead))
+    try:
+        with pytest.raises(BackendUnavailable, match=f"slurmctld does not answer.*{dead}") as error:
+            backend.inventory()
+        assert "\n" not in str(error.value)
+        with pytest.raises(BackendUnavailable):
+            backend.poll()
+    finally:
+        backend.close()
+    missing = load_backend("slurm", cluster="gone", slurm_conf=str(tmp_path / "nope.conf"))
+    with pytest.raises(BackendUnavailable, match=r"nope\.conf does not exist"):
+        missing.inventory()
+    missing.close()
+
+
+def test_an_unknown_setting_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="tokn"):
+        load_backend("slurm", cluster="x", tokn="secret")
+
+
+def test_a_run_that_ignores_sigterm_is_killed_after_the_cancels_grace(slurm: SlurmHarness) -> None:
+    # The fixture's KillWait is 30 s: ending sooner proves the backend's own SIGKILL.
+    backend = slurm.make()
+    stubborn = "trap 'echo ignoring TERM' TERM; echo ready; while true; do sleep 0.1; done"
+    backend.dispatch(placed(backend, "stubborn", stubborn))
+    slurm.wait_output(backend, "stubborn", "ready")
+    assert backend.cancel(CancelRequest("stubborn", grace_period=1.0)).outcome.value == "stopping"
+    status = slurm.wait_terminal(backend, "stubborn")
+    assert (status.state, status.message) == (RunState.CANCELLED, "cancelled")
+    slurm.assert_gone(status)
