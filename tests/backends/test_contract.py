@@ -145,7 +145,7 @@ def test_invalid_requests_are_rejected_naming_the_field(harness: Harness) -> Non
         with pytest.raises(DispatchRejected, match=r"payload\.image"):
             backend.dispatch(request(backend, "run-1", {"command": "x"}, job_type="container"))
     else:
-        with pytest.raises(DispatchRejected, match="not supported yet"):
+        with pytest.raises(DispatchRejected, match=r"type: 'container' jobs do not run on"):
             backend.dispatch(request(backend, "run-1", {"image": "x"}, job_type="container"))
     placement = ReplicaPlacement("main", 0, "no-such-node")
     bad_node = request(backend, "run-1", harness.quick())

@@ -51,6 +51,7 @@ from flotilla.backends.ray.jobs import (
     user_output,
 )
 from flotilla.backends.ray.nodes import RayNode, read_nodes
+from flotilla.model.payload import ContainerPayload
 
 CLUSTER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -179,6 +180,11 @@ class RayBackend:
         nodes = self._nodes_for(request)
         check_request(request, self.cluster, [node.info for node in nodes])
         payload = any_payload_of(request)
+        if isinstance(payload, ContainerPayload):
+            raise DispatchRejected(
+                "type: 'container' jobs do not run on the ray backend (it runs command and ray "
+                "jobs; a container job needs a cluster whose backend is kubernetes)"
+            )
         node_ids = {node.info.name: node.node_id for node in nodes}
         dispatched_at = existing.result().dispatched_at if existing else self.clock()
         submitted = {marker.index for marker in existing.markers} if existing else set()
