@@ -21,6 +21,7 @@ from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
 from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.scheduler.runner import RunnerState
 from flotilla.store import JobState, SqlStore
+from tests.live_service import process_gone, read_pids
 
 
 class Service:
@@ -87,11 +88,19 @@ def test_a_failing_command_fails_the_job_with_its_exit_code(service: Service) ->
     assert service.store.runs(job)[-1].exit_code == 3
 
 
-def test_cancelling_a_running_job_stops_its_process(service: Service) -> None:
-    job = service.submit("sleeper", "sleep 60")
-    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+def test_cancelling_a_running_job_stops_its_process(service: Service, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job = service.submit("sleeper", f"sleep 600 & echo $$ $! > {pids}; wait")
+    service.cycle_until(
+        lambda: service.state(job) is JobState.RUNNING and len(read_pids(pids)) == 2
+    )
+    shell, child = read_pids(pids)
+    assert not process_gone(shell) and not process_gone(child)
     service.store.cancel(job, "no longer needed")
     service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
+    # Cancelled means stopped: the job's process and the child it started are gone.
+    assert process_gone(shell) and process_gone(child)
+    assert service.store.runs(job)[-1].state.value == "cancelled"
 
 
 def test_a_job_no_node_can_hold_waits_with_a_reason(service: Service) -> None:
