@@ -24,6 +24,7 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.backends.interface import RunState as BackendRunState
+from flotilla.faults import crash_point
 from flotilla.scheduler.context import LoopContext
 from flotilla.store import (
     ACTIVE_JOB_STATES,
@@ -271,6 +272,7 @@ class RunTransitions:
             self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
         result = backend.cancel(CancelRequest(job.run.id, reason="cancelled by request"))
+        crash_point("during-cancel")
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
                 self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
