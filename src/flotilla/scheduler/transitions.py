@@ -189,7 +189,21 @@ class RunTransitions:
             # A short run may end between two polls (or before a crashed backend recorded its
             # start): an exit code proves it ran, so its history still shows it running.
             changes.append(Transition(job.id, JobState.RUNNING, "started", run))
-        if state is BackendRunState.SUCCEEDED:
+        if job.cancel_requested and state in (BackendRunState.FAILED, BackendRunState.LOST):
+            # Its cancel was requested, so the run ending ends the job cancelled — also when
+            # the stop was sent by a leader killed before it could record the outcome.
+            self._cancelling.discard(run)
+            changes.append(
+                Transition(
+                    job.id,
+                    JobState.CANCELLED,
+                    "cancelled: the run ended after the cancel request",
+                    run,
+                    exit_code=status.exit_code,
+                    message=status.message,
+                )
+            )
+        elif state is BackendRunState.SUCCEEDED:
             changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
         elif state is BackendRunState.FAILED:
             reason = status.message or f"exited {status.exit_code}"
