@@ -39,13 +39,16 @@ class Service:
             LoopSettings(mode=mode, cycle_interval=0.05, replica="replica-a"),
         )
 
-    def submit(self, name: str, command: str, **resources: float) -> str:
+    def submit(
+        self, name: str, command: str, max_runtime: float | None = None, **resources: float
+    ) -> str:
         spec = JobSpec.model_validate(
             {
                 "name": name,
                 "queue": "default",
                 "tasks": [{"name": "main", "resources": resources or {"cpu": 0.1}}],
                 "payload": {"command": ["sh", "-c", command]},
+                "max_runtime": max_runtime,
             }
         )
         return self.store.submit_jobs([spec])[0]
@@ -86,6 +89,29 @@ def test_a_failing_command_fails_the_job_with_its_exit_code(service: Service) ->
     job = service.submit("broken", "exit 3")
     service.cycle_until(lambda: service.state(job) is JobState.FAILED)
     assert service.store.runs(job)[-1].exit_code == 3
+
+
+def test_a_run_gets_its_queue_name_placement_and_devices_in_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOTILLA_LOCAL_GPUS", "2")
+    service = Service(tmp_path)
+    try:
+        command = (
+            'echo "$FLOTILLA_QUEUE $FLOTILLA_JOB_NAME $FLOTILLA_REPLICA $CUDA_VISIBLE_DEVICES"'
+        )
+        job = service.submit("env", command, cpu=0.1, gpu=2)
+        service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+        chunk = service.loop.logs(job, LogsRequest(run_id=""))
+        assert chunk.data.decode().split() == ["default", "env", "0", "0,1"]
+    finally:
+        service.close()
+
+
+def test_a_run_past_its_max_runtime_is_stopped_and_fails(service: Service) -> None:
+    job = service.submit("endless", "sleep 600", max_runtime=0.5)
+    service.cycle_until(lambda: service.state(job) is JobState.FAILED)
+    assert "max_runtime" in (service.store.runs(job)[-1].message or "")
 
 
 def test_cancelling_a_running_job_stops_its_process(service: Service, tmp_path: Path) -> None:
