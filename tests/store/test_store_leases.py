@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from store_support import FakeClock, job
@@ -182,3 +183,25 @@ def test_racing_processes_on_postgresql_elect_exactly_one_leader(postgres_url: s
         racer.stdin.flush()
     outcomes = [racer.communicate(timeout=60)[0].strip() for racer in racers]
     assert sorted(outcomes) == ["lost", "won"]
+
+
+def test_renewal_extends_the_stored_lease_of_that_name_only_and_never_revives_an_expired_one(
+    store: SqlStore, other: SqlStore, clock: FakeClock
+) -> None:
+    """What another replica sees is the stored lease: a renewal must move its expiry (or the
+    standby takes over from a live leader), touch no other lease, and fail from the moment
+    the lease has expired, even if nobody took it yet."""
+    lease = store.try_acquire_lease("leader", "replica-1", ttl=10)
+    unrelated = store.try_acquire_lease("other-lease", "replica-1", ttl=10)
+    assert lease is not None and unrelated is not None
+    clock.advance(5)
+    renewed = store.renew_lease(lease, ttl=10)
+    assert renewed == replace(lease, expires_at=clock.now + timedelta(seconds=10))
+    assert renewed is not None and renewed.expires_at > lease.expires_at
+    assert other.current_lease("leader") == renewed
+    assert other.current_lease("other-lease") == unrelated
+    clock.advance(6)  # past the first expiry, inside the renewed one
+    assert other.try_acquire_lease("leader", "replica-2", ttl=10) is None
+    clock.now = renewed.expires_at  # expired exactly now: lost, even though nobody took it
+    assert store.renew_lease(renewed, ttl=10) is None
+    assert other.current_lease("leader") is None
