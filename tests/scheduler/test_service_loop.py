@@ -108,6 +108,23 @@ def test_a_run_gets_its_queue_name_placement_and_devices_in_its_environment(
         service.close()
 
 
+def test_a_run_left_leased_by_a_dead_leader_is_dispatched_once_by_the_next(
+    service: Service, tmp_path: Path
+) -> None:
+    """A leader that recorded a lease and died before dispatching it: the next leader's cycle
+    dispatches the run (the same run, no new attempt) and the job runs once."""
+    marks = tmp_path / "marks"
+    job = service.submit("orphan", f"echo ran >> {marks}")
+    node = service.backend.inventory().nodes[0].name
+    placement = {"task": "main", "replica": 0, "node": node, "gpus": [], "shares": []}
+    run = service.store.record_run(
+        job, "local", {"cluster": "local", "placements": [{**placement, "gpu_memory": 0.0}]}
+    )
+    service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+    assert [item.id for item in service.store.runs(job)] == [run.id]
+    assert marks.read_text().split() == ["ran"]
+
+
 def test_a_run_past_its_max_runtime_is_stopped_and_fails(service: Service) -> None:
     job = service.submit("endless", "sleep 600", max_runtime=0.5)
     service.cycle_until(lambda: service.state(job) is JobState.FAILED)
