@@ -11,9 +11,13 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+from flotilla.backends.local import local_node
 from tests.e2e.service import TERMINAL, Services, assert_started_once, job_spec, wait_for
 
 JOBS = 12
+AT_ONCE = 4
+"""Jobs the local cluster runs at a time: each asks for a quarter of this machine's cores, so
+the kill lands mid-flight on a 2-core runner and a 64-core one alike."""
 
 
 def test_kill_9_mid_flight_then_restart_runs_every_job_once(
@@ -26,7 +30,8 @@ def test_kill_9_mid_flight_then_restart_runs_every_job_once(
     first = services.start(db=db_url, state_dir=state_dir, extra=extra)
     command = f'echo "$FLOTILLA_JOB_NAME" >> {marks}; sleep 0.3'
     names = [f"job-{index}" for index in range(JOBS)]
-    ids = first.submit(*(job_spec(name, command, cpu=0.5) for name in names))
+    cpu = local_node().capacity["cpu"] / AT_ONCE
+    ids = first.submit(*(job_spec(name, command, cpu=cpu) for name in names))
 
     wait_for(lambda: marks.exists() and len(marks.read_text().split()) >= 3, 60, "3 jobs to run")
     first.kill9()

@@ -416,9 +416,24 @@ def check_gangs(sim: Simulator, now: float) -> None:
                 raise Violation(f"t={now}: {job.name} runs {placed} of {replicas} replicas")
         elif not gang.name and gang.min_member is not None and placed < gang.min_member:
             raise Violation(f"t={now}: {job.name} runs {placed} < min_member {gang.min_member}")
+    started_gangs: set[str] = sim.__dict__.setdefault("_named_gangs_started", set())
     for name, jobs_of_gang in members.items():
         spec = jobs_of_gang[0].spec.gang
         if spec.mode != "strict":
+            # A named non-strict gang starts once min_member of its members (replicas across
+            # its jobs) can be placed together: checked at its first start.
+            placed = sum(
+                len(job.assignment.placements)
+                for job in jobs_of_gang
+                if job.state is JobState.RUNNING and job.assignment is not None
+            )
+            if placed and name not in started_gangs:
+                started_gangs.add(name)
+                if spec.min_member is not None and placed < spec.min_member:
+                    raise Violation(
+                        f"t={now}: non-strict gang {name} started with {placed} members "
+                        f"< min_member {spec.min_member}"
+                    )
             continue
         started = [job for job in jobs_of_gang if job.state is JobState.RUNNING]
         if not started:

@@ -21,6 +21,7 @@ from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
 from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.scheduler.runner import RunnerState
 from flotilla.store import JobState, SqlStore
+from tests.live_service import process_gone, read_pids
 
 
 class Service:
@@ -38,13 +39,16 @@ class Service:
             LoopSettings(mode=mode, cycle_interval=0.05, replica="replica-a"),
         )
 
-    def submit(self, name: str, command: str, **resources: float) -> str:
+    def submit(
+        self, name: str, command: str, max_runtime: float | None = None, **resources: float
+    ) -> str:
         spec = JobSpec.model_validate(
             {
                 "name": name,
                 "queue": "default",
                 "tasks": [{"name": "main", "resources": resources or {"cpu": 0.1}}],
                 "payload": {"command": ["sh", "-c", command]},
+                "max_runtime": max_runtime,
             }
         )
         return self.store.submit_jobs([spec])[0]
@@ -87,11 +91,59 @@ def test_a_failing_command_fails_the_job_with_its_exit_code(service: Service) ->
     assert service.store.runs(job)[-1].exit_code == 3
 
 
-def test_cancelling_a_running_job_stops_its_process(service: Service) -> None:
-    job = service.submit("sleeper", "sleep 60")
-    service.cycle_until(lambda: service.state(job) is JobState.RUNNING)
+def test_a_run_gets_its_queue_name_placement_and_devices_in_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOTILLA_LOCAL_GPUS", "2")
+    service = Service(tmp_path)
+    try:
+        command = (
+            'echo "$FLOTILLA_QUEUE $FLOTILLA_JOB_NAME $FLOTILLA_REPLICA $CUDA_VISIBLE_DEVICES"'
+        )
+        job = service.submit("env", command, cpu=0.1, gpu=2)
+        service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+        chunk = service.loop.logs(job, LogsRequest(run_id=""))
+        assert chunk.data.decode().split() == ["default", "env", "0", "0,1"]
+    finally:
+        service.close()
+
+
+def test_a_run_left_leased_by_a_dead_leader_is_dispatched_once_by_the_next(
+    service: Service, tmp_path: Path
+) -> None:
+    """A leader that recorded a lease and died before dispatching it: the next leader's cycle
+    dispatches the run (the same run, no new attempt) and the job runs once."""
+    marks = tmp_path / "marks"
+    job = service.submit("orphan", f"echo ran >> {marks}")
+    node = service.backend.inventory().nodes[0].name
+    placement = {"task": "main", "replica": 0, "node": node, "gpus": [], "shares": []}
+    run = service.store.record_run(
+        job, "local", {"cluster": "local", "placements": [{**placement, "gpu_memory": 0.0}]}
+    )
+    service.cycle_until(lambda: service.state(job) is JobState.SUCCEEDED)
+    assert [item.id for item in service.store.runs(job)] == [run.id]
+    assert marks.read_text().split() == ["ran"]
+
+
+def test_a_run_past_its_max_runtime_is_stopped_and_fails(service: Service) -> None:
+    job = service.submit("endless", "sleep 600", max_runtime=0.5)
+    service.cycle_until(lambda: service.state(job) is JobState.FAILED)
+    assert "max_runtime" in (service.store.runs(job)[-1].message or "")
+
+
+def test_cancelling_a_running_job_stops_its_process(service: Service, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job = service.submit("sleeper", f"sleep 600 & echo $$ $! > {pids}; wait")
+    service.cycle_until(
+        lambda: service.state(job) is JobState.RUNNING and len(read_pids(pids)) == 2
+    )
+    shell, child = read_pids(pids)
+    assert not process_gone(shell) and not process_gone(child)
     service.store.cancel(job, "no longer needed")
     service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
+    # Cancelled means stopped: the job's process and the child it started are gone.
+    assert process_gone(shell) and process_gone(child)
+    assert service.store.runs(job)[-1].state.value == "cancelled"
 
 
 def test_a_job_no_node_can_hold_waits_with_a_reason(service: Service) -> None:

@@ -28,11 +28,15 @@ REGIONS = ("us", "eu")
 POOLS = ("a", "b")
 TAINTS = (
     {"key": "dedicated", "value": "infra", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "infra", "effect": "NoExecute"},
+    {"key": "dedicated", "effect": "NoSchedule"},  # no value: the empty string
     {"key": "gpu", "value": "true", "effect": "NoExecute"},
     {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
 )
 TOLERATIONS = (
     {"key": "dedicated", "operator": "Equal", "value": "infra"},
+    {"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"},
+    {"key": "dedicated"},  # Equal without a value: tolerates only an empty-valued taint
     {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},
     {"key": "gpu", "operator": "Exists"},
     {"operator": "Exists"},
@@ -49,7 +53,14 @@ def node_groups(draw: st.DrawFn, index: int) -> Data:
         "count": draw(st.integers(1, 2)),
         "resources": {"cpu": draw(st.integers(1, 8)), "memory": f"{draw(st.integers(1, 8))}Gi"},
         "labels": {"pool": draw(st.sampled_from(POOLS))},
-        "taints": draw(st.lists(st.sampled_from(TAINTS), max_size=1)),
+        # Up to two taints per node; Kubernetes keys a taint by (key, effect).
+        "taints": draw(
+            st.lists(
+                st.sampled_from(TAINTS),
+                max_size=2,
+                unique_by=lambda taint: (taint["key"], taint["effect"]),
+            )
+        ),
     }
     if gpus:
         group["gpus"] = {"count": gpus}
@@ -137,7 +148,10 @@ def scenarios(draw: st.DrawFn) -> Data:
 
 
 def tolerated(toleration: Data, taint: Data) -> bool:
-    """Kubernetes semantics, written here independently of the engine's plugin."""
+    """Kubernetes' ``Toleration.ToleratesTaint``, written here independently of the engine's
+    plugin: an effect, when given, must be the taint's; a key, when given, must be the taint's
+    (an empty key with Exists tolerates every taint); Exists then matches any value, and Equal
+    compares values exactly, a missing value being the empty string on either side."""
     if toleration.get("effect") not in (None, taint["effect"]):
         return False
     operator = toleration.get("operator", "Equal")
@@ -146,7 +160,7 @@ def tolerated(toleration: Data, taint: Data) -> bool:
         return operator == "Exists"
     if key != taint["key"]:
         return False
-    return operator == "Exists" or toleration.get("value") in (None, taint["value"])
+    return operator == "Exists" or toleration.get("value", "") == taint.get("value", "")
 
 
 class CheckedSimulator(Simulator):

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from store_support import FakeClock, job
 
-from flotilla.store import JobState, LeaseLostError, SqlStore, make_engine
+from flotilla.store import (
+    JobState,
+    Lease,
+    LeaseLostError,
+    RunRequest,
+    SqlStore,
+    Transition,
+    make_engine,
+)
 
 
 @pytest.fixture
@@ -25,8 +35,8 @@ def test_only_one_replica_holds_the_lease(store: SqlStore, other: SqlStore) -> N
     assert lease is not None and lease.token == 1
     assert other.try_acquire_lease("leader", "replica-2", ttl=10) is None
     assert other.current_lease("leader") == lease
-    again = store.try_acquire_lease("leader", "replica-1", ttl=10)
-    assert again is not None and again.token == lease.token
+    renewed = store.renew_lease(lease, ttl=10)
+    assert renewed is not None and renewed.token == lease.token
 
 
 def test_an_expired_lease_changes_hands_with_a_new_token(
@@ -69,6 +79,83 @@ def test_a_deposed_leader_cannot_write(store: SqlStore, other: SqlStore, clock: 
     assert other.transition(job_id, JobState.RUNNING, "up", fence=new).state is JobState.RUNNING
 
 
+def test_a_restart_under_the_same_holder_name_fences_the_old_process(
+    store: SqlStore, other: SqlStore
+) -> None:
+    """``flotilla up --replica NAME`` restarted while its previous process is only paused: the
+    new process takes the lease back at once, in a new term, and the old one can neither renew
+    nor write with what it holds."""
+    [job_id] = store.submit_jobs([job("j")])
+    stale = store.try_acquire_lease("leader", "replica-1", ttl=60)
+    assert stale is not None
+    fresh = other.try_acquire_lease("leader", "replica-1", ttl=60)
+    assert fresh is not None and fresh.token > stale.token
+    assert store.renew_lease(stale, ttl=60) is None
+    with pytest.raises(LeaseLostError):
+        store.record_run(job_id, "c1", {}, fence=stale)
+    assert store.get_job(job_id).state is JobState.QUEUED and store.runs(job_id) == []
+    assert other.record_run(job_id, "c1", {}, fence=fresh).state.value == "leased"
+    assert other.current_lease("leader") == fresh
+
+
+FencedWrite = Callable[[SqlStore, str, Lease], object]
+
+FENCED_WRITES: dict[str, FencedWrite] = {
+    "record_run": lambda store, job_id, fence: store.record_run(job_id, "c1", {}, fence=fence),
+    "record_runs": lambda store, job_id, fence: store.record_runs(
+        [RunRequest(job_id, "c1")], fence=fence
+    ),
+    "transition": lambda store, job_id, fence: store.transition(
+        job_id, JobState.CANCELLED, "x", fence=fence
+    ),
+    "transition_many": lambda store, job_id, fence: store.transition_many(
+        [Transition(job_id, JobState.CANCELLED, "x")], fence=fence
+    ),
+}
+
+
+@pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+def test_a_write_with_an_old_fencing_token_is_refused_and_writes_nothing(
+    store: SqlStore, clock: FakeClock, write: str
+) -> None:
+    """The fence compares the token itself, not only the holder and the expiry: a lease from
+    an earlier term under the same name, unexpired, is refused by every fenced write."""
+    [job_id] = store.submit_jobs([job("j")])
+    first = store.try_acquire_lease("leader", "replica-1", ttl=60)
+    assert first is not None
+    store.release_lease(first)
+    current = store.try_acquire_lease("leader", "replica-1", ttl=60)
+    assert current is not None and current.token == first.token + 1
+    old_term = replace(current, token=first.token)
+    wrong_holder = replace(current, holder="replica-2")
+    before = (store.get_job(job_id), store.events(job_id), store.latest_serial())
+    for fence in (old_term, wrong_holder):
+        with pytest.raises(LeaseLostError):
+            FENCED_WRITES[write](store, job_id, fence)
+        assert (store.get_job(job_id), store.events(job_id), store.latest_serial()) == before
+    clock.advance(61)
+    with pytest.raises(LeaseLostError):
+        FENCED_WRITES[write](store, job_id, current)
+    assert (store.get_job(job_id), store.events(job_id), store.latest_serial()) == before
+    renewed = store.try_acquire_lease("leader", "replica-1", ttl=60)
+    assert renewed is not None
+    FENCED_WRITES[write](store, job_id, renewed)
+    assert store.latest_serial() > before[2]
+
+
+def test_renewal_keeps_the_token_and_needs_the_current_one(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    lease = store.try_acquire_lease("leader", "replica-1", ttl=10)
+    assert lease is not None
+    assert store.renew_lease(replace(lease, token=lease.token + 1), ttl=10) is None
+    assert store.renew_lease(replace(lease, holder="replica-2"), ttl=10) is None
+    clock.advance(5)
+    renewed = store.renew_lease(lease, ttl=10)
+    assert renewed is not None and renewed.token == lease.token
+    assert renewed.expires_at > lease.expires_at
+
+
 RACER = """
 import sys
 from flotilla.store import SqlStore, make_engine
@@ -96,3 +183,25 @@ def test_racing_processes_on_postgresql_elect_exactly_one_leader(postgres_url: s
         racer.stdin.flush()
     outcomes = [racer.communicate(timeout=60)[0].strip() for racer in racers]
     assert sorted(outcomes) == ["lost", "won"]
+
+
+def test_renewal_extends_the_stored_lease_of_that_name_only_and_never_revives_an_expired_one(
+    store: SqlStore, other: SqlStore, clock: FakeClock
+) -> None:
+    """What another replica sees is the stored lease: a renewal must move its expiry (or the
+    standby takes over from a live leader), touch no other lease, and fail from the moment
+    the lease has expired, even if nobody took it yet."""
+    lease = store.try_acquire_lease("leader", "replica-1", ttl=10)
+    unrelated = store.try_acquire_lease("other-lease", "replica-1", ttl=10)
+    assert lease is not None and unrelated is not None
+    clock.advance(5)
+    renewed = store.renew_lease(lease, ttl=10)
+    assert renewed == replace(lease, expires_at=clock.now + timedelta(seconds=10))
+    assert renewed is not None and renewed.expires_at > lease.expires_at
+    assert other.current_lease("leader") == renewed
+    assert other.current_lease("other-lease") == unrelated
+    clock.advance(6)  # past the first expiry, inside the renewed one
+    assert other.try_acquire_lease("leader", "replica-2", ttl=10) is None
+    clock.now = renewed.expires_at  # expired exactly now: lost, even though nobody took it
+    assert store.renew_lease(renewed, ttl=10) is None
+    assert other.current_lease("leader") is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from flotilla.backends.interface import CancelRequest
+from flotilla.faults import crash_point
 from flotilla.framework.snapshot import CycleResult
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.dispatch import Dispatcher
@@ -47,6 +48,7 @@ class Committer:
         context = self._context
         if requests:
             context.store.record_runs(requests, fence=context.lease)
+            crash_point("after-lease-commit")
             self._sync()
             fresh = context.jobdb.read_txn()
             leased = (fresh.get(request.job_id) for request in requests)

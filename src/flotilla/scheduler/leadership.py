@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+from flotilla.faults import crash_point
 from flotilla.scheduler.context import LoopContext
 from flotilla.store import StoreError
 
@@ -40,6 +41,7 @@ class Leadership:
             if time.monotonic() - self._renewed_at < self._ttl * RENEW_SHARE:
                 return False
             renewed = context.store.renew_lease(context.lease, self._ttl)
+            crash_point("during-renewal")
             if renewed is None:
                 self.lose()
             else:

@@ -25,6 +25,7 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.backends.interface import RunState as BackendRunState
+from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec
 from flotilla.scheduler.context import LoopContext
@@ -275,7 +276,21 @@ class RunTransitions:
             # A short run may end between two polls (or before a crashed backend recorded its
             # start): an exit code proves it ran, so its history still shows it running.
             changes.append(Transition(job.id, JobState.RUNNING, "started", run))
-        if state is BackendRunState.SUCCEEDED:
+        if job.cancel_requested and state in (BackendRunState.FAILED, BackendRunState.LOST):
+            # Its cancel was requested, so the run ending ends the job cancelled — also when
+            # the stop was sent by a leader killed before it could record the outcome.
+            self._cancelling.discard(run)
+            changes.append(
+                Transition(
+                    job.id,
+                    JobState.CANCELLED,
+                    "cancelled: the run ended after the cancel request",
+                    run,
+                    exit_code=status.exit_code,
+                    message=status.message,
+                )
+            )
+        elif state is BackendRunState.SUCCEEDED:
             changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
         elif state is BackendRunState.FAILED:
             reason = status.message or f"exited {status.exit_code}"
@@ -402,6 +417,7 @@ class RunTransitions:
         except BackendUnavailable as error:
             log.warning("cancel of %s waits for %s: %s", job.id, job.run.cluster, error)
             return  # asked again next pass
+        crash_point("during-cancel")
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
                 self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)

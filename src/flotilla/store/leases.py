@@ -3,7 +3,8 @@
 Acquire is one atomic upsert (``INSERT … ON CONFLICT DO UPDATE … WHERE free``): on PostgreSQL
 the row lock makes concurrent acquirers queue, and the WHERE is evaluated against the row as the
 previous winner committed it, so exactly one of them gets an unexpired lease. The token grows on
-every change of hands; fenced writes check it inside their own transaction (``check_fence``).
+every acquire (a new term, even under the same holder name) and stays on renewal; fenced writes
+check it inside their own transaction (``check_fence``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, and_, case, or_, select, update
+from sqlalchemy import Table, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -34,15 +35,17 @@ def acquire(session: Session, name: str, holder: str, ttl: float, now: datetime)
         "acquired_at": now,
         "renewed_at": now,
     }
-    ours = and_(TABLE.c.holder == holder, TABLE.c.expires_at > now)
     statement = insert(TABLE).values(values)
     returning = statement.on_conflict_do_update(
         index_elements=[TABLE.c.name],
         set_={
             "holder": holder,
             "expires_at": expires,
-            "fencing_token": case((ours, TABLE.c.fencing_token), else_=TABLE.c.fencing_token + 1),
-            "acquired_at": case((ours, TABLE.c.acquired_at), else_=now),
+            # Every acquire starts a new term, also under the same holder name: a replica
+            # restarted with ``--replica NAME`` must fence whatever its previous process
+            # (paused, not dead) still believes it holds. Renewal keeps the token.
+            "fencing_token": TABLE.c.fencing_token + 1,
+            "acquired_at": now,
             "renewed_at": now,
         },
         where=or_(TABLE.c.expires_at <= now, TABLE.c.holder == holder),

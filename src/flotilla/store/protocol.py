@@ -258,9 +258,12 @@ class Store(Protocol):
         ...
 
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
-        """Take the lease for ``ttl`` seconds if it is free or expired (or already ours, which
-        renews it); None if another holder has it. Each change of hands increments the
-        token. Exactly one holder at a time across processes (PostgreSQL)."""
+        """Take the lease for ``ttl`` seconds if it is free or expired, or held under the same
+        ``holder`` name (a replica restarted with its old name takes it back at once); None if
+        another holder has it. Every acquire starts a new term with a higher token, so a lease
+        an earlier process got under the same name is fenced off (renew it with
+        ``renew_lease``, which keeps the token). Exactly one holder at a time across
+        processes (PostgreSQL)."""
         ...
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease | None:

@@ -1,0 +1,88 @@
+"""The client commands against a real service in the test process: the real API app over a
+real scheduling loop (SQLite, local backend, real processes), no socket.
+
+``logs -f`` follows output a process is still writing, ``wait`` waits for real ends, ``watch``
+and ``why`` show what the loop decided. The fake scheduler stays in test_client_commands.py,
+whose tests are about the client's own behaviour (arguments, errors, exit codes, tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner, Result
+
+from flotilla.cli import client as cli_client
+from flotilla.cli.main import app
+from tests.live_service import LiveService, live_service, process_gone, read_pids
+
+
+@pytest.fixture
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveService]:
+    with live_service(tmp_path) as service:
+
+        def factory(server: str, token: str | None) -> httpx.Client:
+            return TestClient(service.app, base_url=server)
+
+        monkeypatch.setattr(cli_client, "client_factory", factory)
+        yield service
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def test_logs_follow_prints_output_as_it_is_written_until_the_process_ends(
+    live: LiveService,
+) -> None:
+    job_id = live.submit("counter", "echo step 1; sleep 1; echo step 2; sleep 0.3; echo step 3")
+    live.wait_until(lambda: live.state(job_id).value == "running", "the job to start")
+    result = run("logs", job_id, "-f")
+    assert result.exit_code == 0, result.output
+    assert result.output == "step 1\nstep 2\nstep 3\n"
+    live.wait_until(lambda: live.state(job_id).value == "succeeded", "the job to succeed")
+
+
+def test_wait_returns_when_the_jobs_end_with_their_outcome(live: LiveService) -> None:
+    good = live.submit("good", "sleep 0.3")
+    bad = live.submit("bad", "sleep 0.3; exit 4")
+    assert live.state(good).value not in ("succeeded", "failed")
+    ok = run("wait", good, "--timeout", "60")
+    assert ok.exit_code == 0 and f"{good} succeeded" in ok.output
+    failed = run("wait", good, bad, "--timeout", "60")
+    assert failed.exit_code == 1 and f"{bad} failed" in failed.output
+    assert live.store.runs(bad)[-1].exit_code == 4
+
+
+def test_wait_times_out_with_exit_3_on_a_job_that_cannot_fit(live: LiveService) -> None:
+    stuck = live.submit("stuck", "true", cpu=live.cpus * 4)
+    result = run("wait", stuck, "--timeout", "0.5")
+    assert result.exit_code == 3 and "timed out" in result.output
+
+
+def test_why_and_watch_show_what_the_loop_decided(live: LiveService) -> None:
+    stuck = live.submit("stuck", "true", cpu=live.cpus * 4)
+    live.wait_until(lambda: bool(live.loop.pending_reason(stuck)), "a cycle to explain it")
+    reason = live.loop.pending_reason(stuck)
+    assert reason is not None
+    why = run("why", stuck)
+    assert why.exit_code == 0, why.output
+    assert "cpu" in why.output and "1 of 1 queued in default" in why.output
+    watch = run("watch", "--iterations", "1", "--queue", "default")
+    assert watch.exit_code == 0, watch.output
+    assert stuck in watch.output and "queued" in watch.output
+
+
+def test_cancel_from_the_cli_ends_the_running_process(live: LiveService, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job_id = live.submit("sleeper", f"sleep 600 & echo $$ $! > {pids}; wait")
+    live.wait_until(lambda: len(read_pids(pids)) == 2, "the job to start")
+    live.wait_until(lambda: live.state(job_id).value == "running", "running")
+    result = run("cancel", job_id)
+    assert result.exit_code == 0, result.output
+    live.wait_until(lambda: live.state(job_id).value == "cancelled", "the cancel to finish")
+    assert all(process_gone(pid) for pid in read_pids(pids))

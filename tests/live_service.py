@@ -1,0 +1,111 @@
+"""A real Flotilla service in the test process: SQLite store, the real scheduling loop on its
+own thread, the local backend running real processes, and the real API app over them.
+
+For API and CLI tests whose subject is what the service does (why a job waits, its logs, a
+cancel that stops a process, ``wait``/``watch``/``logs -f``), not what a fake says it does.
+The loop runs exactly as in ``flotilla up``, only with a short cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from flotilla.backends.local import LocalBackend
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.server import AuthSettings, create_app
+from flotilla.store import JobState, SqlStore
+
+CYCLE = 0.05
+
+
+class LiveService:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
+        self.backend = LocalBackend(
+            cluster="local", state_dir=root / "runs", grace_period=1.0, stop_runs_on_close=True
+        )
+        nodes = self.backend.inventory().nodes
+        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
+        self.store.put_queue(QueueSpec(name="default"))
+        self.loop = SchedulingLoop(
+            self.store,
+            {"local": self.backend},
+            LoopSettings(cycle_interval=CYCLE, replica="live"),
+        )
+        self.app: FastAPI = create_app(
+            self.store, self.loop, AuthSettings.disabled(), poll_interval=0.05
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.loop.run, args=(self._stop,), daemon=True)
+        self._thread.start()
+
+    @property
+    def cpus(self) -> float:
+        """The local cluster's cores: what a job must exceed never to fit."""
+        return float(self.backend.inventory().nodes[0].capacity["cpu"])
+
+    def spec(self, name: str, command: str, cpu: float = 0.1) -> dict[str, Any]:
+        return {
+            "name": name,
+            "queue": "default",
+            "tasks": [{"name": "main", "resources": {"cpu": cpu}}],
+            "payload": {"command": ["sh", "-c", command]},
+        }
+
+    def submit(self, name: str, command: str, cpu: float = 0.1) -> str:
+        job_id = self.store.submit_jobs([JobSpec.model_validate(self.spec(name, command, cpu))])[0]
+        self.loop.wake()
+        return job_id
+
+    def state(self, job_id: str) -> JobState:
+        return self.store.get_job(job_id).state
+
+    def wait_until(self, done: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+        deadline = time.monotonic() + limit
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.loop.wake()
+        self._thread.join(timeout=30)
+        self.backend.close()
+        self.store.close()
+
+
+@contextmanager
+def live_service(root: Path) -> Iterator[LiveService]:
+    service = LiveService(root)
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs: no such process, or a zombie left to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(word) for word in path.read_text().split()] if path.exists() else []
+
+
+def assert_alive(pid: int) -> None:
+    os.kill(pid, 0)  # raises if the process is gone
