@@ -116,9 +116,12 @@ class LocalBackend:
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir or default_state_dir(self.cluster))
+        # Absolute: commands run in their own working dir, and the supervisor opens the gate
+        # and exit files by the paths it is given (a relative one would point into the
+        # command's working dir).
+        self.state_dir = Path(self.state_dir or default_state_dir(self.cluster)).absolute()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.working_dir = Path(self.working_dir or Path.cwd())
+        self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
@@ -147,6 +150,9 @@ class LocalBackend:
             existing = self._known(request.run_id)
             if existing is not None:
                 check_same_job(existing.result, request)
+                # A repeat after a crash: the caller may not know the run's state (it may
+                # have ended while nobody watched), so the next poll reports it.
+                self._changes.mark(request.run_id)
                 return existing.result
             check_request(request, self.cluster, (self._node,))
             payload = payload_of(request)
@@ -363,7 +369,9 @@ class LocalBackend:
                 grace = self.grace_period
                 halt = Stop("replica-failed", message, now, grace, exit_code=failed.exit_code)
                 self._begin_stop(run, halt)
-            elif self._over_time(run, now):
+            elif unfinished and self._over_time(run, now):
+                # Only a run still going can exceed its limit: one whose replicas all ended
+                # (maybe while no backend watched, found on restart) keeps its outcome.
                 message = f"exceeded max_runtime of {run.max_runtime:g}s"
                 self._begin_stop(run, Stop("max-runtime", message, now, self.grace_period))
         stop = run.stop
