@@ -24,19 +24,25 @@ def serve(
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
     from flotilla.model.errors import SpecError
-    from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+    from flotilla.server import (
+        InsecureBindError,
+        allowed_hosts_for,
+        create_app,
+        run_server,
+        server_auth,
+    )
     from flotilla.store import SqlStore
 
     try:
-        settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
-        check_bind(host, settings)
+        settings, token = server_auth(auth, host)
     except SpecError as error:
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
     store = SqlStore.open(db)
     try:
-        run_server(create_app(store, None, settings), host, port)
+        app = create_app(store, None, settings, allowed_hosts=allowed_hosts_for(host))
+        run_server(app, host, port, local_token=token)
     finally:
         store.close()
 

@@ -53,12 +53,17 @@ def up(
     from flotilla.model.quantity import format_quantity
     from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
     from flotilla.scheduler.records import cluster_spec_from_inventory
-    from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+    from flotilla.server import (
+        InsecureBindError,
+        allowed_hosts_for,
+        create_app,
+        run_server,
+        server_auth,
+    )
     from flotilla.store import SqlStore
 
     try:
-        settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
-        check_bind(host, settings)
+        settings, token = server_auth(auth, host)
     except SpecError as error:
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
@@ -98,7 +103,8 @@ def up(
         f"{cycle_interval:g}s\n  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
-        run_server(create_app(store, loop, settings), host, port)
+        app = create_app(store, loop, settings, allowed_hosts=allowed_hosts_for(host))
+        run_server(app, host, port, local_token=token)
     finally:
         stop.set()
         scheduler.join(timeout=30)

@@ -21,6 +21,7 @@ from flotilla.server import catalog, history, jobs, ops
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
+from flotilla.server.guard import RequestGuard, ServerLimits
 from flotilla.store import Store
 
 DESCRIPTION = """Flotilla's REST API: submit and follow jobs, manage queues and quotas, see the
@@ -29,23 +30,33 @@ token config (loopback only). Every error is `{"message": ..., "problems": ["pat
 """
 
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def create_app(
     store: Store,
     scheduler: SchedulerHandle | None,
     auth: AuthSettings,
     *,
     poll_interval: float = 0.2,
+    limits: ServerLimits | None = None,
+    allowed_hosts: frozenset[str] | None = None,
 ) -> FastAPI:
-    """``poll_interval``: how often an event stream looks for new events (seconds)."""
+    """``poll_interval``: how often an event stream looks for new events (seconds).
+    ``allowed_hosts``: the ``Host`` names to answer (``LOOPBACK_HOSTS`` for a server on
+    loopback); None answers any (see ``guard.py``)."""
     app = FastAPI(title="Flotilla", version=__version__, description=DESCRIPTION)
+    limits = limits or ServerLimits()
     context = ServerContext(
-        store=store, scheduler=scheduler, auth=auth, poll_interval=poll_interval
+        store=store, scheduler=scheduler, auth=auth, poll_interval=poll_interval, limits=limits
     )
     app.state.flotilla = context
     install_handlers(app)
     for module in (jobs, history, catalog, ops):
         app.include_router(module.router)
     _count_requests(app, context)
+    # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
+    app.add_middleware(RequestGuard, limits=limits, allowed_hosts=allowed_hosts)
     _document_job_spec(app)
     return app
 
@@ -61,11 +72,10 @@ def _count_requests(app: FastAPI, context: ServerContext) -> None:
         start = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
-        if isinstance(route, Route):
-            template = route.path
-        else:  # FastAPI's own pages (/docs, /openapi.json) have fixed paths; 404s do not
-            template = "unmatched" if response.status_code == 404 else request.url.path
-        method = request.method
+        # Only a matched route's template, and a known method, become labels: anything a
+        # client makes up (a path, a method) is one "unmatched"/"OTHER" series, never a new one.
+        template = route.path if isinstance(route, Route) else "unmatched"
+        method = request.method if request.method in KNOWN_METHODS else "OTHER"
         context.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
         context.metrics.requests.labels(method, template, str(response.status_code)).inc()
         return response

@@ -56,6 +56,17 @@ async def _event_stream(
         await asyncio.sleep(context.poll_interval)
 
 
+async def _counted(
+    context: ServerContext, client: str, stream: AsyncIterator[str]
+) -> AsyncIterator[str]:
+    """``stream``, counted as open until it ends or the client goes away."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        context.close_stream(client)
+
+
 @router.get(
     "/jobs/{job_id}/events/stream",
     response_class=StreamingResponse,
@@ -71,7 +82,9 @@ async def stream_job_events(
     """Server-sent events: ``job-event`` for each history line (history first, then live
     changes), then one ``end`` when the job is terminal. Resumes after ``Last-Event-ID``."""
     await run_in_threadpool(context.store.get_job, job_id)  # 404 before the stream starts
-    stream = _event_stream(context, request, job_id, last_event_id or 0)
+    client = request.client.host if request.client else "unknown"
+    context.open_stream(client)
+    stream = _counted(context, client, _event_stream(context, request, job_id, last_event_id or 0))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
