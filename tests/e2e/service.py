@@ -242,6 +242,9 @@ class Services:
             str(port),
             "--state-dir",
             str(state_dir),
+            # Jobs here write to the test's own (private) temporary dir: run them as this
+            # user unless the test is about who they run as.
+            *([] if "--run-as" in extra else ["--run-as", str(os.getuid())]),
             *extra,
         ]
         self.state_dirs.add(state_dir)

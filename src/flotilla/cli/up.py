@@ -6,6 +6,7 @@ GPUs) in one process, over an SQLite file by default. Jobs run as local processe
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -38,6 +39,14 @@ def up(
     replica: Annotated[
         str | None, typer.Option(help="This replica's id for leader election.")
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as",
+            help="The user jobs run as. Default: 'nobody' when the server runs as root, else "
+            "the server's user. Switching user needs root.",
+        ),
+    ] = None,
     lease_ttl: Annotated[
         float,
         typer.Option(
@@ -68,10 +77,15 @@ def up(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    if run_as is None and os.geteuid() == 0:
+        run_as = "nobody"  # never the server's root: a job is anyone who may submit
     if db.startswith("sqlite:///") and not db.startswith("sqlite:////"):
-        Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as)
+    except ValueError as error:
+        fail(str(error), code=2)
     store = SqlStore.open(db)
-    backend = LocalBackend(cluster=cluster, state_dir=state_dir)
     nodes = backend.inventory().nodes
     store.upsert_cluster(
         cluster_spec_from_inventory(cluster, "local", nodes, labels={"flotilla.io/local": "true"})
@@ -100,7 +114,8 @@ def up(
     typer.echo(
         f"Flotilla is up: API http://{host}:{port} (OpenAPI /docs), database {db}\n"
         f"  cluster {cluster}: node {node.name} ({capacity}); {mode.value} scheduling every "
-        f"{cycle_interval:g}s\n  try: flotilla submit examples/jobs/hello.yaml"
+        f"{cycle_interval:g}s; jobs run as {run_as or 'this user'}\n"
+        "  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
         app = create_app(store, loop, settings, allowed_hosts=allowed_hosts_for(host))
