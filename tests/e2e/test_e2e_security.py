@@ -3,12 +3,14 @@ looks around, a submitter who reads what is not theirs (issue 12, defects 6-8)."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from flotilla.runtime import server_file
 from tests.e2e.service import FLOTILLA, Services, job_spec
@@ -51,3 +53,61 @@ def test_the_loopback_default_refuses_a_cross_origin_page_and_the_cli_still_work
     assert listed.returncode == 0, listed.stderr
     server.stop()
     assert not path.exists(), "the token file outlived its server"
+
+
+def _tokens(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(
+        "users:\n"
+        f"  - {{name: ana, token_sha256: {hashlib.sha256(b'ana-t').hexdigest()},"
+        " queues: {default: [submit]}}\n"
+        f"  - {{name: bo, token_sha256: {hashlib.sha256(b'bo-t').hexdigest()},"
+        " queues: {default: [submit]}}\n"
+        "  - {name: ops, token_env: E2E_ADMIN_TOKEN, admin: true}\n"
+    )
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="run_as needs the server to run as root")
+def test_a_submit_only_job_cannot_read_the_admin_token_another_users_secret_or_the_state(
+    services: Services, tmp_path: Path
+) -> None:
+    db = tmp_path / "server" / "f.db"
+    db.parent.mkdir(mode=0o700)
+    server = services.start(
+        db=f"sqlite:///{db}",
+        state_dir=tmp_path / "server" / "runs",
+        extra=["--auth", str(_tokens(tmp_path)), "--run-as", "nobody", "--cycle-interval", "0.1"],
+        env={
+            "E2E_ADMIN_TOKEN": "the-admin-token",
+            "FLOTILLA_SECRET_KEY_FILE": str(tmp_path / "secret.key"),
+        },
+    )
+    url = server.url
+    ana, bo = {"Authorization": "Bearer ana-t"}, {"Authorization": "Bearer bo-t"}
+    ops = {"Authorization": "Bearer the-admin-token"}
+    with_secret = job_spec("bo-job", 'echo "pass=$PASS"')
+    with_secret["payload"]["env"] = {"PASS": {"secret": "bo-password"}}
+    bo_job = httpx.post(f"{url}/v1/jobs", json=with_secret, headers=bo).json()["ids"][0]
+    snoop = (
+        f"env; cat /proc/$PPID/environ /proc/{server.process.pid}/environ; "
+        f"cat {db} | head -c 100000; ls {tmp_path / 'server' / 'runs'}; id -un"
+    )
+    ana_job = httpx.post(f"{url}/v1/jobs", json=job_spec("snoop", snoop), headers=ana).json()[
+        "ids"
+    ][0]
+    server.token = "the-admin-token"
+    server.http.headers["Authorization"] = "Bearer the-admin-token"
+    server.wait_states([bo_job, ana_job])
+
+    seen = server.logs(ana_job) + server.logs(ana_job, "stderr")
+    assert "the-admin-token" not in seen and "bo-password" not in seen
+    assert "E2E_ADMIN_TOKEN" not in seen
+    assert server.logs(ana_job).split()[-1] == "nobody"
+    assert httpx.get(f"{url}/v1/jobs/{bo_job}", headers=ana).status_code == 403
+    assert httpx.get(f"{url}/v1/jobs/{bo_job}/logs", headers=ana).status_code == 403
+    detail = httpx.get(f"{url}/v1/jobs/{bo_job}", headers=ops).json()
+    assert detail["spec"]["payload"]["env"] == {"PASS": {"secret": "(hidden)"}}
+    assert server.logs(bo_job) == "pass=bo-password\n"  # delivered to the job, and only there
+    assert "bo-password" not in server.output() and "the-admin-token" not in server.output()
+    assert b"bo-password" not in db.read_bytes()

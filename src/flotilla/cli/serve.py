@@ -24,6 +24,7 @@ def serve(
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
     from flotilla.model.errors import SpecError
+    from flotilla.secrets import SecretBox
     from flotilla.server import (
         InsecureBindError,
         allowed_hosts_for,
@@ -41,7 +42,13 @@ def serve(
         fail(str(error), code=2)
     store = SqlStore.open(db)
     try:
-        app = create_app(store, None, settings, allowed_hosts=allowed_hosts_for(host))
+        app = create_app(
+            store,
+            None,
+            settings,
+            allowed_hosts=allowed_hosts_for(host),
+            secrets=SecretBox.from_file(),
+        )
         run_server(app, host, port, local_token=token)
     finally:
         store.close()

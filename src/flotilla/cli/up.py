@@ -62,6 +62,7 @@ def up(
     from flotilla.model.quantity import format_quantity
     from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
     from flotilla.scheduler.records import cluster_spec_from_inventory
+    from flotilla.secrets import SecretBox
     from flotilla.server import (
         InsecureBindError,
         allowed_hosts_for,
@@ -86,6 +87,7 @@ def up(
     except ValueError as error:
         fail(str(error), code=2)
     store = SqlStore.open(db)
+    secrets = SecretBox.from_file()
     nodes = backend.inventory().nodes
     store.upsert_cluster(
         cluster_spec_from_inventory(cluster, "local", nodes, labels={"flotilla.io/local": "true"})
@@ -101,6 +103,7 @@ def up(
             replica=replica or default_replica_id(),
             lease_ttl=lease_ttl,
         ),
+        secrets=secrets,
     )
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
@@ -118,7 +121,9 @@ def up(
         "  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
-        app = create_app(store, loop, settings, allowed_hosts=allowed_hosts_for(host))
+        app = create_app(
+            store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
+        )
         run_server(app, host, port, local_token=token)
     finally:
         stop.set()

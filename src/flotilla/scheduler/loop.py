@@ -56,6 +56,7 @@ from flotilla.scheduler.reporting import Reporter
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
 from flotilla.scheduler.transitions import RunTransitions
+from flotilla.secrets import SecretBox
 from flotilla.store import JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class SchedulingLoop:
         backends: Mapping[str, Backend],
         settings: LoopSettings | None = None,
         metrics: SchedulerMetrics | None = None,
+        secrets: SecretBox | None = None,
     ) -> None:
         self.store = store
         self.backends = dict(backends)
@@ -120,7 +122,7 @@ class SchedulingLoop:
                 ThreadExecutor(),
                 on_duration=self.metrics.algorithm_seconds.observe,
             )
-        self._context = LoopContext(store, self.backends, self.jobdb, self.metrics)
+        self._context = LoopContext(store, self.backends, self.jobdb, self.metrics, secrets=secrets)
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )

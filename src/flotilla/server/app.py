@@ -17,6 +17,7 @@ from starlette.routing import Route
 from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.handle import SchedulerHandle
+from flotilla.secrets import SecretBox
 from flotilla.server import catalog, history, jobs, ops
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
@@ -41,6 +42,7 @@ def create_app(
     poll_interval: float = 0.2,
     limits: ServerLimits | None = None,
     allowed_hosts: frozenset[str] | None = None,
+    secrets: SecretBox | None = None,
 ) -> FastAPI:
     """``poll_interval``: how often an event stream looks for new events (seconds).
     ``allowed_hosts``: the ``Host`` names to answer (``LOOPBACK_HOSTS`` for a server on
@@ -48,7 +50,12 @@ def create_app(
     app = FastAPI(title="Flotilla", version=__version__, description=DESCRIPTION)
     limits = limits or ServerLimits()
     context = ServerContext(
-        store=store, scheduler=scheduler, auth=auth, poll_interval=poll_interval, limits=limits
+        store=store,
+        scheduler=scheduler,
+        auth=auth,
+        poll_interval=poll_interval,
+        limits=limits,
+        secrets=secrets,
     )
     app.state.flotilla = context
     install_handlers(app)

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Body, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec
+from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
-from flotilla.server.context import Caller, Context, ServerContext, require
+from flotilla.server.context import Caller, Context, ServerContext, require, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.schemas import (
     BulkCancelBody,
@@ -75,6 +76,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     except ValueError as error:
         raise ApiError(400, f"the body is not valid JSON: {error}") from None
     specs, prefixes = parse_submission(body)
+    specs = seal_secrets(context, specs, prefixes)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
@@ -87,6 +89,31 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         for job_id, (queue, name) in zip(ids, named, strict=True)
     ]
     return SubmitResult(ids=ids, jobs=jobs)
+
+
+def seal_secrets(
+    context: ServerContext, specs: list[JobSpec], prefixes: list[str]
+) -> list[JobSpec]:
+    """Encrypt the secret env values of every job before anything is stored (see
+    ``flotilla.secrets``); 422 naming each bad one."""
+    problems: list[str] = []
+    sealed: list[JobSpec] = []
+    for spec, prefix in zip(specs, prefixes, strict=True):
+        where = f"{prefix}.payload" if prefix else "payload"
+        if not has_secrets(spec.payload):
+            sealed.append(spec)
+        elif context.secrets is None:
+            problems.append(f"{where}.env: this server has no secret key to store secrets")
+        else:
+            try:
+                sealed.append(
+                    spec.model_copy(update={"payload": context.secrets.seal(spec.payload, where)})
+                )
+            except SecretError as error:
+                problems.extend(error.problems)
+    if problems:
+        raise ApiError(422, "invalid job spec", problems)
+    return sealed
 
 
 def parse_labels(pairs: list[str] | None) -> dict[str, str]:
@@ -104,7 +131,7 @@ def parse_labels(pairs: list[str] | None) -> dict[str, str]:
 @router.get("/jobs")
 def list_jobs(
     context: Context,
-    _user: Caller,
+    user: Caller,
     queue: str | None = None,
     state: Annotated[list[JobState] | None, Query(description="Repeat for several.")] = None,
     owner: str | None = None,
@@ -112,7 +139,16 @@ def list_jobs(
     after: Annotated[int | None, Query(ge=0, description="A page's next_cursor.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobList:
-    """Jobs in submission order, filtered, a page at a time (keyset: stable under submits)."""
+    """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
+    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs."""
+    if not (user.can_read_all() or (queue is not None and user.can(Permission.READ, queue))):
+        if owner is not None and owner != user.name:
+            raise ApiError(
+                403,
+                f"user {user.name!r} may list only their own jobs here: give a queue they "
+                "have the 'read' permission on",
+            )
+        owner = user.name
     page = context.store.list_jobs(
         queue=queue,
         states=state,
@@ -132,8 +168,9 @@ def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
 
 
 @router.get("/jobs/{job_id}")
-def get_job(job_id: str, context: Context, _user: Caller) -> JobDetail:
+def get_job(job_id: str, context: Context, user: Caller) -> JobDetail:
     job = context.store.get_job(job_id)
+    require_read(user, job)
     runs = context.store.runs(job_id)
     return JobDetail.build(job, runs, pending_reason(context, job))
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flotilla.secrets import redact
 from flotilla.store import ClusterRecord, EventRecord, JobRecord, NodeRecord, RunRecord
 
 
@@ -86,6 +87,14 @@ def _job_fields(job: JobRecord) -> dict[str, Any]:
     }
 
 
+def _shown_spec(job: JobRecord) -> dict[str, Any]:
+    """The spec as stored, secret env values hidden (``flotilla.secrets``)."""
+    spec = job.spec.model_dump(mode="json", exclude_none=True)
+    if "payload" in spec:
+        spec["payload"] = redact(spec["payload"])
+    return spec
+
+
 class JobDetail(Job):
     """One job in full: spec as stored, every run, and why it waits if it does."""
 
@@ -100,7 +109,7 @@ class JobDetail(Job):
     def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
         return cls(
             **_job_fields(job),
-            spec=job.spec.model_dump(mode="json", exclude_none=True),
+            spec=_shown_spec(job),
             runs=[Run.from_record(run) for run in runs],
             pending_reason=pending,
         )

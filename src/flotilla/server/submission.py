@@ -20,6 +20,7 @@ from flotilla.model.payload import (
     parse_payload,
     parse_sim_behaviour,
 )
+from flotilla.secrets import placeholders
 from flotilla.server.errors import ApiError
 
 
@@ -42,10 +43,11 @@ def check_payload(spec: JobSpec) -> list[str]:
     """
     try:
         sim_only = spec.payload is None or set(spec.payload) <= {"sim"}
+        payload = placeholders(spec.payload)  # secrets are checked when sealed
         if spec.type in PAYLOAD_TYPES and sim_only:
-            parse_sim_behaviour(spec.payload)
+            parse_sim_behaviour(payload)
         else:
-            parse_payload(spec.type, spec.payload)
+            parse_payload(spec.type, payload)
     except PayloadError as error:
         return error.problems
     return []
