@@ -9,6 +9,11 @@
 * **Body size.** At most ``ServerLimits.max_body_bytes`` (413), checked against
   ``Content-Length`` first and counted while reading otherwise, so a huge body is never held
   in memory or stored.
+* **JSON that every store can hold.** A body must be JSON nested at most
+  ``max_json_depth`` deep, with no ``Infinity``/``NaN`` (not JSON; PostgreSQL refuses them and
+  SQLite stores them as invalid JSON) and no NUL character in any string or key (PostgreSQL
+  text cannot hold one; a command with one can never start). The path and query must not carry
+  NUL either. Each is a 400 naming the field.
 
 A pure ASGI middleware (not ``@app.middleware``): it must see the body as it streams.
 """
@@ -16,9 +21,10 @@ A pure ASGI middleware (not ``@app.middleware``): it must see the body as it str
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from flotilla.runtime import LOOPBACK_NAMES
 
@@ -41,6 +47,18 @@ class ServerLimits:
     """Open event streams per client address; one more is refused with 429."""
     event_streams_total: int = 256
     """Open event streams in all; one more is refused with 503."""
+    max_json_depth: int = 32
+    """How deeply a JSON body may nest (a job spec needs 6)."""
+    max_count: int = 10_000
+    """Jobs one spec's ``count`` may make."""
+    max_replicas: int = 10_000
+    """Replicas of one task."""
+    max_jobs_per_submission: int = 10_000
+    """Jobs in one batch (after ``count``)."""
+    max_priority: int = 1_000_000_000
+    """The largest ``|priority|`` (the store keeps 64-bit integers; this leaves room)."""
+    max_label_bytes: int = 4096
+    """Length of one label or annotation key or value, and of a cancel reason."""
 
 
 def host_name(header: str) -> str:
@@ -76,6 +94,10 @@ class RequestGuard:
             key.decode("latin-1").lower(): value.decode("latin-1")
             for key, value in scope.get("headers", [])
         }
+        unsafe = _nul_in_request(scope)
+        if unsafe is not None:
+            await _refuse(send, 400, f"{unsafe}: NUL characters are not allowed", [unsafe])
+            return
         if self.allowed_hosts is not None:
             host = host_name(headers.get("host", ""))
             if host not in self.allowed_hosts:
@@ -123,6 +145,11 @@ class RequestGuard:
             await _refuse(send, 415, "content-type: required with a body; send application/json")
             return
         body = b"".join(chunks)
+        if body and content_type is not None:
+            problem = check_json(body, self.limits.max_json_depth)
+            if problem is not None:
+                await _refuse(send, 400, "the body is not acceptable JSON", [problem])
+                return
         replayed = False
 
         async def replay() -> Message:
@@ -135,8 +162,8 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
 
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"message": message, "problems": []}).encode()
+async def _refuse(send: Send, status: int, message: str, problems: Sequence[str] = ()) -> None:
+    body = json.dumps({"message": message, "problems": list(problems)}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -148,6 +175,86 @@ async def _refuse(send: Send, status: int, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class _Unacceptable(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Unacceptable(f"{name} is not a JSON number")
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply ``body`` nests arrays and objects (strings skipped), without parsing it:
+    Python's parser recurses and fails with RecursionError past ~1,000 levels."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def check_json(body: bytes, max_depth: int) -> str | None:
+    """A ``field: problem`` line if ``body`` is not JSON Flotilla accepts, else None. Bodies
+    that are not JSON at all are left to the route (which names its own error)."""
+    if json_depth(body) > max_depth:
+        return f"(top level): nested more than {max_depth} levels deep"
+    try:
+        value = json.loads(body, parse_constant=_reject_constant)
+    except _Unacceptable as error:
+        return f"(top level): {error}"
+    except ValueError:
+        return None
+    return _nul_path(value, "")
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return f"{path or '(top level)'}: NUL characters are not allowed" if "\0" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "\0" in key:
+                return f"{path or '(top level)'}: a key holds a NUL character"
+            found = _nul_path(item, where)
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _nul_in_request(scope: Scope) -> str | None:
+    """The query parameter (or ``path``) carrying a NUL character, if any."""
+    if "\0" in scope.get("path", ""):
+        return "path"
+    query = scope.get("query_string", b"")
+    if b"%00" in query.lower() or b"\0" in query:
+        for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if "\0" in key or "\0" in value:
+                return key.replace("\0", "") or "query"
+        return "query"
+    for key, value in scope.get("headers", []):
+        if b"\0" in value:
+            return str(key.decode("latin-1"))
+    return None
 
 
 LOOPBACK_HOSTS = frozenset(LOOPBACK_NAMES - {"::1"})

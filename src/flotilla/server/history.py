@@ -57,6 +57,13 @@ async def _event_stream(
         await asyncio.sleep(context.poll_interval)
 
 
+def _event_number(last_event_id: str | None) -> int:
+    """``Last-Event-ID`` is any string by the SSE standard; one that is not an id this
+    server sent (a number) resumes from the start."""
+    text = (last_event_id or "").strip()
+    return int(text) if text.isdigit() and len(text) < 19 else 0
+
+
 async def _counted(
     context: ServerContext, client: str, stream: AsyncIterator[str]
 ) -> AsyncIterator[str]:
@@ -78,7 +85,7 @@ async def stream_job_events(
     request: Request,
     context: Context,
     user: Caller,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
 ) -> StreamingResponse:
     """Server-sent events: ``job-event`` for each history line (history first, then live
     changes), then one ``end`` when the job is terminal. Resumes after ``Last-Event-ID``."""
@@ -86,7 +93,8 @@ async def stream_job_events(
     require_read(user, job)
     client = request.client.host if request.client else "unknown"
     context.open_stream(client)
-    stream = _counted(context, client, _event_stream(context, request, job_id, last_event_id or 0))
+    resume = _event_number(last_event_id)
+    stream = _counted(context, client, _event_stream(context, request, job_id, resume))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
@@ -97,7 +105,7 @@ def job_logs(
     context: Context,
     user: Caller,
     stream: LogStream = LogStream.STDOUT,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     task: str | None = None,
     replica: Annotated[int | None, Query(ge=0)] = None,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 1 << 16,

@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
+from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec
@@ -14,6 +15,8 @@ from flotilla.server.auth import Permission, User
 from flotilla.server.context import Caller, Context, ServerContext, require, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.schemas import (
+    LABEL_KEY,
+    MAX_REASON,
     BulkCancelBody,
     CancelBody,
     CancelResult,
@@ -29,6 +32,11 @@ from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, J
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
+MAX_CURSOR = 2**62
+"""Cursors are serials: far below this, and far below what a 64-bit column holds."""
+
+LABEL_FILTER = LABEL_KEY.removesuffix("$") + "=.*$"
+
 SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -43,10 +51,12 @@ SUBMIT_BODY: dict[str, Any] = {
                             "properties": {
                                 "jobs": {
                                     "type": "array",
+                                    "minItems": 1,
                                     "items": {"$ref": "#/components/schemas/JobSpec"},
                                 }
                             },
                             "required": ["jobs"],
+                            "additionalProperties": False,
                         },
                     ]
                 }
@@ -75,7 +85,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         body = json.loads(await request.body())
     except ValueError as error:
         raise ApiError(400, f"the body is not valid JSON: {error}") from None
-    specs, prefixes = parse_submission(body)
+    specs, prefixes = parse_submission(body, context.limits)
     specs = seal_secrets(context, specs, prefixes)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
@@ -132,11 +142,16 @@ def parse_labels(pairs: list[str] | None) -> dict[str, str]:
 def list_jobs(
     context: Context,
     user: Caller,
-    queue: str | None = None,
+    queue: Annotated[str | None, Query(max_length=253)] = None,
     state: Annotated[list[JobState] | None, Query(description="Repeat for several.")] = None,
-    owner: str | None = None,
-    label: Annotated[list[str] | None, Query(description="key=value; repeat: all match.")] = None,
-    after: Annotated[int | None, Query(ge=0, description="A page's next_cursor.")] = None,
+    owner: Annotated[str | None, Query(max_length=253)] = None,
+    label: Annotated[
+        list[Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=MAX_REASON)]] | None,
+        Query(description="key=value; repeat: all match."),
+    ] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="A page's next_cursor.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).

@@ -7,7 +7,7 @@ stays stable if a record grows a field the API does not want to expose.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -131,14 +131,34 @@ class SubmitResult(BaseModel):
     jobs: list[SubmittedJob]
 
 
+MAX_REASON = 4096
+MAX_PRIORITY = 1_000_000_000
+LABEL_KEY = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,252}$"
+"""What a label key in a filter may be: a letter or digit, then letters, digits, ``._/-``."""
+
+Reason = Annotated[str, Field(max_length=MAX_REASON)]
+
+
 class CancelBody(_Closed):
-    reason: str = "cancelled by user"
+    reason: Reason = "cancelled by user"
 
 
 class BulkCancelBody(_Closed):
-    queue: str | None = None
-    labels: dict[str, str] = {}
-    reason: str = "cancelled by user"
+    """A queue and/or labels: never every job."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["queue"], "properties": {"queue": {"type": "string"}}},
+                {"required": ["labels"], "properties": {"labels": {"minProperties": 1}}},
+            ]
+        },
+    )
+
+    queue: str | None = Field(default=None, max_length=253)
+    labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Reason] = {}
+    reason: Reason = "cancelled by user"
 
 
 class CancelResult(BaseModel):
@@ -148,8 +168,8 @@ class CancelResult(BaseModel):
 
 
 class PriorityBody(_Closed):
-    priority: int
-    reason: str = ""
+    priority: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    reason: Reason = ""
 
 
 class Event(BaseModel):
