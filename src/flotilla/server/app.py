@@ -88,6 +88,47 @@ def _count_requests(app: FastAPI, context: ServerContext) -> None:
         return response
 
 
+ERROR_STATUSES = {
+    "400": "Bad request: a parameter or the body is not acceptable (problems name the field).",
+    "401": "No bearer token, or one nobody has.",
+    "403": "The caller lacks the permission, or the Host is not allowed.",
+    "404": "No such job, queue, quota, cluster or run.",
+    "409": "Conflicts with the current state (a name taken, a job that runs, a queue in use).",
+    "413": "The body is larger than the server's limit.",
+    "415": "The body is not application/json.",
+    "422": "The request is well-formed but invalid (problems name each field).",
+    "429": "Too many open event streams from this client.",
+    "503": "Too many open event streams on this server.",
+}
+"""Every error any route can answer, each with the one error body (``errors.py``)."""
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string"},
+        "problems": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["message", "problems"],
+}
+
+
+def _document_errors(schema: dict[str, Any]) -> None:
+    """Document the error statuses on every operation (FastAPI documents only 422, with a
+    body shape this server never sends)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    reference = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses = operation["responses"]
+            for status, description in ERROR_STATUSES.items():
+                responses[status] = {"description": description, "content": reference}
+
+
 def _document_job_spec(app: FastAPI) -> None:
     """The submit route reads its body itself (to name every bad field of every job), so
     the JobSpec schema is added to the OpenAPI components by hand."""
@@ -104,6 +145,7 @@ def _document_job_spec(app: FastAPI) -> None:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(spec.pop("$defs", {}))
             components["JobSpec"] = spec
+            _document_errors(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
