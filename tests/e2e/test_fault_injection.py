@@ -21,6 +21,7 @@ its figures in docs/fault-injection.md::
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import threading
@@ -108,6 +109,7 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
     # lease at once; with two replicas the survivor may have taken it already).
     survivors = [server for server in servers if server is not victim]
     survivors.append(start(names[servers.index(victim)]))
+    restarted_at = time.monotonic()
     observer = survivors[0]
     listed: dict[str, dict[str, object]] = {}
 
@@ -155,3 +157,21 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
         30,
         f"[{where}] every run record finished (no process left holding resources)",
     )
+    report = os.environ.get("FAULT_REPORT")
+    if report:
+        states = collections.Counter(str(job["state"]) for job in listed.values())
+        line = {
+            "kind": kind,
+            "seed": seed,
+            "phase": phase,
+            "submitted": count,
+            "accepted": len(accepted),
+            "stored": len(listed),
+            "states": dict(states),
+            "ran_twice": 0,
+            "lost": 0,
+            "stuck": 0,
+            "settled_seconds": round(time.monotonic() - restarted_at, 2),
+        }
+        with open(report, "a", encoding="utf-8") as file:
+            file.write(json.dumps(line) + "\n")
