@@ -53,8 +53,11 @@ def test_a_server_without_a_key_and_a_bad_secret_are_refused_naming_the_field(
     ]
     api = TestClient(create_app(store, None, AuthSettings.disabled(), secrets=box))
     bad = api.post("/v1/jobs", json=secret_job("nul\u0000byte"))
-    assert bad.status_code == 422
-    assert bad.json()["problems"] == ["payload.env.PASS.secret: must be a string without NUL bytes"]
+    assert bad.status_code == 400
+    assert bad.json()["problems"] == ["payload.env.PASS.secret: NUL characters are not allowed"]
+    not_text = api.post("/v1/jobs", json=secret_job(42))
+    assert not_text.status_code == 422
+    assert not_text.json()["problems"][0].startswith("payload.env.PASS")
     assert store.list_jobs().jobs == []
 
 
