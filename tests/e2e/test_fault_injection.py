@@ -80,8 +80,14 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
         return server
 
     servers = [start(name) for name in names]
-    wait_for(lambda: any(_leader(server) for server in servers), 30, "a leader")
-    victim = next(server for server in servers if _leader(server))
+    leaders: list[Server] = []
+
+    def found_leader() -> bool:
+        leaders[:] = [server for server in servers if _leader(server)][:1]
+        return bool(leaders)
+
+    wait_for(found_leader, 60, "a leader")
+    [victim] = leaders
     command = f'echo "$FLOTILLA_JOB_NAME" >> {marks}; sleep {sleep}'
     specs = [job_spec(f"job-{index}", command, cpu=0.25) for index in range(count)]
     accepted: list[str] = []
