@@ -29,8 +29,9 @@ from flotilla.runtime import token_for
 
 FLOTILLA = Path(sys.executable).with_name("flotilla")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-START_LIMIT = 60.0
-"""Seconds a server may take to answer /readyz: imports are slow on a loaded 2-core box."""
+START_LIMIT = 180.0
+"""Seconds a server may take to answer /readyz: imports are slow on a loaded 2-core box (at a
+load average of 26, 60 s was not enough)."""
 
 
 def free_port() -> int:
