@@ -39,6 +39,8 @@ from typing import Any
 
 import httpx
 
+from flotilla.runtime import token_for
+
 BATCH = 1_000
 FLOTILLA = Path(sys.executable).with_name("flotilla")
 
@@ -119,6 +121,9 @@ def _flotilla_up(workdir: Path, *extra: str) -> Iterator[httpx.Client]:
             return False
 
         _wait(ready, 120, "flotilla up to be ready", 0.1)
+        # Without --auth the server writes a token for this user (docs/api.md); use it.
+        _wait(lambda: token_for(str(http.base_url)) is not None, 30, "the token file", 0.1)
+        http.headers["Authorization"] = f"Bearer {token_for(str(http.base_url))}"
         yield http
     finally:
         http.close()

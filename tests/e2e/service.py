@@ -25,11 +25,13 @@ from typing import Any
 import httpx
 
 from flotilla.backends.processes import start_ticks
+from flotilla.runtime import token_for
 
 FLOTILLA = Path(sys.executable).with_name("flotilla")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-START_LIMIT = 60.0
-"""Seconds a server may take to answer /readyz: imports are slow on a loaded 2-core box."""
+START_LIMIT = 180.0
+"""Seconds a server may take to answer /readyz: imports are slow on a loaded 2-core box (at a
+load average of 26, 60 s was not enough)."""
 
 
 def free_port() -> int:
@@ -106,12 +108,21 @@ class Server:
                 )
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
+                    self._use_local_token()
                     return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"flotilla up not ready after {limit:g}s:\n{self.output()}")
             time.sleep(0.1)
+
+    def _use_local_token(self) -> None:
+        """Without a token config the server wrote a token for this user (as ``flotilla``
+        CLI commands read it); use it unless the test gave a token."""
+        if self.token is None and "--auth" not in self.args:
+            wait_for(lambda: token_for(self.url) is not None, 10, "the server's token file")
+            self.token = token_for(self.url)
+            self.http.headers["Authorization"] = f"Bearer {self.token}"
 
     def kill9(self) -> None:
         if self.alive():
@@ -232,6 +243,9 @@ class Services:
             str(port),
             "--state-dir",
             str(state_dir),
+            # Jobs here write to the test's own (private) temporary dir: run them as this
+            # user unless the test is about who they run as.
+            *([] if "--run-as" in extra else ["--run-as", str(os.getuid())]),
             *extra,
         ]
         self.state_dirs.add(state_dir)

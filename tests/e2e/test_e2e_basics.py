@@ -106,7 +106,8 @@ def test_auth_refuses_missing_bad_and_unpermitted_tokens(
     ops = {"Authorization": "Bearer ops-secret"}
     assert httpx.put(f"{url}/v1/queues/q2", json={}, headers=ana).status_code == 403
     assert httpx.put(f"{url}/v1/queues/q2", json={}, headers=ops).status_code == 200
-    owner = httpx.get(f"{url}/v1/jobs/{job_id}", headers=bo).json()["owner"]
+    assert httpx.get(f"{url}/v1/jobs/{job_id}", headers=bo).status_code == 403  # no read
+    owner = httpx.get(f"{url}/v1/jobs/{job_id}", headers=ops).json()["owner"]
     assert owner == "ana"
     assert httpx.get(f"{url}/v1/jobs", headers=ana).json()["jobs"][0]["id"] == job_id
     assert "ops-secret" not in server.output() and "ana-secret" not in server.output()

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from flotilla.model.scenario import Mode
 from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
 from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.scheduler.runner import RunnerState
-from flotilla.store import JobState, SqlStore
+from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
 from tests.live_service import process_gone, read_pids
 
 
@@ -205,3 +206,26 @@ def test_metrics_show_queue_depth_allocation_and_share(service: Service) -> None
     assert "flotilla_leader 1.0" in text
     service.store.cancel(job, "done looking")
     service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
+
+
+def test_a_cancel_while_a_cycle_commits_leaves_the_other_jobs_of_the_batch_scheduled(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12, defect 5: the user cancels one job between the snapshot and the commit."""
+    jobs = [service.submit(f"job-{index}", "true") for index in range(3)]
+    record_runs = service.store.record_runs
+    cancelled: list[str] = []
+
+    def cancel_first_then_record(requests: Any, **kwargs: Any) -> Any:
+        if not cancelled:
+            cancelled.append(service.store.cancel(jobs[0], "changed my mind").id)
+        return record_runs(requests, **kwargs)
+
+    monkeypatch.setattr(service.store, "record_runs", cancel_first_then_record)
+    service.loop.cycle()
+    assert cancelled == [jobs[0]]
+    assert service.state(jobs[0]) is JobState.CANCELLED
+    for job in jobs[1:]:
+        assert service.state(job) is not JobState.QUEUED
+    service.cycle_until(lambda: all(service.state(job) in TERMINAL_JOB_STATES for job in jobs))
+    assert [service.state(job) for job in jobs[1:]] == [JobState.SUCCEEDED] * 2

@@ -169,3 +169,38 @@ def test_token_config_loads_from_yaml(tmp_path: Path) -> None:
     user = auth.authenticate("Bearer t")
     assert user is not None and user.name == "ana" and user.admin
     assert auth.authenticate("Basic t") is None
+
+
+def test_a_submitter_reads_only_their_own_jobs_without_read_on_the_queue(
+    api: TestClient,
+) -> None:
+    """Issue 12, defect 7: ``submit`` is not ``read``; ``cancel``/``admin`` include it."""
+    (theirs,) = api.post("/v1/jobs", json=spec("theirs"), headers=as_user("bo-token")).json()["ids"]
+    (mine,) = api.post("/v1/jobs", json=spec("mine"), headers=as_user("ana-token")).json()["ids"]
+    ana = as_user("ana-token")
+    for path in ("", "/events", "/why", "/logs", "/events/stream"):
+        refused = api.get(f"/v1/jobs/{theirs}{path}", headers=ana)
+        assert refused.status_code == 403, path
+        assert "'read' permission on queue 'team-a'" in refused.json()["message"]
+    assert api.get(f"/v1/jobs/{mine}", headers=ana).status_code == 200
+    listed = api.get("/v1/jobs", headers=ana).json()["jobs"]
+    assert [job["id"] for job in listed] == [mine]
+    assert api.get("/v1/jobs?owner=bo", headers=ana).status_code == 403
+    assert api.get("/v1/jobs?queue=team-a", headers=ana).json()["jobs"] == listed
+    cy = as_user("cy-token")  # admin on team-a
+    assert api.get(f"/v1/jobs/{theirs}", headers=cy).status_code == 200
+    assert len(api.get("/v1/jobs?queue=team-a", headers=cy).json()["jobs"]) == 2
+
+
+def test_read_permission_from_the_token_config(store: SqlStore) -> None:
+    config = {
+        "users": [
+            {"name": "ana", "token_sha256": token_hash("a"), "queues": {"team-a": ["submit"]}},
+            {"name": "eve", "token_sha256": token_hash("e"), "queues": {"team-a": ["read"]}},
+        ]
+    }
+    api = TestClient(create_app(store, None, AuthSettings.from_data(config)))
+    (job,) = api.post("/v1/jobs", json=spec("x"), headers=as_user("a")).json()["ids"]
+    assert api.get(f"/v1/jobs/{job}", headers=as_user("e")).status_code == 200
+    assert len(api.get("/v1/jobs?queue=team-a", headers=as_user("e")).json()["jobs"]) == 1
+    assert api.post(f"/v1/jobs/{job}/cancel", headers=as_user("e")).status_code == 403

@@ -1,7 +1,9 @@
 """The tiny parent of every local replica: records the command's exit status in a file.
 
-Run as ``python -I -S _supervise.py EXIT_FILE GATE_FILE -- ARGV...`` (standard library only,
-so it starts fast and needs no environment).
+Run as ``python -I -S _supervise.py EXIT_FILE GATE_FILE [--user NAME] -- ARGV...`` (standard
+library only, so it starts fast and needs no environment). With ``--user`` the command runs as
+that user, with its groups (the supervisor keeps its own identity: it must write the exit
+file, which the command must not be able to forge).
 
 Start gate: the command runs only once the run's gate file says ``go``. The backend writes it
 after every replica's pid is on disk; a backend restarted after a crash in between claims
@@ -77,10 +79,25 @@ def _await_gate(path: str) -> str:
     return claim_gate(path, "abandon")
 
 
+def _start(argv: list[str], user: str | None) -> subprocess.Popen[bytes]:
+    """Start the command, as ``user`` (name or uid) with its groups when given."""
+    if user is None:
+        return subprocess.Popen(argv)
+    import pwd
+
+    entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+    return subprocess.Popen(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=groups)
+
+
 def main(arguments: list[str]) -> int:
-    exit_file, gate_file, separator, *argv = arguments
+    exit_file, gate_file, *rest = arguments
+    user = None
+    if rest[:1] == ["--user"] and len(rest) > 1:
+        user, rest = rest[1], rest[2:]
+    separator, *argv = rest or [""]
     if separator != "--" or not argv:
-        print("usage: _supervise.py EXIT_FILE GATE_FILE -- ARGV...", file=sys.stderr)
+        print("usage: _supervise.py EXIT_FILE GATE_FILE [--user NAME] -- ARGV...", file=sys.stderr)
         return 2
     # A handler (not SIG_IGN) keeps the supervisor alive; exec resets it in the command.
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -89,8 +106,8 @@ def main(arguments: list[str]) -> int:
         _write(exit_file, {"exit_code": None, "abandoned": True})
         return 0
     try:
-        command = subprocess.Popen(argv)
-    except OSError as error:
+        command = _start(argv, user)
+    except (OSError, KeyError) as error:
         _write(exit_file, {"exit_code": 127, "error": f"could not start {argv[0]!r}: {error}"})
         return 127
     while True:

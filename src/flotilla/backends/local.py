@@ -7,14 +7,25 @@ the same state dir reads the records, adopts the processes still alive, takes th
 the ones that ended meanwhile from their exit files, and reports the others ``lost``.
 A monitor thread enforces ``max_runtime`` and the SIGKILL after the grace period, so neither
 depends on anyone calling.
+
+What a job gets (the submitter is not the server's operator): a clean environment — only
+``PATH``/``LANG``/``LC_ALL``/``TZ`` (``env_passthrough``), ``HOME``/``USER``/``LOGNAME`` of the
+user it runs as, what the job declares and the backend's ``FLOTILLA_*`` — never the server's
+own variables (its tokens, its database URL); a fresh scratch directory of its own as working
+dir (removed when the run ends) unless the backend's ``working_dir`` or the payload says
+otherwise; and, with ``run_as``, another user's identity (the supervisor stays the server's
+user, so the job cannot forge its outcome or touch the state dir, which is mode 0700).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +67,11 @@ from flotilla.backends.local_records import Replica, Run, Stop, record_path, sav
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
+
+DEFAULT_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
+"""The only variables of the server's environment a job sees (none of them a secret)."""
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 REAP_SECONDS = 0.05
 """How long a refresh waits for a SIGKILLed supervisor to be reaped (usually well under a
@@ -100,8 +116,12 @@ class LocalBackend:
     """Runs on this machine. One cluster, one node; see the module docstring for the layout.
 
     ``working_dir``: where commands run, and what a relative payload ``working_dir`` is
-    relative to (default: the backend's current directory). ``stop_runs_on_close``: stop
-    every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a successor.
+    relative to (default: each run gets a fresh scratch directory, and a relative payload
+    ``working_dir`` is relative to the backend's current directory). ``stop_runs_on_close``:
+    stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a
+    successor. ``run_as``: the user (name or uid) commands run as; needs the backend to run
+    as root. ``env_passthrough``: the only variables of the backend's environment a command
+    sees (see the module docstring).
     """
 
     cluster: str = "local"
@@ -111,14 +131,22 @@ class LocalBackend:
     node_name: str | None = None
     working_dir: Path | None = None
     stop_runs_on_close: bool = False
+    run_as: str | None = None
+    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir or default_state_dir(self.cluster))
+        # Absolute: commands run in their own working dir, and the supervisor opens the gate
+        # and exit files by the paths it is given (a relative one would point into the
+        # command's working dir).
+        self.state_dir = Path(self.state_dir or default_state_dir(self.cluster)).absolute()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.working_dir = Path(self.working_dir or Path.cwd())
+        os.chmod(self.state_dir, 0o700)  # records, logs and exit files: the server's only
+        self._scratch_runs = self.working_dir is None
+        self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
+        self._account = _account(self.run_as)
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
@@ -147,11 +175,20 @@ class LocalBackend:
             existing = self._known(request.run_id)
             if existing is not None:
                 check_same_job(existing.result, request)
+                # A repeat after a crash: the caller may not know the run's state (it may
+                # have ended while nobody watched), so the next poll reports it.
+                self._changes.mark(request.run_id)
                 return existing.result
             check_request(request, self.cluster, (self._node,))
             payload = command_payload_of(request, "local")
             assert self.working_dir is not None
-            working_dir = self.working_dir / (payload.working_dir or ".")
+            scratch = None
+            if payload.working_dir:
+                working_dir = self.working_dir / payload.working_dir
+            elif self._scratch_runs:
+                scratch = working_dir = self._make_scratch(request.run_id)
+            else:
+                working_dir = self.working_dir
             run = Run(
                 result=DispatchResult(
                     run_id=request.run_id,
@@ -163,12 +200,13 @@ class LocalBackend:
                 directory=run_directory(self._state, request.run_id),
                 max_runtime=request.max_runtime,
                 replicas=[Replica(placement) for placement in request.placements],
+                scratch=scratch,
             )
             run.directory.mkdir(parents=True, exist_ok=True)
             save_run(run)  # before any process exists: a crash now leaves a run to call lost
             for replica in run.replicas:
                 env = {
-                    **os.environ,
+                    **self._base_env(),
                     **request.env,
                     **payload.env,
                     **self._backend_env(request, replica.placement),
@@ -182,6 +220,7 @@ class LocalBackend:
                         stderr=run.log_file(replica, "stderr"),
                         env=env,
                         working_dir=working_dir,
+                        user=None if self._account is None else str(self._account.pw_uid),
                     )
                 except OSError as error:
                     replica.finish(exit_code=None, error=f"could not start: {error}")
@@ -277,6 +316,23 @@ class LocalBackend:
             raise UnknownRun(run_id)
         return run
 
+    def _base_env(self) -> dict[str, str]:
+        """What a command gets of this process's environment: the passthrough list only,
+        and the identity of the user it runs as."""
+        env = {name: os.environ[name] for name in self.env_passthrough if name in os.environ}
+        env.setdefault("PATH", DEFAULT_PATH)
+        account = self._account or pwd.getpwuid(os.getuid())
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
+        return env
+
+    def _make_scratch(self, run_id: str) -> Path:
+        """A fresh directory for one run (mode 0700, owned by the user it runs as), outside
+        the server's state and folder; created by ``mkdtemp``, so nobody can plant it."""
+        scratch = Path(tempfile.mkdtemp(prefix=f"flotilla-{self.cluster}-{run_id}-"))
+        if self._account is not None:
+            os.chown(scratch, self._account.pw_uid, self._account.pw_gid)
+        return scratch
+
     def _backend_env(self, request: DispatchRequest, placement: ReplicaPlacement) -> dict[str, str]:
         return {
             "FLOTILLA_JOB": request.job,
@@ -363,7 +419,9 @@ class LocalBackend:
                 grace = self.grace_period
                 halt = Stop("replica-failed", message, now, grace, exit_code=failed.exit_code)
                 self._begin_stop(run, halt)
-            elif self._over_time(run, now):
+            elif unfinished and self._over_time(run, now):
+                # Only a run still going can exceed its limit: one whose replicas all ended
+                # (maybe while no backend watched, found on restart) keeps its outcome.
                 message = f"exceeded max_runtime of {run.max_runtime:g}s"
                 self._begin_stop(run, Stop("max-runtime", message, now, self.grace_period))
         stop = run.stop
@@ -375,6 +433,8 @@ class LocalBackend:
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
+            if run.scratch is not None:
+                shutil.rmtree(run.scratch, ignore_errors=True)
             changed = True
         if changed:
             self._changes.observe(run.run_id, run.state)
@@ -462,9 +522,32 @@ class LocalBackend:
             time.sleep(self.monitor_interval)
 
 
+def _account(user: str | None) -> pwd.struct_passwd | None:
+    """The account ``run_as`` names; raises ``ValueError`` naming the setting."""
+    if user is None:
+        return None
+    try:
+        account = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise ValueError(f"run_as: no such user {user!r} on this machine") from None
+    if account.pw_uid != os.getuid() and os.geteuid() != 0:
+        raise ValueError(
+            f"run_as: running commands as {account.pw_name!r} needs the server to run as root"
+        )
+    return account
+
+
+def check_run_as(user: str | None) -> None:
+    """Raise ``ValueError`` naming ``run_as`` when it names no account usable here."""
+    _account(user)
+
+
 def make_local_backend(**config: Any) -> LocalBackend:
-    """The entry-point factory: ``state_dir`` and ``working_dir`` may be strings."""
+    """The entry-point factory: ``state_dir`` and ``working_dir`` may be strings,
+    ``env_passthrough`` a list."""
     for key in ("state_dir", "working_dir"):
         if isinstance(config.get(key), str):
             config[key] = Path(config[key])
+    if isinstance(config.get("env_passthrough"), list):
+        config["env_passthrough"] = tuple(config["env_passthrough"])
     return LocalBackend(**config)

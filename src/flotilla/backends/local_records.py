@@ -123,6 +123,8 @@ class Run:
     exit_code: int | None = None
     message: str = ""
     stop: Stop | None = None
+    scratch: Path | None = None
+    """The run's own scratch working dir, removed when it ends (None: it has none)."""
 
     @property
     def run_id(self) -> str:
@@ -205,6 +207,7 @@ class Run:
             "exit_code": self.exit_code,
             "message": self.message,
             "stop": None if stop is None else vars(stop).copy(),
+            "scratch": None if self.scratch is None else str(self.scratch),
             "replicas": [replica.to_json() for replica in self.replicas],
         }
 
@@ -234,6 +237,7 @@ class Run:
             exit_code=data["exit_code"],
             message=data["message"],
             stop=None if stop is None else Stop(**stop),
+            scratch=Path(data["scratch"]) if data.get("scratch") else None,
         )
 
 

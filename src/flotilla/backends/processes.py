@@ -88,10 +88,12 @@ def start_supervised(
     stderr: Path,
     env: Mapping[str, str],
     working_dir: Path,
+    user: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` under the supervisor, leading a new session (hence process group).
 
-    Raises ``OSError`` when the supervisor itself cannot start (e.g. no such working dir).
+    ``user``: run the command (not the supervisor) as this user. Raises ``OSError`` when the
+    supervisor itself cannot start (e.g. no such working dir).
     """
     with stdout.open("ab") as out, stderr.open("ab") as err:
         return subprocess.Popen(
@@ -102,6 +104,7 @@ def start_supervised(
                 str(SUPERVISOR),
                 str(exit_file),
                 str(gate_file),
+                *(["--user", user] if user is not None else []),
                 "--",
                 *argv,
             ],

@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from flotilla.runtime import token_for
+
 DEFAULT_SERVER = "http://127.0.0.1:8467"
 
 ClientFactory = Callable[[str, str | None], httpx.Client]
@@ -34,7 +36,8 @@ ServerOption = Annotated[
     typer.Option(
         "--server",
         envvar="FLOTILLA_SERVER",
-        help="API server URL (env FLOTILLA_SERVER). The token comes from FLOTILLA_TOKEN.",
+        help="API server URL (env FLOTILLA_SERVER). The token comes from FLOTILLA_TOKEN, or"
+        " for a loopback server started by this user, from its token file.",
     ),
 ]
 
@@ -84,7 +87,7 @@ class Api:
 @contextmanager
 def api(server: str) -> Iterator[Api]:
     """An API session; an ``ApiFailure`` inside prints the server's message and exits 1."""
-    token = os.environ.get("FLOTILLA_TOKEN") or None
+    token = os.environ.get("FLOTILLA_TOKEN") or token_for(server)
     http = client_factory(server.rstrip("/"), token)
     try:
         yield Api(http, server)

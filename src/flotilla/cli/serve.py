@@ -24,20 +24,33 @@ def serve(
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
     from flotilla.model.errors import SpecError
-    from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+    from flotilla.secrets import SecretBox
+    from flotilla.server import (
+        InsecureBindError,
+        allowed_hosts_for,
+        create_app,
+        run_server,
+        server_auth,
+    )
     from flotilla.store import SqlStore
     from flotilla.web import mount_dashboard
 
     try:
-        settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
-        check_bind(host, settings)
+        settings, token = server_auth(auth, host)
     except SpecError as error:
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
     store = SqlStore.open(db)
     try:
-        run_server(mount_dashboard(create_app(store, None, settings)), host, port)
+        app = create_app(
+            store,
+            None,
+            settings,
+            allowed_hosts=allowed_hosts_for(host),
+            secrets=SecretBox.from_file(),
+        )
+        run_server(mount_dashboard(app), host, port, local_token=token)
     finally:
         store.close()
 

@@ -6,6 +6,7 @@ GPUs) in one process, over an SQLite file by default. Jobs run as local processe
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -43,6 +44,14 @@ def up(
     replica: Annotated[
         str | None, typer.Option(help="This replica's id for leader election.")
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as",
+            help="The user jobs run as. Default: 'nobody' when the server runs as root, else "
+            "the server's user. Switching user needs root.",
+        ),
+    ] = None,
     lease_ttl: Annotated[
         float,
         typer.Option(
@@ -66,22 +75,32 @@ def up(
     from flotilla.model.errors import SpecError
     from flotilla.scheduler.fleet import FleetRuntime
     from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
-    from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
+    from flotilla.secrets import SecretBox
+    from flotilla.server import (
+        InsecureBindError,
+        allowed_hosts_for,
+        create_app,
+        run_server,
+        server_auth,
+    )
     from flotilla.store import SqlStore
     from flotilla.web import mount_dashboard
 
     try:
-        settings = AuthSettings.from_file(auth) if auth is not None else AuthSettings.disabled()
-        check_bind(host, settings)
+        settings, token = server_auth(auth, host)
     except SpecError as error:
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    if run_as is None and os.geteuid() == 0:
+        run_as = "nobody"  # never the server's root: a job is anyone who may submit
+    _check_run_as(run_as)  # before any database is touched
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     if db.startswith("sqlite:///") and not db.startswith("sqlite:////"):
-        Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = SqlStore.open(db)
-    runtime = FleetRuntime(store, {}, local_state_dir=state_dir)
+    secrets = SecretBox.from_file()
+    runtime = FleetRuntime(store, {}, local_state_dir=state_dir, local_run_as=run_as)
     if fleet is not None:
         lines = _apply_fleet(store, runtime, fleet, fleet_file)
     elif store.get_fleet() is not None:  # a fleet was applied to this database before
@@ -90,14 +109,14 @@ def up(
             fail("cannot drive the fleet in force", list(runtime.problems.values()), code=2)
         lines = runtime.connect()
     else:
-        lines = _default_cluster(store, runtime, cluster, state_dir)
+        lines = _default_cluster(store, runtime, cluster, state_dir, run_as)
     loop_settings = LoopSettings(
         mode=mode,
         cycle_interval=cycle_interval,
         replica=replica or default_replica_id(),
         lease_ttl=lease_ttl,
     )
-    loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime)
+    loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
     scheduler.start()
@@ -110,10 +129,14 @@ def up(
         f"Flotilla is up: API http://{host}:{port} (dashboard /ui, OpenAPI /docs), "
         f"database {db}\n"
         + "".join(f"  {line}\n" for line in lines)
+        + f"  local jobs run as {run_as or 'this user'}\n"
         + "  try: flotilla submit examples/jobs/hello.yaml"
     )
     try:
-        run_server(mount_dashboard(create_app(store, loop, settings)), host, port)
+        app = create_app(
+            store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
+        )
+        run_server(mount_dashboard(app), host, port, local_token=token)
     finally:
         stop.set()
         scheduler.join(timeout=30)
@@ -177,8 +200,18 @@ def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
         fail(problem, code=2)
 
 
+def _check_run_as(run_as: str | None) -> None:
+    """Exit 2 naming ``--run-as`` when it names no user here (or needs root we lack)."""
+    from flotilla.backends.local import check_run_as
+
+    try:
+        check_run_as(run_as)
+    except ValueError as error:
+        fail(f"--{error}", code=2)
+
+
 def _default_cluster(
-    store: SqlStore, runtime: FleetRuntime, cluster: str, state_dir: Path
+    store: SqlStore, runtime: FleetRuntime, cluster: str, state_dir: Path, run_as: str | None
 ) -> list[str]:
     """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
     from flotilla.backends.local import LocalBackend
@@ -188,7 +221,7 @@ def _default_cluster(
 
     owner = local_owner(state_dir)
     _refuse_foreign_owner(store, cluster, owner)
-    backend = LocalBackend(cluster=cluster, state_dir=state_dir)
+    backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as)
     runtime.backends[cluster] = backend
     nodes = backend.inventory().nodes
     labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}

@@ -9,6 +9,7 @@ and their jobs wait for the next run, with the reason.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from flotilla.backends.interface import CancelRequest
@@ -19,7 +20,12 @@ from flotilla.scheduler.dispatch import Dispatcher
 from flotilla.scheduler.records import assignment_from_json, assignment_to_json, job_from_record
 from flotilla.scheduler.snapshots import CurrentState, LoopSnapshot
 from flotilla.scheduler.transitions import RunTransitions
-from flotilla.store import ACTIVE_JOB_STATES, JobState, RunRequest
+from flotilla.store import ACTIVE_JOB_STATES, IllegalTransitionError, JobState, RunRequest
+
+log = logging.getLogger(__name__)
+
+RECORD_ATTEMPTS = 3
+"""How often a lease batch is retried without the jobs that left the queue meanwhile."""
 
 
 class Committer:
@@ -47,7 +53,7 @@ class Committer:
         requests = self._run_requests(result, state, dropped)
         context = self._context
         if requests:
-            context.store.record_runs(requests, fence=context.lease)
+            requests = self._record_runs(requests)
             crash_point("after-lease-commit")
             self._sync()
             fresh = context.jobdb.read_txn()
@@ -62,6 +68,30 @@ class Committer:
         for name, why in (dropped or {}).items():
             reasons[name] = f"decision dropped: {why}"
         context.reasons = reasons
+
+    def _record_runs(self, requests: list[RunRequest]) -> list[RunRequest]:
+        """Record the leases in one transaction. A job the batch counted on may have left
+        ``queued`` since the snapshot (a user cancelled it while the cycle ran): the store then
+        rejects the whole batch, so catch up and record the leases of the jobs still queued —
+        one late cancel must not cost every other job its place. Returns what was recorded."""
+        context = self._context
+        for _ in range(RECORD_ATTEMPTS):
+            try:
+                context.store.record_runs(requests, fence=context.lease)
+                return requests
+            except IllegalTransitionError as error:
+                log.info("a job left the queue while the cycle committed: %s", error)
+                self._sync()
+                read = context.jobdb.read_txn()
+                requests = [
+                    request
+                    for request in requests
+                    if (job := read.get(request.job_id)) is not None
+                    and job.state is JobState.QUEUED
+                ]
+                if not requests:
+                    return []
+        return []  # still racing: the next cycle schedules these jobs again
 
     def _evict(self, result: CycleResult, state: LoopSnapshot) -> None:
         context = self._context

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from flotilla.backends.interface import Backend
 from flotilla.jobdb import JobDb
 from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.secrets import SecretBox
 from flotilla.store import Lease, Store
 
 
@@ -25,3 +26,5 @@ class LoopContext:
     """The scheduling lease while this replica leads; every write is fenced by it."""
     reasons: dict[str, str] = field(default_factory=dict)
     """Why each waiting job waits, from the last committed scheduling run."""
+    secrets: SecretBox | None = None
+    """Opens the secret env values of a payload at dispatch (``flotilla.secrets``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from flotilla.backends.interface import (
     BackendUnavailable,
@@ -20,6 +21,7 @@ from flotilla.backends.interface import (
 from flotilla.faults import crash_point
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.transitions import RunTransitions
+from flotilla.secrets import SecretError, has_secrets
 from flotilla.store import JobRecord, JobState, Transition
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,18 @@ class Dispatcher:
             crash_point("after-dispatch")
         self._transitions.record(changes)
 
+    def _open(self, job: JobRecord) -> Any:
+        """The payload with its secret env values in clear, for the backend only."""
+        payload = job.spec.payload
+        if not has_secrets(payload):
+            return payload
+        secrets = self._context.secrets
+        if secrets is None:
+            raise SecretError(
+                ["payload.env: the job has secret values and this scheduler has no secret key"]
+            )
+        return secrets.open(payload)
+
     def _dispatch(self, job: JobRecord) -> Transition | None:
         """Hand the run to its backend; the transition that records what happened, if any."""
         run = job.run
@@ -67,6 +81,10 @@ class Dispatcher:
         backend = self._context.backends.get(run.cluster)
         if backend is None:
             return None
+        try:
+            payload = self._open(job)
+        except SecretError as error:
+            return Transition(job.id, JobState.FAILED, str(error), run.id, message=str(error))
         request = DispatchRequest(
             run_id=run.id,
             job=job.id,
@@ -80,7 +98,7 @@ class Dispatcher:
                 )
                 for item in run.assignment.get("placements", [])
             ),
-            payload=job.spec.payload,
+            payload=payload,
             job_type=job.spec.type,
             env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name},
             max_runtime=job.spec.max_runtime,

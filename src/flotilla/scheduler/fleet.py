@@ -245,6 +245,9 @@ class FleetRuntime:
     store: Store
     backends: dict[str, Backend]
     local_state_dir: Path | None = None
+    local_run_as: str | None = None
+    """``flotilla up --run-as``: the user a local cluster's jobs run as, unless its own
+    ``settings.run_as`` says otherwise."""
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
@@ -311,6 +314,8 @@ class FleetRuntime:
             raise FleetError(problems)
         if cluster.backend == "local":
             settings["state_dir"] = str(local_state_dir_of(cluster, self.local_state_dir))
+            if self.local_run_as is not None:
+                settings.setdefault("run_as", self.local_run_as)
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])

@@ -59,6 +59,7 @@ from flotilla.scheduler.reporting import Reporter
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
 from flotilla.scheduler.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.secrets import SecretBox
 from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class SchedulingLoop:
         settings: LoopSettings | None = None,
         metrics: SchedulerMetrics | None = None,
         fleet: FleetRuntime | None = None,
+        secrets: SecretBox | None = None,
     ) -> None:
         """With ``fleet``, the backends are the fleet's (one dict, changed in place when an
         apply changes the fleet) and its settings override ``settings.scheduling``,
@@ -151,7 +153,7 @@ class SchedulingLoop:
                 ThreadExecutor(),
                 on_duration=self.metrics.algorithm_seconds.observe,
             )
-        self._context = LoopContext(store, self.backends, self.jobdb, self.metrics)
+        self._context = LoopContext(store, self.backends, self.jobdb, self.metrics, secrets=secrets)
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )

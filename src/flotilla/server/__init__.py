@@ -6,7 +6,13 @@ it (refusing a non-loopback address without tokens). See docs/api.md.
 
 from flotilla.server.app import create_app
 from flotilla.server.auth import AuthSettings, InsecureBindError, Permission, User, check_bind
-from flotilla.server.run import DEFAULT_HOST, DEFAULT_PORT, run_server
+from flotilla.server.run import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    allowed_hosts_for,
+    run_server,
+    server_auth,
+)
 
 __all__ = [
     "DEFAULT_HOST",
@@ -15,7 +21,9 @@ __all__ = [
     "InsecureBindError",
     "Permission",
     "User",
+    "allowed_hosts_for",
     "check_bind",
     "create_app",
     "run_server",
+    "server_auth",
 ]

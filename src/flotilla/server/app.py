@@ -18,10 +18,12 @@ from starlette.routing import Route
 from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.handle import SchedulerHandle
+from flotilla.secrets import SecretBox
 from flotilla.server import catalog, fleet, history, jobs, ops
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
+from flotilla.server.guard import RequestGuard, ServerLimits
 from flotilla.store import Store
 
 DESCRIPTION = """Flotilla's REST API: submit and follow jobs, manage queues and quotas, see the
@@ -30,27 +32,43 @@ token config (loopback only). Every error is `{"message": ..., "problems": ["pat
 """
 
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def create_app(
     store: Store,
     scheduler: SchedulerHandle | None,
     auth: AuthSettings,
     *,
     poll_interval: float = 0.2,
+    limits: ServerLimits | None = None,
+    allowed_hosts: frozenset[str] | None = None,
+    secrets: SecretBox | None = None,
 ) -> FastAPI:
-    """``poll_interval``: how often an event stream looks for new events (seconds)."""
+    """``poll_interval``: how often an event stream looks for new events (seconds).
+    ``allowed_hosts``: the ``Host`` names to answer (``LOOPBACK_HOSTS`` for a server on
+    loopback); None answers any (see ``guard.py``)."""
     # Swagger UI from files the fastapi-offline package ships: no CDN, so /docs works on an
     # air-gapped cluster. ReDoc (/redoc) is served by flotilla.web, under a CSP.
     app = FastAPIOffline(
         title="Flotilla", version=__version__, description=DESCRIPTION, redoc_url=None
     )
+    limits = limits or ServerLimits()
     context = ServerContext(
-        store=store, scheduler=scheduler, auth=auth, poll_interval=poll_interval
+        store=store,
+        scheduler=scheduler,
+        auth=auth,
+        poll_interval=poll_interval,
+        limits=limits,
+        secrets=secrets,
     )
     app.state.flotilla = context
     install_handlers(app)
     for module in (jobs, history, catalog, ops, fleet):
         app.include_router(module.router)
     _count_requests(app, context)
+    # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
+    app.add_middleware(RequestGuard, limits=limits, allowed_hosts=allowed_hosts)
     _document_job_spec(app)
     return app
 
@@ -66,14 +84,54 @@ def _count_requests(app: FastAPI, context: ServerContext) -> None:
         start = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
-        if isinstance(route, Route):
-            template = route.path
-        else:  # FastAPI's own pages (/docs, /openapi.json) have fixed paths; 404s do not
-            template = "unmatched" if response.status_code == 404 else request.url.path
-        method = request.method
+        # Only a matched route's template, and a known method, become labels: anything a
+        # client makes up (a path, a method) is one "unmatched"/"OTHER" series, never a new one.
+        template = route.path if isinstance(route, Route) else "unmatched"
+        method = request.method if request.method in KNOWN_METHODS else "OTHER"
         context.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
         context.metrics.requests.labels(method, template, str(response.status_code)).inc()
         return response
+
+
+ERROR_STATUSES = {
+    "400": "Bad request: a parameter or the body is not acceptable (problems name the field).",
+    "401": "No bearer token, or one nobody has.",
+    "403": "The caller lacks the permission, or the Host is not allowed.",
+    "404": "No such job, queue, quota, cluster or run.",
+    "409": "Conflicts with the current state (a name taken, a job that runs, a queue in use).",
+    "413": "The body is larger than the server's limit.",
+    "415": "The body is not application/json.",
+    "422": "The request is well-formed but invalid (problems name each field).",
+    "429": "Too many open event streams from this client.",
+    "503": "Too many open event streams on this server.",
+}
+"""Every error any route can answer, each with the one error body (``errors.py``)."""
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string"},
+        "problems": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["message", "problems"],
+}
+
+
+def _document_errors(schema: dict[str, Any]) -> None:
+    """Document the error statuses on every operation (FastAPI documents only 422, with a
+    body shape this server never sends)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    reference = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses = operation["responses"]
+            for status, description in ERROR_STATUSES.items():
+                responses[status] = {"description": description, "content": reference}
 
 
 def _document_job_spec(app: FastAPI) -> None:
@@ -92,6 +150,7 @@ def _document_job_spec(app: FastAPI) -> None:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(spec.pop("$defs", {}))
             components["JobSpec"] = spec
+            _document_errors(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -14,15 +14,22 @@ Permissions per queue: ``submit`` (submit jobs; cancel one's own), ``cancel`` (c
 jobs in the queue), ``admin`` (both, and reprioritize). ``*`` stands for every queue. An
 ``admin`` user may do everything, including queue and quota changes.
 
-Without a token file everyone is an anonymous admin. That is only safe when nobody else can
-connect, so ``check_bind`` refuses any listen address but loopback in that case. Tokens are
-compared by their sha256 and never logged or echoed.
+Without a token file the server is for its own user only: ``check_bind`` refuses any listen
+address but loopback, and ``flotilla up``/``serve`` generate a random local token at start
+(``AuthSettings.local``) kept in a file only that user can read (``flotilla.runtime``); a
+request with that token is the anonymous admin, any other is refused (a web page the user
+opens can reach loopback, but cannot read the file). ``AuthSettings.disabled()`` (no token at
+all) is for an app embedded in a test. Tokens are compared by their sha256 and never logged or
+echoed.
+
+``read`` on a queue lets a user see every job of that queue (specs, events, logs); without it
+a user sees only their own jobs. ``cancel`` and ``admin`` on a queue include ``read``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
+import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,9 +42,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from flotilla.model.base import Name
 from flotilla.model.errors import SpecError, from_pydantic
+from flotilla.runtime import is_loopback
 
 
 class Permission(StrEnum):
+    READ = "read"
     SUBMIT = "submit"
     CANCEL = "cancel"
     ADMIN = "admin"
@@ -58,7 +67,17 @@ class User:
         if self.admin:
             return True
         granted = self.queues.get(queue, frozenset()) | self.queues.get(ANY_QUEUE, frozenset())
+        if permission is Permission.READ and Permission.CANCEL in granted:
+            return True
         return permission in granted or Permission.ADMIN in granted
+
+    def can_read_all(self) -> bool:
+        """Whether this user may read every queue's jobs (admin, or read on ``*``)."""
+        return self.admin or self.can(Permission.READ, ANY_QUEUE)
+
+    def may_read(self, queue: str, owner: str) -> bool:
+        """A job of ``owner`` in ``queue``: one's own, or any with ``read`` on the queue."""
+        return owner == self.name or self.can(Permission.READ, queue)
 
 
 ANONYMOUS = User(name="anonymous", admin=True)
@@ -96,6 +115,8 @@ class AuthSettings:
     """Users by the sha256 of their token. Empty: authentication is off (anonymous admin)."""
 
     users_by_token_hash: Mapping[str, User] = field(default_factory=dict)
+    local_token_sha256: str | None = None
+    """The loopback default: the sha256 of the token generated at start (see the module)."""
 
     @property
     def enabled(self) -> bool:
@@ -103,7 +124,13 @@ class AuthSettings:
 
     @classmethod
     def disabled(cls) -> AuthSettings:
+        """No authentication at all: only for an app embedded in a test or a program."""
         return cls()
+
+    @classmethod
+    def local(cls, token: str) -> AuthSettings:
+        """The loopback default: whoever shows ``token`` is the anonymous admin."""
+        return cls(local_token_sha256=token_hash(token))
 
     @classmethod
     def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> AuthSettings:
@@ -154,28 +181,23 @@ class AuthSettings:
 
     def authenticate(self, authorization: str | None) -> User | None:
         """The user an ``Authorization: Bearer …`` header names; None if it names nobody."""
-        if not self.enabled:
+        if not self.enabled and self.local_token_sha256 is None:
             return ANONYMOUS
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
+        digest = token_hash(token.strip())
+        if not self.enabled:
+            assert self.local_token_sha256 is not None
+            return ANONYMOUS if hmac.compare_digest(digest, self.local_token_sha256) else None
         # Looked up by digest: timing can at most reveal a prefix of a sha256, not the token.
-        return self.users_by_token_hash.get(token_hash(token.strip()))
+        return self.users_by_token_hash.get(digest)
 
 
 class InsecureBindError(RuntimeError):
     """Listening beyond this host without authentication would make anyone an admin."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, auth: AuthSettings) -> None:

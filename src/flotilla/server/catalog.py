@@ -81,6 +81,47 @@ def get_quota(name: str, context: Context, _user: Caller) -> QuotaSpec:
     return context.store.get_quota(name)
 
 
+def _names(spec: QuotaSpec, path: str) -> list[tuple[str, str]]:
+    """Every quota of ``spec``'s subtree with the field path that names it."""
+    found = [(spec.name, path or "name")]
+    for index, child in enumerate(spec.children):
+        found += _names(child, f"{path + '.' if path else ''}children[{index}]")
+    return found
+
+
+def _check_quota_tree(forest: list[QuotaSpec], spec: QuotaSpec, parent: str | None) -> None:
+    """The new subtree must keep the quotas a forest: no name twice, no quota its own
+    ancestor. 422 naming the field; nothing is stored."""
+    existing: dict[str, QuotaSpec] = {}
+    for root in forest:
+        for name, _ in _names(root, ""):
+            existing.setdefault(name, root)
+    replaced = next(
+        (node for root in forest for node in _walk(root) if node.name == spec.name),
+        None,
+    )
+    replaced_names = {name for name, _ in _names(replaced, "")} if replaced else set()
+    problems: list[str] = []
+    seen: set[str] = set()
+    for name, path in _names(spec, ""):
+        if name in seen:
+            problems.append(f"{path}: quota {name!r} appears twice in this tree")
+        elif name in existing and name not in replaced_names:
+            problems.append(f"{path}: quota {name!r} already exists elsewhere in the tree")
+        seen.add(name)
+    if parent is not None and (parent in seen or parent in replaced_names):
+        problems.append(
+            f"parent: {parent!r} is in the subtree of {spec.name!r}: a quota "
+            "cannot be its own ancestor"
+        )
+    if problems:
+        raise ApiError(422, "invalid quota tree", problems)
+
+
+def _walk(spec: QuotaSpec) -> list[QuotaSpec]:
+    return [spec, *(node for child in spec.children for node in _walk(child))]
+
+
 @router.put("/quotas/{name}", tags=["quotas"])
 def put_quota(
     name: str,
@@ -92,6 +133,7 @@ def put_quota(
     """Create or replace a quota and its whole subtree (admin), under ``parent`` if given."""
     require_admin(user, f"change quota {name!r}")
     spec = _named_spec(QuotaSpec, name, body)
+    _check_quota_tree(context.store.list_quotas(), spec, parent)
     try:
         context.store.put_quota(spec, parent=parent)
     except NotFoundError:

@@ -14,9 +14,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from flotilla.scheduler.handle import SchedulerHandle
+from flotilla.secrets import SecretBox
 from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
-from flotilla.store import Store
+from flotilla.server.guard import ServerLimits
+from flotilla.store import JobRecord, Store
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -51,6 +53,30 @@ class ServerContext:
     poll_interval: float = 0.2
     """How often an event stream polls the store for changes."""
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    secrets: SecretBox | None = None
+    """Seals secret env values at submission; None: such a job is refused."""
+    streams: dict[str, int] = field(default_factory=dict)
+    """Open event streams by client address (see ``open_stream``)."""
+
+    def open_stream(self, client: str) -> None:
+        """Count one more open event stream of ``client``; 429/503 past the limits."""
+        if self.streams.get(client, 0) >= self.limits.event_streams_per_client:
+            raise ApiError(
+                429,
+                f"too many open event streams from {client}: the limit is "
+                f"{self.limits.event_streams_per_client}; close one first",
+            )
+        if sum(self.streams.values()) >= self.limits.event_streams_total:
+            raise ApiError(503, "too many open event streams on this server; retry later")
+        self.streams[client] = self.streams.get(client, 0) + 1
+
+    def close_stream(self, client: str) -> None:
+        left = self.streams.get(client, 0) - 1
+        if left > 0:
+            self.streams[client] = left
+        else:
+            self.streams.pop(client, None)
 
     def wake(self) -> None:
         """Tell a local scheduler that there is new work (or less of it)."""
@@ -88,6 +114,16 @@ def require(user: User, permission: Permission, queue: str) -> None:
     if not user.can(permission, queue):
         raise ApiError(
             403, f"user {user.name!r} lacks the {permission.value!r} permission on queue {queue!r}"
+        )
+
+
+def require_read(user: User, job: JobRecord) -> None:
+    """One's own jobs, or any with ``read`` (or ``cancel``, ``admin``) on the job's queue."""
+    if not user.may_read(job.queue, job.owner or ""):
+        raise ApiError(
+            403,
+            f"user {user.name!r} lacks the 'read' permission on queue {job.queue!r} "
+            "(needed to see other users' jobs)",
         )
 
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
 from flotilla.model import QuotaSpec
-from flotilla.server.context import Caller, Context, ServerContext
+from flotilla.server.context import Caller, Context, ServerContext, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import pending_reason
 from flotilla.server.schemas import Event, LogChunk, QuotaLevel, Why
@@ -23,8 +23,9 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
 @router.get("/jobs/{job_id}/events")
-def job_events(job_id: str, context: Context, _user: Caller) -> list[Event]:
+def job_events(job_id: str, context: Context, user: Caller) -> list[Event]:
     """The job's history, oldest first: submission, every transition, cancel requests."""
+    require_read(user, context.store.get_job(job_id))
     return [Event.from_record(event) for event in context.store.events(job_id)]
 
 
@@ -56,6 +57,24 @@ async def _event_stream(
         await asyncio.sleep(context.poll_interval)
 
 
+def _event_number(last_event_id: str | None) -> int:
+    """``Last-Event-ID`` is any string by the SSE standard; one that is not an id this
+    server sent (a number) resumes from the start."""
+    text = (last_event_id or "").strip()
+    return int(text) if text.isdigit() and len(text) < 19 else 0
+
+
+async def _counted(
+    context: ServerContext, client: str, stream: AsyncIterator[str]
+) -> AsyncIterator[str]:
+    """``stream``, counted as open until it ends or the client goes away."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        context.close_stream(client)
+
+
 @router.get(
     "/jobs/{job_id}/events/stream",
     response_class=StreamingResponse,
@@ -65,13 +84,17 @@ async def stream_job_events(
     job_id: str,
     request: Request,
     context: Context,
-    _user: Caller,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    user: Caller,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
 ) -> StreamingResponse:
     """Server-sent events: ``job-event`` for each history line (history first, then live
     changes), then one ``end`` when the job is terminal. Resumes after ``Last-Event-ID``."""
-    await run_in_threadpool(context.store.get_job, job_id)  # 404 before the stream starts
-    stream = _event_stream(context, request, job_id, last_event_id or 0)
+    job = await run_in_threadpool(context.store.get_job, job_id)  # 404 before the stream
+    require_read(user, job)
+    client = request.client.host if request.client else "unknown"
+    context.open_stream(client)
+    resume = _event_number(last_event_id)
+    stream = _counted(context, client, _event_stream(context, request, job_id, resume))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
@@ -80,9 +103,9 @@ async def stream_job_events(
 def job_logs(
     job_id: str,
     context: Context,
-    _user: Caller,
+    user: Caller,
     stream: LogStream = LogStream.STDOUT,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     task: str | None = None,
     replica: Annotated[int | None, Query(ge=0)] = None,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 1 << 16,
@@ -90,6 +113,7 @@ def job_logs(
     """A chunk of the latest run's output from its cluster's backend. Follow by passing
     ``next_offset`` back as ``offset`` until ``complete``."""
     job = context.store.get_job(job_id)
+    require_read(user, job)
     if job.run is None:
         raise ApiError(404, f"job {job_id} has no run yet: it has not been scheduled")
     if context.scheduler is None:
@@ -140,11 +164,12 @@ def _summary(job: JobRecord, reason: str, position: int | None, depth: int) -> s
 
 
 @router.get("/jobs/{job_id}/why")
-def why(job_id: str, context: Context, _user: Caller) -> Why:
+def why(job_id: str, context: Context, user: Caller) -> Why:
     """Why is this job waiting: its state and reason, its place in its queue, the quota
     its queue draws on (root first), and its queue's standing in the last cycle."""
     store = context.store
     job = store.get_job(job_id)
+    require_read(user, job)
     reason = pending_reason(context, job) or job.reason
     position = store.queue_position(job_id)
     depth = store.job_counts().get(job.queue, {}).get(JobState.QUEUED.value, 0)

@@ -6,13 +6,17 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
+from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec, PriorityClass
+from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
-from flotilla.server.context import Caller, Context, ServerContext, require
+from flotilla.server.context import Caller, Context, ServerContext, require, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.schemas import (
+    LABEL_KEY,
+    MAX_REASON,
     BulkCancelBody,
     CancelBody,
     CancelResult,
@@ -28,6 +32,11 @@ from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, J
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
+MAX_CURSOR = 2**62
+"""Cursors are serials: far below this, and far below what a 64-bit column holds."""
+
+LABEL_FILTER = LABEL_KEY.removesuffix("$") + "=.*$"
+
 SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -42,10 +51,12 @@ SUBMIT_BODY: dict[str, Any] = {
                             "properties": {
                                 "jobs": {
                                     "type": "array",
+                                    "minItems": 1,
                                     "items": {"$ref": "#/components/schemas/JobSpec"},
                                 }
                             },
                             "required": ["jobs"],
+                            "additionalProperties": False,
                         },
                     ]
                 }
@@ -86,7 +97,8 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     except ValueError as error:
         raise ApiError(400, f"the body is not valid JSON: {error}") from None
     classes = await run_in_threadpool(_priority_classes, context)
-    specs, prefixes = parse_submission(body, classes)
+    specs, prefixes = parse_submission(body, context.limits, classes)
+    specs = seal_secrets(context, specs, prefixes)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
@@ -99,6 +111,31 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         for job_id, (queue, name) in zip(ids, named, strict=True)
     ]
     return SubmitResult(ids=ids, jobs=jobs)
+
+
+def seal_secrets(
+    context: ServerContext, specs: list[JobSpec], prefixes: list[str]
+) -> list[JobSpec]:
+    """Encrypt the secret env values of every job before anything is stored (see
+    ``flotilla.secrets``); 422 naming each bad one."""
+    problems: list[str] = []
+    sealed: list[JobSpec] = []
+    for spec, prefix in zip(specs, prefixes, strict=True):
+        where = f"{prefix}.payload" if prefix else "payload"
+        if not has_secrets(spec.payload):
+            sealed.append(spec)
+        elif context.secrets is None:
+            problems.append(f"{where}.env: this server has no secret key to store secrets")
+        else:
+            try:
+                sealed.append(
+                    spec.model_copy(update={"payload": context.secrets.seal(spec.payload, where)})
+                )
+            except SecretError as error:
+                problems.extend(error.problems)
+    if problems:
+        raise ApiError(422, "invalid job spec", problems)
+    return sealed
 
 
 def parse_labels(pairs: list[str] | None) -> dict[str, str]:
@@ -116,12 +153,17 @@ def parse_labels(pairs: list[str] | None) -> dict[str, str]:
 @router.get("/jobs")
 def list_jobs(
     context: Context,
-    _user: Caller,
-    queue: str | None = None,
+    user: Caller,
+    queue: Annotated[str | None, Query(max_length=253)] = None,
     state: Annotated[list[JobState] | None, Query(description="Repeat for several.")] = None,
-    owner: str | None = None,
-    label: Annotated[list[str] | None, Query(description="key=value; repeat: all match.")] = None,
-    after: Annotated[int | None, Query(ge=0, description="A page's next_cursor.")] = None,
+    owner: Annotated[str | None, Query(max_length=253)] = None,
+    label: Annotated[
+        list[Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=MAX_REASON)]] | None,
+        Query(description="key=value; repeat: all match."),
+    ] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_CURSOR, description="A page's next_cursor.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     name: Annotated[
         str | None, Query(max_length=200, description="Part of the name (any case).")
@@ -131,7 +173,16 @@ def list_jobs(
         Query(description="newest: newest first; `after` then pages to older jobs."),
     ] = "oldest",
 ) -> JobList:
-    """Jobs in submission order, filtered, a page at a time (keyset: stable under submits)."""
+    """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
+    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs."""
+    if not (user.can_read_all() or (queue is not None and user.can(Permission.READ, queue))):
+        if owner is not None and owner != user.name:
+            raise ApiError(
+                403,
+                f"user {user.name!r} may list only their own jobs here: give a queue they "
+                "have the 'read' permission on",
+            )
+        owner = user.name
     page = context.store.list_jobs(
         queue=queue,
         states=state,
@@ -153,8 +204,9 @@ def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
 
 
 @router.get("/jobs/{job_id}")
-def get_job(job_id: str, context: Context, _user: Caller) -> JobDetail:
+def get_job(job_id: str, context: Context, user: Caller) -> JobDetail:
     job = context.store.get_job(job_id)
+    require_read(user, job)
     runs = context.store.runs(job_id)
     return JobDetail.build(job, runs, pending_reason(context, job))
 

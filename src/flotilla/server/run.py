@@ -3,20 +3,71 @@ refusal to listen beyond loopback without tokens cannot be bypassed by a new ent
 
 from __future__ import annotations
 
+import signal
+import threading
+from pathlib import Path
+
 import uvicorn
 from fastapi import FastAPI
 
-from flotilla.server.auth import check_bind
+from flotilla.runtime import is_loopback, new_token, remove_server_file, write_server_file
+from flotilla.server.auth import AuthSettings, check_bind
 from flotilla.server.context import ServerContext
+from flotilla.server.guard import LOOPBACK_HOSTS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8467
 
 
-def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def _exit_on_sigterm(number: int, _frame: object) -> None:
+    raise SystemExit(128 + number)
+
+
+def server_auth(auth_file: Path | None, host: str) -> tuple[AuthSettings, str | None]:
+    """The auth of ``flotilla up``/``serve``: the token config if given, else a local token
+    generated now (returned, for ``run_server`` to write where the CLI finds it). Raises
+    ``SpecError`` for a bad token config and ``InsecureBindError`` for a non-loopback host
+    without one."""
+    if auth_file is not None:
+        settings = AuthSettings.from_file(auth_file)
+        check_bind(host, settings)
+        return settings, None
+    check_bind(host, AuthSettings.disabled())
+    token = new_token()
+    return AuthSettings.local(token), token
+
+
+def allowed_hosts_for(host: str) -> frozenset[str] | None:
+    """A server listening on loopback answers to loopback ``Host`` names only."""
+    return LOOPBACK_HOSTS if is_loopback(host) else None
+
+
+def run_server(
+    app: FastAPI,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    local_token: str | None = None,
+) -> None:
     """Serve ``app`` until interrupted. Raises ``InsecureBindError`` before listening if
-    ``host`` is not loopback and the app has no token config."""
+    ``host`` is not loopback and the app has no token config. ``local_token`` is written to
+    this user's runtime file for ``port`` (``flotilla.runtime``) while the server runs."""
     context: ServerContext = app.state.flotilla
     check_bind(host, context.auth)
-    # Access logs show method, path and status; tokens travel in a header and never appear.
-    uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+    if local_token is not None:
+        path = write_server_file(port, local_token)
+        print(f"  API token (for this user only) in {path}; the CLI reads it", flush=True)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again for the
+        # handler that was there before it: the default one would end the process at once,
+        # skipping every ``finally`` (this token file, the scheduler's and backend's close).
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        # Access logs show method, path and status; tokens travel in a header, never appear.
+        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if local_token is not None:
+            remove_server_file(port, local_token)

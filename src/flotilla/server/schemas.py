@@ -7,10 +7,11 @@ stays stable if a record grows a field the API does not want to expose.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flotilla.secrets import redact
 from flotilla.store import ClusterRecord, EventRecord, JobRecord, NodeRecord, RunRecord
 
 
@@ -86,6 +87,14 @@ def _job_fields(job: JobRecord) -> dict[str, Any]:
     }
 
 
+def _shown_spec(job: JobRecord) -> dict[str, Any]:
+    """The spec as stored, secret env values hidden (``flotilla.secrets``)."""
+    spec = job.spec.model_dump(mode="json", exclude_none=True)
+    if "payload" in spec:
+        spec["payload"] = redact(spec["payload"])
+    return spec
+
+
 class JobDetail(Job):
     """One job in full: spec as stored, every run, and why it waits if it does."""
 
@@ -100,7 +109,7 @@ class JobDetail(Job):
     def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
         return cls(
             **_job_fields(job),
-            spec=job.spec.model_dump(mode="json", exclude_none=True),
+            spec=_shown_spec(job),
             runs=[Run.from_record(run) for run in runs],
             pending_reason=pending,
         )
@@ -122,14 +131,34 @@ class SubmitResult(BaseModel):
     jobs: list[SubmittedJob]
 
 
+MAX_REASON = 4096
+MAX_PRIORITY = 1_000_000_000
+LABEL_KEY = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,252}$"
+"""What a label key in a filter may be: a letter or digit, then letters, digits, ``._/-``."""
+
+Reason = Annotated[str, Field(max_length=MAX_REASON)]
+
+
 class CancelBody(_Closed):
-    reason: str = "cancelled by user"
+    reason: Reason = "cancelled by user"
 
 
 class BulkCancelBody(_Closed):
-    queue: str | None = None
-    labels: dict[str, str] = {}
-    reason: str = "cancelled by user"
+    """A queue and/or labels: never every job."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["queue"], "properties": {"queue": {"type": "string"}}},
+                {"required": ["labels"], "properties": {"labels": {"minProperties": 1}}},
+            ]
+        },
+    )
+
+    queue: str | None = Field(default=None, max_length=253)
+    labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Reason] = {}
+    reason: Reason = "cancelled by user"
 
 
 class CancelResult(BaseModel):
@@ -139,8 +168,8 @@ class CancelResult(BaseModel):
 
 
 class PriorityBody(_Closed):
-    priority: int
-    reason: str = ""
+    priority: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    reason: Reason = ""
 
 
 class Event(BaseModel):

@@ -20,7 +20,9 @@ from flotilla.model.payload import (
     parse_payload,
     parse_sim_behaviour,
 )
+from flotilla.secrets import placeholders
 from flotilla.server.errors import ApiError
+from flotilla.server.guard import ServerLimits
 
 
 def _under(prefix: str, line: str) -> str:
@@ -42,13 +44,41 @@ def check_payload(spec: JobSpec) -> list[str]:
     """
     try:
         sim_only = spec.payload is None or set(spec.payload) <= {"sim"}
+        payload = placeholders(spec.payload)  # secrets are checked when sealed
         if spec.type in PAYLOAD_TYPES and sim_only:
-            parse_sim_behaviour(spec.payload)
+            parse_sim_behaviour(payload)
         else:
-            parse_payload(spec.type, spec.payload)
+            parse_payload(spec.type, payload)
     except PayloadError as error:
         return error.problems
     return []
+
+
+def check_limits(spec: JobSpec, limits: ServerLimits) -> list[str]:
+    """The server's limits on one spec (``ServerLimits``): sizes a store and a scheduler
+    can hold, so ``count: 10**30`` is a 422 rather than memory growing until it runs out."""
+    problems: list[str] = []
+    if spec.count is not None and spec.count > limits.max_count:
+        problems.append(
+            f"count: {spec.count} is more than this server's limit of {limits.max_count}"
+        )
+    for index, task in enumerate(spec.tasks):
+        if task.replicas > limits.max_replicas:
+            problems.append(
+                f"tasks[{index}].replicas: {task.replicas} is more than this server's limit of "
+                f"{limits.max_replicas}"
+            )
+    if spec.priority is not None and abs(spec.priority) > limits.max_priority:
+        problems.append(
+            f"priority: must be between -{limits.max_priority} and {limits.max_priority}"
+        )
+    for field, labels in (("labels", spec.labels), ("annotations", spec.annotations)):
+        for key, value in labels.items():
+            if len(key) > limits.max_label_bytes or len(value) > limits.max_label_bytes:
+                problems.append(
+                    f"{field}.{key[:64]}: longer than {limits.max_label_bytes} characters"
+                )
+    return problems
 
 
 def check_service_fields(
@@ -92,7 +122,10 @@ def with_priority_class(
 
 
 def parse_job(
-    data: Any, prefix: str, priority_classes: Mapping[str, PriorityClass] | None = None
+    data: Any,
+    prefix: str,
+    limits: ServerLimits | None = None,
+    priority_classes: Mapping[str, PriorityClass] | None = None,
 ) -> tuple[JobSpec | None, list[str]]:
     if not isinstance(data, Mapping):
         return None, [f"{prefix or '(top level)'}: expected a job (a mapping)"]
@@ -101,31 +134,47 @@ def parse_job(
     except ValidationError as error:
         return None, [_under(prefix, line) for line in from_pydantic(error).problems]
     problems = check_service_fields(spec, priority_classes) + check_payload(spec)
+    problems += check_limits(spec, limits or ServerLimits())
     return with_priority_class(spec, priority_classes), [_under(prefix, line) for line in problems]
 
 
 def parse_submission(
-    body: Any, priority_classes: Mapping[str, PriorityClass] | None = None
+    body: Any,
+    limits: ServerLimits | None = None,
+    priority_classes: Mapping[str, PriorityClass] | None = None,
 ) -> tuple[list[JobSpec], list[str]]:
     """The specs and, per spec, the path prefix of its fields (``jobs[2]`` or ``""``).
 
     Raises ``ApiError`` (422) listing every problem.
     """
+    limits = limits or ServerLimits()
     if isinstance(body, Mapping) and "jobs" in body:
         extra = sorted(str(key) for key in body if key != "jobs")
         problems = [f"{key}: unknown field (a batch holds only 'jobs')" for key in extra]
         items = body["jobs"]
         if not isinstance(items, list) or not items:
             raise ApiError(422, "invalid submission", ["jobs: must be a non-empty list of jobs"])
+        if len(items) > limits.max_jobs_per_submission:
+            raise ApiError(
+                422,
+                "invalid submission",
+                [f"jobs: more than this server's limit of {limits.max_jobs_per_submission}"],
+            )
         prefixes = [f"jobs[{index}]" for index in range(len(items))]
     else:
         problems, items, prefixes = [], [body], [""]
     specs: list[JobSpec] = []
     for item, prefix in zip(items, prefixes, strict=True):
-        spec, found = parse_job(item, prefix, priority_classes)
+        spec, found = parse_job(item, prefix, limits, priority_classes)
         problems.extend(found)
         if spec is not None:
             specs.append(spec)
+    total = sum(len(spec.job_names()) for spec in specs) if not problems else 0
+    if total > limits.max_jobs_per_submission:
+        problems.append(
+            f"(top level): {total} jobs in one submission; this server's limit is "
+            f"{limits.max_jobs_per_submission}"
+        )
     if problems:
         raise ApiError(422, "invalid job spec", problems)
     return specs, prefixes

@@ -1,0 +1,152 @@
+"""Secret values in a job's ``payload.env``: sealed at submission, opened only at dispatch.
+
+A job marks a variable secret by giving ``{"secret": "VALUE"}`` instead of a string::
+
+    payload:
+      command: ["python", "train.py"]
+      env: {DB_USER: ana, DB_PASSWORD: {secret: hunter2}}
+
+The API server encrypts it at submission (Fernet: AES-128-CBC with HMAC-SHA256) and stores
+``{"encrypted": "…"}``; the database never holds the value in clear. The API returns it as
+``{"secret": "(hidden)"}``, to every caller, admins included; the CLI prints what the API
+returns. The scheduler decrypts it when it hands the run to a backend, which passes it to the
+job's process environment (and must never log it).
+
+The key is a file (``FLOTILLA_SECRET_KEY_FILE``, default ``~/.local/state/flotilla/secret.key``)
+made on first use, mode 0600. Every server and scheduler replica of one database needs the
+same key file; a replica with another key fails such a job at dispatch, saying so.
+
+This module depends on nothing else in Flotilla, so the server and the scheduler share it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken
+
+HIDDEN = "(hidden)"
+
+
+class SecretError(ValueError):
+    """A secret that cannot be sealed or opened; ``problems`` name the field."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def default_key_file() -> Path:
+    configured = os.environ.get("FLOTILLA_SECRET_KEY_FILE")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".local/state/flotilla/secret.key"
+
+
+class SecretBox:
+    """Seals and opens the secret values of payloads with one key."""
+
+    def __init__(self, key: bytes) -> None:
+        self._fernet = Fernet(key)
+
+    def __repr__(self) -> str:
+        return "SecretBox(<key hidden>)"
+
+    @classmethod
+    def from_file(cls, path: Path | None = None) -> SecretBox:
+        """The key in ``path`` (default ``default_key_file()``), made (0600) if missing."""
+        path = path or default_key_file()
+        try:
+            return cls(path.read_bytes().strip())
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = Fernet.generate_key()
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another replica made it meanwhile
+            return cls(path.read_bytes().strip())
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(key)
+        return cls(key)
+
+    def seal(self, payload: Mapping[str, Any] | None, where: str = "payload") -> Any:
+        """``payload`` with every ``{"secret": value}`` of its ``env`` encrypted. Raises
+        ``SecretError`` naming each bad field."""
+        return _map_env(payload, where, self._seal_one)
+
+    def open(self, payload: Mapping[str, Any] | None, where: str = "payload") -> Any:
+        """``payload`` with every encrypted value of its ``env`` in clear, for a backend."""
+        return _map_env(payload, where, self._open_one)
+
+    def _seal_one(self, value: Any, field: str) -> Any:
+        if isinstance(value, Mapping) and set(value) == {"secret"}:
+            secret = value["secret"]
+            if not isinstance(secret, str) or "\0" in secret:
+                raise SecretError([f"{field}.secret: must be a string without NUL bytes"])
+            return {"encrypted": self._fernet.encrypt(secret.encode()).decode()}
+        if isinstance(value, Mapping) and "encrypted" in value:
+            raise SecretError([f"{field}: give a secret as {{secret: VALUE}}"])
+        return value
+
+    def _open_one(self, value: Any, field: str) -> Any:
+        if isinstance(value, Mapping) and set(value) == {"encrypted"}:
+            try:
+                return self._fernet.decrypt(str(value["encrypted"]).encode()).decode()
+            except InvalidToken:
+                raise SecretError(
+                    [
+                        f"{field}: cannot decrypt: this replica's secret key is not the one "
+                        "of the server that accepted the job"
+                    ]
+                ) from None
+        return value
+
+
+def redact(payload: Any) -> Any:
+    """``payload`` as the API shows it: every secret or sealed env value hidden."""
+    return _map_env(payload, "payload", lambda value, _field: _hide(value))
+
+
+def placeholders(payload: Any) -> Any:
+    """``payload`` with secret env values as plain strings, to validate its shape."""
+    return _map_env(payload, "payload", lambda value, _field: _stand_in(value))
+
+
+def has_secrets(payload: Any) -> bool:
+    env = payload.get("env") if isinstance(payload, Mapping) else None
+    return isinstance(env, Mapping) and any(isinstance(v, Mapping) for v in env.values())
+
+
+def _hide(value: Any) -> Any:
+    if isinstance(value, Mapping) and set(value) & {"secret", "encrypted"}:
+        return {"secret": HIDDEN}
+    return value
+
+
+def _stand_in(value: Any) -> Any:
+    if isinstance(value, Mapping) and set(value) in ({"secret"}, {"encrypted"}):
+        inner = value.get("secret", "")
+        return inner if isinstance(inner, str) else value
+    return value
+
+
+def _map_env(payload: Any, where: str, change: Any) -> Any:
+    if not isinstance(payload, Mapping):
+        return payload
+    env = payload.get("env")
+    if not isinstance(env, Mapping):
+        return payload
+    problems: list[str] = []
+    changed: dict[str, Any] = {}
+    for name, value in env.items():
+        try:
+            changed[name] = change(value, f"{where}.env.{name}")
+        except SecretError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise SecretError(problems)
+    return {**payload, "env": changed}

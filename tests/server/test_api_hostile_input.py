@@ -1,0 +1,219 @@
+"""Hostile but well-formed requests (issue 12, defects 9-14): every one a 4xx naming the
+field, never a 500 and never stored garbage, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flotilla.server import AuthSettings, create_app
+from flotilla.server.context import ServerContext
+from flotilla.server.errors import ApiError
+from flotilla.server.guard import LOOPBACK_HOSTS, ServerLimits
+from flotilla.store import SqlStore
+from tests.server.api_support import spec
+
+
+def problems(response: Any) -> list[str]:
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    found: list[str] = response.json()["problems"]
+    return found
+
+
+def raw(client: TestClient, text: str, path: str = "/v1/jobs") -> Any:
+    return client.post(path, content=text, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("payload", {"command": ["echo", "a\u0000b"]}),
+        ("payload", {"command": "echo", "env": {"A": "x\u0000"}}),
+        ("labels", {"team": "a\u0000"}),
+        ("user", "bo\u0000b"),
+    ],
+)
+def test_nul_characters_in_a_job_are_refused_naming_the_field(
+    lifecycle_client: TestClient, any_store: SqlStore, field: str, value: object
+) -> None:
+    response = lifecycle_client.post("/v1/jobs", json=spec("nul", **{field: value}))
+    assert response.status_code == 400
+    [line] = problems(response)
+    assert line.startswith(field) and "NUL" in line
+    assert any_store.list_jobs().jobs == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/jobs?owner=a%00b",
+        "/v1/jobs?queue=a%00",
+        "/v1/jobs?label=a%3Db%00",
+        "/v1/jobs/a%00b",
+        "/v1/jobs/x/events",
+    ],
+)
+def test_nul_characters_in_a_query_or_path_are_a_400(
+    lifecycle_client: TestClient, path: str
+) -> None:
+    response = lifecycle_client.get(path)
+    assert response.status_code in (400, 404), response.text
+    if "%00" in path:
+        assert response.status_code == 400 and "NUL" in response.json()["message"]
+
+
+def test_a_nul_label_cannot_break_later_label_filters(
+    lifecycle_client: TestClient,
+) -> None:
+    lifecycle_client.post("/v1/jobs", json=spec("nul", labels={"k": "v\u0000"}))
+    lifecycle_client.post("/v1/jobs", json=spec("fine", labels={"k": "v"}))
+    listed = lifecycle_client.get("/v1/jobs", params={"label": "k=v"})
+    assert listed.status_code == 200 and len(listed.json()["jobs"]) == 1
+    cancelled = lifecycle_client.post("/v1/jobs/cancel", json={"labels": {"k": "v"}})
+    assert cancelled.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (spec("big", count=10**30), "count"),
+        (spec("big", priority=2**63), "priority"),
+        (spec("big", tasks=[{"name": "m", "replicas": 10**12, "resources": {"cpu": 1}}]), "tasks"),
+    ],
+)
+def test_huge_numbers_are_refused_naming_the_field(
+    lifecycle_client: TestClient, any_store: SqlStore, body: dict[str, Any], field: str
+) -> None:
+    response = lifecycle_client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert any(line.startswith(field) for line in problems(response))
+    assert any_store.list_jobs().jobs == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [f"/v1/jobs?after={2**63}", f"/v1/jobs?after={10**30}", '/v1/jobs?label=a"b=1'],
+)
+def test_out_of_range_cursors_and_bad_label_filters_are_422(
+    lifecycle_client: TestClient, path: str
+) -> None:
+    response = lifecycle_client.get(path)
+    assert response.status_code == 422, response.text
+    assert problems(response)[0].split(":")[0] in ("after", "label", "label[0]")
+
+
+def test_a_huge_log_offset_and_priority_are_4xx(lifecycle_client: TestClient) -> None:
+    (job,) = lifecycle_client.post("/v1/jobs", json=spec("a")).json()["ids"]
+    assert lifecycle_client.get(f"/v1/jobs/{job}/logs?offset={10**18 * 10}").status_code == 422
+    assert (
+        lifecycle_client.post(f"/v1/jobs/{job}/priority", json={"priority": 2**63}).status_code
+        == 422
+    )
+
+
+@pytest.mark.parametrize("constant", ["Infinity", "-Infinity", "NaN"])
+@pytest.mark.parametrize("field", ["max_runtime", "duration"])
+def test_infinity_and_nan_are_not_json_and_are_refused(
+    lifecycle_client: TestClient, any_store: SqlStore, constant: str, field: str
+) -> None:
+    text = json.dumps(spec("inf")).removesuffix("}") + f', "{field}": {constant}}}'
+    response = raw(lifecycle_client, text)
+    assert response.status_code == 400
+    assert constant.lstrip("-") in problems(response)[0]
+    gang = json.dumps(spec("g")).removesuffix("}") + f', "gang": {{"timeout": {constant}}}}}'
+    assert raw(lifecycle_client, gang).status_code == 400
+    assert any_store.list_jobs().jobs == []
+
+
+def test_infinity_in_a_queue_weight_is_refused(lifecycle_client: TestClient) -> None:
+    response = lifecycle_client.put(
+        "/v1/queues/q", content='{"weight": Infinity}', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+
+
+def test_json_nested_thousands_deep_is_a_400(lifecycle_client: TestClient) -> None:
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    response = raw(lifecycle_client, deep)
+    assert response.status_code == 400 and "nested" in problems(response)[0]
+    listy = "[" * 100_000 + "]" * 100_000
+    assert raw(lifecycle_client, listy).status_code == 400
+
+
+def test_a_quota_cannot_be_its_own_ancestor_or_hold_a_name_twice(
+    lifecycle_client: TestClient,
+) -> None:
+    tree = {"children": [{"name": "child", "children": [{"name": "leaf"}]}]}
+    assert lifecycle_client.put("/v1/quotas/root", json=tree).status_code == 200
+    cycle = lifecycle_client.put("/v1/quotas/root?parent=leaf", json=tree)
+    assert cycle.status_code == 422 and problems(cycle)[0].startswith("parent:")
+    itself = lifecycle_client.put("/v1/quotas/other?parent=other", json={})
+    assert itself.status_code in (400, 422)
+    twice = lifecycle_client.put(
+        "/v1/quotas/top", json={"children": [{"name": "x"}, {"name": "x"}]}
+    )
+    assert twice.status_code == 422 and problems(twice) == [
+        "children[1]: quota 'x' appears twice in this tree"
+    ]
+    elsewhere = lifecycle_client.put("/v1/quotas/top", json={"children": [{"name": "leaf"}]})
+    assert elsewhere.status_code == 422
+    assert lifecycle_client.get("/v1/quotas").status_code == 200
+
+
+def test_metrics_label_unknown_paths_and_methods_as_one_series(
+    lifecycle_client: TestClient,
+) -> None:
+    """Defect 9: made-up paths and methods must not create a metrics series each."""
+    for index in range(50):
+        lifecycle_client.get(f"/made-up/{index}")
+        lifecycle_client.request(f"BREW{index}", "/v1/jobs")
+    text = lifecycle_client.get("/metrics").text
+    assert "made-up" not in text and "BREW" not in text
+    series = [line for line in text.splitlines() if line.startswith("flotilla_api_requests_total{")]
+    assert len(series) <= 6, series
+
+
+def test_a_body_over_the_limit_is_413_and_not_stored(any_store: SqlStore) -> None:
+    app = create_app(
+        any_store, None, AuthSettings.disabled(), limits=ServerLimits(max_body_bytes=1000)
+    )
+    client = TestClient(app)
+    body = spec("big", annotations={"blob": "x" * 5000})
+    assert client.post("/v1/jobs", json=body).status_code == 413
+    assert any_store.list_jobs().jobs == []
+    assert client.post("/v1/jobs", json=spec("small")).status_code == 201
+
+
+def test_a_server_on_loopback_answers_only_to_loopback_host_names(any_store: SqlStore) -> None:
+    app = create_app(any_store, None, AuthSettings.disabled(), allowed_hosts=LOOPBACK_HOSTS)
+    for host, status in (
+        ("localhost:8467", 200),
+        ("127.0.0.1", 200),
+        ("[::1]:80", 200),
+        ("evil.example", 403),
+        ("evil.example:8467", 403),
+    ):
+        assert TestClient(app).get("/v1/jobs", headers={"host": host}).status_code == status, host
+
+
+def test_event_streams_are_limited_per_client_and_in_all(any_store: SqlStore) -> None:
+    context = ServerContext(
+        store=any_store,
+        scheduler=None,
+        auth=AuthSettings.disabled(),
+        limits=ServerLimits(event_streams_per_client=2, event_streams_total=3),
+    )
+    context.open_stream("a")
+    context.open_stream("a")
+    with pytest.raises(ApiError) as per_client:
+        context.open_stream("a")
+    assert per_client.value.status == 429
+    context.open_stream("b")
+    with pytest.raises(ApiError) as in_all:
+        context.open_stream("c")
+    assert in_all.value.status == 503
+    context.close_stream("a")
+    context.open_stream("c")
