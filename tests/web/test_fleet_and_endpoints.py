@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
 from flotilla.server import AuthSettings, create_app
-from flotilla.store import RunRequest, SqlStore
+from flotilla.store import JobState, RunRequest, SqlStore
 from flotilla.web import mount_dashboard
 from flotilla.web.recent import recent_activity
 from flotilla.web.usage import fleet_usage
@@ -162,3 +162,15 @@ def test_recent_waits_per_queue_and_runs_on_nodes(store: SqlStore) -> None:
     assert len(recent["waits"]["team-a"]) == 1 and recent["waits"]["team-a"][0] >= 0
     assert recent["waits"]["team-b"] == []  # still waiting: no wait measured yet
     assert recent["gantt"]["bars"] == []  # leased, not started: nothing ran on a node yet
+
+
+def test_recent_hides_the_names_of_jobs_the_caller_may_not_read(store: SqlStore) -> None:
+    (job,) = [record for record in store.list_jobs().jobs if record.name == "train"]
+    assert job.run is not None
+    store.transition(job.id, JobState.PENDING, "dispatched", run=job.run.id)
+    store.transition(job.id, JobState.RUNNING, "started", run=job.run.id)
+    everyone = recent_activity(store)
+    assert {bar["label"] for bar in everyone["gantt"]["bars"]} == {"train"}
+    stranger = recent_activity(store, may_read=lambda queue, owner: queue != "team-a")
+    bars = stranger["gantt"]["bars"]
+    assert len(bars) == 2 and {bar["label"] for bar in bars} == {"(hidden)"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -67,11 +68,18 @@ async def fleet(context: Context, _user: Caller) -> dict[str, Any]:
 @router.get("/recent")
 async def recent(
     context: Context,
-    _user: Caller,
+    user: Caller,
     limit: Annotated[int, Query(ge=1, le=5000, description="How many newest jobs.")] = 500,
 ) -> dict[str, Any]:
-    """The newest jobs drawn as a simulation is: wait times per queue and runs on nodes."""
-    return await run_in_threadpool(recent_activity, context.store, limit=limit)
+    """The newest jobs drawn as a simulation is: wait times per queue and runs on nodes. The
+    names of jobs the caller may not read (``read`` permission) are hidden."""
+
+    def may_read(queue: str, owner: str | None) -> bool:
+        return user.may_read(queue, owner or "")
+
+    return await run_in_threadpool(
+        partial(recent_activity, context.store, limit=limit, may_read=may_read)
+    )
 
 
 @router.get("/timeline")

@@ -8,6 +8,7 @@ replica on, until it finished (or now).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,8 +18,14 @@ GANTT_MAX_ROWS = 64
 
 
 def recent_activity(
-    store: Store, *, limit: int = 500, now: datetime | None = None
+    store: Store,
+    *,
+    limit: int = 500,
+    now: datetime | None = None,
+    may_read: Callable[[str, str | None], bool] = lambda queue, owner: True,
 ) -> dict[str, Any]:
+    """``may_read(queue, owner)``: whether the caller may see that job; a bar of a job they
+    may not read keeps its place and time (the fleet's use is no secret) but not its name."""
     now = now or datetime.now(UTC)
     waits: dict[str, list[float]] = {queue.name: [] for queue in store.list_queues()}
     bars: list[dict[str, Any]] = []
@@ -40,7 +47,7 @@ def recent_activity(
                     "row": f"{run.cluster}/{node}",
                     "start": run.started_at.timestamp(),
                     "end": end.timestamp(),
-                    "label": job.name,
+                    "label": job.name if may_read(job.queue, job.owner) else "(hidden)",
                     "group": job.queue,
                     "preempted": run.state.value == "preempted",
                 }
