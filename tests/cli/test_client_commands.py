@@ -251,3 +251,18 @@ def test_wait_gives_up_with_exit_3_naming_the_job_still_waiting(
     result = run("wait", job, "--timeout", "0")
     assert result.exit_code == 3
     assert job in result.output and "queued" in result.output
+
+
+def test_ui_prints_the_dashboard_address_with_the_token_in_its_fragment() -> None:
+    from typer.testing import CliRunner
+
+    from flotilla.cli.main import app
+
+    with_token = CliRunner().invoke(
+        app, ["ui", "--server", "http://127.0.0.1:9"], env={"FLOTILLA_TOKEN": "a b/c"}
+    )
+    assert with_token.stdout.strip() == "http://127.0.0.1:9/ui#token=a%20b%2Fc"
+    without = CliRunner().invoke(
+        app, ["ui", "--server", "http://10.0.0.1:9/"], env={"FLOTILLA_TOKEN": ""}
+    )
+    assert without.stdout.strip() == "http://10.0.0.1:9/ui"  # no local token for a remote one

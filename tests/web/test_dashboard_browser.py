@@ -156,3 +156,23 @@ def test_api_docs_work_offline(browser: Any, server: Server) -> None:
     page.goto(f"{server.url}/ui")
     expect(page.get_by_label("Token")).to_be_visible()
     assert outside == []
+
+
+def test_the_address_flotilla_ui_prints_opens_signed_in_and_drops_the_token(
+    browser: Any, server: Server
+) -> None:
+    from typer.testing import CliRunner
+
+    from flotilla.cli.main import app
+
+    printed = CliRunner().invoke(
+        app, ["ui", "--server", server.url], env={"FLOTILLA_TOKEN": ANA_TOKEN}
+    )
+    assert printed.exit_code == 0, printed.output
+    address = printed.stdout.strip()
+    assert address.startswith(f"{server.url}/ui#token=")
+    page: Page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    page.goto(address)
+    expect(page.get_by_role("heading", name="Jobs")).to_be_visible(timeout=LIVE)
+    expect(page.get_by_label("Token")).to_have_count(0)  # no sign-in form
+    assert "token" not in page.url  # gone from the address bar (and so from history)

@@ -56,7 +56,11 @@ def run_server(
     check_bind(host, context.auth)
     if local_token is not None:
         path = write_server_file(port, local_token)
-        print(f"  API token (for this user only) in {path}; the CLI reads it", flush=True)
+        print(
+            f"  API token (for this user only) in {path}; the CLI reads it, and "
+            "`flotilla ui` prints the dashboard's signed-in address",
+            flush=True,
+        )
     previous = None
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again for the

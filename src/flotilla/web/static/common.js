@@ -4,6 +4,15 @@
 
 const Charts = window.FlotillaCharts;
 const TOKEN_KEY = "flotilla-token";
+
+// `flotilla ui` prints /ui#token=…: take the token from the fragment (never sent to the
+// server, so never in an access log), keep it for this tab, and drop it from the address bar.
+(function tokenFromFragment() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (!match) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+})();
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const WAITING = new Set(["queued", "preempted"]);
 const STATES = ["queued", "leased", "pending", "running", "preempted", "succeeded", "failed",
