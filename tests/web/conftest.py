@@ -28,7 +28,7 @@ users:
     queues: {"*": [admin]}
   - name: vi
     token_env: UI_TEST_VIEWER
-    queues: {"*": [submit]}
+    queues: {"*": [submit, read]}
 """
 
 
@@ -67,7 +67,7 @@ def services(tmp_path: Path) -> Iterator[Services]:
 
 @pytest.fixture
 def server(services: Services, tmp_path: Path) -> Server:
-    """``flotilla up`` with two users: ana (admin of every queue) and vi (submit only)."""
+    """``flotilla up`` with two users: ana (admin of every queue) and vi (submit and read, no cancel)."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(TOKENS)
     return services.start(
