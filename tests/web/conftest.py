@@ -67,7 +67,8 @@ def services(tmp_path: Path) -> Iterator[Services]:
 
 @pytest.fixture
 def server(services: Services, tmp_path: Path) -> Server:
-    """``flotilla up`` with two users: ana (admin of every queue) and vi (submit and read, no cancel)."""
+    """``flotilla up`` with two users: ana (admin of every queue) and vi (submit and read on
+    every queue, no cancel)."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(TOKENS)
     return services.start(
