@@ -54,7 +54,9 @@ def test_duplicate_names_in_a_batch_store_nothing(store: SqlStore) -> None:
     assert store.list_jobs().jobs == []
 
 
-def test_name_taken_in_the_queue_is_rejected_but_free_in_another(store: SqlStore) -> None:
+def test_name_of_an_unfinished_job_is_taken_in_its_queue_but_free_in_another(
+    store: SqlStore,
+) -> None:
     store.submit_jobs([job("x")])
     before = snapshot(store)
     with pytest.raises(DuplicateJobError) as caught:
@@ -62,6 +64,22 @@ def test_name_taken_in_the_queue_is_rejected_but_free_in_another(store: SqlStore
     assert caught.value.queue == "team-a" and caught.value.names == ["x"]
     assert snapshot(store) == before
     store.submit_jobs([job("x", queue="team-b")])
+
+
+@pytest.mark.parametrize("ending", [JobState.CANCELLED, JobState.SUCCEEDED])
+def test_name_of_a_finished_job_may_be_used_again(store: SqlStore, ending: JobState) -> None:
+    [first] = store.submit_jobs([job("hello")])
+    if ending is JobState.CANCELLED:
+        store.cancel(first, "done with it")
+    else:
+        run = store.record_run(first, "c1", {}, reason="fits")
+        for state in (JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED):
+            store.transition(first, state, state.value, run=run.id)
+    [second] = store.submit_jobs([job("hello")])
+    assert second != first
+    assert [record.name for record in store.list_jobs().jobs] == ["hello", "hello"]
+    with pytest.raises(DuplicateJobError):
+        store.submit_jobs([job("hello")])
 
 
 def test_lifecycle_records_an_event_for_every_transition(store: SqlStore) -> None:

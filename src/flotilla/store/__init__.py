@@ -6,6 +6,7 @@ schema to the latest revision. ``Store`` is the contract; see ``flotilla.store.p
 
 from flotilla.store.engine import DEFAULT_URL, SchemaStatus, make_engine, upgrade
 from flotilla.store.errors import (
+    AmbiguousJobError,
     ConflictError,
     DuplicateJobError,
     IllegalTransitionError,
@@ -43,6 +44,7 @@ __all__ = [
     "JOB_TRANSITIONS",
     "TERMINAL_JOB_STATES",
     "WAITING_JOB_STATES",
+    "AmbiguousJobError",
     "ClusterRecord",
     "ConflictError",
     "DuplicateJobError",

@@ -11,19 +11,32 @@ class NotFoundError(StoreError, LookupError):
     """A job, run, queue, quota, cluster or node that does not exist."""
 
 
+class AmbiguousJobError(StoreError, LookupError):
+    """A job reference (a name, an id prefix) that fits several jobs; ``candidates``
+    describes each as ``QUEUE/NAME (ID)``."""
+
+    def __init__(self, reference: str, candidates: list[str]) -> None:
+        self.reference = reference
+        self.candidates = candidates
+        super().__init__(
+            f"{reference!r} names {len(candidates)} jobs or more: give a longer id prefix, "
+            "a full id or QUEUE/NAME"
+        )
+
+
 class InvalidJobError(StoreError, ValueError):
     """A job of a submitted batch cannot be stored (for example its queue does not exist)."""
 
 
 class DuplicateJobError(InvalidJobError):
-    """A job name already used in its queue, or twice in one batch."""
+    """A job name used by a live (unfinished) job of its queue, or twice in one batch."""
 
     def __init__(self, queue: str, names: list[str]) -> None:
         self.queue = queue
         self.names = names
         shown = ", ".join(repr(name) for name in names[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        super().__init__(f"queue {queue!r} already has job(s) named {shown}{more}")
+        super().__init__(f"queue {queue!r} already has unfinished job(s) named {shown}{more}")
 
 
 class IllegalTransitionError(StoreError):

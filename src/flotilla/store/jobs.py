@@ -82,6 +82,8 @@ def expand(batch: Sequence[JobSpec]) -> list[JobSpec]:
 
 
 def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
+    """Every queue exists; no name is used twice in the batch or by an unfinished job of its
+    queue (a finished job's name may be used again: references then mean the latest)."""
     queues = sorted({job.queue for job in jobs})
     known = set(session.scalars(select(Queue.name).where(Queue.name.in_(queues))))
     missing = [queue for queue in queues if queue not in known]
@@ -98,9 +100,14 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
         if repeated:
             raise DuplicateJobError(queue, sorted(repeated))
         taken: list[str] = []
+        finished = [state.value for state in TERMINAL_JOB_STATES]
         for part in chunks(sorted(seen)):
             taken.extend(
-                session.scalars(select(Job.name).where(Job.queue == queue, Job.name.in_(part)))
+                session.scalars(
+                    select(Job.name).where(
+                        Job.queue == queue, Job.name.in_(part), Job.state.not_in(finished)
+                    )
+                )
             )
         if taken:
             raise DuplicateJobError(queue, sorted(taken))
@@ -112,8 +119,11 @@ def submit(
     jobs = expand(batch)
     if not jobs:
         return []
-    check_batch(session, jobs)
+    # The serials first: their row lock orders concurrent submissions, so two batches that
+    # reuse one name cannot both find it free (names are unique among live jobs only, which
+    # no constraint of the database can say).
     first = reserve_serials(session, len(jobs))
+    check_batch(session, jobs)
     ids = [new_id() for _ in jobs]
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []

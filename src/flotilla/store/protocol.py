@@ -183,6 +183,25 @@ class Store(Protocol):
         submissions."""
         ...
 
+    def count_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        states: Sequence[JobState] | None = None,
+        owner: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        name_contains: str | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` with the same filters would list over all pages."""
+        ...
+
+    def find_job(self, reference: str) -> JobRecord:
+        """The job a user's reference names: a full id, ``QUEUE/NAME`` (the latest job of
+        that name there), a ``NAME`` one queue uses, or an id prefix (``store.lookup``).
+        Raises ``NotFoundError`` when none matches, ``AmbiguousJobError`` (listing the
+        candidates) when several do."""
+        ...
+
     # Queues and quotas --------------------------------------------------------------------
     def put_queue(self, spec: QueueSpec) -> None:
         """Create or replace a queue."""

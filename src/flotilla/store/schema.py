@@ -125,7 +125,7 @@ class Node(Base):
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        UniqueConstraint("queue", "name"),
+        Index(None, "queue", "name", "submit_serial"),
         Index(None, "queue", "submit_serial"),
         Index(None, "state", "submit_serial"),
     )

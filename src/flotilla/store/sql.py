@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import catalog, fleet, jobs, leases
+from flotilla.store import catalog, fleet, jobs, leases, lookup
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -294,19 +294,10 @@ class SqlStore:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         order = Job.submit_serial.desc() if newest_first else Job.submit_serial
-        query = select(Job).order_by(order).limit(limit + 1)
-        if queue is not None:
-            query = query.where(Job.queue == queue)
-        if states is not None:
-            query = query.where(Job.state.in_([state.value for state in states]))
-        if owner is not None:
-            query = query.where(Job.owner == owner)
-        for key, value in (labels or {}).items():
-            query = query.where(Job.labels[key].as_string() == value)
-        if name_contains:
-            query = query.where(
-                func.lower(Job.name).contains(name_contains.lower(), autoescape=True)
-            )
+        clauses = lookup.job_filters(
+            queue=queue, states=states, owner=owner, labels=labels, name_contains=name_contains
+        )
+        query = select(Job).where(*clauses).order_by(order).limit(limit + 1)
         if after is not None:
             query = query.where(
                 Job.submit_serial < after if newest_first else Job.submit_serial > after
@@ -317,6 +308,26 @@ class SqlStore:
             rows = rows[:limit]
             cursor = rows[-1].submit_serial if more else None
             return JobPage(jobs=self._records(session, rows), next_cursor=cursor)
+
+    def count_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        states: Sequence[JobState] | None = None,
+        owner: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        name_contains: str | None = None,
+    ) -> int:
+        clauses = lookup.job_filters(
+            queue=queue, states=states, owner=owner, labels=labels, name_contains=name_contains
+        )
+        with self._sessions() as session:
+            return lookup.count_jobs(session, clauses)
+
+    def find_job(self, reference: str) -> JobRecord:
+        with self._sessions() as session:
+            job_id = lookup.resolve_job(session, reference)
+        return self.get_job(job_id)
 
     # Queues and quotas --------------------------------------------------------------------
     def put_queue(self, spec: QueueSpec) -> None:
