@@ -48,7 +48,8 @@ class SchedulerHandle(Protocol):
     def last_cycle(self) -> CycleReport: ...
 
     def logs(self, job_id: str, request: LogsRequest) -> LogChunk:
-        """Log output of the job's run from its cluster's backend (``UnknownRun`` if none)."""
+        """Log output of the job's run ``request.run_id`` (its latest run when that is not
+        one of the job's runs) from its cluster's backend (``UnknownRun`` if none)."""
         ...
 
     def wake(self) -> None:

@@ -194,10 +194,13 @@ class SchedulingLoop:
         job = self.store.get_job(job_id)
         if job.run is None:
             raise UnknownRun(f"job {job_id} has not run yet")
-        backend = self.backends.get(job.run.cluster)
+        run = job.run
+        if request.run_id != run.id:  # an earlier attempt, if it is one of this job's runs
+            run = next((old for old in self.store.runs(job_id) if old.id == request.run_id), run)
+        backend = self.backends.get(run.cluster)
         if backend is None:
-            raise UnknownRun(f"cluster {job.run.cluster} has no backend in this replica")
-        return backend.logs(replace(request, run_id=job.run.id))
+            raise UnknownRun(f"cluster {run.cluster} has no backend in this replica")
+        return backend.logs(replace(request, run_id=run.id))
 
     def wake(self) -> None:
         self._wake.set()

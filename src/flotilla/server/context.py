@@ -18,7 +18,7 @@ from flotilla.secrets import SecretBox
 from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
-from flotilla.store import JobRecord, Store
+from flotilla.store import AmbiguousJobError, JobRecord, Store
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -125,6 +125,24 @@ def require_read(user: User, job: JobRecord) -> None:
             f"user {user.name!r} lacks the 'read' permission on queue {job.queue!r} "
             "(needed to see other users' jobs)",
         )
+
+
+def find_job(context: ServerContext, user: User, reference: str) -> JobRecord:
+    """The job a path's reference names (an id, an id prefix, a name: ``Store.find_job``);
+    the caller checks what the user may do with it. An ambiguous reference is a 409
+    listing the candidates in queues the caller may read (the others only counted)."""
+    try:
+        return context.store.find_job(reference)
+    except AmbiguousJobError as error:
+        shown = [
+            candidate
+            for candidate in error.candidates
+            if user.can(Permission.READ, candidate.partition("/")[0])
+        ]
+        hidden = len(error.candidates) - len(shown)
+        if hidden:
+            shown.append(f"and {hidden} in queues user {user.name!r} may not read")
+        raise ApiError(409, str(error), shown) from None
 
 
 def require_admin(user: User, action: str) -> None:

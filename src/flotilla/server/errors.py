@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flotilla.model.errors import field_path
 from flotilla.store import (
+    AmbiguousJobError,
     ConflictError,
     DuplicateJobError,
     IllegalTransitionError,
@@ -50,7 +51,9 @@ def error_body(message: str, problems: Sequence[str] = ()) -> dict[str, Any]:
 def store_error_status(error: StoreError) -> int:
     if isinstance(error, NotFoundError):
         return 404
-    if isinstance(error, DuplicateJobError | ConflictError | IllegalTransitionError):
+    if isinstance(
+        error, AmbiguousJobError | DuplicateJobError | ConflictError | IllegalTransitionError
+    ):
         return 409
     if isinstance(error, InvalidJobError):
         return 400

@@ -13,20 +13,27 @@ from starlette.concurrency import run_in_threadpool
 
 from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
 from flotilla.model import QuotaSpec
-from flotilla.server.context import Caller, Context, ServerContext, require_read
+from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
-from flotilla.server.jobs import pending_reason
+from flotilla.server.jobs import JobReference, pending_reason
 from flotilla.server.schemas import Event, LogChunk, QuotaLevel, Why
-from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+from flotilla.store import (
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobRecord,
+    JobState,
+    RunRecord,
+)
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
 @router.get("/jobs/{job_id}/events")
-def job_events(job_id: str, context: Context, user: Caller) -> list[Event]:
+def job_events(job_id: JobReference, context: Context, user: Caller) -> list[Event]:
     """The job's history, oldest first: submission, every transition, cancel requests."""
-    require_read(user, context.store.get_job(job_id))
-    return [Event.from_record(event) for event in context.store.events(job_id)]
+    job = find_job(context, user, job_id)
+    require_read(user, job)
+    return [Event.from_record(event) for event in context.store.events(job.id)]
 
 
 def _sse(kind: str, data: str, event_id: int | None = None) -> str:
@@ -81,7 +88,7 @@ async def _counted(
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def stream_job_events(
-    job_id: str,
+    job_id: JobReference,
     request: Request,
     context: Context,
     user: Caller,
@@ -89,19 +96,19 @@ async def stream_job_events(
 ) -> StreamingResponse:
     """Server-sent events: ``job-event`` for each history line (history first, then live
     changes), then one ``end`` when the job is terminal. Resumes after ``Last-Event-ID``."""
-    job = await run_in_threadpool(context.store.get_job, job_id)  # 404 before the stream
+    job = await run_in_threadpool(find_job, context, user, job_id)  # 404 before the stream
     require_read(user, job)
     client = request.client.host if request.client else "unknown"
     context.open_stream(client)
     resume = _event_number(last_event_id)
-    stream = _counted(context, client, _event_stream(context, request, job_id, resume))
+    stream = _counted(context, client, _event_stream(context, request, job.id, resume))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 @router.get("/jobs/{job_id}/logs")
 def job_logs(
-    job_id: str,
+    job_id: JobReference,
     context: Context,
     user: Caller,
     stream: LogStream = LogStream.STDOUT,
@@ -109,25 +116,27 @@ def job_logs(
     task: str | None = None,
     replica: Annotated[int | None, Query(ge=0)] = None,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 1 << 16,
+    attempt: Annotated[
+        int | None, Query(ge=1, le=1_000_000, description="The run's attempt (default: latest).")
+    ] = None,
 ) -> LogChunk:
-    """A chunk of the latest run's output from its cluster's backend. Follow by passing
-    ``next_offset`` back as ``offset`` until ``complete``."""
-    job = context.store.get_job(job_id)
+    """A chunk of a run's output (the latest run, or ``attempt``) from its cluster's backend.
+    Follow by passing ``next_offset`` back as ``offset`` until ``complete``."""
+    job = find_job(context, user, job_id)
     require_read(user, job)
-    if job.run is None:
-        raise ApiError(404, f"job {job_id} has no run yet: it has not been scheduled")
+    run = _run_of(context, job, attempt)
     if context.scheduler is None:
         raise ApiError(
             404,
             "logs come from the scheduler's backends, and no scheduler runs in this server "
             "process (start it with `flotilla up`)",
         )
-    request = LogsRequest(job.run.id, stream, offset, task, replica, limit)
+    request = LogsRequest(run.id, stream, offset, task, replica, limit)
     try:
-        chunk = context.scheduler.logs(job_id, request)
+        chunk = context.scheduler.logs(job.id, request)
     except UnknownRun:
         raise ApiError(
-            404, f"the backend of cluster {job.run.cluster!r} has no logs for run {job.run.id}"
+            404, f"the backend of cluster {run.cluster!r} has no logs for run {run.id}"
         ) from None
     except ValueError as error:
         raise ApiError(400, str(error)) from None
@@ -139,6 +148,18 @@ def job_logs(
         data=chunk.text,
         complete=chunk.complete,
     )
+
+
+def _run_of(context: ServerContext, job: JobRecord, attempt: int | None) -> RunRecord:
+    """The job's run of that attempt (default: its latest); 404 naming what is missing."""
+    if job.run is None:
+        raise ApiError(404, f"job {job.id} has no run yet: it has not been scheduled")
+    if attempt is None or attempt == job.run.attempt:
+        return job.run
+    for run in context.store.runs(job.id):
+        if run.attempt == attempt:
+            return run
+    raise ApiError(404, f"job {job.id} has no attempt {attempt}: its latest is {job.run.attempt}")
 
 
 def quota_path(roots: list[QuotaSpec], name: str) -> list[QuotaSpec]:
@@ -164,14 +185,14 @@ def _summary(job: JobRecord, reason: str, position: int | None, depth: int) -> s
 
 
 @router.get("/jobs/{job_id}/why")
-def why(job_id: str, context: Context, user: Caller) -> Why:
+def why(job_id: JobReference, context: Context, user: Caller) -> Why:
     """Why is this job waiting: its state and reason, its place in its queue, the quota
     its queue draws on (root first), and its queue's standing in the last cycle."""
     store = context.store
-    job = store.get_job(job_id)
+    job = find_job(context, user, job_id)
     require_read(user, job)
     reason = pending_reason(context, job) or job.reason
-    position = store.queue_position(job_id)
+    position = store.queue_position(job.id)
     depth = store.job_counts().get(job.queue, {}).get(JobState.QUEUED.value, 0)
     queue = store.get_queue(job.queue)
     path = quota_path(store.list_quotas(), queue.quota) if queue.quota else []

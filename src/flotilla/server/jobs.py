@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
-from flotilla.server.context import Caller, Context, ServerContext, require, require_read
+from flotilla.server.context import (
+    Caller,
+    Context,
+    ServerContext,
+    find_job,
+    require,
+    require_read,
+)
 from flotilla.server.errors import ApiError
 from flotilla.server.schemas import (
     LABEL_KEY,
@@ -172,6 +179,9 @@ def list_jobs(
         Literal["oldest", "newest"],
         Query(description="newest: newest first; `after` then pages to older jobs."),
     ] = "oldest",
+    total: Annotated[
+        bool, Query(description="Also count every match over all pages (`total`).")
+    ] = False,
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
     Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs."""
@@ -183,17 +193,21 @@ def list_jobs(
                 "have the 'read' permission on",
             )
         owner = user.name
+    filters: dict[str, Any] = {
+        "queue": queue,
+        "states": state,
+        "owner": owner,
+        "labels": parse_labels(label),
+        "name_contains": name,
+    }
     page = context.store.list_jobs(
-        queue=queue,
-        states=state,
-        owner=owner,
-        labels=parse_labels(label),
-        after=after,
-        limit=limit,
-        name_contains=name,
-        newest_first=order == "newest",
+        **filters, after=after, limit=limit, newest_first=order == "newest"
     )
-    return JobList(jobs=[Job.from_record(job) for job in page.jobs], next_cursor=page.next_cursor)
+    return JobList(
+        jobs=[Job.from_record(job, pending_reason(context, job)) for job in page.jobs],
+        next_cursor=page.next_cursor,
+        total=context.store.count_jobs(**filters) if total else None,
+    )
 
 
 def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
@@ -203,12 +217,34 @@ def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
     return live or job.reason
 
 
+JobReference = Annotated[
+    str,
+    Path(
+        max_length=600,
+        description="A job id, an unambiguous id prefix, or a name one queue uses (its "
+        "latest job); `GET /v1/queues/{queue}/jobs/{name}` names one in a given queue.",
+    ),
+]
+
+
+def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
+    return JobDetail.build(job, context.store.runs(job.id), pending_reason(context, job))
+
+
 @router.get("/jobs/{job_id}")
-def get_job(job_id: str, context: Context, user: Caller) -> JobDetail:
-    job = context.store.get_job(job_id)
+def get_job(job_id: JobReference, context: Context, user: Caller) -> JobDetail:
+    """One job in full; ambiguous references are a 409 listing the candidates."""
+    job = find_job(context, user, job_id)
     require_read(user, job)
-    runs = context.store.runs(job_id)
-    return JobDetail.build(job, runs, pending_reason(context, job))
+    return _detail(context, job)
+
+
+@router.get("/queues/{queue}/jobs/{name}", tags=["jobs"])
+def get_named_job(queue: str, name: str, context: Context, user: Caller) -> JobDetail:
+    """The latest job of that name in the queue (a finished job's name may be used again)."""
+    job = find_job(context, user, f"{queue}/{name}")
+    require_read(user, job)
+    return _detail(context, job)
 
 
 def may_cancel(user: User, job: JobRecord) -> bool:
@@ -251,26 +287,26 @@ def cancel_jobs(body: BulkCancelBody, context: Context, user: Caller) -> CancelR
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel_job(
-    job_id: str,
+    job_id: JobReference,
     context: Context,
     user: Caller,
     body: Annotated[CancelBody | None, Body()] = None,
 ) -> Job:
     """A waiting job is cancelled at once; a running one is asked to stop
     (``cancel_requested``) and becomes cancelled when its run has ended. Idempotent."""
-    job = context.store.get_job(job_id)
+    job = find_job(context, user, job_id)
     require_cancel(user, job)
     reason = (body or CancelBody()).reason
-    record = context.store.cancel(job_id, reason)
+    record = context.store.cancel(job.id, reason)
     context.wake()
     return Job.from_record(record)
 
 
 @router.post("/jobs/{job_id}/priority")
-def set_priority(job_id: str, body: PriorityBody, context: Context, user: Caller) -> Job:
+def set_priority(job_id: JobReference, body: PriorityBody, context: Context, user: Caller) -> Job:
     """Change a waiting job's priority (needs ``admin`` on its queue); 409 if it runs."""
-    job = context.store.get_job(job_id)
+    job = find_job(context, user, job_id)
     require(user, Permission.ADMIN, job.queue)
-    record = context.store.set_priority(job_id, body.priority, body.reason)
+    record = context.store.set_priority(job.id, body.priority, body.reason)
     context.wake()
     return Job.from_record(record)

@@ -63,10 +63,15 @@ class Job(BaseModel):
     reason: str
     run: Run | None
     cursor: int = Field(description="Submission serial: pass as `after` to list later jobs.")
+    pending_reason: str | None = Field(
+        default=None,
+        description="Why a waiting job waits: from the scheduler's latest run when one is "
+        "attached to this server, else the reason stored with the job; null otherwise.",
+    )
 
     @classmethod
-    def from_record(cls, job: JobRecord) -> Job:
-        return cls(**_job_fields(job))
+    def from_record(cls, job: JobRecord, pending_reason: str | None = None) -> Job:
+        return cls(**_job_fields(job), pending_reason=pending_reason)
 
 
 def _job_fields(job: JobRecord) -> dict[str, Any]:
@@ -118,6 +123,9 @@ class JobDetail(Job):
 class JobList(BaseModel):
     jobs: list[Job]
     next_cursor: int | None = Field(description="Pass as `after` for the next page; null: done.")
+    total: int | None = Field(
+        default=None, description="How many jobs match over all pages (asked with total=true)."
+    )
 
 
 class SubmittedJob(BaseModel):
