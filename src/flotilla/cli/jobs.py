@@ -1,45 +1,32 @@
-"""Client commands about jobs: submit, jobs, describe, why, cancel, logs, watch."""
+"""Client commands about jobs: submit, jobs, watch, wait, cancel, reprioritize.
+
+A JOB argument is a job id, an unambiguous id prefix (tables show 8 characters), a name (the
+latest job of that name) or QUEUE/NAME.
+"""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
-from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from flotilla.cli.client import Api, ServerOption, api, fail
-from flotilla.cli.render import age, console, jobs_table, resources, state_text
+from flotilla.cli.client import ServerOption, api, fail
+from flotilla.cli.output import Output, OutputOption, emit
+from flotilla.cli.render import console, jobs_table, short_id
+from flotilla.sdk import Client, JobFilter, WaitTimeout
+from flotilla.sdk.jobfile import read_job_file
+from flotilla.server.schemas import Job, JobList
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-def load_job_file(path: Path) -> dict[str, Any]:
-    """The submission body for a job file: one job, a list of jobs, or ``{jobs: [...]}``.
-
-    Checked here with the server's own rules, so a bad file fails (exit 2) before any
-    request, with every problem named by its field.
-    """
-    from flotilla.server.errors import ApiError
-    from flotilla.server.submission import parse_submission
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        fail(f"{path}: cannot read: {error.strerror or error}", code=2)
-    except yaml.YAMLError as error:
-        fail(f"{path}: not valid YAML or JSON: {error}", code=2)
-    body: dict[str, Any] = {"jobs": data} if isinstance(data, list) else data
-    try:
-        parse_submission(body)
-    except ApiError as error:
-        fail(f"{path}: {error.message}", error.problems, code=2)
-    return body
+JobArgument = Annotated[
+    str, typer.Argument(metavar="JOB", help="Id, id prefix, name (the latest) or QUEUE/NAME.")
+]
+JobsArgument = Annotated[
+    list[str], typer.Argument(metavar="JOB...", help="Ids, id prefixes, names or QUEUE/NAME.")
+]
 
 
 def submit(
@@ -47,53 +34,35 @@ def submit(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
     ] = False,
+    output: OutputOption = Output.TABLE,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
-    body = load_job_file(file)
     with api(server) as client:
-        result = client.post("/v1/jobs", json=body)
+        body = read_job_file(file)  # bad file: exit 2 before any request
+        result = client.submit(body)
     if quiet:
-        for job in result["jobs"]:
-            typer.echo(job["id"])
+        for job in result.jobs:
+            typer.echo(job.id)
+        return
+    if emit(result, output):
         return
     table = Table("ID", "NAME", "QUEUE", box=None, header_style="bold")
-    for job in result["jobs"]:
-        table.add_row(job["id"], job["name"], job["queue"])
-    count = len(result["jobs"])
+    for job in result.jobs:
+        table.add_row(job.id, job.name, job.queue)
+    count = len(result.jobs)
     console().print(f"submitted {count} job{'s' if count != 1 else ''}")
     console().print(table)
 
 
-def _list_params(
-    queue: str | None, state: list[str] | None, owner: str | None, label: list[str] | None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if queue:
-        params["queue"] = queue
-    if state:
-        params["state"] = state
-    if owner:
-        params["owner"] = owner
-    if label:
-        params["label"] = label
-    return params
-
-
-def fetch_jobs(client: Api, params: dict[str, Any], limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` jobs, following cursors."""
-    found: list[dict[str, Any]] = []
-    after: int | None = None
-    while len(found) < limit:
-        page_params = {**params, "limit": min(1000, limit - len(found))}
-        if after is not None:
-            page_params["after"] = after
-        page = client.get("/v1/jobs", params=page_params)
-        found.extend(page["jobs"])
-        after = page["next_cursor"]
-        if after is None:
-            break
-    return found
+def _labels(pairs: list[str] | None) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--label: expected key=value, got {pair!r}", code=2)
+        labels[key] = value
+    return labels
 
 
 QueueFilter = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
@@ -104,6 +73,49 @@ OwnerFilter = Annotated[str | None, typer.Option("--owner", help="Only this owne
 LabelFilter = Annotated[
     list[str] | None, typer.Option("--label", "-l", help="key=value; repeat: all must match.")
 ]
+NameFilter = Annotated[
+    str | None, typer.Option("--name", "-n", help="Part of the name (any case).")
+]
+OldestFirst = Annotated[
+    bool, typer.Option("--oldest-first", help="Oldest first (default: newest first).")
+]
+
+
+def _filter(
+    queue: str | None,
+    state: list[str] | None,
+    owner: str | None,
+    label: list[str] | None,
+    name: str | None,
+    oldest_first: bool,
+) -> JobFilter:
+    return JobFilter(
+        queue=queue,
+        states=tuple(state or ()),
+        owner=owner,
+        labels=_labels(label),
+        name=name,
+        newest_first=not oldest_first,
+    )
+
+
+def fetch(client: Client, where: JobFilter, limit: int) -> JobList:
+    """Up to ``limit`` jobs, following cursors, and the count of every match."""
+    page = client.page(where, limit=min(limit, 1000), total=True)
+    shown: list[Job] = list(page.jobs)
+    cursor = page.next_cursor
+    while cursor is not None and len(shown) < limit:
+        more = client.page(where, after=cursor, limit=min(1000, limit - len(shown)))
+        shown += more.jobs
+        cursor = more.next_cursor
+    return JobList(jobs=shown, next_cursor=cursor, total=page.total)
+
+
+def _title(shown: int, total: int | None) -> str:
+    matched = total if total is not None else shown
+    if shown == matched:
+        return f"{matched} job(s)"
+    return f"{shown} of {matched} job(s), newest first"
 
 
 def jobs(
@@ -111,206 +123,23 @@ def jobs(
     state: StateFilter = None,
     owner: OwnerFilter = None,
     label: LabelFilter = None,
+    name: NameFilter = None,
+    oldest_first: OldestFirst = False,
     limit: Annotated[int, typer.Option(help="Show at most this many.", min=1)] = 100,
+    output: OutputOption = Output.TABLE,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
-    """List jobs in submission order."""
+    """List jobs, newest first, with the count of every match."""
+    where = _filter(queue, state, owner, label, name, oldest_first)
     with api(server) as client:
-        found = fetch_jobs(client, _list_params(queue, state, owner, label), limit)
-    if not found:
+        found = fetch(client, where, limit)
+    if emit(found, output):
+        return
+    if not found.jobs:
         console().print("no jobs")
         return
-    console().print(jobs_table(found))
-
-
-def wait(
-    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...", help="Job ids.")],
-    timeout: Annotated[
-        float, typer.Option(help="Give up after this many seconds (exit 3).", min=0)
-    ] = 300.0,
-    server: ServerOption = "http://127.0.0.1:8467",
-) -> None:
-    """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
-    deadline = time.monotonic() + timeout
-    states: dict[str, str] = {}
-    with api(server) as client:
-        while True:
-            for job_id in job_ids:
-                if states.get(job_id) not in TERMINAL:
-                    states[job_id] = client.get(f"/v1/jobs/{job_id}")["state"]
-            if all(state in TERMINAL for state in states.values()):
-                break
-            if time.monotonic() > deadline:
-                waiting = ", ".join(f"{j} ({s})" for j, s in states.items() if s not in TERMINAL)
-                console().print(f"timed out after {timeout:g}s waiting for {waiting}")
-                raise typer.Exit(3)
-            time.sleep(0.2)
-    for job_id, state in states.items():
-        typer.echo(f"{job_id} {state}")
-    if any(state != "succeeded" for state in states.values()):
-        raise typer.Exit(1)
-
-
-def describe(
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
-    server: ServerOption = "http://127.0.0.1:8467",
-) -> None:
-    """A job in full: spec summary, runs, history, and why it waits."""
-    with api(server) as client:
-        job = client.get(f"/v1/jobs/{job_id}")
-        events = client.get(f"/v1/jobs/{job_id}/events")
-    spec = job["spec"]
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    facts.add_row("Job", f"{job['name']}  ({job['id']})")
-    facts.add_row("Queue", job["queue"])
-    facts.add_row("State", state_text(job["state"], job["cancel_requested"]))
-    facts.add_row("Priority", str(job["priority"]))
-    facts.add_row("Owner", job.get("owner") or "-")
-    facts.add_row("Submitted", f"{job['submitted_at']} ({age(job['submitted_at'])} ago)")
-    if job["labels"]:
-        facts.add_row("Labels", ", ".join(f"{k}={v}" for k, v in job["labels"].items()))
-    facts.add_row("Type", spec.get("type", "command"))
-    command = (spec.get("payload") or {}).get("command")
-    if command is not None:
-        facts.add_row("Command", command if isinstance(command, str) else " ".join(command))
-    for task in spec["tasks"]:
-        facts.add_row(
-            f"Task {task['name']}", f"{task.get('replicas', 1)} × {resources(task['resources'])}"
-        )
-    if job["pending_reason"]:
-        facts.add_row("Waiting", job["pending_reason"])
-    elif job["reason"]:
-        facts.add_row("Reason", job["reason"])
-    parts: list[Any] = [facts]
-    if job["runs"]:
-        runs = Table(
-            "RUN",
-            "ATTEMPT",
-            "CLUSTER",
-            "STATE",
-            "STARTED",
-            "FINISHED",
-            "EXIT",
-            title="Runs",
-            box=None,
-            header_style="bold",
-            title_justify="left",
-        )
-        for run in job["runs"]:
-            exit_code = run["exit_code"]
-            runs.add_row(
-                run["id"],
-                str(run["attempt"]),
-                run["cluster"],
-                run["state"],
-                run["started_at"] or "-",
-                run["finished_at"] or "-",
-                "-" if exit_code is None else str(exit_code),
-            )
-        parts.append(runs)
-    history = Table(
-        "TIME",
-        "EVENT",
-        "STATE",
-        "REASON",
-        title="Events",
-        box=None,
-        header_style="bold",
-        title_justify="left",
-    )
-    for event in events:
-        moved = event["to_state"] or ""
-        if event["from_state"] and event["from_state"] != event["to_state"]:
-            moved = f"{event['from_state']} → {moved}"
-        history.add_row(event["time"], event["kind"], moved, event["reason"])
-    parts.append(history)
-    console().print(Group(*parts))
-
-
-def why(
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
-    server: ServerOption = "http://127.0.0.1:8467",
-) -> None:
-    """Why a job waits: its reason, its place in its queue, and its queue's quota."""
-    with api(server) as client:
-        answer = client.get(f"/v1/jobs/{job_id}/why")
-    console().print(answer["summary"], highlight=False)
-    for level in answer["quota"]:
-        ceiling = resources(level["max"]) if level["max"] is not None else "none"
-        console().print(f"  quota {level['name']}: min {resources(level['min'])}; max {ceiling}")
-    if answer["queue_running"] is not None:
-        console().print(f"  queue {answer['queue']} runs {answer['queue_running']} job(s)")
-
-
-def cancel(
-    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help="Job ids.")] = None,
-    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Every job of it.")] = None,
-    label: LabelFilter = None,
-    reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = (
-        "cancelled by user"
-    ),
-    server: ServerOption = "http://127.0.0.1:8467",
-) -> None:
-    """Cancel jobs by id, or every unfinished job of a queue and/or with labels."""
-    if not job_ids and queue is None and not label:
-        fail("name jobs to cancel, or give --queue and/or --label", code=2)
-    if job_ids and (queue is not None or label):
-        fail("give job ids or --queue/--label, not both", code=2)
-    labels: dict[str, str] = {}
-    for pair in label or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"--label: expected key=value, got {pair!r}", code=2)
-        labels[key] = value
-    with api(server) as client:
-        if job_ids:
-            done = [
-                client.post(f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
-                for job_id in job_ids
-            ]
-        else:
-            body = {"queue": queue, "labels": labels, "reason": reason}
-            done = client.post("/v1/jobs/cancel", json=body)["cancelled"]
-    if not done:
-        console().print("nothing to cancel")
-    for job in done:
-        what = "cancelled" if job["state"] == "cancelled" else "cancel requested"
-        if job["state"] in TERMINAL and job["state"] != "cancelled":
-            what = f"already {job['state']}"
-        console().print(f"{job['id']} {job['name']}: {what}", highlight=False)
-
-
-def logs(
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output.")] = (
-        False
-    ),
-    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error, not output.")] = False,
-    task: Annotated[str | None, typer.Option(help="Task name (default: the first).")] = None,
-    replica: Annotated[int | None, typer.Option(help="Replica index.", min=0)] = None,
-    server: ServerOption = "http://127.0.0.1:8467",
-) -> None:
-    """Print a job's output (its latest run). With -f, follow it until the run ends."""
-    params: dict[str, Any] = {"stream": "stderr" if stderr else "stdout", "offset": 0}
-    if task is not None:
-        params["task"] = task
-    if replica is not None:
-        params["replica"] = replica
-    with api(server) as client:
-        try:
-            while True:
-                chunk = client.get(f"/v1/jobs/{job_id}/logs", params=params)
-                sys.stdout.write(chunk["data"])
-                sys.stdout.flush()
-                params["offset"] = chunk["next_offset"]
-                if not follow or chunk["complete"]:
-                    return
-                if not chunk["data"]:
-                    time.sleep(1.0)
-        except KeyboardInterrupt:
-            return
+    title = _title(len(found.jobs), found.total)
+    console().print(jobs_table(found.jobs, title=title, wide=output is Output.WIDE))
 
 
 MIN_INTERVAL = 0.5
@@ -321,26 +150,30 @@ def watch(
     state: StateFilter = None,
     owner: OwnerFilter = None,
     label: LabelFilter = None,
+    name: NameFilter = None,
     interval: Annotated[
         float, typer.Option(help=f"Seconds between refreshes (at least {MIN_INTERVAL}).")
     ] = 2.0,
-    limit: Annotated[int, typer.Option(help="Rows shown (the oldest matching jobs).", min=1)] = 50,
+    limit: Annotated[int, typer.Option(help="Rows shown (the newest matching jobs).", min=1)] = 50,
     iterations: Annotated[
         int | None, typer.Option(help="Stop after this many refreshes (default: until Ctrl-C).")
     ] = None,
+    wide: Annotated[bool, typer.Option("--wide", "-w", help="Full ids, cluster, labels.")] = False,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
-    """A live table of jobs, refreshed every --interval seconds; Ctrl-C stops."""
-    params = _list_params(queue, state, owner, label)
+    """A live table of jobs, newest first, refreshed every --interval seconds; Ctrl-C stops."""
+    where = _filter(queue, state, owner, label, name, oldest_first=False)
     pause = max(MIN_INTERVAL, interval)
     with api(server) as client:
         shown = 0
         try:
             with Live(console=console(), auto_refresh=False) as live:
                 while iterations is None or shown < iterations:
-                    found = fetch_jobs(client, params, limit)
-                    title = f"{len(found)} job(s) — every {pause:g}s, Ctrl-C to stop"
-                    live.update(jobs_table(found, title=title), refresh=True)
+                    found = fetch(client, where, limit)
+                    title = (
+                        f"{_title(len(found.jobs), found.total)} — every {pause:g}s, Ctrl-C to stop"
+                    )
+                    live.update(jobs_table(found.jobs, title=title, wide=wide), refresh=True)
                     shown += 1
                     if iterations is None or shown < iterations:
                         time.sleep(pause)
@@ -348,6 +181,72 @@ def watch(
             return
 
 
+def wait(
+    job_refs: JobsArgument,
+    timeout: Annotated[
+        float, typer.Option(help="Give up after this many seconds (exit 3).", min=0)
+    ] = 300.0,
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
+    with api(server) as client:
+        try:
+            ended = client.wait_all(job_refs, timeout)
+        except WaitTimeout as timed_out:
+            console().print(timed_out.message, highlight=False)
+            raise typer.Exit(3) from None
+    for job in ended:
+        typer.echo(f"{job.id} {job.state}")
+    if any(job.state != "succeeded" for job in ended):
+        raise typer.Exit(1)
+
+
+def cancel(
+    job_refs: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="JOB...", help="Ids, id prefixes, names or QUEUE/NAME."),
+    ] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Every job of it.")] = None,
+    label: LabelFilter = None,
+    reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = (
+        "cancelled by user"
+    ),
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """Cancel jobs, or every unfinished job of a queue and/or with labels."""
+    if not job_refs and queue is None and not label:
+        fail("name jobs to cancel, or give --queue and/or --label", code=2)
+    if job_refs and (queue is not None or label):
+        fail("give jobs or --queue/--label, not both", code=2)
+    labels = _labels(label)
+    with api(server) as client:
+        if job_refs:
+            done = [client.cancel(job, reason) for job in job_refs]
+        else:
+            done = client.cancel_matching(queue=queue, labels=labels, reason=reason)
+    if not done:
+        console().print("nothing to cancel")
+    for job in done:
+        what = "cancelled" if job.state == "cancelled" else "cancel requested"
+        if job.state in ("succeeded", "failed"):
+            what = f"already {job.state}"
+        console().print(f"{job.id} {job.name}: {what}", highlight=False)
+
+
+def reprioritize(
+    job: JobArgument,
+    priority: Annotated[int, typer.Argument(help="The new priority (higher runs first).")],
+    reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = "",
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """Change a waiting job's priority (admin on its queue)."""
+    with api(server) as client:
+        changed = client.reprioritize(job, priority, reason)
+    console().print(
+        f"{short_id(changed.id)} {changed.name}: priority {changed.priority}", highlight=False
+    )
+
+
 def register(app: typer.Typer) -> None:
-    for command in (submit, jobs, describe, why, wait, cancel, logs, watch):
+    for command in (submit, jobs, watch, wait, cancel, reprioritize):
         app.command()(command)

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import fleet, jobs, serve, ui, up
+from flotilla.cli import catalog, describe, fleet, jobs, logs, serve, ui, up
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
@@ -23,7 +23,6 @@ from flotilla.model.scenario import Scenario
 app = typer.Typer(
     help="Flotilla: a batch job scheduler for ML and HPC platforms.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -164,7 +163,7 @@ def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-de
 
 
 # The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, fleet, serve, up, ui):
+for _module in (jobs, describe, logs, catalog, fleet, serve, up, ui):
     _module.register(app)
 
 

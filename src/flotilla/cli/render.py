@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flotilla.model import format_quantity
+from flotilla.server.schemas import Job
 
 PIPED_WIDTH = 200
 
@@ -38,11 +40,15 @@ def state_text(state: str, cancel_requested: bool = False) -> str:
     return f"[{style}]{label}[/]" if style else label
 
 
-def age(timestamp: str | None, now: datetime | None = None) -> str:
-    """``2026-01-01T10:00:00Z`` → ``5m`` (how long ago), for tables."""
+def age(timestamp: datetime | str | None, now: datetime | None = None) -> str:
+    """A time (or ``2026-01-01T10:00:00Z``) → ``5m`` (how long ago), for tables."""
     if not timestamp:
         return "-"
-    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    then = (
+        timestamp
+        if isinstance(timestamp, datetime)
+        else datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    )
     seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -56,19 +62,39 @@ def resources(data: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
+SHORT_ID = 8
+"""Characters of an id shown in tables; any unambiguous prefix names the job."""
+
+
+def short_id(job_id: str) -> str:
+    return job_id[:SHORT_ID]
+
+
+def job_reason(job: Job) -> str:
+    """Why a waiting job waits (the scheduler's live reason), else why it is where it is."""
+    return job.pending_reason or job.reason
+
+
+def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False) -> Table:
+    """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels."""
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE", "REASON"):
+    columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE"]
+    if wide:
+        columns += ["CLUSTER", "LABELS"]
+    for column in [*columns, "REASON"]:
         table.add_column(column, overflow="fold" if column == "REASON" else "ellipsis")
     for job in jobs:
-        table.add_row(
-            job["id"],
-            job["name"],
-            job["queue"],
-            state_text(job["state"], job.get("cancel_requested", False)),
-            str(job["priority"]),
-            job.get("owner") or "-",
-            age(job.get("submitted_at")),
-            job.get("reason", ""),
-        )
+        row = [
+            job.id if wide else short_id(job.id),
+            job.name,
+            job.queue,
+            state_text(job.state, job.cancel_requested),
+            str(job.priority),
+            job.owner or "-",
+            age(job.submitted_at),
+        ]
+        if wide:
+            labels = ", ".join(f"{key}={value}" for key, value in job.labels.items())
+            row += [job.run.cluster if job.run else "-", labels or "-"]
+        table.add_row(*row, job_reason(job))
     return table

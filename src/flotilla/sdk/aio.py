@@ -216,3 +216,15 @@ class AsyncClient:
 
     async def usage(self) -> dict[str, Any]:
         return await self.call(calls.usage())
+
+    async def fleet(self) -> dict[str, Any]:
+        """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;
+        secrets appear as their references."""
+        return await self.call(calls.fleet())
+
+    async def apply_fleet(
+        self, document: Mapping[str, Any], expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """Apply a fleet document all or nothing (admin); only if the fleet in force is
+        still ``expected_version`` when given."""
+        return await self.call(calls.apply_fleet(document, expected_version))

@@ -214,10 +214,21 @@ def usage() -> Call[dict[str, Any]]:
     """What the fleet uses now (the dashboard's view): clusters, queues, and quotas with
     their usage, borrowing and lending."""
 
-    def read(data: Any) -> dict[str, Any]:
-        return dict(data)
+    return Call("GET", "/ui/api/fleet", _mapping)
 
-    return Call("GET", "/ui/api/fleet", read)
+
+def fleet() -> Call[dict[str, Any]]:
+    """The fleet in force: ``{"fleet": document, "version", "applied_at"}`` (admin)."""
+    return Call("GET", "/v1/fleet", _mapping)
+
+
+def apply_fleet(document: Mapping[str, Any], expected_version: int | None) -> Call[dict[str, Any]]:
+    params = {} if expected_version is None else {"expected_version": expected_version}
+    return Call("PUT", "/v1/fleet", _mapping, params=params, body=dict(document))
+
+
+def _mapping(data: Any) -> dict[str, Any]:
+    return dict(data)
 
 
 @dataclass(frozen=True)

@@ -258,3 +258,15 @@ class Client:
         """What the fleet uses now, per cluster, node, queue and quota (with borrowing and
         lending): the dashboard's ``/ui/api/fleet``."""
         return self.call(calls.usage())
+
+    def fleet(self) -> dict[str, Any]:
+        """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;
+        secrets appear as their references."""
+        return self.call(calls.fleet())
+
+    def apply_fleet(
+        self, document: Mapping[str, Any], expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """Apply a fleet document all or nothing (admin); only if the fleet in force is
+        still ``expected_version`` when given."""
+        return self.call(calls.apply_fleet(document, expected_version))

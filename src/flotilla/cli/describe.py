@@ -1,0 +1,149 @@
+"""Client commands that explain one job: describe (spec, gang, placements, runs, events) and
+why (its reason, place in its queue and quota)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Group
+from rich.table import Table
+
+from flotilla.cli.client import ServerOption, api
+from flotilla.cli.jobs import JobArgument
+from flotilla.cli.output import Output, OutputOption, emit
+from flotilla.cli.render import age, console, resources, state_text
+from flotilla.server.schemas import Event, JobDetail, Run
+
+
+def _facts(job: JobDetail) -> Table:
+    spec = job.spec
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("Job", f"{job.name}  ({job.id})")
+    facts.add_row("Queue", job.queue)
+    facts.add_row("State", state_text(job.state, job.cancel_requested))
+    facts.add_row("Priority", str(job.priority))
+    facts.add_row("Owner", job.owner or "-")
+    facts.add_row(
+        "Submitted", f"{job.submitted_at:%Y-%m-%d %H:%M:%S} ({age(job.submitted_at)} ago)"
+    )
+    if job.labels:
+        facts.add_row("Labels", ", ".join(f"{k}={v}" for k, v in job.labels.items()))
+    facts.add_row("Type", spec.get("type", "command"))
+    command = (spec.get("payload") or {}).get("command")
+    if command is not None:
+        facts.add_row("Command", command if isinstance(command, str) else " ".join(command))
+    for task in spec["tasks"]:
+        facts.add_row(
+            f"Task {task['name']}", f"{task.get('replicas', 1)} × {resources(task['resources'])}"
+        )
+    gang = spec.get("gang")
+    if gang:
+        facts.add_row("Gang", gang_text(gang))
+    if job.pending_reason:
+        facts.add_row("Waiting", job.pending_reason)
+    elif job.reason:
+        facts.add_row("Reason", job.reason)
+    return facts
+
+
+def gang_text(gang: dict[str, Any]) -> str:
+    """``strict, min 4 members, timeout 600s, group g``."""
+    parts = [str(gang.get("mode", "strict"))]
+    if gang.get("min_member") is not None:
+        parts.append(f"min {gang['min_member']} members")
+    parts.append(f"timeout {gang.get('timeout', 600):g}s")
+    if gang.get("name"):
+        parts.append(f"group {gang['name']}")
+    return ", ".join(parts)
+
+
+def _titled(*columns: str, title: str) -> Table:
+    return Table(*columns, title=title, box=None, header_style="bold", title_justify="left")
+
+
+def _runs(runs: list[Run]) -> Table:
+    table = _titled(
+        "RUN", "ATTEMPT", "CLUSTER", "STATE", "STARTED", "FINISHED", "EXIT", title="Runs"
+    )
+    for run in runs:
+        table.add_row(
+            run.id,
+            str(run.attempt),
+            run.cluster,
+            run.state,
+            "-" if run.started_at is None else f"{run.started_at:%H:%M:%S}",
+            "-" if run.finished_at is None else f"{run.finished_at:%H:%M:%S}",
+            "-" if run.exit_code is None else str(run.exit_code),
+        )
+    return table
+
+
+def _placements(run: Run) -> Table:
+    """Where each replica of the latest run went: node and GPU devices."""
+    table = _titled("TASK", "REPLICA", "NODE", "GPUS", title=f"Placement (attempt {run.attempt})")
+    for placement in run.assignment.get("placements", []):
+        gpus = placement.get("gpus") or []
+        table.add_row(
+            str(placement.get("task", "-")),
+            str(placement.get("replica", 0)),
+            str(placement.get("node", "-")),
+            ",".join(str(gpu) for gpu in gpus) or "-",
+        )
+    return table
+
+
+def _events(events: list[Event]) -> Table:
+    table = _titled("TIME", "EVENT", "STATE", "REASON", title="Events")
+    for event in events:
+        moved = event.to_state or ""
+        if event.from_state and event.from_state != event.to_state:
+            moved = f"{event.from_state} → {moved}"
+        table.add_row(f"{event.time:%Y-%m-%d %H:%M:%S}", event.kind, moved, event.reason)
+    return table
+
+
+def describe(
+    job_ref: JobArgument,
+    output: OutputOption = Output.TABLE,
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """A job in full: spec summary, gang, where each replica runs, runs, history, and why
+    it waits."""
+    with api(server) as client:
+        job = client.get(job_ref)
+        events = list(client.events(job.id))
+    if emit({"job": job, "events": events}, output):
+        return
+    parts: list[Any] = [_facts(job)]
+    if job.run is not None and job.run.assignment.get("placements"):
+        parts.append(_placements(job.run))
+    if job.runs:
+        parts.append(_runs(job.runs))
+    parts.append(_events(events))
+    console().print(Group(*parts))
+
+
+def why(
+    job_ref: JobArgument,
+    output: OutputOption = Output.TABLE,
+    server: ServerOption = "http://127.0.0.1:8467",
+) -> None:
+    """Why a job waits: its reason, its place in its queue, and its queue's quota."""
+    with api(server) as client:
+        answer = client.why(job_ref)
+    if emit(answer, output):
+        return
+    console().print(answer.summary, highlight=False)
+    for level in answer.quota:
+        ceiling = resources(level.max) if level.max is not None else "none"
+        console().print(f"  quota {level.name}: min {resources(level.min)}; max {ceiling}")
+    if answer.queue_running is not None:
+        console().print(f"  queue {answer.queue} runs {answer.queue_running} job(s)")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (describe, why):
+        app.command()(command)
