@@ -17,7 +17,7 @@ from rich.table import Table
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
-from flotilla.sdk import Client, JobFilter, WaitTimeout
+from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.jobfile import read_job_file
 from flotilla.server.schemas import Job, JobList
 
@@ -38,8 +38,11 @@ def submit(
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
+    try:
+        body = read_job_file(file)  # a bad file: exit 2 before any request
+    except InvalidSpec as invalid:
+        fail(invalid.message, invalid.problems, code=2)
     with api(server) as client:
-        body = read_job_file(file)  # bad file: exit 2 before any request
         result = client.submit(body)
     if quiet:
         for job in result.jobs:
