@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
@@ -14,45 +12,11 @@ from typer.testing import CliRunner, Result
 
 from flotilla.cli import client as cli_client
 from flotilla.cli.main import app
-from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
+from flotilla.model import ClusterSpec, JobSpec
 from flotilla.server import AuthSettings, create_app
 from flotilla.server.auth import token_hash
 from flotilla.store import JobState, SqlStore
-from flotilla.web import mount_dashboard
 from tests.server.api_support import FakeScheduler, spec
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqlStore]:
-    store = SqlStore.open(f"sqlite:///{tmp_path}/flotilla.db")
-    store.put_quota(QuotaSpec(name="org", min={"gpu": 8}, children=[QuotaSpec(name="vision")]))
-    store.put_queue(QueueSpec(name="team-a", quota="vision"))
-    store.put_queue(QueueSpec(name="team-b"))
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def scheduler() -> FakeScheduler:
-    return FakeScheduler()
-
-
-@pytest.fixture
-def servers(
-    store: SqlStore, scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
-    """Point the CLI's client factory at the app; returns the server URLs it was asked for."""
-    application = create_app(store, scheduler, AuthSettings.disabled(), poll_interval=0)
-    mount_dashboard(application)  # as `flotilla up` and `serve` do: `quotas` reads its usage
-    asked: list[str] = []
-
-    def factory(server: str, token: str | None) -> httpx.Client:
-        asked.append(server)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return TestClient(application, base_url=server, headers=headers)
-
-    monkeypatch.setattr(cli_client, "client_factory", factory)
-    return asked
 
 
 def job_spec(name: str, queue: str = "team-a") -> JobSpec:

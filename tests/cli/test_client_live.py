@@ -8,6 +8,7 @@ whose tests are about the client's own behaviour (arguments, errors, exit codes,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def test_why_and_watch_show_what_the_loop_decided(live: LiveService) -> None:
     assert "cpu" in why.output and "1 of 1 queued in default" in why.output
     watch = run("watch", "--iterations", "1", "--queue", "default")
     assert watch.exit_code == 0, watch.output
-    assert stuck in watch.output and "queued" in watch.output
+    assert stuck[:8] in watch.output and "queued" in watch.output
+    assert "no node has" in watch.output  # the REASON column: the loop's own pending reason
 
 
 def test_cancel_from_the_cli_ends_the_running_process(live: LiveService, tmp_path: Path) -> None:
@@ -86,3 +88,31 @@ def test_cancel_from_the_cli_ends_the_running_process(live: LiveService, tmp_pat
     assert result.exit_code == 0, result.output
     live.wait_until(lambda: live.state(job_id).value == "cancelled", "the cancel to finish")
     assert all(process_gone(pid) for pid in read_pids(pids))
+
+
+def test_resubmitting_a_finished_job_file_works_and_its_name_finds_the_latest(
+    live: LiveService, tmp_path: Path
+) -> None:
+    job_file = tmp_path / "hello.yaml"
+    job_file.write_text(json.dumps(live.spec("hello", "echo hello")))
+    first = run("submit", str(job_file), "-q").output.strip()
+    assert run("wait", "hello", "--timeout", "60").exit_code == 0
+    again = run("submit", str(job_file), "-q")
+    assert again.exit_code == 0, again.output
+    second = again.output.strip()
+    assert second != first
+    assert run("wait", "default/hello", "--timeout", "60").output == f"{second} succeeded\n"
+    assert run("logs", "hello").output == "hello\n"
+
+
+def test_logs_show_both_streams_and_follow_waits_for_a_queued_job_to_start(
+    live: LiveService,
+) -> None:
+    blocker = live.submit("blocker", "sleep 1", cpu=live.cpus)
+    live.wait_until(lambda: live.state(blocker).value == "running", "the blocker to start")
+    waiter = live.submit("waiter", "echo out; echo err >&2", cpu=live.cpus)
+    assert live.state(waiter).value == "queued"
+    followed = run("logs", "waiter", "-f")
+    assert followed.exit_code == 0, followed.output
+    assert (followed.stdout, followed.stderr) == ("out\n", "err\n")
+    assert run("logs", waiter, "--stderr").output == "err\n"

@@ -214,11 +214,14 @@ def queue_delete(
     console().print(f"queue {name} deleted")
 
 
-def _find(roots: list[QuotaSpec], name: str) -> QuotaSpec | None:
+def _find(
+    roots: list[QuotaSpec], name: str, parent: str | None = None
+) -> tuple[QuotaSpec, str | None] | None:
+    """The quota named ``name`` and its parent's name (None for a root)."""
     for quota in roots:
         if quota.name == name:
-            return quota
-        below = _find(list(quota.children), name)
+            return quota, parent
+        below = _find(list(quota.children), name, quota.name)
         if below is not None:
             return below
     return None
@@ -248,7 +251,8 @@ def quota_set(
 ) -> None:
     """Create a quota, or change the given settings of one (its children stay)."""
     with api(server) as client:
-        existing = _find(client.quotas(), name)
+        found = _find(client.quotas(), name)
+        existing = None if found is None else found[0]
         data = (existing or QuotaSpec(name=name)).model_dump(mode="json", exclude_none=True)
         given = {
             "min": resource_list("--min", minimum),
@@ -260,8 +264,10 @@ def quota_set(
         if no_max:
             data.pop("max", None)
         spec: QuotaSpec = _validated(QuotaSpec, data)
-        if existing is not None and parent is not None:
-            fail("--parent: only a new quota is placed; this one exists", code=2)
+        if found is not None:
+            if parent is not None and parent != found[1]:
+                fail(f"--parent: quota {name} exists under {found[1] or 'no parent'}", code=2)
+            parent = found[1]  # it stays where it is, with its children
         client.put_quota(spec, parent)
     ceiling = "none" if spec.max is None else resources(dict(spec.max))
     console().print(
