@@ -14,36 +14,57 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from flotilla.sdk import (
         AsyncClient,
+        BadRequest,
         Client,
         Conflict,
         FlotillaError,
+        Forbidden,
         InvalidSpec,
         JobFilter,
+        LogSelection,
         NotFound,
+        ServerError,
+        TooMany,
+        Unauthorized,
+        Unreachable,
         WaitTimeout,
     )
 
 SDK_NAMES = frozenset(
     {
         "AsyncClient",
+        "BadRequest",
         "Client",
         "Conflict",
         "FlotillaError",
+        "Forbidden",
         "InvalidSpec",
         "JobFilter",
+        "LogSelection",
         "NotFound",
+        "ServerError",
+        "TooMany",
+        "Unauthorized",
+        "Unreachable",
         "WaitTimeout",
     }
 )
 
 __all__ = [
     "AsyncClient",
+    "BadRequest",
     "Client",
     "Conflict",
     "FlotillaError",
+    "Forbidden",
     "InvalidSpec",
     "JobFilter",
+    "LogSelection",
     "NotFound",
+    "ServerError",
+    "TooMany",
+    "Unauthorized",
+    "Unreachable",
     "WaitTimeout",
     "__version__",
 ]

@@ -1,0 +1,92 @@
+"""flotilla.Client and flotilla.AsyncClient against a real service in the test process (the
+API app over the real scheduling loop and local backend, SQLite): typed results, pages,
+names, following logs and events, waiting, and typed errors carrying the API's message."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+import flotilla
+from flotilla.sdk import JobDetail, JobFilter, LogSelection
+from tests.live_service import LiveService, live_service
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveService]:
+    with live_service(tmp_path) as service:
+        yield service
+
+
+@pytest.fixture
+def client(live: LiveService) -> Iterator[flotilla.Client]:
+    with flotilla.Client("http://testserver", http=TestClient(live.app)) as sdk:
+        yield sdk
+
+
+def test_submit_wait_and_read_both_streams_typed(
+    live: LiveService, client: flotilla.Client
+) -> None:
+    submitted = client.submit(live.spec("hello", "echo out; echo err >&2; exit 0"))
+    assert [job.name for job in submitted.jobs] == ["hello"]
+    done = client.wait("hello", timeout=60)
+    assert isinstance(done, JobDetail) and done.id == submitted.ids[0]
+    assert (done.state, done.runs[-1].exit_code) == ("succeeded", 0)
+    read = [(output.stream, output.text) for output in client.logs("default/hello")]
+    assert sorted(read) == [("stderr", "err\n"), ("stdout", "out\n")]
+    only = client.logs(done.id[:9], streams=("stdout",), selection=LogSelection(attempt=1))
+    assert [output.text for output in only] == ["out\n"]
+    kinds = [event.kind for event in client.events("hello", follow=True)]
+    assert kinds[0] == "submitted" and len(kinds) >= 4
+
+
+def test_list_iterates_every_page_newest_first(live: LiveService, client: flotilla.Client) -> None:
+    specs = [live.spec(f"j{index}", "true", cpu=live.cpus * 4) for index in range(5)]
+    ids = client.submit(specs).ids
+    listed = [job.id for job in client.list(JobFilter(newest_first=True), page_size=2)]
+    assert listed == ids[::-1]
+    assert [job.id for job in client.list(page_size=2, limit=3)] == ids[:3]
+    assert client.page(JobFilter(name="j3"), total=True).total == 1
+    client.cancel_matching(queue="default")
+
+
+def test_errors_are_typed_and_carry_the_servers_message(
+    live: LiveService, client: flotilla.Client
+) -> None:
+    with pytest.raises(flotilla.NotFound, match="no-such-job"):
+        client.get("no-such-job")
+    client.submit(live.spec("twin", "sleep 30", cpu=live.cpus * 4))
+    with pytest.raises(flotilla.Conflict, match="unfinished") as taken:
+        client.submit(live.spec("twin", "true"))
+    assert taken.value.status == 409
+    with pytest.raises(flotilla.InvalidSpec) as invalid:
+        client.submit({"name": "bad", "queue": "default", "tasks": []})
+    assert invalid.value.problems and invalid.value.status == 0
+    with pytest.raises(flotilla.WaitTimeout) as waited:
+        client.wait("twin", timeout=0)
+    assert waited.value.states == {"twin": "queued"}
+    assert client.cancel("twin").state == "cancelled"
+    with pytest.raises(flotilla.Unreachable, match=r"127\.0\.0\.1:9"):
+        flotilla.Client("http://127.0.0.1:9", token="x").queues()
+
+
+def test_the_async_client_does_the_same(live: LiveService) -> None:
+    async def session() -> tuple[str, list[str], list[str], str]:
+        transport = httpx.ASGITransport(app=live.app)
+        http = httpx.AsyncClient(transport=transport, base_url="http://testserver")
+        async with flotilla.AsyncClient(http=http) as client:
+            [job_id] = (await client.submit(live.spec("hello", "echo async"))).ids
+            done = await client.wait(job_id, timeout=60)
+            texts = [output.text async for output in client.logs("hello", follow=True)]
+            names = [job.name async for job in client.list(limit=5)]
+            with pytest.raises(flotilla.NotFound):
+                await client.why("nope")
+            return done.state, texts, names, (await client.queues())[0].name
+
+    state, texts, names, queue = asyncio.run(session())
+    assert (state, texts, names, queue) == ("succeeded", ["async\n"], ["hello"], "default")
