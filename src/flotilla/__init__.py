@@ -30,26 +30,6 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
 
-SDK_NAMES = frozenset(
-    {
-        "AsyncClient",
-        "BadRequest",
-        "Client",
-        "Conflict",
-        "FlotillaError",
-        "Forbidden",
-        "InvalidSpec",
-        "JobFilter",
-        "LogSelection",
-        "NotFound",
-        "ServerError",
-        "TooMany",
-        "Unauthorized",
-        "Unreachable",
-        "WaitTimeout",
-    }
-)
-
 __all__ = [
     "AsyncClient",
     "BadRequest",
@@ -68,6 +48,8 @@ __all__ = [
     "WaitTimeout",
     "__version__",
 ]
+
+SDK_NAMES = frozenset(__all__) - {"__version__"}
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ import httpx
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.sdk import calls
 from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelection, Waiting
-from flotilla.sdk.client import POLL, auth_headers, bearer_token, server_address
+from flotilla.sdk.client import POLL, http_settings, server_address
 from flotilla.sdk.errors import Unreachable, WaitTimeout
 from flotilla.sdk.jobfile import Submission, submission_body
 from flotilla.server.schemas import (
@@ -45,11 +45,7 @@ class AsyncClient:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.server = server_address(server)
-        self.http = http or httpx.AsyncClient(
-            base_url=self.server,
-            headers=auth_headers(bearer_token(self.server, token)),
-            timeout=timeout,
-        )
+        self.http = http or httpx.AsyncClient(**http_settings(self.server, token, timeout))
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -51,6 +51,15 @@ def auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def http_settings(server: str, token: str | None, timeout: float) -> dict[str, Any]:
+    """The keyword arguments of the ``httpx`` client of a ``Client`` or ``AsyncClient``."""
+    return {
+        "base_url": server,
+        "headers": auth_headers(bearer_token(server, token)),
+        "timeout": timeout,
+    }
+
+
 class Client:
     """A Flotilla server's API. Jobs are named by id, unambiguous id prefix, name (the
     latest job of that name) or ``QUEUE/NAME``. Every refusal raises a
@@ -69,11 +78,7 @@ class Client:
         http: httpx.Client | None = None,
     ) -> None:
         self.server = server_address(server)
-        self.http = http or httpx.Client(
-            base_url=self.server,
-            headers=auth_headers(bearer_token(self.server, token)),
-            timeout=timeout,
-        )
+        self.http = http or httpx.Client(**http_settings(self.server, token, timeout))
 
     def __enter__(self) -> Client:
         return self
