@@ -130,3 +130,10 @@ def test_quota_set_then_quotas_show_usage_borrowing_and_lending(
     assert [child.name for child in store.get_quota("org").children] == ["vision", "nlp"]
     refused = run("quota", "set", "nlp", "--min", "gpu=-1")
     assert refused.exit_code == 2 and "min" in refused.output
+
+
+def test_shell_completion_is_offered() -> None:
+    result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="flotilla")
+    assert result.exit_code == 0, result.output
+    assert "_flotilla_completion" in result.output
+    assert "--install-completion" in run("--help").output
