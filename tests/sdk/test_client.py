@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -88,5 +89,6 @@ def test_the_async_client_does_the_same(live: LiveService) -> None:
                 await client.why("nope")
             return done.state, texts, names, (await client.queues())[0].name
 
-    state, texts, names, queue = asyncio.run(session())
+    with ThreadPoolExecutor(1) as thread:  # its own event loop, whatever this thread runs
+        state, texts, names, queue = thread.submit(asyncio.run, session()).result()
     assert (state, texts, names, queue) == ("succeeded", ["async\n"], ["hello"], "default")
