@@ -6,7 +6,7 @@ import threading
 
 from store_support import job
 
-from flotilla.store import SqlStore, make_engine
+from flotilla.store import DuplicateJobError, SqlStore, make_engine
 
 
 def test_an_incremental_reader_sees_every_job_of_concurrent_writers(
@@ -55,3 +55,31 @@ def test_an_incremental_reader_sees_every_job_of_concurrent_writers(
     truth = {record.id for record in store.list_jobs(limit=10_000).jobs}
     assert len(truth) == writers * batches * size
     assert set(seen) == truth
+
+
+def test_concurrent_submissions_of_one_name_leave_one_unfinished_job(
+    store: SqlStore, database_url: str
+) -> None:
+    """No constraint says "unique among unfinished jobs": the serial lock orders the check."""
+    writers = 4
+    start = threading.Barrier(writers)
+    outcomes: list[str] = []
+
+    def write() -> None:
+        replica = SqlStore(make_engine(database_url))
+        try:
+            start.wait()
+            replica.submit_jobs([job("only-one")])
+            outcomes.append("stored")
+        except DuplicateJobError:
+            outcomes.append("refused")
+        finally:
+            replica.close()
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["refused"] * (writers - 1) + ["stored"]
+    assert [record.name for record in store.list_jobs().jobs] == ["only-one"]
