@@ -122,8 +122,8 @@ def submit(
     # The serials first: their row lock orders concurrent submissions, so two batches that
     # reuse one name cannot both find it free (names are unique among live jobs only, which
     # no constraint of the database can say).
-    check_batch(session, jobs)
     first = reserve_serials(session, len(jobs))
+    check_batch(session, jobs)
     ids = [new_id() for _ in jobs]
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
