@@ -36,6 +36,7 @@ from flotilla.store.states import (
     JobState,
     RunState,
 )
+from flotilla.store.usage import UsageGrouping, UsageQuery, UsageReport, UsageRow
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -67,6 +68,10 @@ __all__ = [
     "Store",
     "StoreError",
     "Transition",
+    "UsageGrouping",
+    "UsageQuery",
+    "UsageReport",
+    "UsageRow",
     "make_engine",
     "upgrade",
 ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store.records import (
@@ -41,6 +41,9 @@ from flotilla.store.records import (
     RunRecord,
 )
 from flotilla.store.states import JobState
+
+if TYPE_CHECKING:
+    from flotilla.store.usage import UsageQuery, UsageReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +252,12 @@ class Store(Protocol):
     def cluster_allocations(self) -> dict[str, dict[str, float]]:
         """Per cluster, the resources its active runs hold (their placed replicas' requests,
         in base units): what ``flotilla clusters`` shows against capacity."""
+        ...
+
+    def usage(self, query: UsageQuery) -> UsageReport:
+        """CPU-, memory- and GPU-hours the runs held within ``[query.since, query.until)``,
+        grouped by queue, owner or job (``flotilla.store.usage``); a run still running counts
+        up to now. Read-only."""
         ...
 
     def apply_fleet(self, change: FleetChange) -> FleetRecord:

@@ -45,6 +45,7 @@ from flotilla.store.records import (
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
 from flotilla.store.states import JobState
+from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 
 Clock = Callable[[], datetime]
 
@@ -406,6 +407,10 @@ class SqlStore:
     def cluster_allocations(self) -> dict[str, dict[str, float]]:
         with self._sessions() as session:
             return fleet.cluster_allocations(session)
+
+    def usage(self, query: UsageQuery) -> UsageReport:
+        with self._sessions() as session:
+            return compute_usage(session, query, self._now())
 
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         with self._write() as session:
