@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import fleet, jobs, serve, ui, up
+from flotilla.cli import fleet, jobs, serve, ui, up, usage
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
@@ -164,7 +164,7 @@ def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-de
 
 
 # The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, fleet, serve, up, ui):
+for _module in (jobs, fleet, serve, up, ui, usage):
     _module.register(app)
 
 
