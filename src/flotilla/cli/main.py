@@ -83,7 +83,8 @@ def simulate(
     from flotilla.sim.simulator import simulate as run_simulation
     from flotilla.sim.table import render_table
 
-    err = Console(stderr=True)
+    # soft_wrap: one line per problem whatever the terminal's width (rich would fold them).
+    err = Console(stderr=True, soft_wrap=True)
     if output is not None and output.is_dir():  # say so before a long simulation, not after
         err.print(f"[bold red]error:[/] --output: {output}: is a directory", highlight=False)
         raise typer.Exit(2)

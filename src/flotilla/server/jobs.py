@@ -174,7 +174,10 @@ def list_jobs(
     ] = "oldest",
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
-    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs."""
+    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs. An
+    unknown queue is a 404 (an empty list would hide a typo)."""
+    if queue is not None:
+        context.store.get_queue(queue)  # NotFoundError: 404 naming it
     if not (user.can_read_all() or (queue is not None and user.can(Permission.READ, queue))):
         if owner is not None and owner != user.name:
             raise ApiError(
