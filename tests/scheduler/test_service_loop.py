@@ -204,6 +204,12 @@ def test_metrics_show_queue_depth_allocation_and_share(service: Service) -> None
     assert 'flotilla_queue_dominant_share{queue="default"}' in text
     assert "flotilla_cycle_seconds_count" in text and "flotilla_algorithm_seconds_count" in text
     assert "flotilla_leader 1.0" in text
+    node = service.store.list_nodes("local")[0].name
+    cores = service.store.list_nodes("local")[0].resources["cpu"]
+    assert f'flotilla_cluster_capacity{{cluster="local",resource="cpu"}} {cores}' in text
+    assert 'flotilla_cluster_allocated{cluster="local",resource="cpu"} 1.0' in text
+    assert f'flotilla_node_allocated{{cluster="local",node="{node}",resource="cpu"}} 1.0' in text
+    assert 'flotilla_queue_wait_seconds_count{queue="default"} 1.0' in text
     service.store.cancel(job, "done looking")
     service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
 

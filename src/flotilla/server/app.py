@@ -63,6 +63,7 @@ def create_app(
         secrets=secrets,
     )
     app.state.flotilla = context
+    store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
     for module in (jobs, history, catalog, ops, fleet, usage):
         app.include_router(module.router)

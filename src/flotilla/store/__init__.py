@@ -15,6 +15,7 @@ from flotilla.store.errors import (
     StaleRunError,
     StoreError,
 )
+from flotilla.store.observe import CommitObserver, CommittedChanges
 from flotilla.store.protocol import RunRequest, Store, Transition
 from flotilla.store.records import (
     ClusterRecord,
@@ -45,6 +46,8 @@ __all__ = [
     "TERMINAL_JOB_STATES",
     "WAITING_JOB_STATES",
     "ClusterRecord",
+    "CommitObserver",
+    "CommittedChanges",
     "ConflictError",
     "DuplicateJobError",
     "EventRecord",

@@ -43,6 +43,7 @@ from flotilla.store.records import (
 from flotilla.store.states import JobState
 
 if TYPE_CHECKING:
+    from flotilla.store.observe import CommitObserver
     from flotilla.store.usage import UsageQuery, UsageReport
 
 
@@ -285,6 +286,12 @@ class Store(Protocol):
 
     def current_lease(self, name: str) -> Lease | None:
         """Who holds the lease now; None if nobody does (never taken, released or expired)."""
+        ...
+
+    def add_observer(self, observer: CommitObserver) -> None:
+        """After every committed write that submitted jobs or changed their states, call
+        ``observer.committed`` with what it did (``flotilla.store.observe``); never for a
+        write that failed."""
         ...
 
     def close(self) -> None:
