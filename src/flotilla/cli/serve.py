@@ -13,6 +13,7 @@ from flotilla.cli.startup import (
     listen_or_fail,
     open_store_or_fail,
     server_url,
+    traces_or_fail,
 )
 
 
@@ -46,12 +47,13 @@ def serve(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    traces = traces_or_fail()
     listener = listen_or_fail(host, port)  # a port in use: one line, nothing opened
     store = open_store_or_fail(db)
     created = ensure_default_queue(store)
     typer.echo(
         f"Flotilla API at {server_url(host, listener.getsockname()[1])} (no scheduler here), "
-        f"database {db}" + (f"\n  {created}" if created else "")
+        f"database {db}" + "".join(f"\n  {line}" for line in (created, traces) if line)
     )
     try:
         app = create_app(

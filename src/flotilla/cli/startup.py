@@ -26,6 +26,17 @@ def listen_or_fail(host: str, port: int) -> socket.socket:
         fail(str(error), code=2)
 
 
+def traces_or_fail() -> str | None:
+    """Install the trace exporter ``FLOTILLA_TRACES`` names (``flotilla.tracing``); the
+    line to print about it, or None when traces are off. Exit 2 naming the variable."""
+    from flotilla.tracing import TracingError, configure
+
+    try:
+        return configure()
+    except TracingError as error:
+        fail(str(error), code=2)
+
+
 def open_store_or_fail(db: str) -> SqlStore:
     """Connect and migrate; exit 2 with one line naming ``--db`` and what to do when the
     database cannot be opened (a PostgreSQL database that does not exist, an SQLite file in

@@ -20,6 +20,7 @@ from flotilla.cli.startup import (
     listen_or_fail,
     open_store_or_fail,
     submit_hint,
+    traces_or_fail,
 )
 from flotilla.model.scenario import Mode
 
@@ -109,6 +110,7 @@ def up(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    traces = traces_or_fail()
     listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
     port = listener.getsockname()[1]
     if run_as is None and os.geteuid() == 0:
@@ -147,6 +149,7 @@ def up(
         f"database {db}\n"
         + "".join(f"  {line}\n" for line in lines)
         + f"  local jobs run as {run_as or 'this user'}\n"
+        + (f"  {traces}\n" if traces else "")
         + f"  {submit_hint(host, port)}"
     )
     try:

@@ -27,6 +27,7 @@ from flotilla.store import (
     JobState,
     RunRequest,
 )
+from flotilla.tracing import job_ids, tracer
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,15 @@ class Committer:
         requests = self._run_requests(result, state, dropped)
         context = self._context
         if requests:
-            requests = self._record_runs(requests)
+            with tracer().start_as_current_span("flotilla.schedule") as span:
+                requests = self._record_runs(requests)
+                span.set_attributes(
+                    {
+                        **job_ids(request.job_id for request in requests),
+                        "flotilla.clusters": sorted({r.cluster for r in requests}),
+                        "flotilla.pending": len(result.pending),
+                    }
+                )
             crash_point("after-lease-commit")
             self._sync()
             fresh = context.jobdb.read_txn()

@@ -29,6 +29,7 @@ from flotilla.server.schemas import (
 )
 from flotilla.server.submission import parse_submission
 from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+from flotilla.tracing import job_ids, tracer
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -103,7 +104,11 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     owner = user.name if context.auth.enabled else None
-    ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+    with tracer().start_as_current_span("flotilla.submit") as span:
+        ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+        span.set_attributes(
+            {**job_ids(ids), "flotilla.queues": sorted({spec.queue for spec in specs})}
+        )
     context.wake()
     named = [(spec.queue, name) for spec in specs for name in spec.job_names()]
     jobs = [
