@@ -57,6 +57,8 @@ def test_usage_reports_each_queue_with_totals(client: TestClient, store: SqlStor
     assert body["rows"][0]["jobs"] == 1 and body["rows"][0]["runs"] == 1
     assert body["rows"][0]["gpu_hours"] > 0 and body["rows"][1]["gpu_hours"] == 0
     assert body["total"]["runs"] == 2
+    assert list(body["rows"][0])[:2] == ["queue", "jobs"] and "owner" not in body["rows"][0]
+    assert "queue" not in body["total"]
     assert body["total"]["cpu_hours"] == pytest.approx(
         body["rows"][0]["cpu_hours"] + body["rows"][1]["cpu_hours"]
     )

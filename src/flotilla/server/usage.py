@@ -50,10 +50,12 @@ def parse_moment(text: str, now: datetime, field: str) -> datetime:
 
 class UsageRowBody(BaseModel):
     """One group: its key fields (``queue``; ``owner``; or ``job``, ``name``, ``queue``,
-    ``owner``), then ``jobs``, ``runs``, ``elapsed_hours``, ``cpu_hours``,
-    ``memory_gib_hours``, ``gpu_hours``."""
+    ``owner``: only those of the grouping are present), then the figures."""
 
-    model_config = {"extra": "allow"}
+    job: str | None = None
+    name: str | None = None
+    queue: str | None = None
+    owner: str | None = None
     jobs: int
     runs: int
     elapsed_hours: float
@@ -94,7 +96,7 @@ def _visibility(context: ServerContext, user: User) -> dict[str, Any]:
     return {"visible_queues": readable, "visible_owner": user.name}
 
 
-@router.get("/usage")
+@router.get("/usage", response_model_exclude_unset=True)
 def usage(
     context: Context,
     user: Caller,
