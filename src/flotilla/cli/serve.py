@@ -13,6 +13,7 @@ from flotilla.cli.startup import (
     listen_or_fail,
     open_store_or_fail,
     server_url,
+    shown_url,
     traces_or_fail,
 )
 
@@ -53,7 +54,7 @@ def serve(
     created = ensure_default_queue(store)
     typer.echo(
         f"Flotilla API at {server_url(host, listener.getsockname()[1])} (no scheduler here), "
-        f"database {db}" + "".join(f"\n  {line}" for line in (created, traces) if line)
+        f"database {shown_url(db)}" + "".join(f"\n  {line}" for line in (created, traces) if line)
     )
     try:
         app = create_app(

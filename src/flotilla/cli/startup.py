@@ -26,6 +26,17 @@ def listen_or_fail(host: str, port: int) -> socket.socket:
         fail(str(error), code=2)
 
 
+def shown_url(db: str) -> str:
+    """The database URL as printed: its password hidden."""
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(db).render_as_string(hide_password=True)
+    except ArgumentError:
+        return db
+
+
 def traces_or_fail() -> str | None:
     """Install the trace exporter ``FLOTILLA_TRACES`` names (``flotilla.tracing``); the
     line to print about it, or None when traces are off. Exit 2 naming the variable."""

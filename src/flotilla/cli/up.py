@@ -19,6 +19,7 @@ from flotilla.cli.startup import (
     ensure_default_queue,
     listen_or_fail,
     open_store_or_fail,
+    shown_url,
     submit_hint,
     traces_or_fail,
 )
@@ -146,7 +147,7 @@ def up(
         lines.append(scheduling)
     typer.echo(
         f"Flotilla is up: API http://{host}:{port} (dashboard /ui, OpenAPI /docs), "
-        f"database {db}\n"
+        f"database {shown_url(db)}\n"
         + "".join(f"  {line}\n" for line in lines)
         + f"  local jobs run as {run_as or 'this user'}\n"
         + (f"  {traces}\n" if traces else "")
