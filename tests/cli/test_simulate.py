@@ -219,3 +219,15 @@ def test_table_report_to_a_file_is_written_whole(tmp_path: Path) -> None:
     result = invoke(str(write(tmp_path, GOOD)), "--format", "table", "-o", str(target))
     assert result.exit_code == 0, result.output
     assert "east" in target.read_text()
+
+
+def test_each_problem_is_one_line_however_narrow_the_terminal(tmp_path: Path) -> None:
+    path = write(tmp_path, {**GOOD, "jobs": [job("neg", cpu=-1)], "bogus": True})
+    result = CliRunner().invoke(app, ["simulate", str(path)], env={"COLUMNS": "30"})
+    assert result.exit_code == 2
+    lines = [line.strip() for line in result.stderr.splitlines()]
+    assert lines[0].startswith("error: ") and lines[0].endswith(": invalid scenario")
+    assert sorted(lines[1:]) == [
+        "bogus: unknown field",
+        "jobs[0].tasks[0].resources.cpu: must be >= 0",
+    ]

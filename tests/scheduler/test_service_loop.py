@@ -204,6 +204,12 @@ def test_metrics_show_queue_depth_allocation_and_share(service: Service) -> None
     assert 'flotilla_queue_dominant_share{queue="default"}' in text
     assert "flotilla_cycle_seconds_count" in text and "flotilla_algorithm_seconds_count" in text
     assert "flotilla_leader 1.0" in text
+    node = service.store.list_nodes("local")[0].name
+    cores = service.store.list_nodes("local")[0].resources["cpu"]
+    assert f'flotilla_cluster_capacity{{cluster="local",resource="cpu"}} {cores}' in text
+    assert 'flotilla_cluster_allocated{cluster="local",resource="cpu"} 1.0' in text
+    assert f'flotilla_node_allocated{{cluster="local",node="{node}",resource="cpu"}} 1.0' in text
+    assert 'flotilla_queue_wait_seconds_count{queue="default"} 1.0' in text
     service.store.cancel(job, "done looking")
     service.cycle_until(lambda: service.state(job) is JobState.CANCELLED)
 
@@ -229,3 +235,18 @@ def test_a_cancel_while_a_cycle_commits_leaves_the_other_jobs_of_the_batch_sched
         assert service.state(job) is not JobState.QUEUED
     service.cycle_until(lambda: all(service.state(job) in TERMINAL_JOB_STATES for job in jobs))
     assert [service.state(job) for job in jobs[1:]] == [JobState.SUCCEEDED] * 2
+
+
+def test_a_draining_loop_follows_running_jobs_to_their_end_and_starts_no_new_one(
+    service: Service, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    running = service.submit("running", f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    service.cycle_until(lambda: service.state(running) is JobState.RUNNING)
+    service.loop.drain()
+    waiting = service.submit("waiting", "true")
+    gate.touch()
+    service.cycle_until(lambda: service.state(running) is JobState.SUCCEEDED)
+    for _ in range(5):
+        service.loop.cycle()
+    assert service.state(waiting) is JobState.QUEUED

@@ -160,6 +160,30 @@ def test_token_config_problems_name_the_field(tmp_path: Path) -> None:
         AuthSettings.from_data({"users": [config["users"][1]]}, environ={})
 
 
+def test_the_token_config_example_of_the_docs_works_as_written(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    example = text.split("The token config (YAML or JSON):\n\n```yaml\n", 1)[1].split("```")[0]
+    path = tmp_path / "tokens.yaml"
+    path.write_text(example)
+    auth = AuthSettings.from_file(path, environ={"FLOTILLA_OPS_TOKEN": "ops-secret"})
+    names = {token: auth.authenticate(f"Bearer {token}") for token in ("secret", "cy-secret")}
+    assert {token: user.name if user else None for token, user in names.items()} == {
+        "secret": "ana",
+        "cy-secret": "cy",
+    }
+    ops = auth.authenticate("Bearer ops-secret")
+    assert ops is not None and ops.admin
+
+
+def test_a_token_sha256_that_is_not_a_digest_says_what_one_looks_like() -> None:
+    config = {"users": [{"name": "cy", "token_sha256": "0f9c9b..."}]}
+    with pytest.raises(SpecError) as caught:
+        AuthSettings.from_data(config, environ={})
+    (problem,) = caught.value.problems
+    assert problem.startswith("users[0].token_sha256: must be the sha256 of the token as 64 hex")
+    assert 'printf %s "$TOKEN" | sha256sum' in problem
+
+
 def test_token_config_loads_from_yaml(tmp_path: Path) -> None:
     path = tmp_path / "auth.yaml"
     path.write_text(

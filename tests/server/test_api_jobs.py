@@ -235,3 +235,10 @@ def test_a_priority_class_is_refused_naming_the_field(client: TestClient) -> Non
     response = client.post("/v1/jobs", json=body)
     assert response.status_code == 422
     assert any(line.startswith("priority_class:") for line in response.json()["problems"])
+
+
+def test_listing_an_unknown_queue_is_404_naming_it(client: TestClient) -> None:
+    response = client.get("/v1/jobs", params={"queue": "NOPE"})
+    assert response.status_code == 404
+    assert response.json()["message"] == "no such queue: NOPE"
+    assert client.get("/v1/jobs", params={"queue": "team-a"}).status_code == 200

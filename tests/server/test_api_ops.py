@@ -61,3 +61,18 @@ def test_openapi_documents_the_routes_and_the_job_spec(client: TestClient) -> No
     assert "tasks" in schema["components"]["schemas"]["JobSpec"]["properties"]
     assert "TaskSpec" in schema["components"]["schemas"]
     assert client.get("/docs").status_code == 200
+
+
+def test_metrics_count_submissions_and_every_transition_including_api_cancels(
+    client: TestClient,
+) -> None:
+    ids = client.post("/v1/jobs", json={"jobs": [spec("a"), spec("b"), spec("c", "team-b")]})
+    first, second, _third = ids.json()["ids"]
+    client.post(f"/v1/jobs/{first}/cancel")
+    client.post("/v1/jobs/cancel", json={"queue": "team-b"})
+    text = client.get("/metrics").text
+    assert 'flotilla_jobs_submitted_total{queue="team-a"} 2.0' in text
+    assert 'flotilla_jobs_submitted_total{queue="team-b"} 1.0' in text
+    assert 'flotilla_job_transitions_total{from_state="none",state="queued"} 3.0' in text
+    assert 'flotilla_job_transitions_total{from_state="queued",state="cancelled"} 2.0' in text
+    assert second  # left queued: counted once, as submitted

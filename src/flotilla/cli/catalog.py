@@ -63,7 +63,7 @@ def quotas(
     """Show the quota tree: min, max, what its queues use now, what it borrows above its
     min and what it lends of its min."""
     with api(server) as client:
-        rows: list[dict[str, Any]] = client.usage()["quotas"]
+        rows: list[dict[str, Any]] = client.fleet_usage()["quotas"]
     if emit(rows, output):
         return
     if not rows:

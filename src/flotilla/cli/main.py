@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import catalog, describe, fleet, jobs, logs, serve, ui, up
+from flotilla.cli import catalog, describe, fleet, jobs, logs, serve, ui, up, usage
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
@@ -82,7 +82,8 @@ def simulate(
     from flotilla.sim.simulator import simulate as run_simulation
     from flotilla.sim.table import render_table
 
-    err = Console(stderr=True)
+    # soft_wrap: one line per problem whatever the terminal's width (rich would fold them).
+    err = Console(stderr=True, soft_wrap=True)
     if output is not None and output.is_dir():  # say so before a long simulation, not after
         err.print(f"[bold red]error:[/] --output: {output}: is a directory", highlight=False)
         raise typer.Exit(2)
@@ -163,7 +164,7 @@ def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-de
 
 
 # The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, describe, logs, catalog, fleet, serve, up, ui):
+for _module in (jobs, describe, logs, catalog, fleet, serve, up, ui, usage):
     _module.register(app)
 
 

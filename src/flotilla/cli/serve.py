@@ -8,6 +8,14 @@ from typing import Annotated
 import typer
 
 from flotilla.cli.client import fail
+from flotilla.cli.startup import (
+    ensure_default_queue,
+    listen_or_fail,
+    open_store_or_fail,
+    server_url,
+    shown_url,
+    traces_or_fail,
+)
 
 
 def serve(
@@ -32,7 +40,6 @@ def serve(
         run_server,
         server_auth,
     )
-    from flotilla.store import SqlStore
     from flotilla.web import mount_dashboard
 
     try:
@@ -41,7 +48,14 @@ def serve(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
-    store = SqlStore.open(db)
+    traces = traces_or_fail()
+    listener = listen_or_fail(host, port)  # a port in use: one line, nothing opened
+    store = open_store_or_fail(db)
+    created = ensure_default_queue(store)
+    typer.echo(
+        f"Flotilla API at {server_url(host, listener.getsockname()[1])} (no scheduler here), "
+        f"database {shown_url(db)}" + "".join(f"\n  {line}" for line in (created, traces) if line)
+    )
     try:
         app = create_app(
             store,
@@ -50,7 +64,7 @@ def serve(
             allowed_hosts=allowed_hosts_for(host),
             secrets=SecretBox.from_file(),
         )
-        run_server(mount_dashboard(app), host, port, local_token=token)
+        run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
     finally:
         store.close()
 

@@ -14,6 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flotilla.cli.client import fail
+from flotilla.cli.draining import shut_down
+from flotilla.cli.startup import (
+    ensure_default_queue,
+    listen_or_fail,
+    open_store_or_fail,
+    shown_url,
+    submit_hint,
+    traces_or_fail,
+)
 from flotilla.model.scenario import Mode
 
 if TYPE_CHECKING:
@@ -67,11 +76,22 @@ def up(
             "(docs/fleet.md). Without it: one local cluster of this machine.",
         ),
     ] = None,
+    drain: Annotated[
+        bool,
+        typer.Option(
+            "--drain",
+            help="On Ctrl-C or SIGTERM, start no new job and wait for the running ones to end "
+            "(Ctrl-C again stops at once). Without it, running jobs keep running and the next "
+            "start over this database picks them up.",
+        ),
+    ] = False,
 ) -> None:
     """Start Flotilla here: REST API + scheduler + a local cluster that runs jobs as processes.
 
-    With ``--fleet FILE``, the clusters (each run by its backend), queues, quotas, priority
-    classes and scheduling settings of a fleet file instead (see docs/fleet.md)."""
+    The local cluster is this machine: its usable cores, its memory, and as many GPUs as the
+    environment variable FLOTILLA_LOCAL_GPUS says (default 0). With ``--fleet FILE``, the
+    clusters (each run by its backend), queues, quotas, priority classes and scheduling
+    settings of a fleet file instead (see docs/fleet.md)."""
     from flotilla.model.errors import SpecError
     from flotilla.scheduler.fleet import FleetRuntime
     from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
@@ -83,7 +103,6 @@ def up(
         run_server,
         server_auth,
     )
-    from flotilla.store import SqlStore
     from flotilla.web import mount_dashboard
 
     try:
@@ -92,13 +111,14 @@ def up(
         fail(f"{auth}: invalid token config", error.problems, code=2)
     except InsecureBindError as error:
         fail(str(error), code=2)
+    traces = traces_or_fail()
+    listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
+    port = listener.getsockname()[1]
     if run_as is None and os.geteuid() == 0:
         run_as = "nobody"  # never the server's root: a job is anyone who may submit
     _check_run_as(run_as)  # before any database is touched
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
-    if db.startswith("sqlite:///") and not db.startswith("sqlite:////"):
-        Path(db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = SqlStore.open(db)
+    store = open_store_or_fail(db)
     secrets = SecretBox.from_file()
     runtime = FleetRuntime(store, {}, local_state_dir=state_dir, local_run_as=run_as)
     if fleet is not None:
@@ -127,16 +147,20 @@ def up(
         lines.append(scheduling)
     typer.echo(
         f"Flotilla is up: API http://{host}:{port} (dashboard /ui, OpenAPI /docs), "
-        f"database {db}\n"
+        f"database {shown_url(db)}\n"
         + "".join(f"  {line}\n" for line in lines)
         + f"  local jobs run as {run_as or 'this user'}\n"
-        + "  try: flotilla submit examples/jobs/hello.yaml"
+        + (f"  {traces}\n" if traces else "")
+        + f"  {submit_hint(host, port)}"
     )
     try:
         app = create_app(
             store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
         )
-        run_server(mount_dashboard(app), host, port, local_token=token)
+        try:
+            run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
+        finally:  # Ctrl-C, or SIGTERM (SystemExit): say what becomes of the running jobs
+            shut_down(store, loop, drain)
     finally:
         stop.set()
         scheduler.join(timeout=30)
@@ -215,7 +239,6 @@ def _default_cluster(
 ) -> list[str]:
     """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
     from flotilla.backends.local import LocalBackend
-    from flotilla.model import QueueSpec
     from flotilla.scheduler.fleet import LOCAL_LABEL, OWNER_LABEL, describe_nodes, local_owner
     from flotilla.scheduler.records import cluster_spec_from_inventory
 
@@ -226,8 +249,7 @@ def _default_cluster(
     nodes = backend.inventory().nodes
     labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}
     store.upsert_cluster(cluster_spec_from_inventory(cluster, "local", nodes, labels=labels))
-    if not store.list_queues():
-        store.put_queue(QueueSpec(name="default"))
+    ensure_default_queue(store)
     return [f"cluster {cluster}: {describe_nodes(nodes)}"]
 
 

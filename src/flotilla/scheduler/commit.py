@@ -20,7 +20,14 @@ from flotilla.scheduler.dispatch import Dispatcher
 from flotilla.scheduler.records import assignment_from_json, assignment_to_json, job_from_record
 from flotilla.scheduler.snapshots import CurrentState, LoopSnapshot
 from flotilla.scheduler.transitions import RunTransitions
-from flotilla.store import ACTIVE_JOB_STATES, IllegalTransitionError, JobState, RunRequest
+from flotilla.store import (
+    ACTIVE_JOB_STATES,
+    IllegalTransitionError,
+    JobRecord,
+    JobState,
+    RunRequest,
+)
+from flotilla.tracing import job_ids, tracer
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +60,25 @@ class Committer:
         requests = self._run_requests(result, state, dropped)
         context = self._context
         if requests:
-            requests = self._record_runs(requests)
+            with tracer().start_as_current_span("flotilla.schedule") as span:
+                requests = self._record_runs(requests)
+                span.set_attributes(
+                    {
+                        **job_ids(request.job_id for request in requests),
+                        "flotilla.clusters": sorted({r.cluster for r in requests}),
+                        "flotilla.pending": len(result.pending),
+                    }
+                )
             crash_point("after-lease-commit")
             self._sync()
             fresh = context.jobdb.read_txn()
-            leased = (fresh.get(request.job_id) for request in requests)
-            self._dispatcher.dispatch_all(
-                job for job in leased if job is not None and job.state is JobState.LEASED
-            )
+            leased = [
+                job
+                for request in requests
+                if (job := fresh.get(request.job_id)) is not None and job.state is JobState.LEASED
+            ]
+            self._observe_waits(leased)
+            self._dispatcher.dispatch_all(leased)
         context.metrics.decisions.labels(outcome="scheduled").inc(len(requests))
         context.metrics.decisions.labels(outcome="unschedulable").inc(len(result.pending))
         reasons = dict(state.reasons)
@@ -68,6 +86,13 @@ class Committer:
         for name, why in (dropped or {}).items():
             reasons[name] = f"decision dropped: {why}"
         context.reasons = reasons
+
+    def _observe_waits(self, leased: list[JobRecord]) -> None:
+        """Each first attempt's wait, from submission to this lease, per queue."""
+        for job in leased:
+            if job.run is not None and job.run.attempt == 1:
+                waited = (job.run.created_at - job.submitted_at).total_seconds()
+                self._context.metrics.queue_wait.labels(queue=job.queue).observe(max(0.0, waited))
 
     def _record_runs(self, requests: list[RunRequest]) -> list[RunRequest]:
         """Record the leases in one transaction. A job the batch counted on may have left

@@ -172,6 +172,7 @@ class SchedulingLoop:
         self._wake = threading.Event()
         self._cycles = 0
         self._last_pass = float("-inf")
+        self._draining = False
 
     # --- SchedulerHandle ------------------------------------------------------------------
 
@@ -203,6 +204,12 @@ class SchedulingLoop:
         return backend.logs(replace(request, run_id=run.id))
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def drain(self) -> None:
+        """Start no new job from now on; running ones are still followed to their end
+        (``flotilla up --drain``). Leases already recorded are still dispatched."""
+        self._draining = True
         self._wake.set()
 
     # --- running --------------------------------------------------------------------------
@@ -339,7 +346,7 @@ class SchedulingLoop:
                 self._sync()
                 self._dispatcher.dispatch_leased()
                 self._sync()
-                result = self._schedule()
+                result = None if self._draining else self._schedule()
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+_WAIT_SECONDS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -55,8 +57,36 @@ class SchedulerMetrics:
         self.preemptions = Counter(
             "flotilla_preemptions_total", "Jobs preempted, by queue.", ["queue"], registry=r
         )
-        self.transitions = Counter(
-            "flotilla_job_transitions_total", "Job state changes applied.", ["state"], registry=r
+        self.cluster_capacity = Gauge(
+            "flotilla_cluster_capacity",
+            "A ready cluster's capacity per resource (cores, bytes, GPUs…).",
+            ["cluster", "resource"],
+            registry=r,
+        )
+        self.cluster_allocated = Gauge(
+            "flotilla_cluster_allocated",
+            "Resources the active runs on a cluster hold, per resource.",
+            ["cluster", "resource"],
+            registry=r,
+        )
+        self.node_capacity = Gauge(
+            "flotilla_node_capacity",
+            "A node's capacity per resource (fleets of up to 1000 nodes).",
+            ["cluster", "node", "resource"],
+            registry=r,
+        )
+        self.node_allocated = Gauge(
+            "flotilla_node_allocated",
+            "Resources the active runs hold on a node, per resource (up to 1000 nodes).",
+            ["cluster", "node", "resource"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "flotilla_queue_wait_seconds",
+            "Seconds from a job's submission to its first lease (first attempts only).",
+            ["queue"],
+            buckets=_WAIT_SECONDS,
+            registry=r,
         )
         self.leader = Gauge(
             "flotilla_leader", "1 while this replica holds the scheduling lease.", registry=r

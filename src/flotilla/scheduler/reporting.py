@@ -11,7 +11,7 @@ import time
 
 from flotilla.framework.snapshot import CycleResult
 from flotilla.jobdb import ReadTxn
-from flotilla.model import ClusterSpec
+from flotilla.scheduler.capacity import CapacityGauges
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.handle import CycleReport
 from flotilla.store import ACTIVE_JOB_STATES, JobState
@@ -27,6 +27,7 @@ class Reporter:
         self._published_at = float("-inf")
         self._shares: dict[str, float] = {}
         self._queues_seen: set[str] = set()
+        self._capacity = CapacityGauges(context.metrics)
 
     def report(
         self,
@@ -68,12 +69,9 @@ class Reporter:
         of the fleet, as gauges; returns the shares."""
         context = self._context
         capacity: dict[str, float] = {}
-        for record in context.store.list_clusters():
-            if record.state == "unreachable" or not record.spec.get("nodes"):
-                continue  # (no nodes: a fleet cluster whose backend never reported any)
-            for group in ClusterSpec.model_validate(record.spec).nodes:
-                for name, amount in group.resources.items():
-                    capacity[name] = capacity.get(name, 0.0) + amount * (group.count or 1)
+        for amounts in self._capacity.publish(context.store, read).values():
+            for name, amount in amounts.items():
+                capacity[name] = capacity.get(name, 0.0) + amount
         held: dict[str, dict[str, float]] = {}
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):

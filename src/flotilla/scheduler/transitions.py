@@ -116,7 +116,6 @@ class RunTransitions:
                 message=message,
                 fence=context.lease,
             )
-            context.metrics.transitions.labels(state=state.value).inc()
         except StaleRunError:
             log.info("ignored a report about an old run of job %s", job_id)
         except IllegalTransitionError as error:
@@ -131,8 +130,6 @@ class RunTransitions:
         context = self._context
         try:
             context.store.transition_many(changes, fence=context.lease, records=False)
-            for change in changes:
-                context.metrics.transitions.labels(state=change.new_state.value).inc()
         except (StaleRunError, IllegalTransitionError):
             for change in changes:
                 self.transition(

@@ -210,8 +210,13 @@ class AsyncClient:
     async def report(self) -> Report:
         return await self.call(calls.report())
 
-    async def usage(self) -> dict[str, Any]:
-        return await self.call(calls.usage())
+    async def fleet_usage(self) -> dict[str, Any]:
+        return await self.call(calls.fleet_usage())
+
+    async def usage(
+        self, since: str = "7d", until: str | None = None, by: str = "queue"
+    ) -> dict[str, Any]:
+        return await self.call(calls.usage(since, until, by))
 
     async def fleet(self) -> dict[str, Any]:
         """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;

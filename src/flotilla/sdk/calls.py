@@ -210,11 +210,17 @@ def report() -> Call[Report]:
     return Call("GET", "/v1/scheduling/report", one(Report))
 
 
-def usage() -> Call[dict[str, Any]]:
+def fleet_usage() -> Call[dict[str, Any]]:
     """What the fleet uses now (the dashboard's view): clusters, queues, and quotas with
     their usage, borrowing and lending."""
 
     return Call("GET", "/ui/api/fleet", _mapping)
+
+
+def usage(since: str, until: str | None, by: str) -> Call[dict[str, Any]]:
+    """Accounting: CPU-, memory- and GPU-hours that runs held over a range (``/v1/usage``)."""
+    params = {"since": since, "by": by} | ({} if until is None else {"until": until})
+    return Call("GET", "/v1/usage", _mapping, params=params)
 
 
 def fleet() -> Call[dict[str, Any]]:

@@ -259,10 +259,17 @@ class Client:
         """The scheduler's last cycle and the job counts per queue and state."""
         return self.call(calls.report())
 
-    def usage(self) -> dict[str, Any]:
+    def fleet_usage(self) -> dict[str, Any]:
         """What the fleet uses now, per cluster, node, queue and quota (with borrowing and
         lending): the dashboard's ``/ui/api/fleet``."""
-        return self.call(calls.usage())
+        return self.call(calls.fleet_usage())
+
+    def usage(
+        self, since: str = "7d", until: str | None = None, by: str = "queue"
+    ) -> dict[str, Any]:
+        """Accounting (``sacct``/``sreport``): CPU-, memory- and GPU-hours per queue, owner or
+        job over a range; ``since``/``until`` are durations ago (``7d``) or ISO 8601 times."""
+        return self.call(calls.usage(since, until, by))
 
     def fleet(self) -> dict[str, Any]:
         """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;

@@ -9,7 +9,9 @@ from flotilla.server.auth import AuthSettings, InsecureBindError, Permission, Us
 from flotilla.server.run import (
     DEFAULT_HOST,
     DEFAULT_PORT,
+    ListenError,
     allowed_hosts_for,
+    bind_listener,
     run_server,
     server_auth,
 )
@@ -19,9 +21,11 @@ __all__ = [
     "DEFAULT_PORT",
     "AuthSettings",
     "InsecureBindError",
+    "ListenError",
     "Permission",
     "User",
     "allowed_hosts_for",
+    "bind_listener",
     "check_bind",
     "create_app",
     "run_server",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from flotilla.model.base import Name
 from flotilla.model.errors import SpecError, from_pydantic
@@ -53,6 +61,8 @@ class Permission(StrEnum):
 
 
 ANY_QUEUE = "*"
+
+SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,21 @@ class _UserEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Name
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    token_sha256: str | None = None
     token_env: str | None = Field(default=None, min_length=1)
     admin: bool = False
     queues: dict[str, list[Permission]] = {}
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256_HEX.fullmatch(value):
+            raise ValueError(
+                f"must be the sha256 of the token as 64 hex digits, got {len(value)} "
+                'characters (make it with: printf %s "$TOKEN" | sha256sum); to give the '
+                "token itself, put it in an environment variable and name that in token_env"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_token(self) -> _UserEntry:

@@ -18,14 +18,17 @@ from flotilla.secrets import SecretBox
 from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
-from flotilla.store import AmbiguousJobError, JobRecord, Store
+from flotilla.store import AmbiguousJobError, CommittedChanges, JobRecord, Store
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 @dataclass
 class ApiMetrics:
-    """The server's own metrics, in its own registry (one per app, so tests never clash)."""
+    """The server's own metrics, in its own registry (one per app, so tests never clash),
+    and the job counters: the app observes its store's commits (``CommitObserver``), so every
+    submission and state change this process writes is counted, the API's own cancels as
+    much as the scheduler's transitions."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -43,6 +46,24 @@ class ApiMetrics:
             buckets=_SECONDS,
             registry=self.registry,
         )
+        self.submitted = Counter(
+            "flotilla_jobs_submitted_total",
+            "Jobs submitted, per queue.",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.transitions = Counter(
+            "flotilla_job_transitions_total",
+            "Job state changes committed by this process, per from and to state.",
+            ["from_state", "state"],
+            registry=self.registry,
+        )
+
+    def committed(self, changes: CommittedChanges) -> None:
+        for queue, count in changes.submitted.items():
+            self.submitted.labels(queue=queue).inc(count)
+        for (old, new), count in changes.transitions.items():
+            self.transitions.labels(from_state=old, state=new).inc(count)
 
 
 @dataclass

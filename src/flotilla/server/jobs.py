@@ -36,6 +36,7 @@ from flotilla.server.schemas import (
 )
 from flotilla.server.submission import parse_submission
 from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+from flotilla.tracing import job_ids, tracer
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -110,7 +111,11 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     owner = user.name if context.auth.enabled else None
-    ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+    with tracer().start_as_current_span("flotilla.submit") as span:
+        ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+        span.set_attributes(
+            {**job_ids(ids), "flotilla.queues": sorted({spec.queue for spec in specs})}
+        )
     context.wake()
     named = [(spec.queue, name) for spec in specs for name in spec.job_names()]
     jobs = [
@@ -184,7 +189,10 @@ def list_jobs(
     ] = False,
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
-    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs."""
+    Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs. An
+    unknown queue is a 404 (an empty list would hide a typo)."""
+    if queue is not None:
+        context.store.get_queue(queue)  # NotFoundError: 404 naming it
     if not (user.can_read_all() or (queue is not None and user.can(Permission.READ, queue))):
         if owner is not None and owner != user.name:
             raise ApiError(

@@ -3,7 +3,9 @@ refusal to listen beyond loopback without tokens cannot be bypassed by a new ent
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -42,18 +44,54 @@ def allowed_hosts_for(host: str) -> frozenset[str] | None:
     return LOOPBACK_HOSTS if is_loopback(host) else None
 
 
+class ListenError(OSError):
+    """The address cannot be listened on (a port in use, an address not of this host)."""
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, for ``run_server``. ``flotilla up``/``serve`` call it
+    before opening anything, so a port in use is one line and nothing was started or printed.
+    Raises ``ListenError`` saying what to do."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise ListenError(f"--host {host}: not an address of this machine ({error})") from None
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError as error:
+        listener.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ListenError(
+                f"port {port} on {host} is in use (another flotilla up or serve?): stop it or "
+                "choose another with --port"
+            ) from None
+        raise ListenError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    listener.set_inheritable(True)
+    return listener
+
+
 def run_server(
     app: FastAPI,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     *,
     local_token: str | None = None,
+    listener: socket.socket | None = None,
 ) -> None:
     """Serve ``app`` until interrupted. Raises ``InsecureBindError`` before listening if
-    ``host`` is not loopback and the app has no token config. ``local_token`` is written to
-    this user's runtime file for ``port`` (``flotilla.runtime``) while the server runs."""
+    ``host`` is not loopback and the app has no token config. ``listener``: a socket from
+    ``bind_listener`` (else one is bound here; ``ListenError`` if it cannot be). ``local_token``
+    is written to this user's runtime file for the port (``flotilla.runtime``) while the
+    server runs."""
     context: ServerContext = app.state.flotilla
     check_bind(host, context.auth)
+    if listener is None:
+        listener = bind_listener(host, port)
+    port = listener.getsockname()[1]
     if local_token is not None:
         path = write_server_file(port, local_token)
         print(
@@ -69,8 +107,12 @@ def run_server(
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         # Access logs show method, path and status; tokens travel in a header, never appear.
-        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+        config = uvicorn.Config(app, host=host, port=port, log_level="info", proxy_headers=False)
+        uvicorn.Server(config).run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn raises the SIGINT it captured again once it stopped
+        pass
     finally:
+        listener.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if local_token is not None:

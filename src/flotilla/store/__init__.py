@@ -16,6 +16,7 @@ from flotilla.store.errors import (
     StaleRunError,
     StoreError,
 )
+from flotilla.store.observe import CommitObserver, CommittedChanges
 from flotilla.store.protocol import RunRequest, Store, Transition
 from flotilla.store.records import (
     ClusterRecord,
@@ -37,6 +38,7 @@ from flotilla.store.states import (
     JobState,
     RunState,
 )
+from flotilla.store.usage import UsageGrouping, UsageQuery, UsageReport, UsageRow
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -46,6 +48,8 @@ __all__ = [
     "WAITING_JOB_STATES",
     "AmbiguousJobError",
     "ClusterRecord",
+    "CommitObserver",
+    "CommittedChanges",
     "ConflictError",
     "DuplicateJobError",
     "EventRecord",
@@ -69,6 +73,10 @@ __all__ = [
     "Store",
     "StoreError",
     "Transition",
+    "UsageGrouping",
+    "UsageQuery",
+    "UsageReport",
+    "UsageRow",
     "make_engine",
     "upgrade",
 ]

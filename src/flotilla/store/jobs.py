@@ -25,6 +25,7 @@ from flotilla.store.errors import (
     NotFoundError,
     StaleRunError,
 )
+from flotilla.store.observe import tally_events, tally_submitted
 from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import RunRecord
 from flotilla.store.schema import Event, Job, Queue, Run, Serial
@@ -161,8 +162,8 @@ def submit(
         )
     for part in chunks(rows):
         session.execute(insert(Job), list(part))
-    for part in chunks(events):
-        session.execute(insert(Event), list(part))
+    insert_events(session, events)
+    tally_submitted(session, [job.queue for job in jobs])
     return ids
 
 
@@ -225,7 +226,9 @@ def event_row(
 def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
     """Insert a batch's events in one statement per chunk: thousands of events as ORM objects
     were a third of a dispatch batch's time (identity map, unit of work), and nothing reads
-    them back in the same transaction."""
+    them back in the same transaction. The state changes among them are tallied for the
+    commit observers (``observe.py``)."""
+    tally_events(session, events)
     for part in chunks(events):
         session.execute(insert(Event), list(part))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store.records import (
@@ -41,6 +41,10 @@ from flotilla.store.records import (
     RunRecord,
 )
 from flotilla.store.states import JobState
+
+if TYPE_CHECKING:
+    from flotilla.store.observe import CommitObserver
+    from flotilla.store.usage import UsageQuery, UsageReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +274,12 @@ class Store(Protocol):
         in base units): what ``flotilla clusters`` shows against capacity."""
         ...
 
+    def usage(self, query: UsageQuery) -> UsageReport:
+        """CPU-, memory- and GPU-hours the runs held within ``[query.since, query.until)``,
+        grouped by queue, owner or job (``flotilla.store.usage``); a run still running counts
+        up to now. Read-only."""
+        ...
+
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         """Apply a fleet in one transaction, all or nothing: raises ``ConflictError`` naming
         every problem (a removed queue that has jobs, a removed cluster with active jobs, a
@@ -295,6 +305,12 @@ class Store(Protocol):
 
     def current_lease(self, name: str) -> Lease | None:
         """Who holds the lease now; None if nobody does (never taken, released or expired)."""
+        ...
+
+    def add_observer(self, observer: CommitObserver) -> None:
+        """After every committed write that submitted jobs or changed their states, call
+        ``observer.committed`` with what it did (``flotilla.store.observe``); never for a
+        write that failed."""
         ...
 
     def close(self) -> None:

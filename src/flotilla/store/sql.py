@@ -31,6 +31,7 @@ from flotilla.store.engine import (
     upgrade,
 )
 from flotilla.store.errors import InvalidJobError, NotFoundError
+from flotilla.store.observe import CommitObserver, notify, take_changes
 from flotilla.store.protocol import RunRequest, Transition
 from flotilla.store.records import (
     ClusterRecord,
@@ -45,6 +46,7 @@ from flotilla.store.records import (
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
 from flotilla.store.states import JobState
+from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 
 Clock = Callable[[], datetime]
 
@@ -67,6 +69,7 @@ class SqlStore:
         """Read-only sessions (never committed); on SQLite they do not take the write lock."""
         self._writers = sessionmaker(engine, expire_on_commit=False)
         self._specs = SpecCache()
+        self._observers: list[CommitObserver] = []
 
     @classmethod
     def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
@@ -78,10 +81,17 @@ class SqlStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def add_observer(self, observer: CommitObserver) -> None:
+        """Tell ``observer`` what each committed write did to jobs (``observe.py``)."""
+        self._observers.append(observer)
+
     @contextmanager
     def _write(self) -> Iterator[Session]:
         with self._writers.begin() as session:
             yield session
+            changes = take_changes(session)
+        if changes is not None and self._observers:  # only once the commit succeeded
+            notify(self._observers, changes)
 
     def _now(self) -> datetime:
         return (self._clock or system_clock)()
@@ -417,6 +427,10 @@ class SqlStore:
     def cluster_allocations(self) -> dict[str, dict[str, float]]:
         with self._sessions() as session:
             return fleet.cluster_allocations(session)
+
+    def usage(self, query: UsageQuery) -> UsageReport:
+        with self._sessions() as session:
+            return compute_usage(session, query, self._now())
 
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         with self._write() as session:

@@ -1,0 +1,134 @@
+"""Accounting from the run history: resource-hours per queue, owner and job over a range.
+SQLite and PostgreSQL, like every store contract test (the time arithmetic is in SQL)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from store_support import FakeClock, job
+
+from flotilla.store import JobState, SqlStore, UsageGrouping, UsageQuery
+
+HOUR = 3600.0
+
+
+def placements(task: str, replicas: int) -> dict[str, object]:
+    return {"placements": [{"task": task, "replica": i, "node": "n0"} for i in range(replicas)]}
+
+
+def run_for(store: SqlStore, clock: FakeClock, job_id: str, hours: float, **ends: object) -> None:
+    """Lease, start, run ``hours`` of fake time, then succeed (or stay running: end=None)."""
+    spec = store.get_job(job_id).spec
+    task = spec.tasks[0]
+    store.record_run(job_id, "c1", placements(task.name, task.replicas))
+    store.transition(job_id, JobState.RUNNING, "started")
+    clock.advance(hours * HOUR)
+    if ends.get("end", "succeeded") is not None:
+        store.transition(job_id, JobState.SUCCEEDED, "done")
+
+
+def gpu_job(name: str, queue: str = "team-a", replicas: int = 1, **fields: object) -> object:
+    return job(
+        name,
+        queue,
+        tasks=[
+            {
+                "name": "main",
+                "replicas": replicas,
+                "resources": {"cpu": 4, "memory": "8Gi", "gpu": 2},
+            }
+        ],
+        **fields,
+    )
+
+
+def test_usage_multiplies_each_replica_request_by_the_hours_it_ran(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    start = clock.now
+    (train,) = store.submit_jobs([gpu_job("train", replicas=2)])  # type: ignore[list-item]
+    run_for(store, clock, train, hours=1.5)
+    report = store.usage(UsageQuery(since=start, until=clock.now + timedelta(hours=1)))
+    (row,) = report.rows
+    assert row.key == {"queue": "team-a"}
+    assert (row.jobs, row.runs) == (1, 1)
+    assert row.elapsed_hours == pytest.approx(1.5)
+    assert row.cpu_hours == pytest.approx(2 * 4 * 1.5)
+    assert row.memory_gib_hours == pytest.approx(2 * 8 * 1.5)
+    assert row.gpu_hours == pytest.approx(2 * 2 * 1.5)
+
+
+def test_runs_are_clipped_to_the_range_and_a_running_run_counts_up_to_now(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    start = clock.now
+    done, running = store.submit_jobs([job("done"), job("running", "team-b")])
+    run_for(store, clock, done, hours=4)  # from start to start+4h
+    run_for(store, clock, running, hours=2, end=None)  # from start+4h, still running at +6h
+    since, until = start + timedelta(hours=3), start + timedelta(hours=10)
+    report = store.usage(UsageQuery(since=since, until=until))
+    by_queue = {row.key["queue"]: row for row in report.rows}
+    assert by_queue["team-a"].cpu_hours == pytest.approx(1.0)  # 3h..4h of a 1-cpu job
+    assert by_queue["team-b"].cpu_hours == pytest.approx(2.0)  # 4h..now (6h)
+    assert report.total is not None and report.total.cpu_hours == pytest.approx(3.0)
+    before = store.usage(UsageQuery(since=start - timedelta(hours=5), until=start))
+    assert before.rows == [] and before.total is not None and before.total.runs == 0
+
+
+def test_each_attempt_counts_and_a_run_that_never_ran_counts_nothing(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    start = clock.now
+    retried, never = store.submit_jobs([job("retried"), job("never")])
+    store.record_run(retried, "c1", placements("main", 1))
+    store.transition(retried, JobState.RUNNING, "started")
+    clock.advance(HOUR)
+    store.transition(retried, JobState.QUEUED, "node lost")
+    run_for(store, clock, retried, hours=2)
+    store.record_run(never, "c1", placements("main", 1))
+    clock.advance(HOUR)
+    store.cancel(never, "changed my mind")
+    store.transition(never, JobState.CANCELLED, "stopped")
+    (row,) = store.usage(UsageQuery(since=start, until=clock.now, by=UsageGrouping.JOB)).rows
+    assert row.key["name"] == "retried" and row.runs == 2
+    assert row.cpu_hours == pytest.approx(3.0)
+
+
+def test_usage_groups_by_owner_and_by_job(store: SqlStore, clock: FakeClock) -> None:
+    start = clock.now
+    ids = store.submit_jobs([job("a1", user="ana"), job("a2", user="ana"), job("b1", user="bo")])
+    for job_id in ids:
+        run_for(store, clock, job_id, hours=1)
+    owners = store.usage(UsageQuery(since=start, until=clock.now, by=UsageGrouping.OWNER))
+    assert [(row.key["owner"], row.jobs, row.cpu_hours) for row in owners.rows] == [
+        ("ana", 2, pytest.approx(2.0)),
+        ("bo", 1, pytest.approx(1.0)),
+    ]
+    per_job = store.usage(UsageQuery(since=start, until=clock.now, by=UsageGrouping.JOB))
+    assert sorted(row.key["name"] or "" for row in per_job.rows) == ["a1", "a2", "b1"]
+    assert {row.key["owner"] for row in per_job.rows} == {"ana", "bo"}
+
+
+def test_usage_shows_only_visible_queues_and_the_callers_own_jobs(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    start = clock.now
+    ids = store.submit_jobs(
+        [job("mine", "team-b", user="ana"), job("theirs", "team-b", user="bo"), job("open")]
+    )
+    for job_id in ids:
+        run_for(store, clock, job_id, hours=1)
+    query = UsageQuery(
+        since=start,
+        until=clock.now,
+        by=UsageGrouping.JOB,
+        visible_queues=frozenset({"team-a"}),
+        visible_owner="ana",
+    )
+    assert sorted(row.key["name"] or "" for row in store.usage(query).rows) == ["mine", "open"]
+
+
+def test_a_range_that_ends_before_it_starts_is_refused(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="until must be after since"):
+        UsageQuery(since=clock.now, until=clock.now)
