@@ -57,14 +57,16 @@ def _instrument_schedule() -> None:
     """Count only ``schedule()``: instrumentation on at its start, off at its end."""
     original: Callable[..., Any] = SchedulingAlgorithm.schedule
 
-    def schedule(self: SchedulingAlgorithm, snapshot: Any) -> Any:
+    def schedule(self: SchedulingAlgorithm, *args: Any, **kwargs: Any) -> Any:
+        # Arguments passed through as given: older engines measured with this driver
+        # (another tree first on sys.path) have another signature.
         _instrumentation("on")
         try:
-            return original(self, snapshot)
+            return original(self, *args, **kwargs)
         finally:
             _instrumentation("off")
 
-    SchedulingAlgorithm.schedule = schedule  # type: ignore[method-assign]
+    SchedulingAlgorithm.schedule = schedule  # type: ignore[method-assign, assignment]
 
 
 def main() -> None:
