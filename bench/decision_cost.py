@@ -66,7 +66,7 @@ def _instrument_schedule() -> None:
         finally:
             _instrumentation("off")
 
-    SchedulingAlgorithm.schedule = schedule  # type: ignore[method-assign, assignment]
+    SchedulingAlgorithm.schedule = schedule  # type: ignore[method-assign]
 
 
 def main() -> None:
