@@ -76,6 +76,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="override the case's backlog size")
     parser.add_argument("--cycles", type=int, help="override the case's number of cycles")
     parser.add_argument(
+        "--prefill",
+        type=float,
+        help="fill the fleet to this share first, outside schedule() (e.g. 0.9)",
+    )
+    parser.add_argument(
         "--callgrind",
         action="store_true",
         help="under callgrind --instr-atstart=no: instrument schedule() only",
@@ -90,6 +95,8 @@ def main() -> None:
         case = replace(case, workload=replace(case.workload, jobs=arguments.jobs))
     if arguments.cycles is not None:
         case = replace(case, cycles=arguments.cycles)
+    if arguments.prefill is not None:
+        case = replace(case, prefill=arguments.prefill)
     if arguments.callgrind:
         _instrument_schedule()
     result = run_engine_case(case, measure_memory=False)
