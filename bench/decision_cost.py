@@ -28,13 +28,12 @@ import math
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from bench.cases import ENGINE_CASES
 from bench.engine import run_engine_case
-from flotilla.scheduler import SchedulingAlgorithm, SchedulingConfig
+from bench.profile import _wrap
+from flotilla.scheduler import SchedulingConfig
 
 
 def _instrumentation(state: str) -> None:
@@ -51,22 +50,6 @@ def _instrumentation(state: str) -> None:
         pass
     if done.returncode != 0:
         raise SystemExit(f"vgdb failed ({done.returncode}): run under valgrind --tool=callgrind")
-
-
-def _instrument_schedule() -> None:
-    """Count only ``schedule()``: instrumentation on at its start, off at its end."""
-    original: Callable[..., Any] = SchedulingAlgorithm.schedule
-
-    def schedule(self: SchedulingAlgorithm, *args: Any, **kwargs: Any) -> Any:
-        # Arguments passed through as given: older engines measured with this driver
-        # (another tree first on sys.path) have another signature.
-        _instrumentation("on")
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _instrumentation("off")
-
-    SchedulingAlgorithm.schedule = schedule  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -98,7 +81,8 @@ def main() -> None:
     if arguments.prefill is not None:
         case = replace(case, prefill=arguments.prefill)
     if arguments.callgrind:
-        _instrument_schedule()
+        # Count only schedule(): instrumentation on at its start, off at its end.
+        _wrap(lambda: _instrumentation("on"), lambda: _instrumentation("off"))
     result = run_engine_case(case, measure_memory=False)
     print(
         json.dumps(
