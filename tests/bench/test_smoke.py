@@ -121,3 +121,26 @@ def test_gpu_fill_reports_each_profile_and_allocation_only_grows() -> None:
         assert 0.0 < row["at_90"] <= row["end"] <= 1.0
         assert 0 < row["placed"] <= row["pods"]
     assert "gpu-packing" in render(result)
+
+
+def test_decision_cost_runs_a_case_with_the_profile_named_and_every_cycle() -> None:
+    command = [sys.executable, "-m", "bench.decision_cost", "--case", "tiny", "--cycles", "2"]
+    for profile in ("binpack", "gpu-packing"):
+        done = subprocess.run(
+            [*command, "--profile", profile], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        figures = json.loads(done.stdout)
+        assert figures["profile"] == profile
+        assert figures["cycles"] == 2
+        assert figures["placements"] > 0 and figures["placements_per_cpu_s"] > 0
+
+
+def test_decision_cost_with_callgrind_outside_valgrind_fails_with_a_clear_message() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.decision_cost", "--case", "tiny", "--callgrind"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "callgrind" in done.stderr

@@ -103,18 +103,28 @@ DEFAULT_MIX = Mix((MixType(MILLI, 0.0, 0.0, 1),))
 def mix_of(jobs: Sequence[SchedulingJob], cpu: int | None, memory: int | None) -> Mix:
     """The mix of ``jobs``' GPU requests: one entry per replica asking for a GPU, grouped by
     amount (the ``MIX_TYPES`` most frequent kept), with the median CPU and memory of each."""
-    # Counted per distinct request first: a backlog holds few shapes, so this stays cheap.
-    shapes: dict[tuple[float, bytes], list[Any]] = {}
+    # Jobs built alike share one tuple of tasks (``framework.jobs``): counted per tuple first
+    # (one lookup per job), then per distinct request. The tuples stay referenced by ``jobs``
+    # for the whole call, so their ids cannot be reused meanwhile.
+    alike: dict[int, list[Any]] = {}
     for job in jobs:
-        for task in job.tasks:
+        tasks = job.tasks
+        seen = alike.get(id(tasks))
+        if seen is None:
+            alike[id(tasks)] = [tasks, 1]
+        else:
+            seen[1] += 1
+    shapes: dict[tuple[float, bytes], list[Any]] = {}
+    for tasks, jobs_alike in alike.values():
+        for task in tasks:
             if task.gpu <= 0:
                 continue
             key = (task.gpu, task.request.tobytes())
             found = shapes.get(key)
             if found is None:
-                shapes[key] = [task, task.replicas]
+                shapes[key] = [task, task.replicas * jobs_alike]
             else:
-                found[1] += task.replicas
+                found[1] += task.replicas * jobs_alike
     groups: dict[int, list[tuple[float, float, int]]] = {}
     for task, count in shapes.values():
         task_cpu = float(task.request[cpu]) if cpu is not None else 0.0
