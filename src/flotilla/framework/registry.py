@@ -12,17 +12,19 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from typing import Any
 
-from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import (
     AssignmentStrategy,
     CycleStartPlugin,
     FilterPlugin,
     PermitPlugin,
     PostFilterPlugin,
+    PostFilterPrecheck,
     PreBindPlugin,
     PreFilterPlugin,
     QueueSortPlugin,
     ReservePlugin,
+    RowLocalFilter,
+    RowLocalScore,
     RunningSetPlugin,
     ScorePlugin,
 )
@@ -115,7 +117,7 @@ class Framework:
     def queue_sort(self) -> QueueSortPlugin:
         sorters = self._having(QueueSortPlugin)
         if len(sorters) != 1:
-            names = [getattr(p, "name", "?") for p in sorters]
+            names = [p.name for p in sorters]
             raise ValueError(f"a profile needs exactly one QueueSort plugin, found {names}")
         sorter: QueueSortPlugin = sorters[0]
         return sorter
@@ -157,7 +159,28 @@ class Framework:
         return self._having(RunningSetPlugin)
 
     @cached_property
-    def failures(self) -> FailureCache:
-        """Placement failures this profile found, by node table version and request
-        (``framework.failures``): kept here so they live exactly as long as the profile."""
-        return FailureCache()
+    def row_filters(self) -> list[RowLocalFilter]:
+        """The filters that are row-local (all of them in a row-local profile)."""
+        return [plugin for plugin in self.filters if isinstance(plugin, RowLocalFilter)]
+
+    @cached_property
+    def row_scores(self) -> list[RowLocalScore]:
+        """The scores that are row-local (all of them in a row-local profile)."""
+        return [plugin for plugin in self.scores if isinstance(plugin, RowLocalScore)]
+
+    @cached_property
+    def row_local(self) -> bool:
+        """Every filter is a ``RowLocalFilter`` and every score a ``RowLocalScore``: the
+        engine may then remember failures and keep best-node indexes (``framework.caches``)."""
+        return len(self.row_filters) == len(self.filters) and len(self.row_scores) == len(
+            self.scores
+        )
+
+    @cached_property
+    def post_filter_prechecks(self) -> list[tuple[PostFilterPlugin, PostFilterPrecheck | None]]:
+        """Each PostFilter with itself again when it can tell ahead that it will not act
+        for a queue (``PostFilterPrecheck``), else with ``None``."""
+        return [
+            (plugin, plugin if isinstance(plugin, PostFilterPrecheck) else None)
+            for plugin in self.post_filters
+        ]

@@ -109,10 +109,10 @@ class ElasticQuota:
         state = quota_state(request.cycle)
         node = state.node_of_queue.get(request.job.queue) if state else None
         if state is not None and node is not None:
-            state.usage.remove(node, request.assignment.held(len(request.job.total)))
+            state.usage.remove(node, request.held)
 
     def add_running(self, request: RunningChange) -> None:
         state = quota_state(request.cycle)
         node = state.node_of_queue.get(request.job.queue) if state else None
         if state is not None and node is not None:
-            state.usage.add(node, request.assignment.held(len(request.job.total)))
+            state.usage.add(node, request.held)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     Assignment,
@@ -50,9 +51,15 @@ class SchedulingRun:
     """One run over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
 
     def __init__(
-        self, framework: Framework, strategy: AssignmentStrategy, snapshot: SchedulingSnapshot
+        self,
+        framework: Framework,
+        strategy: AssignmentStrategy,
+        snapshot: SchedulingSnapshot,
+        caches: EngineCaches | None = None,
     ) -> None:
         self.framework = framework
+        self.caches = caches
+        """The engine's caches (``framework.caches``); ``None`` places without them."""
         self.strategy = strategy
         self.now = snapshot.time
         self.clusters = [cluster.snapshot() for cluster in snapshot.clusters]
@@ -143,7 +150,13 @@ class SchedulingRun:
                 job=job,
                 clusters=clusters,
                 place=lambda cluster: place_job(
-                    self.framework, job, cluster, self.cycle, keep=False, minimum=minimum
+                    self.framework,
+                    job,
+                    cluster,
+                    self.cycle,
+                    keep=False,
+                    minimum=minimum,
+                    caches=self.caches,
                 ),
             )
         )
@@ -174,8 +187,9 @@ class SchedulingRun:
 
     def commit(
         self, job: SchedulingJob, assignment: Assignment, *, note: str | None = None
-    ) -> None:
-        """``job`` starts (or grows) with ``assignment``, already allocated in every view."""
+    ) -> Vector:
+        """``job`` starts (or grows) with ``assignment``, already allocated in every view;
+        returns what ``assignment`` holds (charged to the job's queue)."""
         size = len(self.total)
         previous = self.running.get(job.name)
         if previous is not None:
@@ -188,9 +202,13 @@ class SchedulingRun:
             self.running[job.name] = RunningJob(job, merged, previous.started_at)
         else:
             self.running[job.name] = RunningJob(job, assignment, self.now)
-        self._running_change(self.running[job.name], added=True)
-        self._charge(job.queue, held(assignment, size))
+        amount = assignment.held(size)
+        self._running_change(
+            self.running[job.name], added=True, held=amount if previous is None else None
+        )
+        self._charge(job.queue, amount)
         self.scheduled.append(ScheduledJob(job, assignment, note))
+        return amount
 
     def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
         """Preempt ``victims`` for real; returns each victim's queue and what it held.
@@ -202,8 +220,8 @@ class SchedulingRun:
         for name in victims:
             running = self.running.pop(name)
             self._apply(running.assignment, -1)
-            self._running_change(running, added=False)
-            amount = held(running.assignment, len(self.total))
+            amount = running.assignment.held(len(self.total))
+            self._running_change(running, added=False, held=amount)
             self._charge(running.job.queue, -amount)
             self.scheduled = [decision for decision in self.scheduled if decision.job.name != name]
             if name in self._running_before:
@@ -213,8 +231,17 @@ class SchedulingRun:
             released.append((running.job.queue, amount))
         return released
 
-    def _running_change(self, running: RunningJob, *, added: bool) -> None:
-        change = RunningChange(job=running.job, assignment=running.assignment, cycle=self.cycle)
+    def _running_change(
+        self, running: RunningJob, *, added: bool, held: Vector | None = None
+    ) -> None:
+        """Tell the running-set plugins; ``held`` is ``running.assignment.held`` when the
+        caller has it already."""
+        change = RunningChange(
+            job=running.job,
+            assignment=running.assignment,
+            cycle=self.cycle,
+            held=running.assignment.held(len(self.total)) if held is None else held,
+        )
         for plugin in self.framework.running_sets:
             if added:
                 plugin.add_running(change)
@@ -304,7 +331,3 @@ class SchedulingRun:
             for name, other in self.running.items()
             if other.job.gang is not None and other.job.gang.name == gang
         )
-
-
-def held(assignment: Assignment, size: int) -> Vector:
-    return assignment.held(size)

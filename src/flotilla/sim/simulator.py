@@ -80,7 +80,10 @@ class Simulator:
                 lambda snapshot, cancel: algorithm.schedule(snapshot, cancel), InlineExecutor()
             )
         self.pending_result = False
-        self.jobs = [SimJob(spec=spec, job=job) for spec, job in build_jobs(scenario, self.space)]
+        self.jobs = [
+            SimJob(spec=spec, job=job)
+            for spec, job in build_jobs(scenario, self.space, self.algorithm.caches.shapes)
+        ]
         self.job_by_name = {job.name: job for job in self.jobs}
         self.events: list[Event] = []
         self.moments: dict[float, Moment] = {}
