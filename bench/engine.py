@@ -43,6 +43,7 @@ from flotilla.framework.nodes import GpuAllocation
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON
 from flotilla.scheduler import (
+    BacklogView,
     RunningJob,
     SchedulingAlgorithm,
     SchedulingConfig,
@@ -234,7 +235,7 @@ def run_engine_case(case: EngineCase, *, measure_memory: bool = True) -> dict[st
             clusters=clusters,
             queues=queues,
             queued=list(queued.values()),
-            queued_by_queue={name: tuple(jobs.values()) for name, jobs in backlog.items()},
+            backlog=BacklogView({name: tuple(jobs.values()) for name, jobs in backlog.items()}),
             running=[r.record for r in running.values()],
             quotas=quotas,
         )

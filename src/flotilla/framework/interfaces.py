@@ -121,7 +121,7 @@ class QueueSortPlugin(Protocol):
     ``sort`` sorts a queue's jobs in place into exactly the order of ``sort_key`` — a plugin
     may do it faster than a key per job (the built-in one uses two stable C-level sorts).
     With the built-in ``priority-sort``, a snapshot may carry each queue already in that
-    order (``SchedulingSnapshot.queued_by_queue``) and ``sort`` is not called at all."""
+    order (``SchedulingSnapshot.backlog``) and ``sort`` is not called at all."""
 
     name: str
 

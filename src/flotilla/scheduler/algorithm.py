@@ -102,7 +102,7 @@ class SchedulingAlgorithm:
     def jobs_by_queue(self, snapshot: SchedulingSnapshot) -> Mapping[str, Sequence[SchedulingJob]]:
         """Each queue's jobs in QueueSort order: as the caller keeps them if it does and they
         are in this profile's order, else grouped and sorted here."""
-        given = snapshot.queued_by_queue
+        given = snapshot.backlog.by_queue if snapshot.backlog is not None else None
         if given is not None and self.priority_order:
             names = [queue.name for queue in snapshot.queues]
             if len(given) == len(names) and all(name in given for name in names):

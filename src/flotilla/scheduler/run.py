@@ -66,9 +66,11 @@ class SchedulingRun:
         self.long_view: list[Cluster] | None = None
         self.cycle = CycleState(time=snapshot.time)
         self.queues: dict[str, QueueInfo] = {queue.name: queue for queue in snapshot.queues}
+        backlog = snapshot.backlog
+        running_by_name = backlog.running_by_name if backlog is not None else None
         self.running: dict[str, RunningJob] = (
-            dict(snapshot.running_by_name)
-            if snapshot.running_by_name is not None
+            dict(running_by_name)
+            if running_by_name is not None
             else {r.job.name: r for r in snapshot.running}
         )
         self.scheduled: list[ScheduledJob] = []
@@ -81,8 +83,9 @@ class SchedulingRun:
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(size)
         )
         self.allocated: dict[str, Vector] = {name: np.zeros(size) for name in self.queues}
-        if snapshot.allocated is not None:
-            for queue, amount in snapshot.allocated.items():
+        allocated = backlog.allocated if backlog is not None else None
+        if allocated is not None:
+            for queue, amount in allocated.items():
                 self.allocated[queue] = np.array(amount, dtype=np.float64)
         else:
             for running in snapshot.running:
