@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any
 
 from flotilla.framework.interfaces import (
@@ -41,17 +42,19 @@ _BASE = (
     "gpu-devices",
 )
 
-PROFILES: Mapping[str, tuple[str, ...]] = {
-    # Bin-packing keeps whole nodes free for big gangs; on GPU clusters the fragmentation-aware
-    # score packs GPUs (FGD) first. Exactly bin-packing on clusters without GPUs.
-    "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
-    # The same, by the name that says what it does.
-    "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
-    # Plain bin-packing everywhere (the default before the fragmentation-aware score).
-    "binpack": (*_BASE, "binpack", "queue-preemption"),
-    # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
-    "spread": (*_BASE, "spread", "queue-preemption"),
-}
+PROFILES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # Bin-packing keeps whole nodes free for big gangs; on GPU clusters the fragmentation-aware
+        # score packs GPUs (FGD) first. Exactly bin-packing on clusters without GPUs.
+        "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+        # The same, by the name that says what it does.
+        "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+        # Plain bin-packing everywhere (the default before the fragmentation-aware score).
+        "binpack": (*_BASE, "binpack", "queue-preemption"),
+        # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
+        "spread": (*_BASE, "spread", "queue-preemption"),
+    }
+)
 
 
 class UnknownExtension(LookupError):
