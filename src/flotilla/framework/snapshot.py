@@ -243,7 +243,7 @@ class CycleResult:
 
 @dataclass(frozen=True)
 class SchedulingConfig:
-    assignment_strategy: str = "cluster-only"
+    assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     profile: str = "default"
