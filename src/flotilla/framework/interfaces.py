@@ -466,6 +466,32 @@ class PostFilterPrecheck(PostFilterPlugin, Protocol):
     def may_act(self, queue: str, context: PreemptionContext) -> bool: ...
 
 
+# --- Waiting ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitingInput:
+    """A job left waiting in this run's main pass: not admitted or not placed, and
+    preemption (if any PostFilter was asked) did not make room; or refused softly (runtime
+    quota), before its retry in the leftover pass."""
+
+    job: SchedulingJob
+    reason: str
+    cycle: CycleState
+
+
+@runtime_checkable
+class WaitingPlugin(Protocol):
+    """Told about each job the run leaves waiting, in decision order, so it can hold back
+    what the job will need for the rest of the run (the quota plugin reserves the queue's
+    unused guarantee when its queue cannot reclaim it later, as Kueue does). Returns
+    nothing; it must not change the node tables."""
+
+    name: str
+
+    def job_waits(self, request: WaitingInput) -> None: ...
+
+
 # --- AssignmentStrategy -------------------------------------------------------------------
 
 

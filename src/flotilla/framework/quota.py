@@ -166,6 +166,33 @@ class QuotaUsage:
         self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
         self._routes: dict[int, QuotaRoute] = {}
         self._runtime_limits: dict[int, list[float]] = {}
+        self._reserved: Matrix | None = None
+        """Per node, what it holds toward its siblings at least for the rest of the run
+        (``reserve``); ``None`` until something is reserved."""
+
+    def reserve(self, node: int, amount: Vector) -> Vector:
+        """Keep up to ``amount`` of the node's unused guarantee from its siblings for the rest
+        of the run (Kueue's ``resourcesToReserve`` for a lender that cannot reclaim later):
+        borrowers can no longer take it, while the node's own jobs may still use it. Returns
+        what was reserved (zero where nothing of the guarantee is unused)."""
+        tree = self.tree
+        unused = np.maximum(tree.guaranteed[node] - self.used[node], 0.0)
+        held: Vector = np.where(tree.bounded[node], np.minimum(amount, unused), 0.0)
+        if not np.any(held > EPSILON):
+            return held
+        if self._reserved is None:
+            self._reserved = np.zeros_like(self.used)
+        for step in tree.paths[node][:-1]:  # the root has no siblings to keep it from
+            np.maximum(self._reserved[step], self.used[step] + held, out=self._reserved[step])
+        return held
+
+    def _kept(self, node: int) -> Vector:
+        """What ``node`` holds toward its siblings whatever its usage: its kept guarantee,
+        raised by a reservation this run."""
+        kept: Vector = self.tree.kept[node]
+        if self._reserved is not None:
+            kept = np.maximum(kept, self._reserved[node])
+        return kept
 
     def add(self, node: int, amount: Vector) -> None:
         route = self._routes.get(node) or self._route(node)
@@ -221,8 +248,10 @@ class QuotaUsage:
         they agree exactly. The sibling check adds the kept siblings' total (``others``),
         whose rounding differs from the loop's sum: it decides only when the margin is clear
         (``SIBLING_TOLERANCE``) and leaves anything closer to the loop. Reasons are worded
-        by the same helpers.
+        by the same helpers. After a reservation (``reserve``) the exact loop decides.
         """
+        if self._reserved is not None:
+            return self.admit_exact(node, amount, use_runtime=use_runtime)
         route = self._routes.get(node) or self._route(node)
         width = len(amount)
         request = amount.tolist()
@@ -291,7 +320,7 @@ class QuotaUsage:
             held = np.zeros_like(amount)
             for sibling in siblings:
                 usage = after if sibling == step else self.used[sibling]
-                held += np.maximum(usage, tree.kept[sibling])
+                held += np.maximum(usage, self._kept(sibling))
             over = wanted & (held > tree.pool[parent] + EPSILON)
             if over.any():
                 dim = int(np.flatnonzero(over)[0])
@@ -336,7 +365,7 @@ class QuotaUsage:
                 f"quota {tree.names[step]}'s guaranteed {name} is lent to "
                 f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
             )
-        keepers = [tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON]
+        keepers = [tree.names[s] for s in siblings if s != step and self._kept(s)[dim] > EPSILON]
         holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
         return (
             f"quota {tree.names[step]} cannot borrow more {name}: "

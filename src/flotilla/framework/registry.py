@@ -28,6 +28,7 @@ from flotilla.framework.interfaces import (
     RowLocalScore,
     RunningSetPlugin,
     ScorePlugin,
+    WaitingPlugin,
 )
 
 PLUGIN_GROUP = "flotilla.plugins"
@@ -160,6 +161,10 @@ class Framework:
     @cached_property
     def running_sets(self) -> list[RunningSetPlugin]:
         return self._having(RunningSetPlugin)
+
+    @cached_property
+    def waiting(self) -> list[WaitingPlugin]:
+        return self._having(WaitingPlugin)
 
     @cached_property
     def row_filters(self) -> list[RowLocalFilter]:

@@ -203,6 +203,7 @@ class _Loop:
                 self.order.skipped(job)
                 continue
             if attempt.deferrable:
+                self.run.job_waits(unit.job, attempt.decision.reason)
                 self.deferred.append((job, unit.members))
                 self._pend(unit, attempt.decision.reason)
                 self.order.skipped(job)
@@ -216,6 +217,8 @@ class _Loop:
                     continue
                 if preempted is not None:
                     reason = preempted.decision.reason
+            if unit.waiting is None:
+                self.run.job_waits(unit.job, reason)
             # The view this job was judged in, before a reservation of its own changes it.
             long = self._needs_long_view(job)
             shared_reason = reason

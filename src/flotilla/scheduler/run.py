@@ -24,6 +24,7 @@ from flotilla.framework.interfaces import (
     PreFilterInput,
     RunningChange,
     SelectionInput,
+    WaitingInput,
 )
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.placement import place_job
@@ -185,6 +186,11 @@ class SchedulingRun:
         # commits the same result without placing the job a second time.
         self._apply(decision.assignment, +1)
         return decision
+
+    def job_waits(self, job: SchedulingJob, reason: str) -> None:
+        """Tell the Waiting plugins that ``job`` stays queued in this run."""
+        for plugin in self.framework.waiting:
+            plugin.job_waits(WaitingInput(job=job, reason=reason, cycle=self.cycle))
 
     # --- the running set ------------------------------------------------------------------
 
