@@ -417,8 +417,9 @@ class PreemptionContext(Protocol):
         """What the queue's quota node uses above its guarantee; ``None`` without a quota."""
         ...
 
-    def within_guarantee(self, job: SchedulingJob) -> bool:
-        """The job's queue stays within its quota guarantee with the job added."""
+    def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
+        """The job's queue stays within its quota guarantee with the job added (and, when
+        given, ``freed`` released first: what victims of its own queue hold)."""
         ...
 
     def gang_of(self, job_name: str) -> Sequence[str]:

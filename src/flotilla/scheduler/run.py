@@ -323,12 +323,13 @@ class SchedulingRun:
             return None
         return state.usage.borrowed(node)
 
-    def within_guarantee(self, job: SchedulingJob) -> bool:
+    def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
         state = quota_state(self.cycle)
         node = state.node_of_queue.get(job.queue) if state else None
         if state is None or node is None:
             return False
-        return state.usage.within_guarantee(node, job.total)
+        amount = job.total if freed is None else job.total - freed
+        return state.usage.within_guarantee(node, amount)
 
     def gang_of(self, job_name: str) -> list[str]:
         running = self.running.get(job_name)
