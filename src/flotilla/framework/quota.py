@@ -19,7 +19,7 @@ Semantics (``docs/policies.md`` states them with scenarios):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -162,36 +162,46 @@ class QuotaUsage:
         """Per node, the usage above which the runtime-quota check refuses: the larger of
         ``guaranteed + ε`` and ``runtime + ε`` where the quota bounds the resource."""
         self.others = np.zeros_like(tree.minimum)
+        self._kept_matrix: Matrix = tree.kept
+        """Per node, what it keeps toward its siblings: the tree's ``kept`` until a
+        reservation (``reserve``) raises it for this run (then a copy)."""
         self._refresh_all_siblings()
         self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
         self._routes: dict[int, QuotaRoute] = {}
         self._runtime_limits: dict[int, list[float]] = {}
-        self._reserved: Matrix | None = None
-        """Per node, what it holds toward its siblings at least for the rest of the run
-        (``reserve``); ``None`` until something is reserved."""
 
     def reserve(self, node: int, amount: Vector) -> Vector:
         """Keep up to ``amount`` of the node's unused guarantee from its siblings for the rest
         of the run (Kueue's ``resourcesToReserve`` for a lender that cannot reclaim later):
         borrowers can no longer take it, while the node's own jobs may still use it. Returns
-        what was reserved (zero where nothing of the guarantee is unused)."""
+        what was reserved (zero where nothing of the guarantee is unused).
+
+        The reservation raises what the node (and each ancestor below the root) keeps toward
+        its siblings to at least its usage plus the reservation; admission then reads that
+        ``kept``, on the fast path as on the exact one."""
         tree = self.tree
         unused = np.maximum(tree.guaranteed[node] - self.used[node], 0.0)
         held: Vector = np.where(tree.bounded[node], np.minimum(amount, unused), 0.0)
         if not np.any(held > EPSILON):
             return held
-        if self._reserved is None:
-            self._reserved = np.zeros_like(self.used)
+        kept = self._kept_matrix
+        changed = False
         for step in tree.paths[node][:-1]:  # the root has no siblings to keep it from
-            np.maximum(self._reserved[step], self.used[step] + held, out=self._reserved[step])
+            floor = self.used[step] + held
+            if np.any(floor > kept[step] + EPSILON):
+                if kept is tree.kept:
+                    kept = self._kept_matrix = tree.kept.copy()
+                np.maximum(kept[step], floor, out=kept[step])
+                changed = True
+        if changed:
+            self._routes.clear()
+            self._refresh_all_siblings()
         return held
 
     def _kept(self, node: int) -> Vector:
-        """What ``node`` holds toward its siblings whatever its usage: its kept guarantee,
-        raised by a reservation this run."""
-        kept: Vector = self.tree.kept[node]
-        if self._reserved is not None:
-            kept = np.maximum(kept, self._reserved[node])
+        """What ``node`` holds toward its siblings whatever its usage: the part of its
+        guarantee it does not lend, raised by a reservation this run."""
+        kept: Vector = self._kept_matrix[node]
         return kept
 
     def add(self, node: int, amount: Vector) -> None:
@@ -213,7 +223,7 @@ class QuotaUsage:
     def _refresh_all_siblings(self) -> None:
         for children in self.tree.children:
             if children:
-                held = np.maximum(self.used[children], self.tree.kept[children])
+                held = np.maximum(self.used[children], self._kept_matrix[children])
                 self.others[children] = held.sum(axis=0) - held
 
     def _refresh_siblings(self, route: QuotaRoute) -> None:
@@ -248,10 +258,8 @@ class QuotaUsage:
         they agree exactly. The sibling check adds the kept siblings' total (``others``),
         whose rounding differs from the loop's sum: it decides only when the margin is clear
         (``SIBLING_TOLERANCE``) and leaves anything closer to the loop. Reasons are worded
-        by the same helpers. After a reservation (``reserve``) the exact loop decides.
+        by the same helpers.
         """
-        if self._reserved is not None:
-            return self.admit_exact(node, amount, use_runtime=use_runtime)
         route = self._routes.get(node) or self._route(node)
         width = len(amount)
         request = amount.tolist()
@@ -293,7 +301,17 @@ class QuotaUsage:
         return _ADMITTED
 
     def _route(self, node: int) -> QuotaRoute:
-        route = self._routes[node] = self.tree.route(node)
+        route = self.tree.route(node)
+        kept = self._kept_matrix
+        if kept is not self.tree.kept:
+            path_kept = kept[route.path].copy()
+            path_kept[-1] = 0.0
+            route = replace(
+                route,
+                kept=path_kept.ravel().tolist(),
+                children_kept=kept[route.children],
+            )
+        self._routes[node] = route
         return route
 
     def admit_exact(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
