@@ -473,8 +473,8 @@ class PostFilterPrecheck(PostFilterPlugin, Protocol):
 @dataclass(frozen=True)
 class WaitingInput:
     """A job left waiting in this run's main pass: not admitted or not placed, and
-    preemption (if any PostFilter was asked) did not make room; or refused softly (runtime
-    quota), before its retry in the leftover pass."""
+    preemption (if any PostFilter was asked) did not make room. Not called for a soft
+    refusal (runtime quota), which is retried in the leftover pass of the same run."""
 
     job: SchedulingJob
     reason: str

@@ -203,7 +203,6 @@ class _Loop:
                 self.order.skipped(job)
                 continue
             if attempt.deferrable:
-                self.run.job_waits(unit.job, attempt.decision.reason)
                 self.deferred.append((job, unit.members))
                 self._pend(unit, attempt.decision.reason)
                 self.order.skipped(job)
