@@ -66,7 +66,11 @@ class EngineCase:
     """Fraction of the fleet's dominant capacity filled by the harness before cycle 1."""
     budget_s: float = 60.0
     """Time allowed for the cycles (building and prefill excluded); checked between cycles."""
-    config: SchedulingConfig = field(default_factory=SchedulingConfig)
+    config: SchedulingConfig = field(
+        default_factory=lambda: SchedulingConfig(assignment_strategy="cluster-only")
+    )
+    """The cases were calibrated with ``cluster-only`` (the engine's default before it became
+    ``resource-aware``); pinned so that figures stay comparable across that change."""
     tags: tuple[str, ...] = ()
 
 
