@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
 from flotilla.framework.nodes import NodeInfo, NodeTable
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.cluster import Taint
@@ -208,9 +208,13 @@ def build_jobs(
     count: int | None = None,
     start: int = 0,
     prefix: str = "j",
+    shapes: ShapeInterner | None = None,
 ) -> list[SchedulingJob]:
-    """``count`` jobs (default ``params.jobs``), round-robin over queues, shapes interleaved."""
+    """``count`` jobs (default ``params.jobs``), round-robin over queues, shapes interleaved;
+    jobs built alike share their shapes (through ``shapes``, or an interner of this call),
+    as the simulator's and the service's jobs do."""
     count = params.jobs if count is None else count
+    shapes = ShapeInterner() if shapes is None else shapes
     rng = np.random.default_rng(params.seed + start)
     specs: dict[tuple[int, int], JobSpec] = {}
     shape_counts = _apportion(count, [s.weight for s in params.shapes])
@@ -233,6 +237,7 @@ def build_jobs(
                 submit_time=0.0,
                 priority=int(priorities[i]),
                 preemptible=True,
+                shapes=shapes,
             )
         )
     return jobs

@@ -132,7 +132,6 @@ class BestFitScore:
     the largest node's capacity (a bench baseline, not a plugin of Flotilla)."""
 
     name = "best-fit"
-    row_local = True
 
     def score(self, request: ScoreInput) -> Vector:
         nodes = request.cluster.nodes

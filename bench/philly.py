@@ -68,7 +68,8 @@ def scenario_data(
     return {
         "name": f"philly-replay-{len(rows)}",
         "description": "Philly trace (Pollux copy) replayed on a synthetic 8-GPU-node fleet",
-        "settings": {"cycle_interval": cycle_interval},
+        # cluster-only, as calibrated (one cluster; the default is resource-aware since then).
+        "settings": {"cycle_interval": cycle_interval, "assignment_strategy": "cluster-only"},
         "clusters": [
             {
                 "name": "philly",

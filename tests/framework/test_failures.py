@@ -15,12 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flotilla.framework import placement, versions
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import Placement
-from flotilla.framework.node_index import is_row_local
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.registry import Framework
+from flotilla.framework.versions import Version
 from tests.framework.test_node_index import (
     CYCLE,
     SPACE,
@@ -64,8 +65,9 @@ def test_remembered_failures_read_as_fresh_ones(
     job_shapes: list[dict[str, Any]],
     steps: list[tuple[str, int, bool, int | None]],
 ) -> None:
-    remembering = Framework.from_profile(profile)
-    assert is_row_local(remembering)
+    framework = Framework.from_profile(profile)
+    assert framework.row_local
+    remembering = EngineCaches(framework)
     # Small tables are named by content, large ones by path: try both on small fleets.
     limit = versions.CONTENT_ADDRESSED_NODES if content_addressed else 0
     with mock.patch.object(versions, "CONTENT_ADDRESSED_NODES", limit):
@@ -73,16 +75,15 @@ def test_remembered_failures_read_as_fresh_ones(
     jobs = [_job(i, shape) for i, shape in enumerate(job_shapes)]
     tables = [table]
     held: list[Placement] = []
-    contents: dict[int, bytes] = {table.version: _content(table)}
+    contents: dict[Version, bytes] = {table.version: _content(table)}
     for action, number, flag, minimum in steps:
         if action == "place":
             job = jobs[number]
-            fresh = Framework(remembering.plugins)
             twin = Cluster(name="c", order=0, labels={}, cost={}, nodes=table.copy())
-            expected = placement.place_job(fresh, job, twin, CYCLE, keep=flag, minimum=minimum)
+            expected = placement.place_job(framework, job, twin, CYCLE, keep=flag, minimum=minimum)
             cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
             decision = placement.place_job(
-                remembering, job, cluster, CYCLE, keep=flag, minimum=minimum
+                framework, job, cluster, CYCLE, keep=flag, minimum=minimum, caches=remembering
             )
             assert decision == expected
             assert _content(table) == _content(twin.nodes)
@@ -106,14 +107,15 @@ def test_remembered_failures_read_as_fresh_ones(
 
 def test_the_cache_is_bounded_and_forgets_the_least_recently_used() -> None:
     cache = FailureCache(capacity=2)
-    cache.put((1, ("a",)), ": x")
-    cache.put((2, ("b",)), "")
-    assert cache.get((1, ("a",))) == ": x"
-    cache.put((3, ("c",)), ": z")
+    one, two, three = Version(), Version(), Version()
+    cache.put((one, ("a",)), ": x")
+    cache.put((two, ("b",)), "")
+    assert cache.get((one, ("a",))) == ": x"
+    cache.put((three, ("c",)), ": z")
     assert len(cache) == 2
-    assert cache.get((2, ("b",))) is None
-    assert cache.get((1, ("a",))) == ": x"
-    assert cache.get((3, ("c",))) == ": z"
+    assert cache.get((two, ("b",))) is None
+    assert cache.get((one, ("a",))) == ": x"
+    assert cache.get((three, ("c",))) == ": z"
 
 
 def test_a_large_table_takes_a_fresh_version_per_change_and_its_copies_keep_it() -> None:
@@ -152,12 +154,17 @@ def test_a_small_table_is_named_by_its_content_however_it_got_there() -> None:
 
 def test_a_failure_on_unchanged_content_is_not_filtered_or_explained_again() -> None:
     framework = Framework.from_profile()
+    caches = EngineCaches(framework)
     table = NodeTable(SPACE, [_node(0, _plain_kind())])
     too_big = _job(0, dict(_plain_shape(), cpu=16))
-    first = placement.place_job(framework, too_big, _cluster(table), CYCLE, keep=False)
+    first = placement.place_job(
+        framework, too_big, _cluster(table), CYCLE, keep=False, caches=caches
+    )
     assert first.assignment is None
     with mock.patch.object(placement, "_details", side_effect=AssertionError("explained")):
-        again = placement.place_job(framework, too_big, _cluster(table.copy()), CYCLE, keep=False)
+        again = placement.place_job(
+            framework, too_big, _cluster(table.copy()), CYCLE, keep=False, caches=caches
+        )
     assert again == first
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import JobSpec
 
@@ -19,7 +19,7 @@ SPEC = {
 }
 
 
-def _build(spec: JobSpec, sequence: int) -> SchedulingJob:
+def _build(spec: JobSpec, sequence: int, shapes: ShapeInterner | None) -> SchedulingJob:
     return build_job(
         spec,
         name=spec.name,
@@ -28,6 +28,7 @@ def _build(spec: JobSpec, sequence: int) -> SchedulingJob:
         submit_time=spec.submit_at,
         priority=0,
         preemptible=True,
+        shapes=shapes,
     )
 
 
@@ -35,9 +36,12 @@ def test_copies_of_a_template_share_its_shape_and_equal_a_validated_spec() -> No
     template = JobSpec.model_validate(SPEC)
     copy = template.model_copy(update={"name": "job-1", "submit_at": 9.0, "duration": 1.0})
     validated = JobSpec.model_validate({**SPEC, "name": "job-1", "submit_at": 9.0, "duration": 1.0})
-    first, fast, slow = _build(template, 0), _build(copy, 1), _build(validated, 1)
+    shapes = ShapeInterner()
+    first = _build(template, 0, shapes)
+    fast, slow = _build(copy, 1, shapes), _build(validated, 1, shapes)
     assert fast.tasks is first.tasks and fast.placement_key is first.placement_key
     assert slow.tasks is not first.tasks
+    assert slow.placement_key is first.placement_key  # equal keys are interned
     for field in ("name", "queue", "submit_time", "sequence", "expected_runtime", "placement_key"):
         assert getattr(fast, field) == getattr(slow, field)
     assert np.array_equal(fast.total, slow.total)
@@ -58,6 +62,31 @@ def test_a_copy_with_other_tasks_gets_its_own_shape() -> None:
         {**SPEC, "tasks": [{"name": "worker", "resources": {"cpu": 2}}]}
     ).tasks
     copy = template.model_copy(update={"tasks": other_tasks})
-    built = _build(copy, 1)
+    shapes = ShapeInterner()
+    built = _build(copy, 1, shapes)
     assert built.tasks[0].replicas == 1
-    assert built.placement_key is not _build(template, 0).placement_key
+    assert built.placement_key is not _build(template, 0, shapes).placement_key
+
+
+def test_shapes_are_shared_only_through_the_interner_the_caller_injects() -> None:
+    """No process-wide memo: two engines' interners share nothing, and jobs built without
+    one are equal to interned ones but share no parts."""
+    template = JobSpec.model_validate(SPEC)
+    mine, theirs = ShapeInterner(), ShapeInterner()
+    assert _build(template, 0, mine).tasks is _build(template, 1, mine).tasks
+    assert _build(template, 0, mine).tasks is not _build(template, 0, theirs).tasks
+    plain, again = _build(template, 0, None), _build(template, 0, None)
+    assert plain.tasks is not again.tasks
+    assert plain.placement_key == _build(template, 0, mine).placement_key
+    assert len(mine) == 1 and len(theirs) == 1
+
+
+def test_a_full_interner_starts_afresh_and_stays_correct() -> None:
+    shapes = ShapeInterner(limit=1)
+    specs = [
+        JobSpec.model_validate({**SPEC, "tasks": [{"name": "w", "resources": {"cpu": cpu}}]})
+        for cpu in (1, 2, 3, 4)
+    ]
+    built = [_build(spec, number, shapes) for number, spec in enumerate(specs)]
+    assert [job.tasks[0].resources["cpu"] for job in built] == [1, 2, 3, 4]
+    assert len(shapes) <= 2

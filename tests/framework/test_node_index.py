@@ -2,8 +2,9 @@
 
 Random small fleets (GPU nodes with NUMA groups and PCIe switches, fractions, GPU memory,
 taints, labels) go through random sequences of placements (kept or rolled back), releases
-and snapshots; before every replica is placed the index's answer is compared with the full
-scan's, and row-local plugins asked about a subset of rows must agree with the whole mask.
+and snapshots on a table placed with the engine's caches and on a twin placed without them
+(the reference mode): every decision and every table must agree, and row-local plugins asked
+about a subset of rows must agree with the whole mask.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from flotilla.framework import node_index, placement
 from flotilla.framework import nodes as nodes_module
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     CycleState,
@@ -26,7 +28,6 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, build_job
-from flotilla.framework.node_index import is_row_local
 from flotilla.framework.nodes import Mask, NodeInfo, NodeTable
 from flotilla.framework.registry import Framework
 from flotilla.framework.resources import EPSILON, ResourceSpace
@@ -301,26 +302,15 @@ def _place_against_the_full_scan(
     subset_seed: int,
 ) -> None:
     framework = PROFILES[profile]
-    assert is_row_local(framework)
+    assert framework.row_local
     table = NodeTable(SPACE, [_node(i, kind) for i, kind in enumerate(kinds)])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
+    # The reference: the same placements on a twin table, without the engine's caches.
+    reference = Cluster(name="c", order=0, labels={}, cost={}, nodes=table.copy())
+    caches = EngineCaches(framework)
     jobs = [_job(i, shape) for i, shape in enumerate(job_shapes)]
     random = np.random.default_rng(subset_seed)
     held: list[Placement] = []
-    indexed_best_node = placement._best_node
-    compared = 0
-
-    def checked_best_node(
-        framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
-    ) -> int | None:
-        nonlocal compared
-        scanned = placement._scan_best_node(framework, request, {})
-        indexed = indexed_best_node(framework, request, seen)
-        assert indexed == scanned
-        compared += 1
-        rows = random.integers(0, len(request.cluster.nodes), size=random.integers(1, 5))
-        _check_row_subsets(framework, request, rows.astype(np.intp))
-        return indexed
 
     # Small fleets would rebuild after almost every change: make them replay changed rows
     # too (a fraction of 0 never rebuilds), and clear the change log early now and then.
@@ -328,7 +318,6 @@ def _place_against_the_full_scan(
     limit = 0 if short_log else nodes_module._CHANGE_LOG_LIMIT
     fraction = node_index.REBUILD_FRACTION if rebuild_often else 0
     with (
-        mock.patch.object(placement, "_best_node", checked_best_node),
         mock.patch.object(nodes_module, "_CHANGE_LOG_LIMIT", limit),
         mock.patch.object(node_index, "REBUILD_FRACTION", fraction),
         mock.patch.object(node_index, "MIN_NODES", 0),
@@ -336,14 +325,31 @@ def _place_against_the_full_scan(
     ):
         for action, number, keep in steps:
             if action == "place":
-                decision = placement.place_job(framework, jobs[number], cluster, CYCLE, keep=keep)
+                job = jobs[number]
+                request = FilterInput(job, job.tasks[0], cluster, CYCLE)
+                rows = random.integers(0, len(table), size=random.integers(1, 5))
+                _check_row_subsets(framework, request, rows.astype(np.intp))
+                decision = placement.place_job(
+                    framework, job, cluster, CYCLE, keep=keep, caches=caches
+                )
+                expected = placement.place_job(framework, job, reference, CYCLE, keep=keep)
+                assert decision == expected
+                assert _content(cluster.nodes) == _content(reference.nodes)
                 if keep and decision.assignment is not None:
                     held.extend(decision.assignment.placements)
             elif action == "release" and held:
                 done = held.pop(number % len(held))
                 cluster.nodes.release(done.row, done.request, done.gpus)
+                reference.nodes.release(done.row, done.request, done.gpus)
             elif action == "snapshot":
                 cluster = cluster.snapshot()
+                reference = reference.snapshot()
+
+
+def _content(table: NodeTable) -> bytes:
+    """Everything ``allocate``/``release`` change, over the whole table."""
+    arrays = (table.allocated, table.free, table.device_free, table.device_memory_free)
+    return b"".join(array.tobytes() for array in arrays)
 
 
 @mock.patch.object(node_index, "MIN_NODES", 0)
@@ -359,23 +365,28 @@ def test_a_profile_with_a_plugin_that_is_not_row_local_uses_the_full_scan() -> N
 
     default = PROFILES["default"]
     mixed = Framework((*default.plugins, Anywhere()))
-    assert not is_row_local(mixed)
+    assert not mixed.row_local
+    caches = EngineCaches(mixed)
     table = NodeTable(SPACE, [_node(0, _plain_kind())])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
-    decision = placement.place_job(mixed, _job(0, _plain_shape()), cluster, CYCLE, keep=True)
+    job = _job(0, _plain_shape())
+    decision = placement.place_job(mixed, job, cluster, CYCLE, keep=True, caches=caches)
     assert decision.found
-    assert table.best_node_index is None
+    assert not caches.has_index(table)
 
 
 @mock.patch.object(node_index, "MIN_NODES", 0)
 def test_a_snapshot_starts_without_an_index_and_with_an_empty_change_log() -> None:
     table = NodeTable(SPACE, [_node(i, _plain_kind()) for i in range(3)])
     cluster = Cluster(name="c", order=0, labels={}, cost={}, nodes=table)
-    placement.place_job(PROFILES["default"], _job(0, _plain_shape()), cluster, CYCLE, keep=True)
-    assert table.best_node_index is not None
+    framework = PROFILES["default"]
+    caches = EngineCaches(framework)
+    job = _job(0, _plain_shape())
+    placement.place_job(framework, job, cluster, CYCLE, keep=True, caches=caches)
+    assert caches.has_index(table)
     assert table.change_count == 1
     copy = table.copy()
-    assert copy.best_node_index is None
+    assert not caches.has_index(copy)
     assert copy.change_count == 0
     assert copy.changed_rows is not table.changed_rows
 
@@ -425,7 +436,7 @@ def test_one_replica_jobs_are_placed_as_the_general_path_places_them(
             job = jobs[number]
             quick = placement.place_job(framework, job, fast, CYCLE, keep=keep)
             slow = placement._place_replicas(
-                framework, job, general, CYCLE, keep=keep, minimum=None
+                framework, job, general, CYCLE, keep=keep, minimum=None, caches=None
             )
             assert quick == slow
             if keep and quick.assignment is not None:

@@ -97,9 +97,12 @@ def test_fast_admission_gives_the_loops_verdict_and_reason(data: st.DataObject) 
     nodes = st.integers(0, len(tree) - 1)
     charged: list[tuple[int, Vector]] = []
     for _ in range(data.draw(st.integers(0, 25))):
-        if charged and data.draw(st.integers(0, 3)) == 0:
+        choice = data.draw(st.integers(0, 4))
+        if charged and choice == 0:
             node, amount = charged.pop(data.draw(st.integers(0, len(charged) - 1)))
             usage.remove(node, amount)
+        elif choice == 1:
+            usage.reserve(data.draw(nodes), amounts(data.draw))  # a lender's job waits
         else:
             node = data.draw(nodes)
             amount = amounts(data.draw)
@@ -185,3 +188,31 @@ def test_fast_admission_refuses_at_the_runtime_quota_as_the_loop_does(
         for use_runtime in (False, True):
             fast = usage.admit(node, amount, use_runtime=use_runtime)
             assert fast == usage.admit_exact(node, amount, use_runtime=use_runtime)
+
+
+def test_a_reservation_keeps_the_guarantee_from_siblings_but_not_from_its_own_queue() -> None:
+    """Teams a and b are guaranteed 10 cpu each of a 20-cpu cohort. a reserves 6 of its idle
+    guarantee: b, using 10, may borrow 4 more but not 5; a may still use all 10 of its own."""
+    specs = [
+        QuotaSpec.model_validate(
+            {
+                "name": "cohort",
+                "children": [
+                    {"name": "a", "min": {"cpu": 10}, "max": {"cpu": 20}},
+                    {"name": "b", "min": {"cpu": 10}, "max": {"cpu": 20}},
+                ],
+            }
+        )
+    ]
+    tree = QuotaTree(specs, SPACE)
+    a, b = tree.names.index("a"), tree.names.index("b")
+    usage = tree.usage()
+    usage.add(b, SPACE.vector({"cpu": 10}))
+    reserved = usage.reserve(a, SPACE.vector({"cpu": 6}))
+    assert reserved.tolist() == SPACE.vector({"cpu": 6}).tolist()
+    for fast in (True, False):
+        admit = usage.admit if fast else usage.admit_exact
+        assert admit(b, SPACE.vector({"cpu": 4}), use_runtime=False).ok
+        refused = admit(b, SPACE.vector({"cpu": 5}), use_runtime=False)
+        assert not refused.ok and "kept by a" in (refused.reason or "")
+        assert admit(a, SPACE.vector({"cpu": 10}), use_runtime=False).ok

@@ -206,6 +206,6 @@ def test_the_mix_groups_gpu_requests_by_amount_with_median_cpu_and_a_whole_gpu_p
 
 def test_the_gpu_packing_profile_is_row_local_and_uses_the_score() -> None:
     framework = Framework.from_profile("gpu-packing")
-    names = [getattr(plugin, "name", "") for plugin in framework.scores]
+    names = [plugin.name for plugin in framework.scores]
     assert "gpu-fragmentation" in names and "binpack" not in names
-    assert all(getattr(plugin, "row_local", False) for plugin in framework.scores)
+    assert framework.row_local

@@ -1,7 +1,7 @@
 """The backlog fast paths decide exactly as the slow paths they replace.
 
-* a snapshot carrying the backlog grouped and ordered per queue (``queued_by_queue``, kept
-  by the simulator's ``Backlog``) gives the same result as one the run groups and sorts;
+* a snapshot carrying the backlog grouped and ordered per queue (``SchedulingSnapshot.backlog``,
+  kept by the simulator's ``Backlog``) gives the same result as one the run groups and sorts;
 * the chunked run-skip (``_run_end``) ends runs where the per-job loop it replaced did;
 * ``PendingReasons`` is the dictionary that setting each reason in turn would build.
 """
@@ -171,12 +171,12 @@ class ComparingSimulator(Simulator):
 
     def _snapshot(self, now: float) -> SchedulingSnapshot:
         snapshot = super()._snapshot(now)
-        assert snapshot.queued_by_queue is not None
+        assert snapshot.backlog is not None
         sorted_here = sort_queues(snapshot.queued, self.queues, PrioritySort().sort)
-        assert {name: list(jobs) for name, jobs in snapshot.queued_by_queue.items()} == {
+        assert {name: list(jobs) for name, jobs in snapshot.backlog.by_queue.items()} == {
             name: list(jobs) for name, jobs in sorted_here.items()
         }
-        slow = self.algorithm.schedule(replace(snapshot, queued_by_queue=None))
+        slow = self.algorithm.schedule(replace(snapshot, backlog=None))
         fast = self.algorithm.schedule(snapshot)
         assert comparable(fast) == comparable(slow)
         return snapshot

@@ -2,7 +2,8 @@
 
 ``may_act`` lets the engine skip PostFilter plugins that cannot act: each scenario simulated
 with the precheck is compared with the same scenario with it removed (every plugin called for
-every unplaceable job). ``running_by_name`` saves the run building its running-job mapping.
+every unplaceable job). ``BacklogView.running_by_name`` saves the run building its
+running-job mapping.
 ``set_waiting_reasons`` writes each cycle's pending reasons without a per-job state check.
 """
 
@@ -115,7 +116,8 @@ def test_every_queue_policy_that_cannot_act_is_refused_by_post_filter() -> None:
 
 
 def test_a_run_given_running_by_name_decides_as_one_that_builds_it() -> None:
-    """The simulator hands ``running_by_name``; without it the run builds the same mapping."""
+    """The simulator hands ``backlog.running_by_name``; without it the run builds the same
+    mapping."""
     scenario = load_scenario(ROOT / "tests/scenarios/policies/preemption-minimal-victims.yaml")
     sim = Simulator(scenario)
     checked = 0
@@ -123,8 +125,8 @@ def test_a_run_given_running_by_name_decides_as_one_that_builds_it() -> None:
 
     def both(snapshot: SchedulingSnapshot, cancel: object = None) -> CycleResult:
         nonlocal checked
-        assert snapshot.running_by_name is not None
-        slow = inner(replace(snapshot, running_by_name=None))
+        assert snapshot.backlog is not None and snapshot.backlog.running_by_name is not None
+        slow = inner(replace(snapshot, backlog=replace(snapshot.backlog, running_by_name=None)))
         fast = inner(snapshot)
         assert [(s.job.name, s.assignment) for s in fast.scheduled] == [
             (s.job.name, s.assignment) for s in slow.scheduled

@@ -8,8 +8,9 @@ and what the filters say about it depend only on the node table's content and th
 placement-relevant fields, i.e. on ``(NodeTable.version, node_index.placement_key)``: a
 verdict found once holds for every copy of the table until it changes.
 
-The cache is bounded (least recently used entries dropped first) and lives on the
-``Framework`` of one profile, so it goes away with the scheduler that owns it; entries of
+The cache is bounded (least recently used entries dropped first) and lives in the
+``EngineCaches`` of one profile (``framework.caches``), so it goes away with the scheduler
+that owns it; entries of
 versions no table holds any more are never asked for again and age out.
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from threading import Lock
 
-FailureKey = tuple[int, tuple[object, ...]]
+from flotilla.framework.versions import Version
+
+FailureKey = tuple[Version, tuple[object, ...]]
 """``(NodeTable.version, node_index.placement_key(job, task))``."""
 
 CAPACITY = 4096

@@ -2,8 +2,12 @@
 
 Each pluggable call takes one frozen input dataclass and returns a named result, so adding a
 field never breaks a plugin. A plugin is any object with a ``name`` and one or more of the
-methods below; the framework calls only the methods a plugin has. Plugins are loaded by
-entry point (group ``flotilla.plugins``) and grouped into profiles by configuration.
+methods below; the framework sorts its plugins once, by the protocols they implement
+(``isinstance`` on these ``runtime_checkable`` protocols), and calls only those methods.
+Optional capabilities that let the engine take a fast path (``RowLocalFilter``,
+``RowLocalScore``, ``PostFilterPrecheck``) are protocols too, sorted the same way. Plugins
+are loaded by entry point (group ``flotilla.plugins``) and grouped into profiles by
+configuration.
 
 Failure semantics, common to all points: a plugin that *raises* is a bug, not a verdict. The
 framework does not swallow it; the cycle fails and the caller (simulator or service) reports
@@ -12,7 +16,7 @@ it. To say "no", return a result with ``ok=False`` and a reason a person can act
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -87,25 +91,12 @@ class Assignment:
         return [placement.node for placement in self.placements]
 
     def held(self, size: int) -> Vector:
-        """What the assignment holds: the sum of its placements' requests (read-only).
-
-        Committing a job asks for it three times in a row (its queue's allocation, its
-        quota, the DRF order), so the last answer is kept; only the last, so that running
-        jobs do not each carry a copy."""
-        global _last_held
-        last = _last_held
-        if last is not None and last[0] is self and last[1] == size:
-            return last[2]
+        """What the assignment holds: the sum of its placements' requests (read-only)."""
         total = np.zeros(size)
         for placement in self.placements:
             total += placement.request
         total.flags.writeable = False
-        _last_held = (self, size, total)
         return total
-
-
-_last_held: tuple[Assignment, int, Vector] | None = None
-"""``Assignment.held``'s last answer (an identity match; a race only costs a recomputation)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +121,7 @@ class QueueSortPlugin(Protocol):
     ``sort`` sorts a queue's jobs in place into exactly the order of ``sort_key`` — a plugin
     may do it faster than a key per job (the built-in one uses two stable C-level sorts).
     With the built-in ``priority-sort``, a snapshot may carry each queue already in that
-    order (``SchedulingSnapshot.queued_by_queue``) and ``sort`` is not called at all."""
+    order (``SchedulingSnapshot.backlog``) and ``sort`` is not called at all."""
 
     name: str
 
@@ -170,7 +161,7 @@ class FilterInput:
     cycle: CycleState
     rows: npt.NDArray[np.intp] | None = None
     """When set, only these node rows are asked about (in this order, possibly repeated): the
-    mask returned has ``len(rows)`` entries. Only ``row_local`` filters are given rows."""
+    mask returned has ``len(rows)`` entries. Only ``RowLocalFilter``s are given rows."""
 
 
 @runtime_checkable
@@ -183,26 +174,8 @@ class FilterPlugin(Protocol):
     plugin rejected no node. A filter with nothing to say may return ``nodes.everywhere``
     (the table's shared all-true mask, never to be modified), with or without ``rows``.
 
-    Row-local filters (optional attribute ``row_local = True``): the verdict for a node
-    depends only on that node's row of the ``NodeTable`` (static description, free and
-    allocated resources, devices) and on the *placement-relevant* parts of the request —
-    the task's ``request`` vector, ``gpu``, ``gpu_memory`` and ``gpu_scope``, and the job's
-    ``tolerations`` and ``affinity.nodes`` — never on other nodes, other job fields or the
-    cycle state. Such a filter must honour ``FilterInput.rows``; its ``explain`` may read the
-    whole table but likewise no other request field. When every filter and score of a
-    profile is row-local, the framework keeps an incremental best-node index per node table
-    and placement key (``flotilla.framework.node_index``) and re-asks only about rows that
-    changed since the last placement of that key: a placement no longer scans every node.
-    It also remembers a failed request's verdict and explanation per table version
-    (``flotilla.framework.failures``). A plugin without the attribute makes the framework
-    use the full scan, so third-party plugins keep working unchanged.
-
-    Optionally, a row-local filter may also offer ``row_filter(request) -> Callable[[int],
-    bool] | None``: a function giving one node's verdict for ``request`` on Python values
-    (``None`` when every node passes), exactly ``filter``'s verdict for that row. The index
-    uses it, when every plugin offers one, to re-ask about a few changed rows without numpy
-    calls. It is built once per placement key, so it may read only the placement-relevant
-    parts of the request, and must read the table's arrays when called (they change).
+    A filter that can say more, so that the engine need not ask about every node each
+    time, implements ``RowLocalFilter`` as well.
     """
 
     name: str
@@ -232,19 +205,54 @@ class ScorePlugin(Protocol):
     Returns ``None`` when it has no opinion on this job (e.g. no preferred labels): cheaper
     than a vector of zeros, and equal in effect.
 
-    Row-local scores (``row_local = True``, see ``FilterPlugin``): a candidate's score depends
-    only on its own row and on the placement-relevant parts of the request, so it is the same
-    float whichever other candidates are asked about with it (``candidates`` may then be any
-    subset of rows, in any order). Element-wise numpy arithmetic keeps that bit-exact.
-
-    Optionally ``row_score(request: FilterInput) -> Callable[[int], float] | None``: one
-    node's score on Python floats, bit for bit ``score``'s for that row (the same operations
-    in the same order); ``None`` exactly when ``score`` returns ``None``. See ``row_filter``
-    on ``FilterPlugin``."""
+    A score that depends on each node's own row only implements ``RowLocalScore``."""
 
     name: str
 
     def score(self, request: ScoreInput) -> Vector | None: ...
+
+
+RowVerdict = Callable[[int], bool]
+RowScore = Callable[[int], float]
+
+
+@runtime_checkable
+class RowLocalFilter(FilterPlugin, Protocol):
+    """A filter whose verdict for a node depends only on that node's row of the
+    ``NodeTable`` (static description, free and allocated resources, devices) and on the
+    *placement-relevant* parts of the request — the task's ``request`` vector, ``gpu``,
+    ``gpu_memory`` and ``gpu_scope``, and the job's ``tolerations`` and ``affinity.nodes`` —
+    never on other nodes, other job fields or the cycle state.
+
+    Contract: ``filter`` honours ``FilterInput.rows`` (only those rows, in that order); its
+    ``explain`` may read the whole table but likewise no other request field.
+    ``row_filter(request)`` returns one node's verdict on Python values, exactly ``filter``'s
+    for that row, or ``None`` when every node passes; it is built once per placement key, so
+    it may read only the placement-relevant parts of the request, and must read the table's
+    arrays when called (they change).
+
+    What the engine does with it: when every filter and score of a profile is row-local, the
+    ``EngineCaches`` keep an incremental best-node index per node table and placement key
+    (``framework.node_index``) and re-ask only about rows that changed since the last
+    placement of that key, and remember a failed request's verdict and explanation per
+    table version (``framework.failures``). A filter without this protocol makes the engine
+    scan every node (correct, only slower)."""
+
+    def row_filter(self, request: FilterInput) -> RowVerdict | None: ...
+
+
+@runtime_checkable
+class RowLocalScore(ScorePlugin, Protocol):
+    """A score whose value for a node depends only on its own row and the placement-relevant
+    parts of the request (see ``RowLocalFilter``), so it is the same float whichever other
+    candidates are asked about with it (``candidates`` may be any subset of rows, in any
+    order; element-wise numpy arithmetic keeps that bit-exact).
+
+    ``row_score(request)``: one node's score on Python floats, bit for bit ``score``'s for
+    that row (the same operations in the same order); ``None`` exactly when ``score``
+    returns ``None``."""
+
+    def row_score(self, request: FilterInput) -> RowScore | None: ...
 
 
 # --- Reserve / Unreserve ------------------------------------------------------------------
@@ -355,6 +363,8 @@ class RunningChange:
     job: SchedulingJob
     assignment: Assignment
     cycle: CycleState
+    held: Vector
+    """What the job holds with ``assignment`` (the sum of its placements' requests)."""
 
 
 @runtime_checkable
@@ -407,8 +417,9 @@ class PreemptionContext(Protocol):
         """What the queue's quota node uses above its guarantee; ``None`` without a quota."""
         ...
 
-    def within_guarantee(self, job: SchedulingJob) -> bool:
-        """The job's queue stays within its quota guarantee with the job added."""
+    def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
+        """The job's queue stays within its quota guarantee with the job added (and, when
+        given, ``freed`` released first: what victims of its own queue hold)."""
         ...
 
     def gang_of(self, job_name: str) -> Sequence[str]:
@@ -438,17 +449,48 @@ class PostFilterResult:
 
 @runtime_checkable
 class PostFilterPlugin(Protocol):
-    """Runs when a job could not be placed: may nominate victims to preempt.
-
-    A plugin may also define ``may_act(queue, context) -> bool``: False promises that
-    ``post_filter`` returns an empty ``PostFilterResult()`` (no victims, no reason) for every
-    job of that queue during this run, so the engine skips calling it. Optional (not part of
-    the protocol); a plugin without it is always called.
-    """
+    """Runs when a job could not be placed: may nominate victims to preempt."""
 
     name: str
 
     def post_filter(self, request: PostFilterInput) -> PostFilterResult: ...
+
+
+@runtime_checkable
+class PostFilterPrecheck(PostFilterPlugin, Protocol):
+    """A PostFilter that can tell, once per queue and run, that it will not act.
+
+    ``may_act(queue, context)`` returning False promises that ``post_filter`` returns an
+    empty ``PostFilterResult()`` (no victims, no reason) for every job of that queue during
+    this run, so the engine skips calling it. A PostFilter without it is always called."""
+
+    def may_act(self, queue: str, context: PreemptionContext) -> bool: ...
+
+
+# --- Waiting ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitingInput:
+    """A job left waiting in this run's main pass: not admitted or not placed, and
+    preemption (if any PostFilter was asked) did not make room. Not called for a soft
+    refusal (runtime quota), which is retried in the leftover pass of the same run."""
+
+    job: SchedulingJob
+    reason: str
+    cycle: CycleState
+
+
+@runtime_checkable
+class WaitingPlugin(Protocol):
+    """Told about each job the run leaves waiting, in decision order, so it can hold back
+    what the job will need for the rest of the run (the quota plugin reserves the queue's
+    unused guarantee when its queue cannot reclaim it later, as Kueue does). Returns
+    nothing; it must not change the node tables."""
+
+    name: str
+
+    def job_waits(self, request: WaitingInput) -> None: ...
 
 
 # --- AssignmentStrategy -------------------------------------------------------------------

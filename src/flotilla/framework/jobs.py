@@ -1,41 +1,16 @@
-"""The scheduler's view of a job (Michelangelo's ``BatchJob``), with requests as vectors."""
+"""The scheduler's view of a job (Michelangelo's ``BatchJob``), with requests as vectors,
+and the ``ShapeInterner`` that lets jobs built alike share their vectors and placement key."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from flotilla.framework.resources import ResourceSpace, Vector
 from flotilla.model.job import Affinity, GangSpec, JobSpec, Toleration, TopologyScope
-
-
-@runtime_checkable
-class BatchJob(Protocol):
-    """What an ``AssignmentStrategy`` may ask of a job (Michelangelo's BatchJob)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def job_type(self) -> str: ...
-    @property
-    def affinity(self) -> Affinity: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    @property
-    def annotations(self) -> Mapping[str, str]: ...
-    @property
-    def user(self) -> str | None: ...
-    @property
-    def preemptible(self) -> bool: ...
-    def resource_requirement(self) -> dict[str, dict[str, float]]:
-        """Per role (task group), the resources of one replica."""
-        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,33 +78,66 @@ class _Shape:
     annotations: Mapping[str, str]
 
 
-_SHAPES: dict[tuple[int, int, int, int, int, tuple[str, ...]], _Shape] = {}
-_KEYS: dict[tuple[object, ...], tuple[object, ...]] = {}
-_CACHE_LIMIT = 200_000
+ShapeKey = tuple[int, int, int, int, int, tuple[str, ...]]
+
+SHAPES_LIMIT = 200_000
+"""Shapes (and placement keys) an interner keeps before it starts afresh: a few hundred
+bytes each."""
 
 
-def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
-    """The shared parts of jobs built from ``spec`` (one per spec object and space).
+class ShapeInterner:
+    """The shared parts of jobs built from one spec (Armada's injected string interner).
 
     Jobs expanded from one spec, or submitted alike, then share their vectors and one
     placement-key object: less memory per queued job, and equal shapes compare by identity.
+    Its owner injects it into ``build_job`` (the simulator, the service's snapshot builder);
+    without one every job gets its own shape, which is correct, only larger and slower to
+    compare. Bounded: when full it is emptied, which only costs sharing.
     """
-    # Keyed by the space's names (its vector layout), not its id: an id can be reused by a
-    # new space with another layout once the old one is gone. Keyed by the identity of the
-    # parts a shape is built from, not of the spec: specs copied from one template
-    # (``model_copy`` shares these objects) then share one shape. ``shape.spec`` keeps the
-    # parts alive, so the ids cannot be reused while the entry stands.
-    cache_key = (
-        id(spec.tasks),
-        id(spec.affinity),
-        id(spec.tolerations),
-        id(spec.labels),
-        id(spec.annotations),
-        space.names,
-    )
-    shape = _SHAPES.get(cache_key)
-    if shape is not None and _same_parts(shape.spec, spec):
+
+    __slots__ = ("_keys", "_shapes", "limit")
+
+    def __init__(self, limit: int = SHAPES_LIMIT) -> None:
+        self.limit = limit
+        self._shapes: dict[ShapeKey, _Shape] = {}
+        self._keys: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shape(self, spec: JobSpec, space: ResourceSpace) -> _Shape:
+        """The shape of jobs built from ``spec`` in ``space`` (one per spec parts and space)."""
+        # Keyed by the space's names (its vector layout), not its id: an id can be reused by
+        # a new space with another layout once the old one is gone. Keyed by the identity of
+        # the parts a shape is built from, not of the spec: specs copied from one template
+        # (``model_copy`` shares these objects) then share one shape. ``shape.spec`` keeps
+        # the parts alive, so the ids cannot be reused while the entry stands.
+        cache_key = (
+            id(spec.tasks),
+            id(spec.affinity),
+            id(spec.tolerations),
+            id(spec.labels),
+            id(spec.annotations),
+            space.names,
+        )
+        shape = self._shapes.get(cache_key)
+        if shape is not None and _same_parts(shape.spec, spec):
+            return shape
+        shape = _build_shape(spec, space)
+        keys = self._keys
+        if len(keys) > self.limit:
+            keys.clear()
+        key = keys.setdefault(shape.key, shape.key)
+        if key is not shape.key:
+            shape = replace(shape, key=key)
+        if len(self._shapes) > self.limit:
+            self._shapes.clear()
+        self._shapes[cache_key] = shape
         return shape
+
+
+def _build_shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
+    """The vectors and placement key of jobs built from ``spec``."""
     tasks = []
     total = space.zeros()
     for task in spec.tasks:
@@ -152,12 +160,7 @@ def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
         spec.affinity.model_dump_json(),
         tuple(t.model_dump_json() for t in spec.tolerations),
     )
-    if len(_KEYS) > _CACHE_LIMIT:
-        _KEYS.clear()
-    key = _KEYS.setdefault(key, key)
-    if len(_SHAPES) > _CACHE_LIMIT:
-        _SHAPES.clear()
-    shape = _Shape(
+    return _Shape(
         spec=spec,
         tasks=tuple(tasks),
         total=total,
@@ -166,8 +169,6 @@ def _shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
         labels=dict(spec.labels),
         annotations=dict(spec.annotations),
     )
-    _SHAPES[cache_key] = shape
-    return shape
 
 
 def _same_parts(built: JobSpec, spec: JobSpec) -> bool:
@@ -190,9 +191,11 @@ def build_job(
     submit_time: float,
     priority: int,
     preemptible: bool,
+    shapes: ShapeInterner | None = None,
 ) -> SchedulingJob:
-    """Turn a validated ``JobSpec`` into the engine's vectorised job."""
-    shape = _shape(spec, space)
+    """Turn a validated ``JobSpec`` into the engine's vectorised job; with ``shapes``, jobs
+    built alike share their vectors and placement key."""
+    shape = shapes.shape(spec, space) if shapes is not None else _build_shape(spec, space)
     return SchedulingJob(
         name=name,
         queue=spec.queue,

@@ -3,11 +3,11 @@
 Why: placing a replica used to run every filter over every node and every score over the
 candidates (about thirty numpy calls over thousands of rows), although between two placements
 only the one or two rows that were allocated or released change. When every filter and score
-of the profile is row-local (see ``FilterPlugin`` in ``interfaces``), a node's total score for
-a placement key depends on its own row alone. So the index keeps, per node table and key, the
-array of those totals (``-inf`` where a filter rejects the node) together with the position in
-the table's change log it is valid at; bringing it up to date re-asks the plugins about the
-changed rows only, and the best node is one ``argmax``.
+of the profile is row-local (``RowLocalFilter``/``RowLocalScore`` in ``interfaces``), a
+node's total score for a placement key depends on its own row alone. So the index keeps,
+per node table and key, the array of those totals (``-inf`` where a filter rejects the
+node) together with the position in the table's change log it is valid at; bringing it up
+to date re-asks the plugins about the changed rows only, and the best node is one ``argmax``.
 
 Exactness: ``argmax`` keeps the first of equal maxima, i.e. the lowest row, which is what the
 full path's ``argmax`` over ascending candidates picks. Scores are summed in plugin order
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from flotilla.framework.interfaces import FilterInput, ScoreInput
+from flotilla.framework.interfaces import FilterInput, RowScore, RowVerdict, ScoreInput
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.registry import Framework
@@ -42,28 +42,12 @@ MIN_NODES = 512
 (its cost is mostly per call, not per node), and the break-even is near 400 nodes."""
 
 ROW_PATH_LIMIT = 24
-"""Re-ask about at most this many changed rows one by one on Python floats (when every plugin
-offers ``row_filter``/``row_score``): each numpy call costs microseconds whatever its length,
+"""Re-ask about at most this many changed rows one by one on Python floats (the plugins'
+``row_filter``/``row_score``): each numpy call costs microseconds whatever its length,
 a row on Python floats about one, so past a few dozen rows the vectorised path wins."""
 
 RowEvaluator = Callable[[int], float]
 """A node's total score for one placement key (``-inf`` where a filter rejects it)."""
-
-_ROW_LOCAL: dict[int, tuple[Framework, bool]] = {}
-
-
-def is_row_local(framework: Framework) -> bool:
-    """Whether every filter and score of ``framework`` declares ``row_local = True``
-    (memoised per framework object, which holds its plugins for its whole life)."""
-    known = _ROW_LOCAL.get(id(framework))
-    if known is not None and known[0] is framework:
-        return known[1]
-    plugins: list[object] = [*framework.filters, *framework.scores]
-    verdict = all(getattr(plugin, "row_local", False) is True for plugin in plugins)
-    if len(_ROW_LOCAL) > 256:
-        _ROW_LOCAL.clear()
-    _ROW_LOCAL[id(framework)] = (framework, verdict)
-    return verdict
 
 
 def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
@@ -85,13 +69,13 @@ def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
 
 class _KeyScores:
     """One key's total score per node (``-inf`` where rejected), valid at ``position``; the
-    key's per-row evaluator (``None`` when a plugin of the profile has none); and the row
+    key's per-row evaluator; and the row
     ``argmax`` picks with its total (``row`` is -1 when unknown)."""
 
     __slots__ = ("best", "evaluate", "position", "row", "top")
 
     def __init__(
-        self, best: npt.NDArray[np.float64], position: int, evaluate: RowEvaluator | None
+        self, best: npt.NDArray[np.float64], position: int, evaluate: RowEvaluator
     ) -> None:
         self.best = best
         self.position = position
@@ -100,25 +84,20 @@ class _KeyScores:
         self.top = -np.inf
 
 
-def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator | None:
-    """The profile's verdict and total score of one node on Python floats, or ``None`` when
-    a plugin offers no per-row path. Filters are asked in profile order, then the scores are
-    summed in profile order from 0.0 like the vectorised path, so the total is the same float
-    (the plugins' ``row_filter``/``row_score`` agree bit for bit with ``filter``/``score``)."""
-    verdicts: list[Callable[[int], bool]] = []
-    for plugin in framework.filters:
-        make = getattr(plugin, "row_filter", None)
-        if make is None:
-            return None
-        verdict = make(request)
+def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator:
+    """The profile's verdict and total score of one node on Python floats (a row-local
+    profile: every filter a ``RowLocalFilter``, every score a ``RowLocalScore``). Filters are
+    asked in profile order, then the scores are summed in profile order from 0.0 like the
+    vectorised path, so the total is the same float (the plugins' ``row_filter``/``row_score``
+    agree bit for bit with ``filter``/``score``)."""
+    verdicts: list[RowVerdict] = []
+    for plugin in framework.row_filters:
+        verdict = plugin.row_filter(request)
         if verdict is not None:
             verdicts.append(verdict)
-    scores: list[Callable[[int], float]] = []
-    for scorer in framework.scores:
-        make = getattr(scorer, "row_score", None)
-        if make is None:
-            return None
-        score = make(request)
+    scores: list[RowScore] = []
+    for scorer in framework.row_scores:
+        score = scorer.row_score(request)
         if score is not None:
             scores.append(score)
     rejected = -np.inf
@@ -136,10 +115,10 @@ def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator | 
 
 
 class BestNodeIndex:
-    """The best-node arrays of one node table, per placement key, for one framework.
+    """The best-node arrays of one node table, per placement key, for one row-local framework.
 
-    Kept on the table (``NodeTable.best_node_index``); a copy of the table starts without
-    one, since a copy's change log starts afresh.
+    Kept by the engine's caches per table object (``framework.caches``); a copy of the table
+    starts without one, since a copy's change log starts afresh.
     """
 
     def __init__(self, framework: Framework) -> None:
@@ -169,7 +148,7 @@ class BestNodeIndex:
                 else:
                     changed = set(nodes.changed_rows[behind:])
                     evaluate = entry.evaluate
-                    if evaluate is not None and len(changed) <= ROW_PATH_LIMIT:
+                    if len(changed) <= ROW_PATH_LIMIT:
                         self._update_rows(entry, evaluate, changed)
                     else:
                         rows = np.fromiter(changed, dtype=np.intp, count=len(changed))
@@ -257,15 +236,6 @@ class BestNodeIndex:
         best[rows] = -np.inf
         if len(feasible):
             best[feasible] = self._scores(request, feasible)
-
-
-def best_node_index(framework: Framework, nodes: NodeTable) -> BestNodeIndex:
-    """The table's index for ``framework`` (a new one when another framework used it)."""
-    index = nodes.best_node_index
-    if index is None or index.framework is not framework:
-        index = BestNodeIndex(framework)
-        nodes.best_node_index = index
-    return index
 
 
 def total_scores(

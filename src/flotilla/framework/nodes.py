@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from flotilla.framework import versions
-from flotilla.framework.resources import EPSILON, ResourceSpace, Vector
+from flotilla.framework.resources import ResourceSpace, Vector
+from flotilla.framework.versions import ContentVersions, Version
 from flotilla.model.cluster import Taint, TaintEffect
-
-if TYPE_CHECKING:
-    from flotilla.framework.node_index import BestNodeIndex
 
 Mask = npt.NDArray[np.bool_]
 
@@ -104,33 +101,31 @@ class NodeTable:
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
         self.any_hard_taints = any(self.hard_taints)
-        self._table = versions.fresh()
-        """This table's static part (nodes, capacity, devices), shared by its copies."""
-        self._version: int | None = None
+        self._versions = ContentVersions()
+        """Names this table's content; shared by its copies (same static part)."""
+        self._version: Version | None = None
         self._row_ids: npt.NDArray[np.int64] | None = None
         """Per row, the id of its state, when the table is content-addressed (small)."""
         if len(nodes) < versions.CONTENT_ADDRESSED_NODES:
             self._row_ids = np.array(
-                [versions.row_id(self._row_state(row)) for row in range(len(nodes))],
+                [self._versions.row_id(self._row_state(row)) for row in range(len(nodes))],
                 dtype=np.int64,
             )
         else:
-            self._version = versions.fresh()
+            self._version = ContentVersions.fresh()
         self._start_change_log()
 
     def _start_change_log(self) -> None:
-        """An empty change log and no best-node index (a new table or a fresh copy)."""
+        """An empty change log (a new table or a fresh copy)."""
         self.changed_rows: list[int] = []
         """Rows touched by ``allocate``/``release``, oldest first, since ``changes_dropped``
         entries were dropped: what the best-node index re-evaluates between placements."""
         self.changes_dropped = 0
         """How many changes were dropped from the front of the log (bounding its memory);
         a reader that had not caught up with them must start over."""
-        self.best_node_index: BestNodeIndex | None = None
-        """Built by the framework on first use (``flotilla.framework.node_index``)."""
 
     @property
-    def version(self) -> int:
+    def version(self) -> Version:
         """Names the table's whole content (nodes and allocation): equal versions imply
         equal content, across copies, runs and cycles, so what was computed from a table's
         content alone may be remembered under its version (``framework.failures``). How
@@ -138,7 +133,7 @@ class NodeTable:
         version = self._version
         if version is None:
             assert self._row_ids is not None
-            version = self._version = versions.content_version(self._table, self._row_ids.tobytes())
+            version = self._version = self._versions.content_version(self._row_ids.tobytes())
         return version
 
     @property
@@ -179,11 +174,6 @@ class NodeTable:
             self._label_masks[(key, value)] = mask
         return mask
 
-    def whole_free_gpus(self) -> npt.NDArray[np.int64]:
-        """Per node, how many devices are entirely free."""
-        counts: npt.NDArray[np.int64] = np.count_nonzero(self.device_free >= 1.0 - EPSILON, axis=1)
-        return counts
-
     def _row_state(self, row: int) -> bytes:
         """Everything ``allocate``/``release`` may change in ``row``, as bytes."""
         state: bytes = (
@@ -222,7 +212,7 @@ class NodeTable:
         fresh version."""
         row_ids = self._row_ids
         if row_ids is None:
-            self._version = versions.fresh()
+            self._version = ContentVersions.fresh()
             return
-        row_ids[row] = versions.row_id(self._row_state(row))
+        row_ids[row] = self._versions.row_id(self._row_state(row))
         self._version = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from flotilla.framework import node_index
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.failures import FailureKey
 from flotilla.framework.interfaces import (
@@ -24,7 +25,7 @@ from flotilla.framework.interfaces import (
     ReserveResult,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
-from flotilla.framework.node_index import best_node_index, is_row_local, placement_key
+from flotilla.framework.node_index import placement_key
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
 
@@ -47,17 +48,22 @@ def place_job(
     *,
     keep: bool,
     minimum: int | None = None,
+    caches: EngineCaches | None = None,
 ) -> Decision:
     """Place every replica of ``job`` on ``cluster``.
 
     With ``keep`` the allocation stays in the cluster's node table (a commit on a snapshot);
     without it everything is rolled back and the decision only says where it would go.
     With ``minimum`` (a non-strict gang), replicas that do not fit are skipped and the job is
-    placed when at least ``minimum`` of them fit.
+    placed when at least ``minimum`` of them fit. With ``caches`` (the engine's, made for
+    this ``framework``) the fast paths answer where they can; the decision is the same.
     """
+    if caches is not None and caches.framework is not framework:
+        raise ValueError("place_job: the caches were made for another framework")
+    fast = caches if caches is not None and caches.row_local else None
     if minimum is None and len(job.tasks) == 1 and job.tasks[0].replicas == 1:
-        return _place_one_replica(framework, job, cluster, cycle, keep=keep)
-    return _place_replicas(framework, job, cluster, cycle, keep=keep, minimum=minimum)
+        return _place_one_replica(framework, job, cluster, cycle, keep=keep, caches=fast)
+    return _place_replicas(framework, job, cluster, cycle, keep=keep, minimum=minimum, caches=fast)
 
 
 def _place_replicas(
@@ -68,6 +74,7 @@ def _place_replicas(
     *,
     keep: bool,
     minimum: int | None,
+    caches: EngineCaches | None,
 ) -> Decision:
     """``place_job`` for any job: replica by replica, rolling back on a failure."""
     nodes = cluster.nodes
@@ -86,7 +93,7 @@ def _place_replicas(
     for task in job.tasks:
         filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
         for replica in range(task.replicas):
-            row = _fit(framework, filter_input)
+            row = _fit(framework, filter_input, caches)
             if isinstance(row, str):
                 if minimum is not None:
                     if first_miss is None:
@@ -142,14 +149,20 @@ def _place_replicas(
 
 
 def _place_one_replica(
-    framework: Framework, job: SchedulingJob, cluster: Cluster, cycle: CycleState, *, keep: bool
+    framework: Framework,
+    job: SchedulingJob,
+    cluster: Cluster,
+    cycle: CycleState,
+    *,
+    keep: bool,
+    caches: EngineCaches | None,
 ) -> Decision:
     """``place_job`` for the common job of one task with one replica: the same steps and
     results, without the per-replica bookkeeping a rollback of several replicas needs."""
     nodes = cluster.nodes
     task = job.tasks[0]
     filter_input = FilterInput(job=job, task=task, cluster=cluster, cycle=cycle)
-    row = _fit(framework, filter_input)
+    row = _fit(framework, filter_input, caches)
     if isinstance(row, str):
         return Decision(None, f"{cluster.name}: {_explain(filter_input, job, 0, row)}")
     reserve_input = ReserveInput(job=job, task=task, replica=0, cluster=cluster, row=row)
@@ -179,51 +192,43 @@ def _place_one_replica(
     return Decision(assignment, f"placed on {cluster.name}")
 
 
-def _fit(framework: Framework, request: FilterInput) -> int | str:
+def _fit(framework: Framework, request: FilterInput, caches: EngineCaches | None) -> int | str:
     """The best node's row for one replica or, when no node fits, why: the filters'
     details for ``_explain``.
 
-    With a row-local profile both depend only on the table's content and the request's
-    placement-relevant fields, so a failure is remembered under ``(table version, placement
-    key)`` (``framework.failures``) and the next identical request on the same content skips
-    the filters and the explanation alike."""
+    ``caches`` is given only for a row-local profile in which both depend only on the
+    table's content and the request's placement-relevant fields: a failure is then
+    remembered under ``(table version, placement key)`` (``framework.failures``) and the
+    next identical request on the same content skips the filters and the explanation."""
     key: FailureKey | None = None
-    if is_row_local(framework):
-        key = (request.cluster.nodes.version, placement_key(request.job, request.task))
-        details = framework.failures.get(key)
+    seen: dict[int, Mask] = {}
+    if caches is not None:
+        nodes = request.cluster.nodes
+        key = (nodes.version, placement_key(request.job, request.task))
+        details = caches.failures.get(key)
         if details is not None:
             return details
-    seen: dict[int, Mask] = {}
-    row = _best_node(framework, request, seen)
+        # The table's incremental index answers first (the same node, see ``node_index``);
+        # the full scan runs when it cannot, and to explain a failure.
+        if len(nodes) >= node_index.MIN_NODES:
+            row = caches.best_node_index(nodes).best_node(request)
+            if row is not None:
+                return row
+    row = _scan_best_node(framework, request, seen)
     if row is not None:
         return row
     details = _details(framework, request, seen)
-    if key is not None:
-        framework.failures.put(key, details)
+    if key is not None and caches is not None:
+        caches.failures.put(key, details)
     return details
-
-
-def _best_node(
-    framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
-) -> int | None:
-    """The best node for one replica, or None. ``seen`` collects each filter's mask (by
-    position) so that explaining a failure does not filter again.
-
-    With a row-local profile the table's incremental index answers first (same node, see
-    ``node_index``); the full scan below runs when it cannot (and to explain a failure)."""
-    nodes = request.cluster.nodes
-    if len(nodes) >= node_index.MIN_NODES and is_row_local(framework):
-        row = best_node_index(framework, nodes).best_node(request)
-        if row is not None:
-            return row
-    return _scan_best_node(framework, request, seen)
 
 
 def _scan_best_node(
     framework: Framework, request: FilterInput, seen: dict[int, Mask] | None = None
 ) -> int | None:
     """The best node by running every filter over every node and every score over the
-    candidates: the reference the index must agree with."""
+    candidates: the reference the index must agree with. ``seen`` collects each filter's
+    mask (by position) so that explaining a failure does not filter again."""
     everywhere = request.cluster.nodes.everywhere
     mask = everywhere
     for position, plugin in enumerate(framework.filters):

@@ -43,22 +43,31 @@ def minimal_victims(
     preemptor: SchedulingJob,
     units: Sequence[Unit],
     admissible: Callable[[list[Unit], Unit], bool] | None = None,
+    allowed: Callable[[list[str]], bool] | None = None,
 ) -> list[str] | None:
-    """The smallest prefix-then-pruned set of units after which ``preemptor`` fits, or None."""
+    """The smallest prefix-then-pruned set of units after which ``preemptor`` fits, or None.
+    ``allowed`` (when given) must also hold for a set to count: a rule of the policy about
+    the set as a whole, checked before the preemptor is tried without it."""
+
+    def fits(victims: list[str]) -> bool:
+        if allowed is not None and not allowed(victims):
+            return False
+        return context.fits_without(preemptor, victims)
+
     chosen: list[Unit] = []
     found = False
     for unit in units:
         if admissible is not None and not admissible(chosen, unit):
             continue
         chosen.append(unit)
-        if context.fits_without(preemptor, _flatten(chosen)):
+        if fits(_flatten(chosen)):
             found = True
             break
     if not found:
         return None
     for unit in reversed(chosen[:-1]):
         trial = [u for u in chosen if u is not unit]
-        if context.fits_without(preemptor, _flatten(trial)):
+        if fits(_flatten(trial)):
             chosen = trial
     return _flatten(chosen)
 

@@ -19,7 +19,7 @@ Semantics (``docs/policies.md`` states them with scenarios):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -162,10 +162,47 @@ class QuotaUsage:
         """Per node, the usage above which the runtime-quota check refuses: the larger of
         ``guaranteed + ε`` and ``runtime + ε`` where the quota bounds the resource."""
         self.others = np.zeros_like(tree.minimum)
+        self._kept_matrix: Matrix = tree.kept
+        """Per node, what it keeps toward its siblings: the tree's ``kept`` until a
+        reservation (``reserve``) raises it for this run (then a copy)."""
         self._refresh_all_siblings()
         self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
         self._routes: dict[int, QuotaRoute] = {}
         self._runtime_limits: dict[int, list[float]] = {}
+
+    def reserve(self, node: int, amount: Vector) -> Vector:
+        """Keep up to ``amount`` of the node's unused guarantee from its siblings for the rest
+        of the run (Kueue's ``resourcesToReserve`` for a lender that cannot reclaim later):
+        borrowers can no longer take it, while the node's own jobs may still use it. Returns
+        what was reserved (zero where nothing of the guarantee is unused).
+
+        The reservation raises what the node (and each ancestor below the root) keeps toward
+        its siblings to at least its usage plus the reservation; admission then reads that
+        ``kept``, on the fast path as on the exact one."""
+        tree = self.tree
+        unused = np.maximum(tree.guaranteed[node] - self.used[node], 0.0)
+        held: Vector = np.where(tree.bounded[node], np.minimum(amount, unused), 0.0)
+        if not np.any(held > EPSILON):
+            return held
+        kept = self._kept_matrix
+        changed = False
+        for step in tree.paths[node][:-1]:  # the root has no siblings to keep it from
+            floor = self.used[step] + held
+            if np.any(floor > kept[step] + EPSILON):
+                if kept is tree.kept:
+                    kept = self._kept_matrix = tree.kept.copy()
+                np.maximum(kept[step], floor, out=kept[step])
+                changed = True
+        if changed:
+            self._routes.clear()
+            self._refresh_all_siblings()
+        return held
+
+    def _kept(self, node: int) -> Vector:
+        """What ``node`` holds toward its siblings whatever its usage: the part of its
+        guarantee it does not lend, raised by a reservation this run."""
+        kept: Vector = self._kept_matrix[node]
+        return kept
 
     def add(self, node: int, amount: Vector) -> None:
         route = self._routes.get(node) or self._route(node)
@@ -186,7 +223,7 @@ class QuotaUsage:
     def _refresh_all_siblings(self) -> None:
         for children in self.tree.children:
             if children:
-                held = np.maximum(self.used[children], self.tree.kept[children])
+                held = np.maximum(self.used[children], self._kept_matrix[children])
                 self.others[children] = held.sum(axis=0) - held
 
     def _refresh_siblings(self, route: QuotaRoute) -> None:
@@ -264,7 +301,17 @@ class QuotaUsage:
         return _ADMITTED
 
     def _route(self, node: int) -> QuotaRoute:
-        route = self._routes[node] = self.tree.route(node)
+        route = self.tree.route(node)
+        kept = self._kept_matrix
+        if kept is not self.tree.kept:
+            path_kept = kept[route.path].copy()
+            path_kept[-1] = 0.0
+            route = replace(
+                route,
+                kept=path_kept.ravel().tolist(),
+                children_kept=kept[route.children],
+            )
+        self._routes[node] = route
         return route
 
     def admit_exact(self, node: int, amount: Vector, *, use_runtime: bool) -> QuotaVerdict:
@@ -291,7 +338,7 @@ class QuotaUsage:
             held = np.zeros_like(amount)
             for sibling in siblings:
                 usage = after if sibling == step else self.used[sibling]
-                held += np.maximum(usage, tree.kept[sibling])
+                held += np.maximum(usage, self._kept(sibling))
             over = wanted & (held > tree.pool[parent] + EPSILON)
             if over.any():
                 dim = int(np.flatnonzero(over)[0])
@@ -336,7 +383,7 @@ class QuotaUsage:
                 f"quota {tree.names[step]}'s guaranteed {name} is lent to "
                 f"{', '.join(users) or 'its siblings'}: waiting for it to be reclaimed"
             )
-        keepers = [tree.names[s] for s in siblings if s != step and tree.kept[s][dim] > EPSILON]
+        keepers = [tree.names[s] for s in siblings if s != step and self._kept(s)[dim] > EPSILON]
         holders = ", ".join(sorted(set(users + keepers))) or "its siblings"
         return (
             f"quota {tree.names[step]} cannot borrow more {name}: "

@@ -10,21 +10,25 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any
 
-from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import (
     AssignmentStrategy,
     CycleStartPlugin,
     FilterPlugin,
     PermitPlugin,
     PostFilterPlugin,
+    PostFilterPrecheck,
     PreBindPlugin,
     PreFilterPlugin,
     QueueSortPlugin,
     ReservePlugin,
+    RowLocalFilter,
+    RowLocalScore,
     RunningSetPlugin,
     ScorePlugin,
+    WaitingPlugin,
 )
 
 PLUGIN_GROUP = "flotilla.plugins"
@@ -39,17 +43,19 @@ _BASE = (
     "gpu-devices",
 )
 
-PROFILES: Mapping[str, tuple[str, ...]] = {
-    # Bin-packing keeps whole nodes free for big gangs; on GPU clusters the fragmentation-aware
-    # score packs GPUs (FGD) first. Exactly bin-packing on clusters without GPUs.
-    "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
-    # The same, by the name that says what it does.
-    "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
-    # Plain bin-packing everywhere (the default before the fragmentation-aware score).
-    "binpack": (*_BASE, "binpack", "queue-preemption"),
-    # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
-    "spread": (*_BASE, "spread", "queue-preemption"),
-}
+PROFILES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # Bin-packing keeps whole nodes free for big gangs; on GPU clusters the fragmentation-aware
+        # score packs GPUs (FGD) first. Exactly bin-packing on clusters without GPUs.
+        "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+        # The same, by the name that says what it does.
+        "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
+        # Plain bin-packing everywhere (the default before the fragmentation-aware score).
+        "binpack": (*_BASE, "binpack", "queue-preemption"),
+        # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
+        "spread": (*_BASE, "spread", "queue-preemption"),
+    }
+)
 
 
 class UnknownExtension(LookupError):
@@ -115,7 +121,7 @@ class Framework:
     def queue_sort(self) -> QueueSortPlugin:
         sorters = self._having(QueueSortPlugin)
         if len(sorters) != 1:
-            names = [getattr(p, "name", "?") for p in sorters]
+            names = [p.name for p in sorters]
             raise ValueError(f"a profile needs exactly one QueueSort plugin, found {names}")
         sorter: QueueSortPlugin = sorters[0]
         return sorter
@@ -157,7 +163,32 @@ class Framework:
         return self._having(RunningSetPlugin)
 
     @cached_property
-    def failures(self) -> FailureCache:
-        """Placement failures this profile found, by node table version and request
-        (``framework.failures``): kept here so they live exactly as long as the profile."""
-        return FailureCache()
+    def waiting(self) -> list[WaitingPlugin]:
+        return self._having(WaitingPlugin)
+
+    @cached_property
+    def row_filters(self) -> list[RowLocalFilter]:
+        """The filters that are row-local (all of them in a row-local profile)."""
+        return [plugin for plugin in self.filters if isinstance(plugin, RowLocalFilter)]
+
+    @cached_property
+    def row_scores(self) -> list[RowLocalScore]:
+        """The scores that are row-local (all of them in a row-local profile)."""
+        return [plugin for plugin in self.scores if isinstance(plugin, RowLocalScore)]
+
+    @cached_property
+    def row_local(self) -> bool:
+        """Every filter is a ``RowLocalFilter`` and every score a ``RowLocalScore``: the
+        engine may then remember failures and keep best-node indexes (``framework.caches``)."""
+        return len(self.row_filters) == len(self.filters) and len(self.row_scores) == len(
+            self.scores
+        )
+
+    @cached_property
+    def post_filter_prechecks(self) -> list[tuple[PostFilterPlugin, PostFilterPrecheck | None]]:
+        """Each PostFilter with itself again when it can tell ahead that it will not act
+        for a queue (``PostFilterPrecheck``), else with ``None``."""
+        return [
+            (plugin, plugin if isinstance(plugin, PostFilterPrecheck) else None)
+            for plugin in self.post_filters
+        ]

@@ -42,6 +42,27 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class BacklogView:
+    """The snapshot's jobs as a caller that keeps them incrementally already holds them (the
+    simulator's ``sim/backlog.py``), so a run neither groups, sorts nor sums them again.
+
+    One contract for every field: it holds exactly what the snapshot's sequences hold, and
+    it never changes after the snapshot is made (tuples, fresh dictionaries): the result's
+    pending reasons refer to runs of the ``by_queue`` sequences, and an async run reads the
+    view on another thread. A field left ``None`` is computed by the run.
+    """
+
+    by_queue: Mapping[str, Sequence[SchedulingJob]]
+    """``queued`` grouped by queue, each queue's jobs in ``PRIORITY_ORDER`` — priority
+    descending, then submit time, then sequence — and every queue of ``queues`` present
+    (empty if it has no job). Used when the profile's QueueSort plugin is that order."""
+    running_by_name: Mapping[str, RunningJob] | None = None
+    """``running`` keyed by job name, in the same order."""
+    allocated: Mapping[str, Vector] | None = None
+    """What each queue's running jobs hold."""
+
+
+@dataclass(frozen=True)
 class SchedulingSnapshot:
     """Everything one scheduling run reads. Cluster node tables include running allocations.
 
@@ -55,20 +76,9 @@ class SchedulingSnapshot:
     queued: Sequence[SchedulingJob]
     running: Sequence[RunningJob] = ()
     quotas: QuotaTree | None = None
-    allocated: Mapping[str, Vector] | None = None
-    """What each queue's running jobs hold, if the caller keeps it up to date incrementally
-    (it then saves summing every running job each run); None to have it computed."""
-    running_by_name: Mapping[str, RunningJob] | None = None
-    """``running`` keyed by job name, in the same order, if the caller keeps it so (the
-    simulator does): the run then copies it instead of building it per running job. It must
-    not change afterwards."""
-    queued_by_queue: Mapping[str, Sequence[SchedulingJob]] | None = None
-    """``queued`` grouped by queue, if the caller keeps it so (the simulator does): each
-    queue's jobs in ``PRIORITY_ORDER`` — priority descending, then submit time, then
-    sequence — and every queue of ``queues`` present (empty if it has no job). It must hold
-    exactly the jobs of ``queued``, and not change afterwards (tuples): the result's pending
-    reasons refer to runs of these sequences. A run whose QueueSort plugin orders jobs that way then
-    neither groups nor sorts the backlog each cycle; None to have the run do both."""
+    backlog: BacklogView | None = None
+    """The same jobs as the caller keeps them (``BacklogView``); ``None`` to have the run
+    group, sort and sum them."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,7 @@ class CycleStats:
 
 
 PRIORITY_ORDER = "priority-sort"
-"""The QueueSort plugin whose order ``SchedulingSnapshot.queued_by_queue`` is kept in."""
+"""The QueueSort plugin whose order ``BacklogView.by_queue`` is kept in."""
 
 _NAME = attrgetter("name")
 
@@ -233,7 +243,7 @@ class CycleResult:
 
 @dataclass(frozen=True)
 class SchedulingConfig:
-    assignment_strategy: str = "cluster-only"
+    assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     profile: str = "default"

@@ -44,7 +44,7 @@ class PluginSettings(Strict):
 class Settings(Strict):
     cycle_interval: float = Field(default=1, gt=0)
     mode: Mode = Mode.SYNC
-    assignment_strategy: str = "cluster-only"
+    assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     fair_share_preemption: bool = False

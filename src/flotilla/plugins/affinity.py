@@ -13,8 +13,7 @@ from flotilla.framework.resources import Vector
 
 class NodeAffinity:
     name = "node-affinity"
-    row_local = True
-    """A node's verdict and score read only its own labels."""
+    # Row-local: a node's verdict and score read only its own labels.
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes

@@ -52,8 +52,7 @@ _NOTHING_RESERVED = ReserveResult()
 
 class GpuDevices:
     name = "gpu-devices"
-    row_local = True
-    """A node's verdict reads only its own devices and their topology."""
+    # Row-local: a node's verdict reads only its own devices and their topology.
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes

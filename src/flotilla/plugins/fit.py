@@ -16,8 +16,7 @@ class ResourcesFit:
     """A node fits a replica when its free amount covers the request on every resource."""
 
     name = "resources-fit"
-    row_local = True
-    """A node's verdict reads only its own free amounts."""
+    # Row-local: a node's verdict reads only its own free amounts.
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
@@ -157,7 +156,6 @@ class BinPackScore:
     """Prefer the fullest node that fits (best fit): keeps whole nodes free for big jobs."""
 
     name = "binpack"
-    row_local = True
 
     def score(self, request: ScoreInput) -> Vector:
         return _utilisation_after(request)
@@ -171,7 +169,6 @@ class SpreadScore:
     """Prefer the emptiest node: spreads load and the blast radius of a node failure."""
 
     name = "spread"
-    row_local = True
 
     def score(self, request: ScoreInput) -> Vector:
         return 1.0 - _utilisation_after(request)

@@ -32,7 +32,8 @@ places on CPU-only fleets as before.
 
 Row-local: a node's score reads only its own row and the placement-relevant request, plus
 the run's mix, which is fixed for a run; each run works on fresh copies of the node tables,
-and a copy starts without a best-node index, so no index ever holds scores of two mixes.
+and the engine keeps a best-node index per table copy, so no index ever holds scores of two
+mixes.
 """
 
 from __future__ import annotations
@@ -315,9 +316,8 @@ class GpuFragmentationScore:
     then the rules that protect GPUs, then best fit (see the module's docstring)."""
 
     name = "gpu-fragmentation"
-    row_local = True
-    """A node's score reads its own row, the placement-relevant request and the run's mix
-    (fixed for the run, whose node tables are fresh copies)."""
+    # Row-local: a node's score reads its own row, the placement-relevant request and the run's
+    # mix (fixed for the run, whose node tables are fresh copies).
 
     def __init__(self) -> None:
         self._models: dict[tuple[int, int], _Model] = {}

@@ -64,6 +64,23 @@ class QueuePreemption:
         if not within and not across:
             return PostFilterResult()  # this queue's policy allows no preemption
         reclaim = context.within_guarantee(job)
+        total_of = {r.job.name: r.assignment.held(len(job.total)) for r in context.running_jobs}
+        own_victims = [
+            r.job
+            for r in context.running_jobs
+            if within
+            and r.job.queue == job.queue
+            and r.job.preemptible
+            and r.job.priority < job.priority
+        ]
+        # Kueue's preemption across the whole cohort: the job may reclaim from borrowers when
+        # it is within its guarantee once lower-priority jobs of its own queue are gone too;
+        # every victim set that reaches into other queues must then free that much of its own.
+        needs_own = not reclaim and across and bool(own_victims)
+        if needs_own:
+            freed = sum((total_of[v.name] for v in own_victims), start=np.zeros_like(job.total))
+            reclaim = context.within_guarantee(job, freed)
+            needs_own = reclaim
         eligible: list[tuple[tuple[Any, ...], SchedulingJob]] = []
         cohort_borrowers: set[str] = set()
         borrowing: dict[str, bool] = {}
@@ -106,7 +123,6 @@ class QueuePreemption:
         eligible.sort(key=lambda item: item[0])
         units = candidate_units(context, [victim for _, victim in eligible])
         queue_of = {victim.name: victim.queue for _, victim in eligible}
-        total_of = {r.job.name: r.assignment.held(len(job.total)) for r in context.running_jobs}
         remaining = {queue: context.borrowed(queue) for queue in cohort_borrowers}
 
         def admissible(chosen: list[Unit], unit: Unit) -> bool:
@@ -127,7 +143,23 @@ class QueuePreemption:
             )
             return bool(np.any(left - taken > EPSILON))
 
-        victims = minimal_victims(context, job, [unit for _, unit in units], admissible)
+        def within_after(victims: list[str]) -> bool:
+            """A set that reclaims from other queues leaves the job within its guarantee."""
+            if all(queue_of[name] == job.queue for name in victims):
+                return True
+            freed = sum(
+                (total_of[name] for name in victims if queue_of[name] == job.queue),
+                start=np.zeros_like(job.total),
+            )
+            return context.within_guarantee(job, freed)
+
+        victims = minimal_victims(
+            context,
+            job,
+            [unit for _, unit in units],
+            admissible,
+            within_after if needs_own else None,
+        )
         if victims is None:
             lenders = sorted(cohort_borrowers)
             if reclaim and lenders:

@@ -19,17 +19,22 @@ from flotilla.framework.interfaces import (
     PreFilterInput,
     RunningChange,
     Status,
+    WaitingInput,
 )
 from flotilla.framework.quota import QuotaUsage
 from flotilla.framework.quota_route import IndexArray, Matrix
 from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
+from flotilla.model.queue import ReclaimWithinCohort
 
 
 @dataclass
 class QuotaState:
     usage: QuotaUsage
     node_of_queue: dict[str, int]
+    reserving: frozenset[str] = frozenset()
+    """Queues whose pending jobs reserve their unused guarantee (``reclaim_within_cohort``
+    ``never`` or ``lower_priority``: they could not get it back from a borrower later)."""
 
 
 def quota_state(cycle: CycleState) -> QuotaState | None:
@@ -68,7 +73,12 @@ def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
     )
     tree.add_along_paths(demand, *charges)
     usage.compute_runtime(demand)
-    return QuotaState(usage, node_of_queue)
+    reserving = frozenset(
+        queue.name
+        for queue in snapshot.queues
+        if queue.quota and queue.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY
+    )
+    return QuotaState(usage, node_of_queue, reserving)
 
 
 def _charges(
@@ -105,14 +115,26 @@ class ElasticQuota:
             return Status.success()
         return Status(ok=False, reason=verdict.reason, deferrable=verdict.soft)
 
+    def job_waits(self, request: WaitingInput) -> None:
+        """Kueue's rule for a lender that cannot reclaim: the waiting job's queue keeps its
+        unused guarantee, up to what the job asks, from borrowers for the rest of the run.
+        With ``reclaim_within_cohort: any`` nothing is kept: the queue can take it back by
+        preemption when its job is ready to run."""
+        state = quota_state(request.cycle)
+        if state is None or request.job.queue not in state.reserving:
+            return
+        node = state.node_of_queue.get(request.job.queue)
+        if node is not None:
+            state.usage.reserve(node, request.job.total)
+
     def remove_running(self, request: RunningChange) -> None:
         state = quota_state(request.cycle)
         node = state.node_of_queue.get(request.job.queue) if state else None
         if state is not None and node is not None:
-            state.usage.remove(node, request.assignment.held(len(request.job.total)))
+            state.usage.remove(node, request.held)
 
     def add_running(self, request: RunningChange) -> None:
         state = quota_state(request.cycle)
         node = state.node_of_queue.get(request.job.queue) if state else None
         if state is not None and node is not None:
-            state.usage.add(node, request.assignment.held(len(request.job.total)))
+            state.usage.add(node, request.held)

@@ -47,8 +47,7 @@ def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
 
 class TaintToleration:
     name = "taint-toleration"
-    row_local = True
-    """A node's verdict reads only its own taints and the job's tolerations."""
+    # Row-local: a node's verdict reads only its own taints and the job's tolerations.
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes

@@ -2,6 +2,7 @@
 
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.types import (
+    BacklogView,
     CycleResult,
     CycleStats,
     QueueInfo,
@@ -12,6 +13,7 @@ from flotilla.scheduler.types import (
 )
 
 __all__ = [
+    "BacklogView",
     "CycleResult",
     "CycleStats",
     "QueueInfo",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.interfaces import (
     Assignment,
     AssignmentStrategy,
@@ -45,7 +46,7 @@ from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
-from flotilla.scheduler.run import Outcome, SchedulingRun, held
+from flotilla.scheduler.run import Outcome, SchedulingRun
 from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
 
@@ -58,12 +59,18 @@ class SchedulingAlgorithm:
         config: SchedulingConfig,
         framework: Framework | None = None,
         strategy: AssignmentStrategy | None = None,
+        *,
+        fast_paths: bool = True,
     ) -> None:
+        """``fast_paths=False`` is the reference mode: the same decisions and reasons, found
+        without the engine's caches (``framework.caches``); the equivalence tests compare."""
         self.config = config
         self.framework = framework or Framework.from_profile(
             config.profile, config.enabled_plugins, config.disabled_plugins
         )
         self.strategy = strategy or load_strategy(config.assignment_strategy)
+        self.caches = EngineCaches(self.framework, fast_paths=fast_paths)
+        """The speed machinery this engine owns and hands to each run."""
         self.sort_queue = self.framework.queue_sort.sort
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
 
@@ -72,7 +79,7 @@ class SchedulingAlgorithm:
     ) -> CycleResult:
         """Decide on ``snapshot``. Setting ``cancel`` makes the run stop with ``RunCancelled``."""
         started = time.perf_counter()
-        run = SchedulingRun(self.framework, self.strategy, snapshot)
+        run = SchedulingRun(self.framework, self.strategy, snapshot, self.caches)
         loop = _Loop(self, run, snapshot, cancel)
         loop.execute()
         stats = CycleStats(
@@ -95,7 +102,7 @@ class SchedulingAlgorithm:
     def jobs_by_queue(self, snapshot: SchedulingSnapshot) -> Mapping[str, Sequence[SchedulingJob]]:
         """Each queue's jobs in QueueSort order: as the caller keeps them if it does and they
         are in this profile's order, else grouped and sorted here."""
-        given = snapshot.queued_by_queue
+        given = snapshot.backlog.by_queue if snapshot.backlog is not None else None
         if given is not None and self.priority_order:
             names = [queue.name for queue in snapshot.queues]
             if len(given) == len(names) and all(name in given for name in names):
@@ -147,7 +154,8 @@ class _Loop:
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
         self.failed_preemptions: set[tuple[object, ...]] = set()
-        # The PostFilter plugins that may act for each queue in this run (``may_act``).
+        # The PostFilter plugins that may act for each queue in this run (``may_act`` of a
+        # ``PostFilterPrecheck``).
         self.post_filters: dict[str, list[PostFilterPlugin]] = {}
         self.deferred: list[tuple[SchedulingJob, tuple[SchedulingJob, ...]]] = []
         self.handled: set[str] = set()
@@ -208,6 +216,8 @@ class _Loop:
                     continue
                 if preempted is not None:
                     reason = preempted.decision.reason
+            if unit.waiting is None:
+                self.run.job_waits(unit.job, reason)
             # The view this job was judged in, before a reservation of its own changes it.
             long = self._needs_long_view(job)
             shared_reason = reason
@@ -328,8 +338,7 @@ class _Loop:
 
     def _commit(self, unit: _Unit, assignment: Assignment) -> None:
         if not unit.combined:
-            self.run.commit(unit.job, assignment)
-            self.order.adjust(unit.job.queue, held(assignment, len(self.run.total)))
+            self.order.adjust(unit.job.queue, self.run.commit(unit.job, assignment))
             self.handled.add(unit.job.name)
             return
         by_member: dict[str, list[Placement]] = {}
@@ -346,8 +355,7 @@ class _Loop:
                 self.handled.discard(member.name)
                 continue
             part = Assignment(assignment.cluster, tuple(placements), assignment.annotations)
-            self.run.commit(member, part)
-            self.order.adjust(member.queue, held(part, len(self.run.total)))
+            self.order.adjust(member.queue, self.run.commit(member, part))
 
     def _pend(self, unit: _Unit, reason: str) -> None:
         for member in unit.members:
@@ -360,8 +368,8 @@ class _Loop:
         would return an empty result."""
         plugins = self.post_filters[queue] = [
             plugin
-            for plugin in self.framework.post_filters
-            if (may_act := getattr(plugin, "may_act", None)) is None or may_act(queue, self.run)
+            for plugin, precheck in self.framework.post_filter_prechecks
+            if precheck is None or precheck.may_act(queue, self.run)
         ]
         return plugins
 
@@ -446,5 +454,4 @@ class _Loop:
                 for p in committed.assignment.placements
             )
             grown = Assignment(committed.assignment.cluster, renumbered)
-            self.run.commit(job, grown)
-            self.order.adjust(job.queue, held(grown, len(self.run.total)))
+            self.order.adjust(job.queue, self.run.commit(job, grown))

@@ -50,7 +50,13 @@ def find_reservation(
                 job=job,
                 clusters=sorted(candidates, key=lambda c: c.order),
                 place=lambda cluster: place_job(
-                    run.framework, job, cluster, run.cycle, keep=False, minimum=minimum
+                    run.framework,
+                    job,
+                    cluster,
+                    run.cycle,
+                    keep=False,
+                    minimum=minimum,
+                    caches=run.caches,
                 ),
             )
         )

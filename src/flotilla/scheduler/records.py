@@ -15,7 +15,7 @@ import numpy as np
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.interfaces import Assignment, Placement
-from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
 from flotilla.framework.nodes import GpuAllocation, NodeInfo
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import ClusterSpec, GpuInventory, JobSpec, NodeGroup
@@ -79,7 +79,9 @@ def cluster_from_record(record: ClusterRecord, order: int, space: ResourceSpace)
 _STATES = {state.value for state in ClusterState}
 
 
-def job_from_record(record: JobRecord, space: ResourceSpace) -> SchedulingJob:
+def job_from_record(
+    record: JobRecord, space: ResourceSpace, shapes: ShapeInterner | None = None
+) -> SchedulingJob:
     spec = record.spec
     return build_job(
         spec,
@@ -89,6 +91,7 @@ def job_from_record(record: JobRecord, space: ResourceSpace) -> SchedulingJob:
         submit_time=record.submitted_at.timestamp(),
         priority=record.priority,
         preemptible=spec.preemptible if spec.preemptible is not None else True,
+        shapes=shapes,
     )
 
 

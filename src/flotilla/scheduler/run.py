@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     Assignment,
@@ -23,6 +24,7 @@ from flotilla.framework.interfaces import (
     PreFilterInput,
     RunningChange,
     SelectionInput,
+    WaitingInput,
 )
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.placement import place_job
@@ -50,18 +52,26 @@ class SchedulingRun:
     """One run over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
 
     def __init__(
-        self, framework: Framework, strategy: AssignmentStrategy, snapshot: SchedulingSnapshot
+        self,
+        framework: Framework,
+        strategy: AssignmentStrategy,
+        snapshot: SchedulingSnapshot,
+        caches: EngineCaches | None = None,
     ) -> None:
         self.framework = framework
+        self.caches = caches
+        """The engine's caches (``framework.caches``); ``None`` places without them."""
         self.strategy = strategy
         self.now = snapshot.time
         self.clusters = [cluster.snapshot() for cluster in snapshot.clusters]
         self.long_view: list[Cluster] | None = None
         self.cycle = CycleState(time=snapshot.time)
         self.queues: dict[str, QueueInfo] = {queue.name: queue for queue in snapshot.queues}
+        backlog = snapshot.backlog
+        running_by_name = backlog.running_by_name if backlog is not None else None
         self.running: dict[str, RunningJob] = (
-            dict(snapshot.running_by_name)
-            if snapshot.running_by_name is not None
+            dict(running_by_name)
+            if running_by_name is not None
             else {r.job.name: r for r in snapshot.running}
         )
         self.scheduled: list[ScheduledJob] = []
@@ -74,8 +84,9 @@ class SchedulingRun:
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(size)
         )
         self.allocated: dict[str, Vector] = {name: np.zeros(size) for name in self.queues}
-        if snapshot.allocated is not None:
-            for queue, amount in snapshot.allocated.items():
+        allocated = backlog.allocated if backlog is not None else None
+        if allocated is not None:
+            for queue, amount in allocated.items():
                 self.allocated[queue] = np.array(amount, dtype=np.float64)
         else:
             for running in snapshot.running:
@@ -143,7 +154,13 @@ class SchedulingRun:
                 job=job,
                 clusters=clusters,
                 place=lambda cluster: place_job(
-                    self.framework, job, cluster, self.cycle, keep=False, minimum=minimum
+                    self.framework,
+                    job,
+                    cluster,
+                    self.cycle,
+                    keep=False,
+                    minimum=minimum,
+                    caches=self.caches,
                 ),
             )
         )
@@ -170,12 +187,18 @@ class SchedulingRun:
         self._apply(decision.assignment, +1)
         return decision
 
+    def job_waits(self, job: SchedulingJob, reason: str) -> None:
+        """Tell the Waiting plugins that ``job`` stays queued in this run."""
+        for plugin in self.framework.waiting:
+            plugin.job_waits(WaitingInput(job=job, reason=reason, cycle=self.cycle))
+
     # --- the running set ------------------------------------------------------------------
 
     def commit(
         self, job: SchedulingJob, assignment: Assignment, *, note: str | None = None
-    ) -> None:
-        """``job`` starts (or grows) with ``assignment``, already allocated in every view."""
+    ) -> Vector:
+        """``job`` starts (or grows) with ``assignment``, already allocated in every view;
+        returns what ``assignment`` holds (charged to the job's queue)."""
         size = len(self.total)
         previous = self.running.get(job.name)
         if previous is not None:
@@ -188,9 +211,13 @@ class SchedulingRun:
             self.running[job.name] = RunningJob(job, merged, previous.started_at)
         else:
             self.running[job.name] = RunningJob(job, assignment, self.now)
-        self._running_change(self.running[job.name], added=True)
-        self._charge(job.queue, held(assignment, size))
+        amount = assignment.held(size)
+        self._running_change(
+            self.running[job.name], added=True, held=amount if previous is None else None
+        )
+        self._charge(job.queue, amount)
         self.scheduled.append(ScheduledJob(job, assignment, note))
+        return amount
 
     def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
         """Preempt ``victims`` for real; returns each victim's queue and what it held.
@@ -202,8 +229,8 @@ class SchedulingRun:
         for name in victims:
             running = self.running.pop(name)
             self._apply(running.assignment, -1)
-            self._running_change(running, added=False)
-            amount = held(running.assignment, len(self.total))
+            amount = running.assignment.held(len(self.total))
+            self._running_change(running, added=False, held=amount)
             self._charge(running.job.queue, -amount)
             self.scheduled = [decision for decision in self.scheduled if decision.job.name != name]
             if name in self._running_before:
@@ -213,8 +240,17 @@ class SchedulingRun:
             released.append((running.job.queue, amount))
         return released
 
-    def _running_change(self, running: RunningJob, *, added: bool) -> None:
-        change = RunningChange(job=running.job, assignment=running.assignment, cycle=self.cycle)
+    def _running_change(
+        self, running: RunningJob, *, added: bool, held: Vector | None = None
+    ) -> None:
+        """Tell the running-set plugins; ``held`` is ``running.assignment.held`` when the
+        caller has it already."""
+        change = RunningChange(
+            job=running.job,
+            assignment=running.assignment,
+            cycle=self.cycle,
+            held=running.assignment.held(len(self.total)) if held is None else held,
+        )
         for plugin in self.framework.running_sets:
             if added:
                 plugin.add_running(change)
@@ -287,12 +323,13 @@ class SchedulingRun:
             return None
         return state.usage.borrowed(node)
 
-    def within_guarantee(self, job: SchedulingJob) -> bool:
+    def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
         state = quota_state(self.cycle)
         node = state.node_of_queue.get(job.queue) if state else None
         if state is None or node is None:
             return False
-        return state.usage.within_guarantee(node, job.total)
+        amount = job.total if freed is None else job.total - freed
+        return state.usage.within_guarantee(node, amount)
 
     def gang_of(self, job_name: str) -> list[str]:
         running = self.running.get(job_name)
@@ -304,7 +341,3 @@ class SchedulingRun:
             for name, other in self.running.items()
             if other.job.gang is not None and other.job.gang.name == gang
         )
-
-
-def held(assignment: Assignment, size: int) -> Vector:
-    return assignment.held(size)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Assignment
-from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.jobs import SchedulingJob, ShapeInterner
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import ResourceSpace
 from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapshot
@@ -56,6 +56,8 @@ class SnapshotBuilder:
         """Ids whose engine job must be (re)built or dropped."""
         self._engine: dict[str, SchedulingJob] = {}
         """Engine jobs of the queued records that some cluster could run."""
+        self._shapes = ShapeInterner()
+        """Shares equal placement keys between the engine jobs (``framework.jobs``)."""
         self._unplaceable: dict[str, str] = {}
         self._space: ResourceSpace | None = None
         self._active: dict[str, tuple[int, tuple[str, ...], SchedulingJob]] = {}
@@ -116,7 +118,7 @@ class SnapshotBuilder:
         if missing:
             self._unplaceable[job_id] = f"no node of any cluster offers {', '.join(missing)}"
         else:
-            self._engine[job_id] = job_from_record(record, space)
+            self._engine[job_id] = job_from_record(record, space, self._shapes)
 
     def _use_space(self, space: ResourceSpace) -> None:
         if self._space is not None and self._space.names == space.names:

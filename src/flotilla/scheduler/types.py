@@ -1,6 +1,7 @@
 """Re-exports of the run's inputs and results, which live in ``flotilla.framework.snapshot``."""
 
 from flotilla.framework.snapshot import (
+    BacklogView,
     CycleResult,
     CycleStats,
     Eviction,
@@ -13,6 +14,7 @@ from flotilla.framework.snapshot import (
 )
 
 __all__ = [
+    "BacklogView",
     "CycleResult",
     "CycleStats",
     "Eviction",

@@ -70,7 +70,7 @@ class Backlog:
         return view
 
     def by_queue(self) -> Mapping[str, tuple[SchedulingJob, ...]]:
-        """Per queue, its jobs in priority-sort order (``SchedulingSnapshot.queued_by_queue``)."""
+        """Per queue, its jobs in priority-sort order (``BacklogView.by_queue``)."""
         views = self._views
         for name, members in self._by_queue.items():
             if name not in views:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from flotilla.framework.fleet import resource_space_for
-from flotilla.framework.jobs import SchedulingJob, build_job
+from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.job import JobSpec
 from flotilla.model.loader import walk_quotas
@@ -22,8 +22,11 @@ def resource_space(scenario: Scenario) -> ResourceSpace:
     return resource_space_for(scenario.clusters, scenario.jobs, quota_names)
 
 
-def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, SchedulingJob]]:
-    """Expand ``count`` and resolve priority classes; sequence is file order."""
+def build_jobs(
+    scenario: Scenario, space: ResourceSpace, shapes: ShapeInterner | None = None
+) -> list[tuple[JobSpec, SchedulingJob]]:
+    """Expand ``count`` and resolve priority classes; sequence is file order. Jobs built
+    alike share their shapes through ``shapes`` (the engine's interner) when given."""
     classes = {pc.name: pc for pc in scenario.priority_classes}
     # A named gang without min_member waits for every member the scenario declares.
     gang_sizes: dict[str, int] = {}
@@ -50,6 +53,7 @@ def build_jobs(scenario: Scenario, space: ResourceSpace) -> list[tuple[JobSpec, 
             submit_time=spec.submit_at,
             priority=priority,
             preemptible=preemptible,
+            shapes=shapes,
         )
         gang = spec.gang
         if gang is not None and gang.name and gang.min_member is None:

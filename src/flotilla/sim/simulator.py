@@ -22,7 +22,7 @@ from flotilla.framework.fleet import build_cluster
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
-from flotilla.framework.snapshot import scheduling_config
+from flotilla.framework.snapshot import BacklogView, scheduling_config
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import JobState, Mode, Scenario
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -80,7 +80,10 @@ class Simulator:
                 lambda snapshot, cancel: algorithm.schedule(snapshot, cancel), InlineExecutor()
             )
         self.pending_result = False
-        self.jobs = [SimJob(spec=spec, job=job) for spec, job in build_jobs(scenario, self.space)]
+        self.jobs = [
+            SimJob(spec=spec, job=job)
+            for spec, job in build_jobs(scenario, self.space, self.algorithm.caches.shapes)
+        ]
         self.job_by_name = {job.name: job for job in self.jobs}
         self.events: list[Event] = []
         self.moments: dict[float, Moment] = {}
@@ -248,11 +251,13 @@ class Simulator:
             clusters=self.clusters,
             queues=self.queues,
             queued=self._backlog.queued(),
-            queued_by_queue=self._backlog.by_queue(),
             running=list(self._running_views.values()),
-            running_by_name=dict(self._running_views),
             quotas=self.quotas,
-            allocated=self._queue_allocated,
+            backlog=BacklogView(
+                by_queue=self._backlog.by_queue(),
+                running_by_name=dict(self._running_views),
+                allocated=self._queue_allocated,
+            ),
         )
 
     def _cycle(self, now: float) -> bool:
