@@ -71,6 +71,25 @@ class Toleration(Strict):
     effect: TaintEffect | None = None
 
 
+class DependencyCondition(StrEnum):
+    """What a dependency must end in for the job that waits on it to start."""
+
+    SUCCEEDED = "succeeded"
+    FINISHED = "finished"
+    """Succeeded or failed (a cancelled dependency satisfies no condition)."""
+    FAILED = "failed"
+
+
+class Dependency(Strict):
+    """Start only after another job ended as ``condition`` says (Slurm's ``--dependency``).
+
+    ``job`` names it: a job of the same submission by name, else the latest job of that name
+    in this job's queue, ``QUEUE/NAME`` for another queue, or a job id."""
+
+    job: str = Field(min_length=1, max_length=507)
+    condition: DependencyCondition = DependencyCondition.SUCCEEDED
+
+
 class JobSpec(Strict):
     """A job as submitted: the scenario contract's job schema."""
 
@@ -93,6 +112,10 @@ class JobSpec(Strict):
     user: str | None = None
     max_runtime: float | None = Field(default=None, gt=0)
     payload: dict[str, Any] | None = None
+    depends_on: list[Dependency] = []
+    hold_if_unfit: bool = False
+    """Keep the job queued even if no cluster of the fleet could ever hold it (a fleet that
+    will grow); by default such a job is refused at submission."""
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:

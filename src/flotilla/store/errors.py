@@ -14,6 +14,17 @@ class NotFoundError(StoreError, LookupError):
 class InvalidJobError(StoreError, ValueError):
     """A job of a submitted batch cannot be stored (for example its queue does not exist)."""
 
+    problems: list[str] = []
+    """One ``path: problem`` line per bad field, when the error is about fields."""
+
+
+class InvalidDependencyError(InvalidJobError):
+    """A ``depends_on`` entry names no job, or the batch's dependencies form a cycle."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid dependencies; nothing was submitted")
+
 
 class DuplicateJobError(InvalidJobError):
     """A job name already used in its queue, or twice in one batch."""
