@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from flotilla.backends.interface import (
     Backend,
@@ -436,3 +436,9 @@ class RunTransitions:
                     JobState.FAILED,
                     f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
                 )
+
+    def fail_unmet_dependencies(self, never: Mapping[str, str]) -> None:
+        """Queued jobs whose dependency can never be met fail, naming it (one write)."""
+        self.record(
+            [Transition(job_id, JobState.FAILED, reason) for job_id, reason in never.items()]
+        )

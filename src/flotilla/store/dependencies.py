@@ -94,7 +94,9 @@ def resolve(
     return resolved
 
 
-def _cycles(jobs: Sequence[JobSpec], edges: dict[int, list[int]], paths: Sequence[str]) -> list[str]:
+def _cycles(
+    jobs: Sequence[JobSpec], edges: dict[int, list[int]], paths: Sequence[str]
+) -> list[str]:
     """One problem per cycle of the batch's dependency graph, naming its jobs in order."""
     problems: list[str] = []
     done: set[int] = set()
@@ -114,7 +116,7 @@ def _cycles(jobs: Sequence[JobSpec], edges: dict[int, list[int]], paths: Sequenc
                 pending.pop()
                 continue
             if following in on_path:
-                loop = path[path.index(following) :] + [following]
+                loop = [*path[path.index(following) :], following]
                 names = " → ".join(jobs[i].name for i in loop)
                 problems.append(f"{paths[following]}depends_on: dependency cycle {names}")
                 continue
