@@ -10,7 +10,7 @@ start, and the loop fails it with a reason naming that dependency.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -48,7 +48,7 @@ def _label(dependency: DependencyRecord, record: JobRecord | None) -> str:
 
 
 def dependency_status(
-    dependencies: Iterable[DependencyRecord], state_of: dict[str, JobRecord | None]
+    dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
 ) -> DependencyStatus:
     """``state_of``: each dependency's current record (None when not known yet)."""
     waits: list[str] = []
