@@ -62,7 +62,7 @@ def test_a_dependency_that_ends_otherwise_fails_its_dependents_naming_it(
     report = submit(service, "report", "echo never", ("train", "succeeded"))
     cleanup = submit(service, "cleanup", "echo cleaned", ("prep", "failed"))
     service.cycle_until(lambda: service.state(report) is JobState.FAILED)
-    assert service.store.runs(train) == []
+    assert service.state(prep) is JobState.FAILED and service.store.runs(train) == []
     failed = service.store.get_job(train).reason
     assert failed.startswith("dependency job default/prep") and "ended failed" in failed
     assert "needed it succeeded" in failed

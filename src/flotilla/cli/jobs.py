@@ -47,10 +47,23 @@ def submit(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
     ] = False,
+    hold_if_unfit: Annotated[
+        bool,
+        typer.Option(
+            "--hold-if-unfit",
+            help="Keep jobs no cluster of the fleet can hold queued, for a fleet that will "
+            "grow (by default the server refuses them).",
+        ),
+    ] = False,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
     body = load_job_file(file)
+    if hold_if_unfit:
+        jobs = body.get("jobs", [body])
+        for job in jobs:
+            if isinstance(job, dict):
+                job["hold_if_unfit"] = True
     with api(server) as client:
         result = client.post("/v1/jobs", json=body)
     if quiet:
@@ -237,6 +250,13 @@ def why(
     with api(server) as client:
         answer = client.get(f"/v1/jobs/{job_id}/why")
     console().print(answer["summary"], highlight=False)
+    for dependency in answer.get("waiting_for", []):
+        state = dependency["state"] or "unknown"
+        console().print(
+            f"  depends on {dependency['job']} ({dependency['job_id'][:8]}): needs "
+            f"{dependency['condition']}, is {state}",
+            highlight=False,
+        )
     for level in answer["quota"]:
         ceiling = resources(level["max"]) if level["max"] is not None else "none"
         console().print(f"  quota {level['name']}: min {resources(level['min'])}; max {ceiling}")
