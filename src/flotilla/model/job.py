@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -78,6 +79,43 @@ class DependencyCondition(StrEnum):
     FINISHED = "finished"
     """Succeeded or failed (a cancelled dependency satisfies no condition)."""
     FAILED = "failed"
+
+    def accepts(self, state: str) -> bool:
+        """Whether a dependency that ended in ``state`` satisfies this condition."""
+        if self is DependencyCondition.FINISHED:
+            return state in ("succeeded", "failed")
+        return state == self.value
+
+    @property
+    def verb(self) -> str:
+        """``waits for job X to {verb}``."""
+        return {"succeeded": "succeed", "finished": "finish", "failed": "fail"}[self.value]
+
+
+def dependency_cycles(edges: Mapping[int, Sequence[int]]) -> list[list[int]]:
+    """The cycles of a dependency graph (job index → indices it depends on), each as a path
+    that starts and ends at the same job; each cycle is found once."""
+    cycles: list[list[int]] = []
+    done: set[int] = set()
+    for start in sorted(edges):
+        if start in done:
+            continue
+        path, on_path = [start], {start}
+        pending = [iter(edges.get(start, ()))]
+        while pending:
+            following = next(pending[-1], None)
+            if following is None:
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                pending.pop()
+            elif following in on_path:
+                cycles.append([*path[path.index(following) :], following])
+            elif following not in done:
+                path.append(following)
+                on_path.add(following)
+                pending.append(iter(edges.get(following, ())))
+    return cycles
 
 
 class Dependency(Strict):

@@ -15,15 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from flotilla.jobdb import ReadTxn
-from flotilla.model import DependencyCondition
-from flotilla.store import TERMINAL_JOB_STATES, DependencyRecord, JobRecord, JobState
-
-ACCEPTED: dict[DependencyCondition, frozenset[JobState]] = {
-    DependencyCondition.SUCCEEDED: frozenset({JobState.SUCCEEDED}),
-    DependencyCondition.FINISHED: frozenset({JobState.SUCCEEDED, JobState.FAILED}),
-    DependencyCondition.FAILED: frozenset({JobState.FAILED}),
-}
-"""The end states that satisfy each condition; any other end state never will."""
+from flotilla.store import TERMINAL_JOB_STATES, DependencyRecord, JobRecord
 
 
 class Verdict(Enum):
@@ -57,25 +49,19 @@ def dependency_status(
         label = _label(dependency, record)
         wanted = dependency.condition.value
         if record is None:
-            waits.append(f"{label} to {_verb(dependency.condition)} (not seen yet)")
+            waits.append(f"{label} to {dependency.condition.verb} (not seen yet)")
             continue
-        if record.state in ACCEPTED[dependency.condition]:
+        if dependency.condition.accepts(record.state.value):
             continue
         if record.state in TERMINAL_JOB_STATES:
             return DependencyStatus(
                 Verdict.NEVER,
                 f"dependency {label} ended {record.state.value}; this job needed it {wanted}",
             )
-        waits.append(f"{label} to {_verb(dependency.condition)} (it is {record.state.value})")
+        waits.append(f"{label} to {dependency.condition.verb} (it is {record.state.value})")
     if waits:
         return DependencyStatus(Verdict.WAITING, "waits for " + "; ".join(waits))
     return DependencyStatus(Verdict.MET, "")
-
-
-def _verb(condition: DependencyCondition) -> str:
-    if condition is DependencyCondition.FINISHED:
-        return "finish"
-    return "succeed" if condition is DependencyCondition.SUCCEEDED else "fail"
 
 
 class DependencyGate:

@@ -10,7 +10,7 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec, PriorityClass
-from flotilla.scheduler.dependencies import ACCEPTED, Verdict, dependency_status
+from flotilla.scheduler.dependencies import Verdict, dependency_status
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
 from flotilla.server.context import Caller, Context, ServerContext, require, require_read
@@ -256,7 +256,7 @@ def unmet_dependencies(
     unmet = [
         Dependency.from_record(item, None if record is None else record.state.value)
         for item in job.dependencies
-        if (record := found[item.job_id]) is None or record.state not in ACCEPTED[item.condition]
+        if (record := found[item.job_id]) is None or not item.condition.accepts(record.state.value)
     ]
     return status.reason, unmet
 

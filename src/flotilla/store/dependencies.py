@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
+from flotilla.model.job import dependency_cycles
 from flotilla.store.errors import InvalidDependencyError
 from flotilla.store.schema import Job
 
@@ -98,31 +99,8 @@ def _cycles(
     jobs: Sequence[JobSpec], edges: dict[int, list[int]], paths: Sequence[str]
 ) -> list[str]:
     """One problem per cycle of the batch's dependency graph, naming its jobs in order."""
-    problems: list[str] = []
-    done: set[int] = set()
-    for start in sorted(edges):
-        if start in done:
-            continue
-        # Iterative depth-first search; ``path`` is the current chain from ``start``.
-        path: list[int] = [start]
-        on_path = {start}
-        pending = [iter(edges.get(start, ()))]
-        while pending:
-            following = next(pending[-1], None)
-            if following is None:
-                finished = path.pop()
-                on_path.discard(finished)
-                done.add(finished)
-                pending.pop()
-                continue
-            if following in on_path:
-                loop = [*path[path.index(following) :], following]
-                names = " → ".join(jobs[i].name for i in loop)
-                problems.append(f"{paths[following]}depends_on: dependency cycle {names}")
-                continue
-            if following in done:
-                continue
-            path.append(following)
-            on_path.add(following)
-            pending.append(iter(edges.get(following, ())))
-    return problems
+    return [
+        f"{paths[cycle[0]]}depends_on: dependency cycle "
+        + " → ".join(jobs[index].name for index in cycle)
+        for cycle in dependency_cycles(edges)
+    ]
