@@ -280,6 +280,9 @@ def test_a_chain_from_one_file_and_why_names_the_dependency(
     assert why.exit_code == 0, why.output
     assert f"waits for job team-a/prep ({prep[:8]}) to finish (it is queued)" in why.output
     assert f"depends on prep ({prep[:8]}): needs finished, is queued" in why.output
+    described = run("describe", train)
+    assert described.exit_code == 0, described.output
+    assert f"prep ({prep[:8]}) finished" in described.output
 
 
 def test_a_cycle_in_the_file_is_refused_naming_the_jobs(

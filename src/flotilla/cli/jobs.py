@@ -192,6 +192,11 @@ def describe(
         facts.add_row(
             f"Task {task['name']}", f"{task.get('replicas', 1)} × {resources(task['resources'])}"
         )
+    for dependency in job.get("dependencies", []):
+        facts.add_row(
+            "Depends on",
+            f"{dependency['job']} ({dependency['job_id'][:8]}) {dependency['condition']}",
+        )
     if job["pending_reason"]:
         facts.add_row("Waiting", job["pending_reason"])
     elif job["reason"]:
