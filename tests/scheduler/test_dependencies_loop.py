@@ -22,9 +22,12 @@ def service(tmp_path: Path) -> Iterator[Service]:
     running.close()
 
 
-def submit(service: Service, name: str, command: str, *needs: tuple[str, str]) -> str:
+def submit(
+    service: Service, name: str, command: str, *needs: tuple[str, str], **fields: object
+) -> str:
     spec = JobSpec.model_validate(
         {
+            **fields,
             "name": name,
             "queue": "default",
             "tasks": [{"name": "main", "resources": {"cpu": 0.1}}],
@@ -89,3 +92,10 @@ def test_a_held_job_stays_held_across_a_restart_and_fails_when_its_dependency_is
     service.store.cancel(prep, "not needed")
     service.cycle_until(lambda: service.state(train) is JobState.FAILED)
     assert "ended cancelled" in service.store.get_job(train).reason
+
+
+def test_a_gangs_timeout_counts_from_when_its_dependencies_ended(service: Service) -> None:
+    prep = submit(service, "prep", "sleep 2")
+    gang = submit(service, "gang", "echo placed", ("prep", "succeeded"), gang={"timeout": 1})
+    service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
+    service.cycle_until(lambda: service.state(gang) is JobState.SUCCEEDED)
