@@ -150,7 +150,7 @@ class JobSpec(Strict):
     user: str | None = None
     max_runtime: float | None = Field(default=None, gt=0)
     payload: dict[str, Any] | None = None
-    depends_on: list[Dependency] = []
+    depends_on: list[Dependency] = Field(default=[], max_length=1000)
     hold_if_unfit: bool = False
     """Keep the job queued even if no cluster of the fleet could ever hold it (a fleet that
     will grow); by default such a job is refused at submission."""

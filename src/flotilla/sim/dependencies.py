@@ -45,7 +45,7 @@ class Dependencies:
                     f"dependency job {target.name} ended {state}; this job needed it "
                     f"{condition.value}"
                 )
-            waits.append(f"job {target.name} to {condition.verb} (it is {state})")
+            waits.append(f"job {target.name} to {condition.verb}")
             self._waiters.setdefault(target.name, set()).add(job.name)
         if not waits:
             return Hold.NONE, ""
