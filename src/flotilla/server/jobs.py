@@ -106,6 +106,27 @@ def _check_fit(context: ServerContext, specs: list[JobSpec], prefixes: list[str]
         )
 
 
+def _check_dependency_access(context: ServerContext, user: User, specs: list[JobSpec]) -> None:
+    """A dependency on a job of another queue needs read access to that job: its name and
+    state show in the dependent's ``why`` (403 naming the queue)."""
+    batch = {(spec.queue, name) for spec in specs for name in spec.job_names()}
+    for spec in specs:
+        for dependency in spec.depends_on:
+            queue, slash, _ = dependency.job.rpartition("/")
+            if slash:
+                if queue != spec.queue:
+                    require(user, Permission.READ, queue)
+                continue
+            if (spec.queue, dependency.job) in batch:
+                continue
+            try:
+                record = context.store.get_job(dependency.job)  # an id, if it is one
+            except NotFoundError:
+                continue
+            if record.queue != spec.queue:
+                require_read(user, record)
+
+
 def _priority_classes(context: ServerContext) -> dict[str, PriorityClass]:
     """The fleet's priority classes (none without a fleet)."""
     record = context.store.get_fleet()
@@ -131,6 +152,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
+    await run_in_threadpool(_check_dependency_access, context, user, specs)
     await run_in_threadpool(_check_fit, context, specs, prefixes)
     owner = user.name if context.auth.enabled else None
     ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
