@@ -61,7 +61,7 @@ def test_an_unknown_dependency_stores_nothing_and_names_the_field(store: SqlStor
     ]
     assert store.list_jobs().jobs == []
     with pytest.raises(InvalidDependencyError) as caught:
-        store.submit_jobs([job("c", depends_on=[needs("team-b/a")])])
+        store.submit_jobs([job("c", count=3, depends_on=[needs("team-b/a")])])
     assert caught.value.problems == ["depends_on[0].job: no job named 'a' in queue 'team-b'"]
 
 

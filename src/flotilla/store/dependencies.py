@@ -91,7 +91,8 @@ def resolve(
         resolved.append(entries)
     problems += _cycles(jobs, edges, paths)
     if problems:
-        raise InvalidDependencyError(problems)
+        # The elements of a ``count`` spec share its path: one line each.
+        raise InvalidDependencyError(list(dict.fromkeys(problems)))
     return resolved
 
 
