@@ -16,6 +16,7 @@ from flotilla.model import ClusterSpec, JobSpec
 from flotilla.server import AuthSettings, create_app
 from flotilla.server.auth import token_hash
 from flotilla.store import JobState, SqlStore
+from tests.builders import cluster, nodes, task
 from tests.server.api_support import FakeScheduler, spec
 
 
@@ -233,3 +234,42 @@ def test_ui_prints_the_dashboard_address_with_the_token_in_its_fragment() -> Non
         app, ["ui", "--server", "http://10.0.0.1:9/"], env={"FLOTILLA_TOKEN": ""}
     )
     assert without.stdout.strip() == "http://10.0.0.1:9/ui"  # no local token for a remote one
+
+
+def test_a_chain_from_one_file_and_why_names_the_dependency(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    chain = [spec("prep"), spec("train", depends_on=[{"job": "prep", "condition": "finished"}])]
+    result = run("submit", str(write(tmp_path, chain)), "-q")
+    assert result.exit_code == 0, result.output
+    prep, train = result.output.split()
+    why = run("why", train)
+    assert why.exit_code == 0, why.output
+    assert f"waits for job team-a/prep ({prep[:8]}) to finish (it is queued)" in why.output
+    assert f"depends on prep ({prep[:8]}): needs finished, is queued" in why.output
+    described = run("describe", train)
+    assert described.exit_code == 0, described.output
+    assert f"prep ({prep[:8]}) finished" in described.output
+
+
+def test_a_cycle_in_the_file_is_refused_naming_the_jobs(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    chain = [spec("a", depends_on=[{"job": "b"}]), spec("b", depends_on=[{"job": "a"}])]
+    result = run("submit", str(write(tmp_path, chain)))
+    assert result.exit_code == 1
+    assert "jobs[0].depends_on: dependency cycle a → b → a" in result.output
+    assert store.list_jobs().jobs == []
+
+
+def test_hold_if_unfit_keeps_a_job_the_fleet_cannot_hold(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    store.upsert_cluster(ClusterSpec.model_validate(cluster("small", nodes(2, cpu=8))))
+    path = write(tmp_path, spec("big", tasks=[task(cpu=16)]))
+    refused = run("submit", str(path))
+    assert refused.exit_code == 1
+    assert "tasks[0].resources.cpu: 16 per replica, but the largest node" in refused.output
+    held = run("submit", str(path), "--hold-if-unfit", "-q")
+    assert held.exit_code == 0, held.output
+    assert store.get_job(held.output.strip()).state is JobState.QUEUED

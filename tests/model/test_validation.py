@@ -265,3 +265,26 @@ def test_field_rules(data: Data, expected: str) -> None:
 def test_spec_error_message_lists_every_problem_under_the_source() -> None:
     error = SpecError(["a: x", "b: y"], "file.yaml")
     assert str(error) == "file.yaml: invalid scenario\n  a: x\n  b: y"
+
+
+def test_dependencies_name_jobs_of_the_scenario_without_cycles() -> None:
+    def needs(name: str, *jobs_needed: str, queue_name: str = "q") -> Data:
+        return {**job(name, queue=queue_name), "depends_on": [{"job": j} for j in jobs_needed]}
+
+    data = base(
+        queues=[queue("q"), queue("r")],
+        jobs=[
+            needs("a", "c"),
+            needs("b", "a"),
+            needs("c", "b"),
+            needs("d", "zz"),
+            needs("e", "r/a"),
+            needs("f", "j-1", queue_name="r"),
+            jobs(n=2),
+        ],
+    )
+    assert problems_of(data) == [
+        "jobs[3].depends_on[0].job: unknown job 'zz'",
+        "jobs[4].depends_on[0].job: unknown job 'r/a'",
+        "jobs[0].depends_on: dependency cycle a → c → b → a",
+    ]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from flotilla.model import SpecError
+from flotilla.model import JobSpec, SpecError
 from flotilla.server import AuthSettings, InsecureBindError, check_bind, create_app, run_server
 from flotilla.server.auth import token_hash
 from flotilla.store import JobState, SqlStore
@@ -228,3 +228,26 @@ def test_read_permission_from_the_token_config(store: SqlStore) -> None:
     assert api.get(f"/v1/jobs/{job}", headers=as_user("e")).status_code == 200
     assert len(api.get("/v1/jobs?queue=team-a", headers=as_user("e")).json()["jobs"]) == 1
     assert api.post(f"/v1/jobs/{job}/cancel", headers=as_user("e")).status_code == 403
+
+
+def test_a_dependency_on_another_queues_job_needs_read_on_it(
+    api: TestClient, store: SqlStore
+) -> None:
+    [other] = store.submit_jobs([JobSpec.model_validate(spec("secret", "team-b"))])
+    for named in ("team-b/secret", other):
+        body = spec("mine", depends_on=[{"job": named}])
+        refused = api.post("/v1/jobs", json=body, headers=as_user("ana-token"))
+        assert refused.status_code == 403, refused.text
+        assert "'read' permission on queue 'team-b'" in refused.json()["message"]
+    own = api.post(
+        "/v1/jobs",
+        json={"jobs": [spec("first"), spec("then", depends_on=[{"job": "team-a/first"}])]},
+        headers=as_user("ana-token"),
+    )
+    assert own.status_code == 201, own.text
+    allowed = api.post(
+        "/v1/jobs",
+        json=spec("ops-job", "team-a", depends_on=[{"job": other}]),
+        headers=as_user("ops-token"),
+    )
+    assert allowed.status_code == 201, allowed.text

@@ -44,7 +44,8 @@ def test_a_submitted_job_runs_and_its_output_is_served(live: LiveService, api: T
 
 def test_why_and_the_pending_reason_are_the_engines(live: LiveService, api: TestClient) -> None:
     too_big = live.cpus * 4
-    response = api.post("/v1/jobs", json=live.spec("huge", "true", cpu=too_big))
+    held = {**live.spec("huge", "true", cpu=too_big), "hold_if_unfit": True}
+    response = api.post("/v1/jobs", json=held)
     [job_id] = response.json()["ids"]
     live.wait_until(lambda: bool(live.loop.pending_reason(job_id)), "a cycle to explain it")
     engine_reason = live.loop.pending_reason(job_id)
@@ -53,6 +54,41 @@ def test_why_and_the_pending_reason_are_the_engines(live: LiveService, api: Test
     assert detail["state"] == "queued" and detail["pending_reason"] == engine_reason
     why = api.get(f"/v1/jobs/{job_id}/why").json()
     assert engine_reason in str(why)
+
+
+def test_a_job_bigger_than_any_node_is_refused_unless_held(
+    live: LiveService, api: TestClient
+) -> None:
+    cpus = live.cpus * 4
+    response = api.post("/v1/jobs", json=live.spec("huge", "true", cpu=cpus))
+    assert response.status_code == 422
+    assert "hold_if_unfit" in response.json()["message"]
+    assert response.json()["problems"] == [
+        f"tasks[0].resources.cpu: {cpus:g} per replica, but the largest node of the fleet has "
+        f"{live.cpus:g}"
+    ]
+    assert live.store.list_jobs().jobs == []
+
+
+def test_a_dependency_chain_runs_in_order_and_why_says_what_it_waits_for(
+    live: LiveService, api: TestClient
+) -> None:
+    first = live.spec("prep", "sleep 1")
+    second = {**live.spec("train", "echo trained"), "depends_on": [{"job": "prep"}]}
+    response = api.post("/v1/jobs", json={"jobs": [second, first]})
+    assert response.status_code == 201, response.text
+    train, prep = response.json()["ids"]
+    why = api.get(f"/v1/jobs/{train}/why").json()
+    assert why["state"] == "queued"
+    assert why["reason"].startswith(f"waits for job default/prep ({prep[:8]}) to succeed")
+    assert [(item["job_id"], item["condition"]) for item in why["waiting_for"]] == [
+        (prep, "succeeded")
+    ]
+    live.wait_until(lambda: live.state(train).value == "succeeded", "the chain to finish")
+    detail = api.get(f"/v1/jobs/{train}").json()
+    assert detail["dependencies"] == [
+        {"job_id": prep, "job": "prep", "condition": "succeeded", "state": None}
+    ]
 
 
 def test_cancel_of_a_running_job_ends_its_process_and_children(

@@ -54,6 +54,7 @@ COUNTERFACTUALS = [
     ("startup-delay", "clusters.0.startup_delay", 0),
     ("priority-then-submission-order", "jobs.1.priority", 9),
     ("cluster-failure", "clusters.0.fail_at", None),
+    ("dependencies", "jobs.1.depends_on", []),
 ]
 
 

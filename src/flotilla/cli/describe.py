@@ -42,6 +42,10 @@ def _facts(job: JobDetail) -> Table:
     gang = spec.get("gang")
     if gang:
         facts.add_row("Gang", gang_text(gang))
+    for dependency in job.dependencies:
+        facts.add_row(
+            "Depends on", f"{dependency.job} ({dependency.job_id[:8]}) {dependency.condition}"
+        )
     if job.pending_reason:
         facts.add_row("Waiting", job.pending_reason)
     elif job.reason:
@@ -137,6 +141,12 @@ def why(
     if emit(answer, output):
         return
     console().print(answer.summary, highlight=False)
+    for dependency in answer.waiting_for:
+        console().print(
+            f"  depends on {dependency.job} ({dependency.job_id[:8]}): needs "
+            f"{dependency.condition}, is {dependency.state or 'unknown'}",
+            highlight=False,
+        )
     for level in answer.quota:
         ceiling = resources(level.max) if level.max is not None else "none"
         console().print(f"  quota {level.name}: min {resources(level.min)}; max {ceiling}")

@@ -34,6 +34,14 @@ def submit(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
     ] = False,
+    hold_if_unfit: Annotated[
+        bool,
+        typer.Option(
+            "--hold-if-unfit",
+            help="Keep jobs no cluster of the fleet can hold queued, for a fleet that will "
+            "grow (by default the server refuses them).",
+        ),
+    ] = False,
     output: OutputOption = Output.TABLE,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
@@ -42,6 +50,10 @@ def submit(
         body = read_job_file(file)  # a bad file: exit 2 before any request
     except InvalidSpec as invalid:
         fail(invalid.message, invalid.problems, code=2)
+    if hold_if_unfit:
+        for job in body.get("jobs", [body]):
+            if isinstance(job, dict):
+                job["hold_if_unfit"] = True
     with api(server) as client:
         result = client.submit(body)
     if quiet:

@@ -7,6 +7,8 @@ from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, 
 from flotilla.model.errors import SpecError
 from flotilla.model.job import (
     Affinity,
+    Dependency,
+    DependencyCondition,
     GangMode,
     GangSpec,
     JobSpec,
@@ -32,6 +34,8 @@ from flotilla.model.scenario import (
 __all__ = [
     "Affinity",
     "ClusterSpec",
+    "Dependency",
+    "DependencyCondition",
     "Expectation",
     "FairShare",
     "GangMode",

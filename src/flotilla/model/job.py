@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -71,6 +72,62 @@ class Toleration(Strict):
     effect: TaintEffect | None = None
 
 
+class DependencyCondition(StrEnum):
+    """What a dependency must end in for the job that waits on it to start."""
+
+    SUCCEEDED = "succeeded"
+    FINISHED = "finished"
+    """Succeeded or failed (a cancelled dependency satisfies no condition)."""
+    FAILED = "failed"
+
+    def accepts(self, state: str) -> bool:
+        """Whether a dependency that ended in ``state`` satisfies this condition."""
+        if self is DependencyCondition.FINISHED:
+            return state in ("succeeded", "failed")
+        return state == self.value
+
+    @property
+    def verb(self) -> str:
+        """``waits for job X to {verb}``."""
+        return {"succeeded": "succeed", "finished": "finish", "failed": "fail"}[self.value]
+
+
+def dependency_cycles(edges: Mapping[int, Sequence[int]]) -> list[list[int]]:
+    """The cycles of a dependency graph (job index → indices it depends on), each as a path
+    that starts and ends at the same job; each cycle is found once."""
+    cycles: list[list[int]] = []
+    done: set[int] = set()
+    for start in sorted(edges):
+        if start in done:
+            continue
+        path, on_path = [start], {start}
+        pending = [iter(edges.get(start, ()))]
+        while pending:
+            following = next(pending[-1], None)
+            if following is None:
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                pending.pop()
+            elif following in on_path:
+                cycles.append([*path[path.index(following) :], following])
+            elif following not in done:
+                path.append(following)
+                on_path.add(following)
+                pending.append(iter(edges.get(following, ())))
+    return cycles
+
+
+class Dependency(Strict):
+    """Start only after another job ended as ``condition`` says (Slurm's ``--dependency``).
+
+    ``job`` names it: a job of the same submission by name, else the latest job of that name
+    in this job's queue, ``QUEUE/NAME`` for another queue, or a job id."""
+
+    job: str = Field(min_length=1, max_length=507)
+    condition: DependencyCondition = DependencyCondition.SUCCEEDED
+
+
 class JobSpec(Strict):
     """A job as submitted: the scenario contract's job schema."""
 
@@ -93,6 +150,10 @@ class JobSpec(Strict):
     user: str | None = None
     max_runtime: float | None = Field(default=None, gt=0)
     payload: dict[str, Any] | None = None
+    depends_on: list[Dependency] = Field(default=[], max_length=1000)
+    hold_if_unfit: bool = False
+    """Keep the job queued even if no cluster of the fleet could ever hold it (a fleet that
+    will grow); by default such a job is refused at submission."""
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from flotilla.model.cluster import NodeGroup
 from flotilla.model.errors import SpecError, from_pydantic
+from flotilla.model.job import dependency_cycles
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Scenario
 
@@ -155,6 +156,28 @@ def check_fleet_references(
     return problems
 
 
+def _check_dependencies(scenario: Scenario, known_jobs: set[str]) -> list[str]:
+    """Every ``depends_on`` names a job of the scenario (``NAME`` or ``QUEUE/NAME``), and no
+    dependencies form a cycle."""
+    problems: list[str] = []
+    owner = {name: index for index, job in enumerate(scenario.jobs) for name in job.job_names()}
+    edges: dict[int, list[int]] = {}
+    for index, job in enumerate(scenario.jobs):
+        for position, dependency in enumerate(job.depends_on):
+            queue, _, name = dependency.job.rpartition("/")
+            target = owner.get(name)
+            if target is None or (queue and scenario.jobs[target].queue != queue):
+                problems.append(
+                    f"jobs[{index}].depends_on[{position}].job: unknown job {dependency.job!r}"
+                )
+            else:
+                edges.setdefault(index, []).append(target)
+    for cycle in dependency_cycles(edges):
+        names = " → ".join(scenario.jobs[index].name for index in cycle)
+        problems.append(f"jobs[{cycle[0]}].depends_on: dependency cycle {names}")
+    return problems
+
+
 def check_references(scenario: Scenario) -> list[str]:
     """Cross-field checks: unknown references, duplicate names, inconsistent quotas."""
     problems = check_fleet_references(
@@ -213,6 +236,7 @@ def check_references(scenario: Scenario) -> list[str]:
                 )
 
     known_jobs = {name for _, name in job_names}
+    problems += _check_dependencies(scenario, known_jobs)
     for index, expectation in enumerate(scenario.expect):
         if expectation.job is not None and expectation.job not in known_jobs:
             problems.append(f"expect[{index}].job: unknown job {expectation.job!r}")

@@ -343,6 +343,7 @@ class SchedulingLoop:
                 self._sync()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
+                self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
                 self._sync()
                 self._dispatcher.dispatch_leased()
                 self._sync()

@@ -24,6 +24,7 @@ from flotilla.framework.resources import ResourceSpace
 from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapshot
 from flotilla.jobdb import JobDb, ReadTxn
 from flotilla.model import ClusterSpec
+from flotilla.scheduler.dependencies import DependencyGate
 from flotilla.scheduler.records import (
     assignment_from_json,
     cluster_from_record,
@@ -45,6 +46,9 @@ class LoopSnapshot:
 class SnapshotBuilder:
     def __init__(self, store: Store, jobdb: JobDb) -> None:
         self._store = store
+        self._jobdb = jobdb
+        self.dependencies = DependencyGate()
+        """Queued jobs held back until their dependencies end (not in ``_queued``)."""
         self.cluster_order: Callable[[], Sequence[str]] | None = None
         """The clusters' declaration order (the fleet file's), which strategies use to break
         ties; None: by name."""
@@ -70,25 +74,40 @@ class SnapshotBuilder:
     def observe(self, records: Iterable[JobRecord], synced_serial: int) -> None:
         """Apply the records a JobDb sync returned (oldest first); ``synced_serial`` is the
         JobDb's serial after that sync."""
+        read = self._jobdb.read_txn()
+        records = list(records)
         for record in records:
             held = self._queued.get(record.id)
             if held is not None and held.serial > record.serial:
                 continue
-            if record.state is JobState.QUEUED:
-                self._queued[record.id] = record
-                if record.spec.gang is not None:
-                    self.gangs[record.id] = record
+            if record.state is JobState.QUEUED and self.dependencies.admit(record, read):
+                self._queue(record)
             elif held is not None:
                 del self._queued[record.id]
                 self.gangs.pop(record.id, None)
             else:
+                if record.state is not JobState.QUEUED:
+                    self.dependencies.forget(record.id)
                 continue
+            self._stale.add(record.id)
+        for record in self.dependencies.changed((record.id for record in records), read):
+            self._queue(record)
             self._stale.add(record.id)
         self._serial = max(self._serial, synced_serial)
 
+    def _queue(self, record: JobRecord) -> None:
+        self._queued[record.id] = record
+        if record.spec.gang is not None:
+            self.gangs[record.id] = record
+
     def _reload(self, read: ReadTxn) -> None:
         """Start over from the JobDb (first use, or a sync that bypassed ``observe``)."""
-        self._queued = {job.id: job for job in read.jobs_in_state(JobState.QUEUED)}
+        self.dependencies.clear()
+        self._queued = {
+            job.id: job
+            for job in read.jobs_in_state(JobState.QUEUED)
+            if self.dependencies.admit(job, read)
+        }
         self.gangs = {key: job for key, job in self._queued.items() if job.spec.gang}
         self._engine.clear()
         self._unplaceable.clear()
@@ -175,6 +194,7 @@ class SnapshotBuilder:
                 self._convert(self._stale.pop(), space)
             queued = list(self._engine.values())
             reasons = dict(self._unplaceable)
+            reasons.update(self.dependencies.reasons)
         queues = [
             QueueInfo(
                 name=spec.name,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from flotilla.backends.interface import (
     Backend,
@@ -426,10 +426,28 @@ class RunTransitions:
         now = time.time()
         for job in gangs:
             gang = job.spec.gang
-            if gang is not None and now - job.updated_at.timestamp() > gang.timeout:
+            if gang is not None and now - self._waiting_since(job) > gang.timeout:
                 last = self._context.reasons.get(job.id, "never considered")
                 self.transition(
                     job.id,
                     JobState.FAILED,
                     f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
                 )
+
+    def _waiting_since(self, job: JobRecord) -> float:
+        """When a queued job became schedulable: its last write, or the end of its last
+        dependency if later (a gang's timeout counts from when it could be placed)."""
+        since = job.updated_at.timestamp()
+        if job.dependencies:
+            read = self._context.jobdb.read_txn()
+            for dependency in job.dependencies:
+                found = read.get(dependency.job_id)
+                if found is not None:
+                    since = max(since, found.updated_at.timestamp())
+        return since
+
+    def fail_unmet_dependencies(self, never: Mapping[str, str]) -> None:
+        """Queued jobs whose dependency can never be met fail, naming it (one write)."""
+        self.record(
+            [Transition(job_id, JobState.FAILED, reason) for job_id, reason in never.items()]
+        )

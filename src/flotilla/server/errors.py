@@ -89,7 +89,8 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def _store_error(_request: Request, error: StoreError) -> JSONResponse:
-        return JSONResponse(error_body(str(error)), store_error_status(error))
+        problems = error.problems if isinstance(error, InvalidJobError) else []
+        return JSONResponse(error_body(str(error), problems), store_error_status(error))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:

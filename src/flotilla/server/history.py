@@ -15,7 +15,7 @@ from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
 from flotilla.model import QuotaSpec
 from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
-from flotilla.server.jobs import JobReference, pending_reason
+from flotilla.server.jobs import JobReference, pending_reason, unmet_dependencies
 from flotilla.server.schemas import Event, LogChunk, QuotaLevel, Why
 from flotilla.store import (
     TERMINAL_JOB_STATES,
@@ -192,6 +192,7 @@ def why(job_id: JobReference, context: Context, user: Caller) -> Why:
     job = find_job(context, user, job_id)
     require_read(user, job)
     reason = pending_reason(context, job) or job.reason
+    _, waiting_for = unmet_dependencies(context, job)
     position = store.queue_position(job.id)
     depth = store.job_counts().get(job.queue, {}).get(JobState.QUEUED.value, 0)
     queue = store.get_queue(job.queue)
@@ -221,4 +222,5 @@ def why(job_id: JobReference, context: Context, user: Caller) -> Why:
         queue_running=None if cycle is None else cycle.running_by_queue.get(job.queue),
         queue_dominant_share=None if cycle is None else cycle.dominant_share.get(job.queue),
         summary=_summary(job, reason, position, depth),
+        waiting_for=waiting_for,
     )

@@ -10,6 +10,7 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec, PriorityClass
+from flotilla.scheduler.dependencies import Verdict, dependency_status
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
 from flotilla.server.context import (
@@ -21,12 +22,14 @@ from flotilla.server.context import (
     require_read,
 )
 from flotilla.server.errors import ApiError
+from flotilla.server.feasibility import fleet_shapes, unfit_problems
 from flotilla.server.schemas import (
     LABEL_KEY,
     MAX_REASON,
     BulkCancelBody,
     CancelBody,
     CancelResult,
+    Dependency,
     Job,
     JobDetail,
     JobList,
@@ -35,7 +38,13 @@ from flotilla.server.schemas import (
     SubmittedJob,
 )
 from flotilla.server.submission import parse_submission
-from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+from flotilla.store import (
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobRecord,
+    JobState,
+    NotFoundError,
+)
 from flotilla.tracing import job_ids, tracer
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -85,6 +94,47 @@ def _check_queues(context: ServerContext, specs: list[JobSpec], prefixes: list[s
         raise ApiError(400, "unknown queue; nothing was submitted", problems)
 
 
+def _check_fit(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+    """422 for jobs no cluster of the fleet could ever hold, unless they ask to be held."""
+    if all(spec.hold_if_unfit for spec in specs):
+        return
+    clusters = fleet_shapes(context.store.list_clusters())
+    problems = [
+        f"{prefix + '.' if prefix else ''}{line}"
+        for spec, prefix in zip(specs, prefixes, strict=True)
+        for line in unfit_problems(spec, clusters)
+    ]
+    if problems:
+        raise ApiError(
+            422,
+            "no cluster of the fleet could ever run this job; nothing was submitted (give "
+            "hold_if_unfit: true, or flotilla submit --hold-if-unfit, to keep it queued for "
+            "a fleet that will grow)",
+            problems,
+        )
+
+
+def _check_dependency_access(context: ServerContext, user: User, specs: list[JobSpec]) -> None:
+    """A dependency on a job of another queue needs read access to that job: its name and
+    state show in the dependent's ``why`` (403 naming the queue)."""
+    batch = {(spec.queue, name) for spec in specs for name in spec.job_names()}
+    for spec in specs:
+        for dependency in spec.depends_on:
+            queue, slash, _ = dependency.job.rpartition("/")
+            if slash:
+                if queue != spec.queue:
+                    require(user, Permission.READ, queue)
+                continue
+            if (spec.queue, dependency.job) in batch:
+                continue
+            try:
+                record = context.store.get_job(dependency.job)  # an id, if it is one
+            except NotFoundError:
+                continue
+            if record.queue != spec.queue:
+                require_read(user, record)
+
+
 def _priority_classes(context: ServerContext) -> dict[str, PriorityClass]:
     """The fleet's priority classes (none without a fleet)."""
     record = context.store.get_fleet()
@@ -110,6 +160,8 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
+    await run_in_threadpool(_check_dependency_access, context, user, specs)
+    await run_in_threadpool(_check_fit, context, specs, prefixes)
     owner = user.name if context.auth.enabled else None
     with tracer().start_as_current_span("flotilla.submit") as span:
         ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
@@ -221,6 +273,9 @@ def list_jobs(
 def pending_reason(context: ServerContext, job: JobRecord) -> str | None:
     if job.state not in WAITING_JOB_STATES:
         return None
+    waiting, _ = unmet_dependencies(context, job)
+    if waiting is not None:
+        return waiting
     live = context.scheduler.pending_reason(job.id) if context.scheduler is not None else None
     return live or job.reason
 
@@ -237,6 +292,31 @@ JobReference = Annotated[
 
 def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
     return JobDetail.build(job, context.store.runs(job.id), pending_reason(context, job))
+
+
+def unmet_dependencies(
+    context: ServerContext, job: JobRecord
+) -> tuple[str | None, list[Dependency]]:
+    """For a queued job held by its dependencies: what it waits for (as the scheduler words
+    it) and those not met yet with their states; ``(None, [])`` otherwise. Read from the
+    store, so a server without a scheduler answers too."""
+    if job.state is not JobState.QUEUED or not job.dependencies:
+        return None, []
+    found: dict[str, JobRecord | None] = {}
+    for dependency in job.dependencies:
+        try:
+            found[dependency.job_id] = context.store.get_job(dependency.job_id)
+        except NotFoundError:
+            found[dependency.job_id] = None
+    status = dependency_status(job.dependencies, found)
+    if status.verdict is Verdict.MET:
+        return None, []
+    unmet = [
+        Dependency.from_record(item, None if record is None else record.state.value)
+        for item in job.dependencies
+        if (record := found[item.job_id]) is None or not item.condition.accepts(record.state.value)
+    ]
+    return status.reason, unmet
 
 
 @router.get("/jobs/{job_id}")

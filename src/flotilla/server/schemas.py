@@ -12,7 +12,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla.secrets import redact
-from flotilla.store import ClusterRecord, EventRecord, JobRecord, NodeRecord, RunRecord
+from flotilla.store import (
+    ClusterRecord,
+    DependencyRecord,
+    EventRecord,
+    JobRecord,
+    NodeRecord,
+    RunRecord,
+)
 
 
 class _Closed(BaseModel):
@@ -100,6 +107,26 @@ def _shown_spec(job: JobRecord) -> dict[str, Any]:
     return spec
 
 
+class Dependency(BaseModel):
+    """One ``depends_on`` entry as resolved at submission."""
+
+    job_id: str
+    job: str = Field(description="The job as the submitter named it.")
+    condition: str
+    state: str | None = Field(
+        default=None, description="The dependency's state now (in `why` answers)."
+    )
+
+    @classmethod
+    def from_record(cls, dependency: DependencyRecord, state: str | None = None) -> Dependency:
+        return cls(
+            job_id=dependency.job_id,
+            job=dependency.job,
+            condition=dependency.condition.value,
+            state=state,
+        )
+
+
 class JobDetail(Job):
     """One job in full: spec as stored, every run, and why it waits if it does."""
 
@@ -109,6 +136,9 @@ class JobDetail(Job):
         description="Why a waiting job waits: from the scheduler's latest run when one is "
         "attached to this server, else the reason stored with the job."
     )
+    dependencies: list[Dependency] = Field(
+        default=[], description="The jobs it depends on (`depends_on`), by id."
+    )
 
     @classmethod
     def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
@@ -117,6 +147,7 @@ class JobDetail(Job):
             spec=_shown_spec(job),
             runs=[Run.from_record(run) for run in runs],
             pending_reason=pending,
+            dependencies=[Dependency.from_record(item) for item in job.dependencies],
         )
 
 
@@ -302,6 +333,10 @@ class Why(BaseModel):
     queue_running: int | None = Field(description="From the last scheduling cycle, if known.")
     queue_dominant_share: float | None
     summary: str
+    waiting_for: list[Dependency] = Field(
+        default=[],
+        description="The dependencies of a queued job not met yet, with their states now.",
+    )
 
 
 class Report(BaseModel):

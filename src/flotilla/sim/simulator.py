@@ -37,6 +37,7 @@ from flotilla.scheduler.types import (
     SchedulingSnapshot,
 )
 from flotilla.sim.backlog import Backlog
+from flotilla.sim.dependencies import Dependencies, Hold
 from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
@@ -85,6 +86,7 @@ class Simulator:
             for spec, job in build_jobs(scenario, self.space, self.algorithm.caches.shapes)
         ]
         self.job_by_name = {job.name: job for job in self.jobs}
+        self._dependencies = Dependencies(self.job_by_name)
         self.events: list[Event] = []
         self.moments: dict[float, Moment] = {}
         self.cycles = 0
@@ -152,6 +154,16 @@ class Simulator:
         job.queued_since = at
         job.assignment = None
         self._queued[job.name] = job
+        self._admit(job, at)
+
+    def _admit(self, job: SimJob, at: float) -> None:
+        """Into the backlog, unless it waits for its dependencies (or never can start)."""
+        hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
+        if hold is not Hold.NONE:
+            if hold is Hold.NEVER:
+                self._end(job, at, JobState.FAILED, "failed", reason)
+            job.reason = reason
+            return
         self._backlog.add(job.job)
         gang = job.spec.gang
         if gang is not None:
@@ -190,7 +202,9 @@ class Simulator:
         if job.spec.duration is not None:
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
 
-    def _end(self, job: SimJob, at: float, state: JobState, event: str) -> None:
+    def _end(
+        self, job: SimJob, at: float, state: JobState, event: str, reason: str | None = None
+    ) -> None:
         if job.state is JobState.RUNNING:
             self._release(job, at)
         job.run += 1
@@ -199,8 +213,10 @@ class Simulator:
         job.state = state
         self._terminal += 1
         job.finished_at = at
-        job.reason = None
-        self.events.append(Event(at, job.name, event))
+        job.reason = reason
+        self.events.append(Event(at, job.name, event, reason=reason))
+        for waiter in self._dependencies.ended(job.name):
+            self._admit(waiter, at)
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from flotilla.model import JobSpec
-from flotilla.store.records import EventRecord, JobRecord, RunRecord
+from flotilla.model import DependencyCondition, JobSpec
+from flotilla.store.records import DependencyRecord, EventRecord, JobRecord, RunRecord
 from flotilla.store.schema import Event, Job, Run
 from flotilla.store.states import JobState, RunState
 
@@ -128,6 +128,17 @@ def job_record(
         cancel_requested=row.cancel_requested,
         reason=row.reason,
         run=run if run is None or isinstance(run, RunRecord) else run_record(run),
+        dependencies=dependency_records(row.dependencies),
+    )
+
+
+def dependency_records(stored: list[dict[str, Any]] | None) -> tuple[DependencyRecord, ...]:
+    """The ``dependencies`` column as records (empty when null)."""
+    return tuple(
+        DependencyRecord(
+            job_id=item["job_id"], job=item["job"], condition=DependencyCondition(item["condition"])
+        )
+        for item in stored or ()
     )
 
 

@@ -27,6 +27,17 @@ class AmbiguousJobError(StoreError, LookupError):
 class InvalidJobError(StoreError, ValueError):
     """A job of a submitted batch cannot be stored (for example its queue does not exist)."""
 
+    problems: list[str] = []
+    """One ``path: problem`` line per bad field, when the error is about fields."""
+
+
+class InvalidDependencyError(InvalidJobError):
+    """A ``depends_on`` entry names no job, or the batch's dependencies form a cycle."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid dependencies; nothing was submitted")
+
 
 class DuplicateJobError(InvalidJobError):
     """A job name used by a live (unfinished) job of its queue, or twice in one batch."""

@@ -17,6 +17,7 @@ from sqlalchemy import CursorResult, Table, and_, bindparam, func, insert, or_, 
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
+from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
     ConflictError,
     DuplicateJobError,
@@ -126,6 +127,9 @@ def submit(
     first = reserve_serials(session, len(jobs))
     check_batch(session, jobs)
     ids = [new_id() for _ in jobs]
+    origins = [index for index, spec in enumerate(batch) for _ in spec.job_names()]
+    paths = [f"jobs[{index}]." if len(batch) > 1 else "" for index in origins]
+    dependencies = resolve_dependencies(session, jobs, ids, paths)
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     for offset, (job_id, job) in enumerate(zip(ids, jobs, strict=True)):
@@ -147,6 +151,7 @@ def submit(
                 "cancel_requested": False,
                 "reason": "submitted",
                 "run_id": None,
+                "dependencies": dependencies[offset],
             }
         )
         events.append(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
+from flotilla.model import ClusterSpec, DependencyCondition, JobSpec, QueueSpec, QuotaSpec
 from flotilla.store.states import JobState, RunState
 
 
@@ -31,6 +31,16 @@ class RunRecord:
     finished_at: datetime | None = None
     exit_code: int | None = None
     message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyRecord:
+    """A dependency as resolved at submission: the job it names, for good."""
+
+    job_id: str
+    job: str
+    """The job as the submitter named it (a name, ``QUEUE/NAME`` or an id)."""
+    condition: DependencyCondition
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,8 @@ class JobRecord:
     reason: str = ""
     """Why the job is in its state: the reason of its last transition."""
     run: RunRecord | None = None
+    dependencies: tuple[DependencyRecord, ...] = ()
+    """The jobs this one waits for (``depends_on``), resolved to ids at submission."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,9 @@ class Job(Base):
     run_id: Mapped[str | None] = mapped_column(String(ID))
     """The latest run (no foreign key: runs reference jobs, and a cycle would complicate
     creation order; the store writes both in one transaction)."""
+    dependencies: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=None)
+    """``depends_on`` resolved at submission: ``[{"job_id", "job", "condition"}]``; null
+    when the job waits for nobody."""
 
 
 class Run(Base):

@@ -1,0 +1,129 @@
+"""Holding queued jobs back until their dependencies end, without scanning the backlog.
+
+A queued job with ``depends_on`` stays out of the scheduling snapshot while any job it
+depends on has not ended. The gate indexes held jobs by the jobs they wait for, so when the
+JobDb's change feed brings a dependency's new state, only that dependency's waiters are
+looked at again: a job whose dependencies are all met is released into the backlog; one
+whose dependency ended in a state its condition does not accept (or was cancelled) can never
+start, and the loop fails it with a reason naming that dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from flotilla.jobdb import ReadTxn
+from flotilla.store import TERMINAL_JOB_STATES, DependencyRecord, JobRecord
+
+
+class Verdict(Enum):
+    MET = "met"
+    WAITING = "waiting"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyStatus:
+    """Where one job stands against its dependencies."""
+
+    verdict: Verdict
+    reason: str
+    """What it waits for (``WAITING``), or why it can never start (``NEVER``)."""
+
+
+def _label(dependency: DependencyRecord, record: JobRecord | None) -> str:
+    if record is None or dependency.job == record.id:
+        return f"job {dependency.job}"
+    return f"job {record.queue}/{record.name} ({record.id[:8]})"
+
+
+def dependency_status(
+    dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
+) -> DependencyStatus:
+    """``state_of``: each dependency's current record (None when not known yet)."""
+    waits: list[str] = []
+    for dependency in dependencies:
+        record = state_of.get(dependency.job_id)
+        label = _label(dependency, record)
+        wanted = dependency.condition.value
+        if record is None:
+            waits.append(f"{label} to {dependency.condition.verb} (not seen yet)")
+            continue
+        if dependency.condition.accepts(record.state.value):
+            continue
+        if record.state in TERMINAL_JOB_STATES:
+            return DependencyStatus(
+                Verdict.NEVER,
+                f"dependency {label} ended {record.state.value}; this job needed it {wanted}",
+            )
+        waits.append(f"{label} to {dependency.condition.verb} (it is {record.state.value})")
+    if waits:
+        return DependencyStatus(Verdict.WAITING, "waits for " + "; ".join(waits))
+    return DependencyStatus(Verdict.MET, "")
+
+
+class DependencyGate:
+    """Queued jobs whose dependencies are not met, indexed by the jobs they wait for."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, JobRecord] = {}
+        """Held job id → its queued record."""
+        self.reasons: dict[str, str] = {}
+        """Held job id → what it waits for (kept current from the change feed)."""
+        self.never: dict[str, str] = {}
+        """Job id → why it can never start: the loop fails these."""
+        self._waiters: dict[str, set[str]] = {}
+        """Dependency id → ids of the held jobs that wait for it."""
+
+    def clear(self) -> None:
+        self.held.clear()
+        self.reasons.clear()
+        self.never.clear()
+        self._waiters.clear()
+
+    def admit(self, record: JobRecord, read: ReadTxn) -> bool:
+        """Whether a queued ``record`` may be scheduled now; if not, it is held (or, when it
+        can never start, recorded in ``never``)."""
+        self.forget(record.id)
+        if not record.dependencies:
+            return True
+        status = dependency_status(
+            record.dependencies, {d.job_id: read.get(d.job_id) for d in record.dependencies}
+        )
+        if status.verdict is Verdict.MET:
+            return True
+        if status.verdict is Verdict.NEVER:
+            self.never[record.id] = status.reason
+            return False
+        self.held[record.id] = record
+        self.reasons[record.id] = status.reason
+        for dependency in record.dependencies:
+            self._waiters.setdefault(dependency.job_id, set()).add(record.id)
+        return False
+
+    def forget(self, job_id: str) -> None:
+        """Stop tracking a job (it left the queued state, or is looked at again)."""
+        self.never.pop(job_id, None)
+        held = self.held.pop(job_id, None)
+        self.reasons.pop(job_id, None)
+        if held is None:
+            return
+        for dependency in held.dependencies:
+            waiters = self._waiters.get(dependency.job_id)
+            if waiters is not None:
+                waiters.discard(job_id)
+                if not waiters:
+                    del self._waiters[dependency.job_id]
+
+    def changed(self, job_ids: Iterable[str], read: ReadTxn) -> list[JobRecord]:
+        """Look again at the jobs waiting for any of ``job_ids`` (jobs the change feed
+        brought); returns those released, for the backlog."""
+        released: list[JobRecord] = []
+        for job_id in job_ids:
+            for waiter in sorted(self._waiters.get(job_id, ())):
+                record = self.held.get(waiter)
+                if record is not None and self.admit(record, read):
+                    released.append(record)
+        return released

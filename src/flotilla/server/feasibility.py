@@ -1,0 +1,143 @@
+"""Refusing at submission a job that no cluster of the fleet could ever hold (Slurm does).
+
+The fleet is what the scheduler places on: the clusters in the store and the nodes their
+backends reported (a cluster with no nodes yet does not count; with none at all nothing is
+refused). Every check is a necessary condition for a placement on an empty cluster, so a job
+that is refused could never start, whatever else runs; a job that passes may still wait.
+Taints are not looked at (they can only make a placement harder), nor are gangs spanning
+several jobs. ``hold_if_unfit: true`` keeps such a job queued, for a fleet that will grow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flotilla.model import GangMode, JobSpec, TaskSpec, format_quantity
+from flotilla.store import ClusterRecord
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShape:
+    """Identical nodes of one cluster: their capacity, labels and how many there are."""
+
+    capacity: Mapping[str, float]
+    labels: Mapping[str, str]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterShape:
+    name: str
+    labels: Mapping[str, str]
+    nodes: tuple[NodeShape, ...]
+
+
+def _node_shape(group: Mapping[str, Any]) -> NodeShape:
+    capacity = {name: float(amount) for name, amount in group.get("resources", {}).items()}
+    gpus = group.get("gpus") or {}
+    if "gpu" not in capacity and gpus.get("count"):
+        capacity["gpu"] = float(gpus["count"])
+    return NodeShape(capacity, dict(group.get("labels") or {}), int(group.get("count") or 1))
+
+
+def fleet_shapes(records: Sequence[ClusterRecord]) -> list[ClusterShape]:
+    """The clusters that have nodes, as the store keeps them (``spec.nodes``)."""
+    return [
+        ClusterShape(
+            record.name,
+            dict(record.labels),
+            tuple(_node_shape(group) for group in record.spec.get("nodes") or ()),
+        )
+        for record in records
+        if record.spec.get("nodes")
+    ]
+
+
+def _has(labels: Mapping[str, str], required: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in required.items())
+
+
+def _shown(labels: Mapping[str, str]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def _amount(resource: str, value: float) -> str:
+    return f"{resource}={format_quantity(resource, value)}"
+
+
+def _per_node(task: TaskSpec, node: NodeShape) -> float:
+    """How many replicas of ``task`` one empty node of this shape holds."""
+    most = math.inf
+    for resource, amount in task.resources.items():
+        if amount > 0:
+            most = min(most, math.floor(node.capacity.get(resource, 0.0) / amount + EPSILON))
+    return most
+
+
+def _fits_cluster(spec: JobSpec, nodes: Sequence[NodeShape]) -> bool:
+    """Whether an empty cluster of these (eligible) nodes could hold every replica."""
+    for task in spec.tasks:
+        if sum(node.count * _per_node(task, node) for node in nodes) < task.replicas:
+            return False
+    total: dict[str, float] = {}
+    for task in spec.tasks:
+        for resource, amount in task.resources.items():
+            total[resource] = total.get(resource, 0.0) + amount * task.replicas
+    for resource, amount in total.items():
+        have = sum(node.count * node.capacity.get(resource, 0.0) for node in nodes)
+        if amount > have + EPSILON:
+            return False
+    return True
+
+
+def unfit_problems(spec: JobSpec, clusters: Sequence[ClusterShape]) -> list[str]:
+    """Why ``spec`` can never fit any of ``clusters``, one line per field; empty when it
+    may, when the submitter asked to hold it, or when the fleet has no nodes yet."""
+    if spec.hold_if_unfit or not clusters:
+        return []
+    wanted_clusters = spec.affinity.clusters.required
+    candidates = [cluster for cluster in clusters if _has(cluster.labels, wanted_clusters)]
+    if not candidates:
+        return [
+            f"affinity.clusters.required: no cluster of the fleet has {_shown(wanted_clusters)}"
+        ]
+    wanted_nodes = spec.affinity.nodes.required
+    eligible = {
+        cluster.name: [node for node in cluster.nodes if _has(node.labels, wanted_nodes)]
+        for cluster in candidates
+    }
+    nodes = [node for found in eligible.values() for node in found]
+    if not nodes:
+        return [f"affinity.nodes.required: no node of the fleet has {_shown(wanted_nodes)}"]
+    where = "node of the fleet" + (
+        " matching the job's affinity" if wanted_nodes or wanted_clusters else ""
+    )
+    problems: list[str] = []
+    for index, task in enumerate(spec.tasks):
+        too_big = False
+        for resource, amount in task.resources.items():
+            largest = max(node.capacity.get(resource, 0.0) for node in nodes)
+            if amount > largest + EPSILON:
+                too_big = True
+                problems.append(
+                    f"tasks[{index}].resources.{resource}: {format_quantity(resource, amount)} per "
+                    f"replica, but the largest {where} has {format_quantity(resource, largest)}"
+                )
+        if not too_big and not any(_per_node(task, node) >= 1 for node in nodes):
+            asked = ", ".join(_amount(name, value) for name, value in task.resources.items())
+            problems.append(f"tasks[{index}].resources: no {where} has {asked} at once")
+    if problems or (spec.gang is not None and spec.gang.mode is GangMode.NON_STRICT):
+        return problems  # a non-strict gang may start with fewer members
+    if not any(_fits_cluster(spec, found) for found in eligible.values()):
+        replicas = sum(task.replicas for task in spec.tasks)
+        field = "tasks[0].replicas" if len(spec.tasks) == 1 else "tasks"
+        return [
+            f"{field}: the job's {replicas} replicas run together on one cluster, and no "
+            "cluster of the fleet can hold them all even when empty"
+        ]
+    return []

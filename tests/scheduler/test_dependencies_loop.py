@@ -1,0 +1,101 @@
+"""Dependencies in the service's loop: a job waits until the jobs it depends on ended as its
+condition asks, then runs; one whose dependency can never be met fails naming it. Real
+store (SQLite), real local processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flotilla.model import JobSpec
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.store import JobState
+from tests.scheduler.test_service_loop import Service
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    running = Service(tmp_path)
+    yield running
+    running.close()
+
+
+def submit(
+    service: Service, name: str, command: str, *needs: tuple[str, str], **fields: object
+) -> str:
+    spec = JobSpec.model_validate(
+        {
+            **fields,
+            "name": name,
+            "queue": "default",
+            "tasks": [{"name": "main", "resources": {"cpu": 0.1}}],
+            "payload": {"command": ["sh", "-c", command]},
+            "depends_on": [{"job": job, "condition": condition} for job, condition in needs],
+        }
+    )
+    return service.store.submit_jobs([spec])[0]
+
+
+def first_time(service: Service, job_id: str, state: JobState) -> float:
+    return min(
+        event.time.timestamp() for event in service.store.events(job_id) if event.to_state is state
+    )
+
+
+def test_a_job_waits_for_its_dependency_to_succeed_then_runs(service: Service) -> None:
+    prep = submit(service, "prep", "sleep 0.5")
+    train = submit(service, "train", "echo trained", ("prep", "succeeded"))
+    service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
+    assert service.state(train) is JobState.QUEUED
+    reason = service.loop.pending_reason(train) or ""
+    assert reason.startswith("waits for job default/prep") and "to succeed" in reason
+    service.cycle_until(lambda: service.state(train) is JobState.SUCCEEDED)
+    assert first_time(service, train, JobState.LEASED) >= first_time(
+        service, prep, JobState.SUCCEEDED
+    )
+
+
+def test_a_dependency_that_ends_otherwise_fails_its_dependents_naming_it(
+    service: Service,
+) -> None:
+    prep = submit(service, "prep", "exit 1")
+    train = submit(service, "train", "echo never", ("prep", "succeeded"))
+    report = submit(service, "report", "echo never", ("train", "succeeded"))
+    cleanup = submit(service, "cleanup", "echo cleaned", ("prep", "failed"))
+    service.cycle_until(lambda: service.state(report) is JobState.FAILED)
+    assert service.state(prep) is JobState.FAILED and service.store.runs(train) == []
+    failed = service.store.get_job(train).reason
+    assert failed.startswith("dependency job default/prep") and "ended failed" in failed
+    assert "needed it succeeded" in failed
+    assert "dependency job default/train" in service.store.get_job(report).reason
+    service.cycle_until(lambda: service.state(cleanup) is JobState.SUCCEEDED)
+
+
+def test_a_held_job_stays_held_across_a_restart_and_fails_when_its_dependency_is_cancelled(
+    service: Service,
+) -> None:
+    prep = submit(service, "prep", "sleep 600")
+    train = submit(service, "train", "echo never", ("prep", "finished"))
+    service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
+    service.loop.close()
+    service.loop = SchedulingLoop(
+        service.store,
+        {"local": service.backend},
+        LoopSettings(cycle_interval=0.05, replica="replica-b"),
+    )
+    for _ in range(3):
+        service.loop.cycle()
+    assert service.state(train) is JobState.QUEUED
+    assert "to finish (it is running)" in (service.loop.pending_reason(train) or "")
+    service.store.cancel(prep, "not needed")
+    service.cycle_until(lambda: service.state(train) is JobState.FAILED)
+    assert "ended cancelled" in service.store.get_job(train).reason
+
+
+def test_a_gangs_timeout_counts_from_when_its_dependencies_ended(service: Service) -> None:
+    prep = submit(service, "prep", "sleep 2")
+    gang = submit(service, "gang", "echo placed", ("prep", "succeeded"), gang={"timeout": 1})
+    service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
+    service.cycle_until(lambda: service.state(gang) is JobState.SUCCEEDED)
