@@ -19,6 +19,7 @@ from flotilla.model.job import (
 from flotilla.model.loader import load_scenario, scenario_from_data
 from flotilla.model.quantity import format_quantity, parse_quantity
 from flotilla.model.queue import Preemption, PriorityClass, QueueSpec, QuotaSpec
+from flotilla.model.retry import ArraySpec, Backoff, RetryCause, RetrySpec
 from flotilla.model.scenario import (
     Expectation,
     FairShare,
@@ -31,6 +32,8 @@ from flotilla.model.scenario import (
 
 __all__ = [
     "Affinity",
+    "ArraySpec",
+    "Backoff",
     "ClusterSpec",
     "Expectation",
     "FairShare",
@@ -47,6 +50,8 @@ __all__ = [
     "QueueSpec",
     "Queueing",
     "QuotaSpec",
+    "RetryCause",
+    "RetrySpec",
     "Scenario",
     "Settings",
     "SpecError",

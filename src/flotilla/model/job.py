@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from flotilla.model.base import Labels, Name, ResourceList, Strict
 from flotilla.model.cluster import TaintEffect
+from flotilla.model.retry import ArraySpec, RetrySpec
 
 
 class TopologyScope(StrEnum):
@@ -93,11 +94,18 @@ class JobSpec(Strict):
     user: str | None = None
     max_runtime: float | None = Field(default=None, gt=0)
     payload: dict[str, Any] | None = None
+    retry: RetrySpec | None = None
+    array: ArraySpec | None = None
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:
         if self.priority is not None and self.priority_class is not None:
             raise ValueError("priority and priority_class: give one, not both")
+        if self.array is not None and self.count is not None:
+            raise ValueError(
+                "array and count: give one, not both (count makes independent copies, array "
+                "one array of elements)"
+            )
         names = [task.name for task in self.tasks]
         for name in names:
             if names.count(name) > 1:
@@ -118,6 +126,8 @@ class JobSpec(Strict):
         return self
 
     def job_names(self) -> list[str]:
+        if self.array is not None:
+            return [f"{self.name}-{index}" for index in range(self.array.size)]
         if self.count is None:
             return [self.name]
         return [f"{self.name}-{index}" for index in range(self.count)]

@@ -55,6 +55,11 @@ class JobRecord:
     reason: str = ""
     """Why the job is in its state: the reason of its last transition."""
     run: RunRecord | None = None
+    not_before: datetime | None = None
+    """While queued after a failed attempt: not scheduled before this time (retry backoff)."""
+    array_id: str | None = None
+    """The array this job is an element of, and its index in it."""
+    array_index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -290,6 +290,7 @@ class SqlStore:
         limit: int = 100,
         name_contains: str | None = None,
         newest_first: bool = False,
+        array_id: str | None = None,
     ) -> JobPage:
         if limit < 1:
             raise ValueError("limit must be at least 1")
@@ -301,6 +302,8 @@ class SqlStore:
             query = query.where(Job.state.in_([state.value for state in states]))
         if owner is not None:
             query = query.where(Job.owner == owner)
+        if array_id is not None:
+            query = query.where(Job.array_id == array_id)
         for key, value in (labels or {}).items():
             query = query.where(Job.labels[key].as_string() == value)
         if name_contains:
