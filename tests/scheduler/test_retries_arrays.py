@@ -1,0 +1,194 @@
+"""Retries and job arrays in the service: the real loop, a real store, real processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flotilla.backends.interface import LogsRequest
+from flotilla.backends.local import LocalBackend
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState, SqlStore
+
+
+class Service:
+    """A store, the local backend and a loop; ``restart`` replaces the backend and the loop
+    as a restarted ``flotilla up`` would."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+        self.store.put_queue(QueueSpec(name="default"))
+        self._start()
+
+    def _start(self) -> None:
+        self.backend = LocalBackend(
+            cluster="local",
+            state_dir=self.tmp_path / "runs",
+            grace_period=1.0,
+            stop_runs_on_close=True,
+        )
+        nodes = self.backend.inventory().nodes
+        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
+        self.loop = SchedulingLoop(
+            self.store,
+            {"local": self.backend},
+            LoopSettings(cycle_interval=0.05, replica=f"replica-{time.monotonic_ns()}"),
+        )
+
+    def restart(self) -> None:
+        self.loop.close()
+        self.backend.close()
+        self._start()
+
+    def submit(self, command: str, **fields: Any) -> list[str]:
+        spec = JobSpec.model_validate(
+            {
+                "name": "job",
+                "queue": "default",
+                "tasks": [{"name": "main", "resources": {"cpu": 0.1}}],
+                "payload": {"command": ["sh", "-c", command]},
+                **fields,
+            }
+        )
+        return self.store.submit_jobs([spec])
+
+    def state(self, job_id: str) -> JobState:
+        return self.store.get_job(job_id).state
+
+    def cycle_until(self, done: Callable[[], bool], limit: float = 30.0) -> None:
+        deadline = time.monotonic() + limit
+        while not done():
+            assert time.monotonic() < deadline, "the loop did not get there in time"
+            self.loop.cycle()
+            time.sleep(0.05)
+
+    def output(self, job_id: str) -> str:
+        return self.loop.logs(job_id, LogsRequest(run_id="")).data.decode()
+
+    def close(self) -> None:
+        self.loop.close()
+        self.backend.close()
+        self.store.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    running = Service(tmp_path)
+    yield running
+    running.close()
+
+
+def ended(service: Service, job_id: str) -> Callable[[], bool]:
+    return lambda: service.state(job_id) in (JobState.SUCCEEDED, JobState.FAILED)
+
+
+def test_a_failing_job_is_retried_and_each_attempt_is_a_run_of_its_history(
+    service: Service, tmp_path: Path
+) -> None:
+    tries = tmp_path / "tries"
+    # Fails twice (exit 3, exit 3), then succeeds.
+    command = f"echo x >> {tries}; [ $(wc -l < {tries}) -ge 3 ] || exit 3"
+    (job,) = service.submit(command, retry={"limit": 3, "backoff": "none"})
+    service.cycle_until(ended(service, job))
+    assert service.state(job) is JobState.SUCCEEDED
+    runs = service.store.runs(job)
+    assert [run.attempt for run in runs] == [1, 2, 3]
+    assert [run.state for run in runs] == [RunState.FAILED, RunState.FAILED, RunState.SUCCEEDED]
+    assert [run.exit_code for run in runs] == [3, 3, 0]
+    retried = [e.reason for e in service.store.events(job) if e.to_state is JobState.QUEUED]
+    assert retried[1:] == [
+        "retry 1 of 3: attempt 1 ended (failed: replica main/0 exited with code 3)",
+        "retry 2 of 3: attempt 2 ended (failed: replica main/0 exited with code 3)",
+    ]
+
+
+def test_the_last_failure_stays_the_reason_once_the_retries_are_used_up(
+    service: Service,
+) -> None:
+    (job,) = service.submit("echo doomed; exit 4", retry={"limit": 1, "backoff": "none"})
+    service.cycle_until(ended(service, job))
+    record = service.store.get_job(job)
+    assert record.state is JobState.FAILED
+    assert record.reason == (
+        "replica main/0 exited with code 4 (attempt 2, failed; retry limit of 1 reached)"
+    )
+    runs = service.store.runs(job)
+    assert [(run.state, run.exit_code) for run in runs] == [(RunState.FAILED, 4)] * 2
+
+
+def test_a_cause_the_policy_does_not_name_fails_the_job_at_once(service: Service) -> None:
+    (job,) = service.submit("exit 1", retry={"limit": 5, "on": ["node_failure"]})
+    service.cycle_until(ended(service, job))
+    assert service.state(job) is JobState.FAILED
+    assert len(service.store.runs(job)) == 1
+
+
+def test_a_process_killed_by_a_signal_is_a_node_failure_and_retried(
+    service: Service, tmp_path: Path
+) -> None:
+    first = tmp_path / "first"
+    command = f"if [ ! -e {first} ]; then touch {first}; kill -9 $$; fi; echo survived"
+    (job,) = service.submit(command, retry={"limit": 1, "backoff": "none", "on": ["node_failure"]})
+    service.cycle_until(ended(service, job))
+    assert service.state(job) is JobState.SUCCEEDED
+    first_run = service.store.runs(job)[0]
+    assert (first_run.state, first_run.exit_code) == (RunState.FAILED, -9)
+    events = [e.reason for e in service.store.events(job) if e.to_state is JobState.QUEUED]
+    assert events[-1].endswith("(node_failure: replica main/0 killed by signal SIGKILL)")
+
+
+def test_the_backoff_is_stored_with_the_job_and_outlives_a_restart(
+    service: Service, tmp_path: Path
+) -> None:
+    tries = tmp_path / "tries"
+    command = f"echo x >> {tries}; [ $(wc -l < {tries}) -ge 2 ] || exit 3"
+    (job,) = service.submit(command, retry={"limit": 2, "backoff": "fixed", "delay": "1.5s"})
+    service.cycle_until(lambda: len(service.store.runs(job)) == 1 and ended_run(service, job))
+    waiting = service.store.get_job(job)
+    assert waiting.state is JobState.QUEUED and waiting.not_before is not None
+    service.loop.cycle()
+    assert "waiting out its retry backoff until" in (service.loop.pending_reason(job) or "")
+    service.restart()  # a new scheduler: nothing of the wait was in memory only
+    service.cycle_until(ended(service, job))
+    assert service.state(job) is JobState.SUCCEEDED
+    second = service.store.runs(job)[1]
+    assert second.created_at >= waiting.not_before
+
+
+def ended_run(service: Service, job_id: str) -> bool:
+    return service.state(job_id) is JobState.QUEUED and bool(service.store.runs(job_id))
+
+
+def test_array_elements_know_their_index_and_share_one_array_id(service: Service) -> None:
+    command = 'echo "$FLOTILLA_ARRAY_ID $FLOTILLA_ARRAY_INDEX $FLOTILLA_ARRAY_SIZE"'
+    jobs = service.submit(command, array={"size": 3})
+    records = [service.store.get_job(job) for job in jobs]
+    assert [record.name for record in records] == ["job-0", "job-1", "job-2"]
+    array_id = records[0].array_id
+    assert array_id is not None and {record.array_id for record in records} == {array_id}
+    service.cycle_until(lambda: all(service.state(job) is JobState.SUCCEEDED for job in jobs))
+    for index, job in enumerate(jobs):
+        assert service.output(job).split() == [array_id, str(index), "3"]
+
+
+def test_an_array_runs_at_most_parallelism_elements_at_once(service: Service) -> None:
+    jobs = service.submit("sleep 0.3", array={"size": 4, "parallelism": 2})
+    most = 0
+
+    def done() -> bool:
+        nonlocal most
+        states = [service.state(job) for job in jobs]
+        most = max(most, sum(state in ACTIVE_JOB_STATES for state in states))
+        return all(state is JobState.SUCCEEDED for state in states)
+
+    service.cycle_until(done)
+    assert most == 2
+    held = service.store.events(jobs[3])
+    assert held[0].to_state is JobState.QUEUED
