@@ -19,7 +19,7 @@ from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.handle import SchedulerHandle
 from flotilla.secrets import SecretBox
-from flotilla.server import catalog, fleet, history, jobs, ops
+from flotilla.server import arrays, catalog, fleet, history, jobs, ops
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
@@ -64,7 +64,7 @@ def create_app(
     )
     app.state.flotilla = context
     install_handlers(app)
-    for module in (jobs, history, catalog, ops, fleet):
+    for module in (jobs, arrays, history, catalog, ops, fleet):
         app.include_router(module.router)
     _count_requests(app, context)
     # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
