@@ -47,10 +47,14 @@ err = Console(stderr=True, soft_wrap=True)
 class ApiFailure(Exception):
     """The server refused (its message and problems) or could not be reached."""
 
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, problems: list[str] | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.problems = problems or []
+        self.status = status
+        """The HTTP status of a refusal (``None``: the server could not be reached)."""
 
 
 class Api:
@@ -72,7 +76,7 @@ class Api:
                 problems = [str(line) for line in body.get("problems", [])]
             except (ValueError, AttributeError):
                 message, problems = f"{response.status_code} {response.reason_phrase}", []
-            raise ApiFailure(message, problems)
+            raise ApiFailure(message, problems, response.status_code)
         if response.status_code == 204 or not response.content:
             return None
         return response.json()

@@ -13,6 +13,13 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from flotilla.cli.arrays import (
+    cancel_ids,
+    element_ids,
+    job_or_array,
+    print_array,
+    retry_and_array_rows,
+)
 from flotilla.cli.client import Api, ServerOption, api, fail
 from flotilla.cli.render import age, console, jobs_table, resources, state_text
 
@@ -124,7 +131,9 @@ def jobs(
 
 
 def wait(
-    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...", help="Job ids.")],
+    job_ids: Annotated[
+        list[str], typer.Argument(metavar="JOB...", help="Job ids or array ids (every element).")
+    ],
     timeout: Annotated[
         float, typer.Option(help="Give up after this many seconds (exit 3).", min=0)
     ] = 300.0,
@@ -134,6 +143,7 @@ def wait(
     deadline = time.monotonic() + timeout
     states: dict[str, str] = {}
     with api(server) as client:
+        job_ids = element_ids(client, job_ids)
         while True:
             for job_id in job_ids:
                 if states.get(job_id) not in TERMINAL:
@@ -152,12 +162,18 @@ def wait(
 
 
 def describe(
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="Job id (or array id).")],
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
-    """A job in full: spec summary, runs, history, and why it waits."""
+    """A job in full: spec summary, runs, history, and why it waits (an array: its
+    elements and their counts by state)."""
     with api(server) as client:
-        job = client.get(f"/v1/jobs/{job_id}")
+        found, array = job_or_array(client, job_id)
+        if found is None:
+            assert array is not None
+            print_array(array)
+            return
+        job = found
         events = client.get(f"/v1/jobs/{job_id}/events")
     spec = job["spec"]
     facts = Table.grid(padding=(0, 2))
@@ -179,6 +195,8 @@ def describe(
         facts.add_row(
             f"Task {task['name']}", f"{task.get('replicas', 1)} × {resources(task['resources'])}"
         )
+    for name, value in retry_and_array_rows(job):
+        facts.add_row(name, value)
     if job["pending_reason"]:
         facts.add_row("Waiting", job["pending_reason"])
     elif job["reason"]:
@@ -245,7 +263,10 @@ def why(
 
 
 def cancel(
-    job_ids: Annotated[list[str] | None, typer.Argument(metavar="JOB...", help="Job ids.")] = None,
+    job_ids: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="JOB...", help="Job ids or array ids (every element)."),
+    ] = None,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Every job of it.")] = None,
     label: LabelFilter = None,
     reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = (
@@ -266,10 +287,7 @@ def cancel(
         labels[key] = value
     with api(server) as client:
         if job_ids:
-            done = [
-                client.post(f"/v1/jobs/{job_id}/cancel", json={"reason": reason})
-                for job_id in job_ids
-            ]
+            done = [job for job_id in job_ids for job in cancel_ids(client, job_id, reason)]
         else:
             body = {"queue": queue, "labels": labels, "reason": reason}
             done = client.post("/v1/jobs/cancel", json=body)["cancelled"]
