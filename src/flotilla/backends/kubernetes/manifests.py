@@ -315,6 +315,37 @@ def job_manifest(
     }
 
 
+def rendezvous_service_manifest(job: Mapping[str, Any], settings: JobSettings) -> dict[str, Any]:
+    """The run's headless Service: it gives the Job's pods (``subdomain`` = the Job's name)
+    the DNS names ``<job>-<index>.<job>``, so replica 0's is the run's ``MASTER_ADDR``.
+    Owned by the Job, so deleting the Job deletes it."""
+    meta = job["metadata"]
+    name = meta["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": {MANAGED_BY: "flotilla", LABEL_RUN: meta["labels"][LABEL_RUN]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_NAME_LABEL: name},
+        },
+    }
+
+
 def pod_group_manifest(job: Mapping[str, Any], settings: JobSettings) -> dict[str, Any]:
     """Volcano's gang: every replica of the Job or none (``minMember``), owned by the Job."""
     meta = job["metadata"]
