@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from flotilla.model.base import Strict
 
@@ -63,6 +63,17 @@ class RetrySpec(Strict):
     on: list[RetryCause] = Field(
         default=[RetryCause.FAILED, RetryCause.LOST, RetryCause.NODE_FAILURE], min_length=1
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``on:`` key as the boolean true (and JSON then writes
+        it as ``"true"``): take either as ``on``, so ``on: [failed]`` works as written."""
+        if isinstance(data, dict):
+            for key in (True, "true"):
+                if key in data and "on" not in data:
+                    data = {("on" if k == key else k): v for k, v in data.items()}
+        return data
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after attempt ``attempt`` (1 for the first) before the next."""

@@ -38,6 +38,7 @@ from flotilla.scheduler.types import (
 )
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.fleet import build_jobs, resource_space
+from flotilla.sim.holds import ArraySlots, retry_after_node_failure
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -94,6 +95,7 @@ class Simulator:
         self._queued: dict[str, SimJob] = {}
         self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
+        self._slots = ArraySlots()
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -128,6 +130,11 @@ class Simulator:
             return True
         if kind is Timer.GANG_TIMEOUT:
             return self._gang_timeout(job, at, run)
+        if kind is Timer.RETRY:
+            if run != job.run or job.terminal:
+                return False
+            self._enqueue(job, at, JobState.QUEUED)
+            return True
         if kind is Timer.CANCEL:
             if job.terminal or job.state is None:
                 return False
@@ -148,6 +155,10 @@ class Simulator:
         job.state = state
         job.queued_since = at
         job.assignment = None
+        held = self._slots.take(job)
+        if held is not None:
+            job.reason = held
+            return
         self._queued[job.name] = job
         self._backlog.add(job.job)
         gang = job.spec.gang
@@ -198,6 +209,9 @@ class Simulator:
         job.finished_at = at
         job.reason = None
         self.events.append(Event(at, job.name, event))
+        following = self._slots.release(job)
+        if following is not None:
+            self._enqueue(following, at, JobState.QUEUED)
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -217,11 +231,20 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
+            delay, why = retry_after_node_failure(job, reason)
+            if delay is None:
+                self._end(job, at, JobState.FAILED, "failed")
+                job.reason = self.events[-1].reason = why
+                continue
             self._release(job, at)
             job.run += 1
-            self._enqueue(job, at, JobState.QUEUED)
-            job.reason = reason
-            self.events.append(Event(at, job.name, "requeued", reason=reason))
+            if delay > 0:
+                job.state, job.queued_since, job.assignment = JobState.QUEUED, at, None
+                self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
+            else:
+                self._enqueue(job, at, JobState.QUEUED)
+            job.reason = why
+            self.events.append(Event(at, job.name, "requeued", reason=why))
         self._capacity = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
         )
