@@ -21,8 +21,14 @@ def submit(client: TestClient, body: Any) -> list[str]:
 def test_an_array_is_one_id_over_its_elements_with_counts_by_state(
     lifecycle_client: TestClient, any_store: SqlStore
 ) -> None:
-    ids = submit(lifecycle_client, spec("sweep", array={"size": 3, "parallelism": 2}))
+    response = lifecycle_client.post(
+        "/v1/jobs", json=spec("sweep", array={"size": 3, "parallelism": 2})
+    )
+    assert response.status_code == 201, response.text
+    ids = response.json()["ids"]
     jobs = [lifecycle_client.get(f"/v1/jobs/{job_id}").json() for job_id in ids]
+    submitted = response.json()["jobs"]
+    assert {job["array_id"] for job in submitted} == {jobs[0]["array_id"]}
     assert [job["name"] for job in jobs] == ["sweep-0", "sweep-1", "sweep-2"]
     assert [job["array_index"] for job in jobs] == [0, 1, 2]
     array_id = jobs[0]["array_id"]

@@ -70,6 +70,8 @@ def submit(
     count = len(result["jobs"])
     console().print(f"submitted {count} job{'s' if count != 1 else ''}")
     console().print(table)
+    for array_id in dict.fromkeys(job["array_id"] for job in result["jobs"] if job.get("array_id")):
+        console().print(f"array {array_id}: describe, wait or cancel it as one", highlight=False)
 
 
 def _list_params(

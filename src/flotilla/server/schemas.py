@@ -156,6 +156,7 @@ class SubmittedJob(BaseModel):
     id: str
     name: str
     queue: str
+    array_id: str | None = Field(default=None, description="The array of an array element.")
 
 
 class SubmitResult(BaseModel):
