@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,43 +10,33 @@ import pytest
 
 from flotilla.backends.interface import LogsRequest
 from flotilla.backends.local import LocalBackend
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec
 from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
-from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState, SqlStore
+from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState
+from tests.scheduler.test_service_loop import Service as LoopService
 
 
-class Service:
-    """A store, the local backend and a loop; ``restart`` replaces the backend and the loop
-    as a restarted ``flotilla up`` would."""
+class Service(LoopService):
+    """The service loop's harness, plus ``restart``: a new backend and loop over the same
+    store and state dir, as a restarted ``flotilla up``."""
 
     def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
         self.tmp_path = tmp_path
-        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-        self.store.put_queue(QueueSpec(name="default"))
-        self._start()
-
-    def _start(self) -> None:
-        self.backend = LocalBackend(
-            cluster="local",
-            state_dir=self.tmp_path / "runs",
-            grace_period=1.0,
-            stop_runs_on_close=True,
-        )
-        nodes = self.backend.inventory().nodes
-        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
-        self.loop = SchedulingLoop(
-            self.store,
-            {"local": self.backend},
-            LoopSettings(cycle_interval=0.05, replica=f"replica-{time.monotonic_ns()}"),
-        )
 
     def restart(self) -> None:
         self.loop.close()
         self.backend.close()
-        self._start()
+        self.backend = LocalBackend(
+            cluster="local", state_dir=self.tmp_path / "runs", grace_period=1.0
+        )
+        self.loop = SchedulingLoop(
+            self.store,
+            {"local": self.backend},
+            LoopSettings(cycle_interval=0.05, replica="replica-b"),
+        )
 
-    def submit(self, command: str, **fields: Any) -> list[str]:
+    def submit_spec(self, command: str, **fields: Any) -> list[str]:
         spec = JobSpec.model_validate(
             {
                 "name": "job",
@@ -59,23 +48,8 @@ class Service:
         )
         return self.store.submit_jobs([spec])
 
-    def state(self, job_id: str) -> JobState:
-        return self.store.get_job(job_id).state
-
-    def cycle_until(self, done: Callable[[], bool], limit: float = 30.0) -> None:
-        deadline = time.monotonic() + limit
-        while not done():
-            assert time.monotonic() < deadline, "the loop did not get there in time"
-            self.loop.cycle()
-            time.sleep(0.05)
-
     def output(self, job_id: str) -> str:
         return self.loop.logs(job_id, LogsRequest(run_id="")).data.decode()
-
-    def close(self) -> None:
-        self.loop.close()
-        self.backend.close()
-        self.store.close()
 
 
 @pytest.fixture
@@ -95,7 +69,7 @@ def test_a_failing_job_is_retried_and_each_attempt_is_a_run_of_its_history(
     tries = tmp_path / "tries"
     # Fails twice (exit 3, exit 3), then succeeds.
     command = f"echo x >> {tries}; [ $(wc -l < {tries}) -ge 3 ] || exit 3"
-    (job,) = service.submit(command, retry={"limit": 3, "backoff": "none"})
+    (job,) = service.submit_spec(command, retry={"limit": 3, "backoff": "none"})
     service.cycle_until(ended(service, job))
     assert service.state(job) is JobState.SUCCEEDED
     runs = service.store.runs(job)
@@ -112,7 +86,7 @@ def test_a_failing_job_is_retried_and_each_attempt_is_a_run_of_its_history(
 def test_the_last_failure_stays_the_reason_once_the_retries_are_used_up(
     service: Service,
 ) -> None:
-    (job,) = service.submit("echo doomed; exit 4", retry={"limit": 1, "backoff": "none"})
+    (job,) = service.submit_spec("echo doomed; exit 4", retry={"limit": 1, "backoff": "none"})
     service.cycle_until(ended(service, job))
     record = service.store.get_job(job)
     assert record.state is JobState.FAILED
@@ -124,7 +98,7 @@ def test_the_last_failure_stays_the_reason_once_the_retries_are_used_up(
 
 
 def test_a_cause_the_policy_does_not_name_fails_the_job_at_once(service: Service) -> None:
-    (job,) = service.submit("exit 1", retry={"limit": 5, "on": ["node_failure"]})
+    (job,) = service.submit_spec("exit 1", retry={"limit": 5, "on": ["node_failure"]})
     service.cycle_until(ended(service, job))
     assert service.state(job) is JobState.FAILED
     assert len(service.store.runs(job)) == 1
@@ -135,7 +109,9 @@ def test_a_process_killed_by_a_signal_is_a_node_failure_and_retried(
 ) -> None:
     first = tmp_path / "first"
     command = f"if [ ! -e {first} ]; then touch {first}; kill -9 $$; fi; echo survived"
-    (job,) = service.submit(command, retry={"limit": 1, "backoff": "none", "on": ["node_failure"]})
+    (job,) = service.submit_spec(
+        command, retry={"limit": 1, "backoff": "none", "on": ["node_failure"]}
+    )
     service.cycle_until(ended(service, job))
     assert service.state(job) is JobState.SUCCEEDED
     first_run = service.store.runs(job)[0]
@@ -149,7 +125,7 @@ def test_the_backoff_is_stored_with_the_job_and_outlives_a_restart(
 ) -> None:
     tries = tmp_path / "tries"
     command = f"echo x >> {tries}; [ $(wc -l < {tries}) -ge 2 ] || exit 3"
-    (job,) = service.submit(command, retry={"limit": 2, "backoff": "fixed", "delay": "1.5s"})
+    (job,) = service.submit_spec(command, retry={"limit": 2, "backoff": "fixed", "delay": "1.5s"})
     service.cycle_until(lambda: len(service.store.runs(job)) == 1 and ended_run(service, job))
     waiting = service.store.get_job(job)
     assert waiting.state is JobState.QUEUED and waiting.not_before is not None
@@ -168,7 +144,7 @@ def ended_run(service: Service, job_id: str) -> bool:
 
 def test_array_elements_know_their_index_and_share_one_array_id(service: Service) -> None:
     command = 'echo "$FLOTILLA_ARRAY_ID $FLOTILLA_ARRAY_INDEX $FLOTILLA_ARRAY_SIZE"'
-    jobs = service.submit(command, array={"size": 3})
+    jobs = service.submit_spec(command, array={"size": 3})
     records = [service.store.get_job(job) for job in jobs]
     assert [record.name for record in records] == ["job-0", "job-1", "job-2"]
     array_id = records[0].array_id
@@ -179,7 +155,7 @@ def test_array_elements_know_their_index_and_share_one_array_id(service: Service
 
 
 def test_an_array_runs_at_most_parallelism_elements_at_once(service: Service) -> None:
-    jobs = service.submit("sleep 0.3", array={"size": 4, "parallelism": 2})
+    jobs = service.submit_spec("sleep 0.3", array={"size": 4, "parallelism": 2})
     most = 0
 
     def done() -> bool:

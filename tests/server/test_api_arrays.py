@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from fastapi.testclient import TestClient
 
 from flotilla.store import JobState, RunState, SqlStore, Transition
 from tests.server.api_support import spec
-
-
-def submit(client: TestClient, body: Any) -> list[str]:
-    response = client.post("/v1/jobs", json=body)
-    assert response.status_code == 201, response.text
-    ids: list[str] = response.json()["ids"]
-    return ids
+from tests.server.test_api_jobs import submit
 
 
 def test_an_array_is_one_id_over_its_elements_with_counts_by_state(

@@ -155,11 +155,12 @@ class Simulator:
         job.state = state
         job.queued_since = at
         job.assignment = None
+        self._queued[job.name] = job
         held = self._slots.take(job)
+        job.held = held is not None
         if held is not None:
             job.reason = held
             return
-        self._queued[job.name] = job
         self._backlog.add(job.job)
         gang = job.spec.gang
         if gang is not None:
@@ -202,8 +203,9 @@ class Simulator:
         if job.state is JobState.RUNNING:
             self._release(job, at)
         job.run += 1
-        if self._queued.pop(job.name, None) is not None:
+        if self._queued.pop(job.name, None) is not None and not job.held:
             self._backlog.remove(job.job)
+        job.held = False
         job.state = state
         self._terminal += 1
         job.finished_at = at
@@ -240,6 +242,7 @@ class Simulator:
             job.run += 1
             if delay > 0:
                 job.state, job.queued_since, job.assignment = JobState.QUEUED, at, None
+                job.held, self._queued[job.name] = True, job
                 self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
             else:
                 self._enqueue(job, at, JobState.QUEUED)

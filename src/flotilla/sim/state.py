@@ -39,6 +39,8 @@ class SimJob:
     """Failures its ``retry`` policy counted."""
     array_slot: bool = False
     """Whether it holds one of its array's ``parallelism`` slots."""
+    held: bool = False
+    """Queued but held out of the backlog (a retry backoff, its array's parallelism)."""
 
     @property
     def name(self) -> str:
