@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flotilla.backends.interface import LogsRequest
+from flotilla.backends.interface import BackendUnavailable, Inventory, LogsRequest, RunStatus
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec
 from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
@@ -168,3 +168,55 @@ def test_an_array_runs_at_most_parallelism_elements_at_once(service: Service) ->
     assert most == 2
     held = service.store.events(jobs[3])
     assert held[0].to_state is JobState.QUEUED
+
+
+class Flaky(LocalBackend):
+    """The local backend, silent (unreachable) once ``down`` is set."""
+
+    down = False
+
+    def inventory(self) -> Inventory:
+        if self.down:
+            raise BackendUnavailable("switched off by the test")
+        return super().inventory()
+
+    def poll(self) -> list[RunStatus]:
+        if self.down:
+            raise BackendUnavailable("switched off by the test")
+        return super().poll()
+
+
+def test_a_cluster_that_stops_answering_is_a_node_failure_for_its_runs(tmp_path: Path) -> None:
+    service = Service(tmp_path)
+    service.backend.close()
+    backend = Flaky(
+        cluster="local", state_dir=tmp_path / "runs", grace_period=1.0, stop_runs_on_close=True
+    )
+    service.backend = backend
+    service.loop.close()
+    service.loop = SchedulingLoop(
+        service.store,
+        {"local": backend},
+        LoopSettings(cycle_interval=0.05, replica="replica-c", heartbeat_timeout=0.5),
+    )
+    try:
+        (counted,) = service.submit_spec(
+            "sleep 30", retry={"limit": 1, "backoff": "none", "on": ["node_failure"]}
+        )
+        (plain,) = service.submit_spec("sleep 30", name="plain")
+        service.cycle_until(
+            lambda: {service.state(counted), service.state(plain)} == {JobState.RUNNING}
+        )
+        backend.down = True
+        service.cycle_until(
+            lambda: {service.state(counted), service.state(plain)} == {JobState.QUEUED}
+        )
+        counted_run, plain_run = service.store.runs(counted)[0], service.store.runs(plain)[0]
+        assert counted_run.state is RunState.FAILED  # counted against its limit
+        assert plain_run.state is RunState.RETURNED  # re-queued as always, not counted
+        assert service.store.get_job(counted).reason == (
+            "retry 1 of 1: attempt 1 ended (node_failure: cluster local became unreachable)"
+        )
+    finally:
+        backend.down = False
+        service.close()
