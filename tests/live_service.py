@@ -55,12 +55,17 @@ class LiveService:
         """The local cluster's cores: what a job must exceed never to fit."""
         return float(self.backend.inventory().nodes[0].capacity["cpu"])
 
-    def spec(self, name: str, command: str, cpu: float = 0.1) -> dict[str, Any]:
+    def spec(
+        self, name: str, command: str, cpu: float = 0.1, hold_if_unfit: bool = False
+    ) -> dict[str, Any]:
+        """A job of ``command``; ``hold_if_unfit`` keeps one too big for the machine queued
+        (the server refuses it otherwise)."""
         return {
             "name": name,
             "queue": "default",
             "tasks": [{"name": "main", "resources": {"cpu": cpu}}],
             "payload": {"command": ["sh", "-c", command]},
+            "hold_if_unfit": hold_if_unfit,
         }
 
     def submit(self, name: str, command: str, cpu: float = 0.1) -> str:

@@ -136,6 +136,37 @@ def test_a_run_becomes_an_indexed_job_with_gpus_resources_labels_and_tolerations
     assert {"FLOTILLA_RUN", "FLOTILLA_JOB", "FLOTILLA_INDEX", "FLOTILLA_PLACEMENTS"} <= names
 
 
+def test_gang_pods_get_their_rank_and_replica_zeros_stable_name_as_rendezvous(
+    manual: tuple[FakeApiServer, Path],
+) -> None:
+    server, kubeconfig = manual
+    backend = make(kubeconfig)
+    try:
+        backend.dispatch(gpu_request("run-8"))
+        backend.dispatch(gpu_request("run-9", replicas=1))
+        job = next(
+            j for j in server.cluster.list("Job") if j["metadata"]["name"] == m.job_name("run-8")
+        )
+    finally:
+        backend.close()
+    name = m.job_name("run-8")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == name
+    env = {item["name"]: item for item in pod["containers"][0]["env"]}
+    values = {key: item.get("value") for key, item in env.items()}
+    assert values["WORLD_SIZE"] == "2" and values["MASTER_ADDR"] == f"{name}-0.{name}"
+    assert (values["LOCAL_RANK"], values["LOCAL_WORLD_SIZE"]) == ("0", "1")  # a pod each
+    assert 20000 <= int(values["MASTER_PORT"]) < 32000
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        f"metadata.annotations['{m.INDEX_ANNOTATION}']"
+    )
+    (service,) = server.cluster.list("Service")  # none for the single-replica run-9
+    assert service["metadata"]["name"] == name
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {m.JOB_NAME_LABEL: name}
+    assert service["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+
 @pytest.mark.parametrize("mode", ["native", "kueue", "volcano"])
 def test_every_manifest_validates_against_the_kubernetes_schema(mode: str) -> None:
     settings = m.JobSettings(

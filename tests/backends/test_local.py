@@ -247,3 +247,37 @@ def test_a_run_started_by_another_live_backend_is_adopted_on_first_use(
     assert status.state is RunState.CANCELLED
     local.assert_gone(status)
     assert len(list((local.state_dir / "runs").iterdir())) == 1
+
+
+RENDEZVOUS = """
+import os, socket, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+print(os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"], world, rank)
+if rank == 0:
+    server = socket.create_server(address)
+    for _ in range(world - 1):
+        peer, _ = server.accept()
+        print("joined", peer.recv(16).decode())
+else:
+    for _ in range(200):
+        try:
+            socket.create_connection(address).sendall(str(rank).encode())
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        sys.exit("rank 0 never listened")
+"""
+
+
+def test_gang_replicas_rendezvous_at_rank_zeros_address_and_port(local: LocalHarness) -> None:
+    """A 2-replica job whose replicas meet as PyTorch's env:// would: rank 1 reaches rank 0 at
+    MASTER_ADDR:MASTER_PORT."""
+    backend = local.make()
+    payload = {"command": ["python3", "-c", RENDEZVOUS]}
+    backend.dispatch(request(backend, "run-rdv", payload, replicas=2))
+    status = local.wait_terminal(backend, "run-rdv")
+    assert status.state is RunState.SUCCEEDED, status.message
+    assert read_replica(backend, "run-rdv", "main", 0).split("\n")[:2] == ["0 2 2 0", "joined 1"]
+    assert read_replica(backend, "run-rdv", "main", 1) == "1 2 2 1\n"

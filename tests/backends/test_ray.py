@@ -53,19 +53,31 @@ def marker(**fields: Any) -> Marker:
     return Marker(**values)
 
 
-def submission(payload: dict[str, Any], job_type: str = "command", **fields: Any) -> Any:
+def submission(
+    payload: dict[str, Any],
+    job_type: str = "command",
+    placements: tuple[ReplicaPlacement, ...] = (PLACEMENT,),
+    **fields: Any,
+) -> Any:
+    """The Ray job of the last of ``placements`` (the first one's node is 10.0.0.7)."""
     request = DispatchRequest(
         run_id="run-1",
         job="job-a",
         cluster="gpu-farm",
-        placements=(PLACEMENT,),
+        placements=placements,
         payload=payload,
         job_type=job_type,
         env={"FLOTILLA_QUEUE": "research", "SHARED": "from-flotilla"},
         **fields,
     )
     made = build_submission(
-        request, parse_payload(job_type, payload), PLACEMENT, marker(), "abc123", grace_period=2.5
+        request,
+        parse_payload(job_type, payload),
+        request.placements[-1],
+        marker(),
+        "abc123",
+        grace_period=2.5,
+        master_addr="10.0.0.7",
     )
     return made.fields
 
@@ -100,6 +112,24 @@ def test_a_command_job_runs_its_command_with_the_env_layered() -> None:
     assert "entrypoint_num_cpus" not in fields  # nothing asked: Ray's defaults
     cd = submission({"command": "make all", "working_dir": "/data/my project"})
     assert cd["entrypoint"] == "cd '/data/my project' && make all"
+
+
+def test_a_gang_replica_gets_its_rank_and_the_first_replicas_node_as_rendezvous() -> None:
+    placements = (
+        PLACEMENT,
+        ReplicaPlacement("main", 1, "10.0.0.7"),
+        ReplicaPlacement("main", 2, "10.0.0.8"),
+    )
+    env = submission({"command": "torchrun train.py"}, placements=placements)["runtime_env"][
+        "env_vars"
+    ]
+    assert (env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"]) == ("3", "2", "0")
+    assert env["MASTER_ADDR"] == "10.0.0.7"
+    assert 20000 <= int(env["MASTER_PORT"]) < 32000
+    assert (
+        env["MASTER_PORT"]
+        == submission({"command": "true"})["runtime_env"]["env_vars"]["MASTER_PORT"]
+    )  # one port per run, whatever the replica
 
 
 def test_a_ray_job_passes_its_runtime_env_and_max_runtime_is_enforced_on_the_node() -> None:
@@ -278,6 +308,7 @@ def test_a_dispatch_interrupted_half_way_is_completed_not_repeated(ray_head: Ray
         marker(cluster=backend.cluster, run_id="half", node=node, gpu_ids=(), replicas=2, index=0),
         backend.inventory().nodes[0].labels["ray.io/node-id"],
         grace_period=1,
+        master_addr=node,
     )
     RayJobsClient(ray_head.address, None, 10.0).submit(**first.fields)
 

@@ -72,6 +72,32 @@ def test_the_batch_script_starts_one_quoted_step_per_replica(tmp_path: Path) -> 
     assert checked.returncode == 0, checked.stderr
 
 
+def test_each_step_gets_its_rank_and_the_first_replicas_node_as_rendezvous(
+    tmp_path: Path,
+) -> None:
+    request = gang()
+    script = batch_script(
+        request, parse_payload("command", request.payload), tmp_path, {"FLOTILLA_RUN": "x"}
+    )
+    steps = [line for line in script.splitlines() if " srun " in line and line[0] != "#"]
+    port = steps[0].split("MASTER_PORT=")[1].split()[0]
+    assert 20000 <= int(port) < 32000
+    for rank, step in enumerate(steps):
+        assert f"WORLD_SIZE=3 RANK={rank} " in step
+        assert f"MASTER_ADDR=n1 MASTER_PORT={port} " in step
+    assert "LOCAL_RANK=1 LOCAL_WORLD_SIZE=2" in steps[2]  # the second replica on n1
+    assert "LOCAL_RANK=0 LOCAL_WORLD_SIZE=1" in steps[1]
+    own = DispatchRequest(
+        run_id=request.run_id,
+        job=request.job,
+        cluster=request.cluster,
+        placements=request.placements,
+        payload={"command": "train", "env": {"MASTER_PORT": "29500"}},
+    )
+    script = batch_script(own, parse_payload("command", own.payload), tmp_path, {})
+    assert " MASTER_PORT=" not in script  # the job's own (exported with its env) wins
+
+
 def test_the_marker_survives_any_reason_and_ignores_other_jobs() -> None:
     marker = Marker(
         cluster="hpc;eu",

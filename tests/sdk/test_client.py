@@ -47,7 +47,9 @@ def test_submit_wait_and_read_both_streams_typed(
 
 
 def test_list_iterates_every_page_newest_first(live: LiveService, client: flotilla.Client) -> None:
-    specs = [live.spec(f"j{index}", "true", cpu=live.cpus * 4) for index in range(5)]
+    specs = [
+        live.spec(f"j{index}", "true", cpu=live.cpus * 4, hold_if_unfit=True) for index in range(5)
+    ]
     ids = client.submit(specs).ids
     listed = [job.id for job in client.list(JobFilter(newest_first=True), page_size=2)]
     assert listed == ids[::-1]
@@ -61,7 +63,7 @@ def test_errors_are_typed_and_carry_the_servers_message(
 ) -> None:
     with pytest.raises(flotilla.NotFound, match="no-such-job"):
         client.get("no-such-job")
-    client.submit(live.spec("twin", "sleep 30", cpu=live.cpus * 4))
+    client.submit(live.spec("twin", "sleep 30", cpu=live.cpus * 4, hold_if_unfit=True))
     with pytest.raises(flotilla.Conflict, match="unfinished") as taken:
         client.submit(live.spec("twin", "true"))
     assert taken.value.status == 409

@@ -26,7 +26,9 @@ def test_submit_one_job_stores_it_queued_and_wakes_the_scheduler(
     response = lifecycle_client.post("/v1/jobs", json=spec("train", labels={"team": "vision"}))
     assert response.status_code == 201
     body = response.json()
-    assert body["jobs"] == [{"id": body["ids"][0], "name": "train", "queue": "team-a"}]
+    assert body["jobs"] == [
+        {"id": body["ids"][0], "name": "train", "queue": "team-a", "array_id": None}
+    ]
     job = lifecycle_client.get(f"/v1/jobs/{body['ids'][0]}").json()
     assert job["state"] == "queued" and job["labels"] == {"team": "vision"}
     assert job["spec"]["payload"] == {"command": ["echo", "train"]}

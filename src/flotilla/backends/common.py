@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,42 @@ def check_same_job(existing: DispatchResult, request: DispatchRequest) -> None:
             f"run_id: {request.run_id!r} was already dispatched for job {existing.job!r} "
             "with other placements; a run id names one attempt"
         )
+
+
+RENDEZVOUS_PORTS = range(20000, 32000)
+"""Where ``MASTER_PORT`` is chosen: below Linux's ephemeral range (32768-60999), so a port
+the kernel handed to some client is never the one a run's rank 0 must listen on."""
+
+
+def rendezvous_port(run_id: str) -> int:
+    """The run's ``MASTER_PORT``: a deterministic function of the run id (a dispatch repeated
+    after a crash gives every replica the same port; another run most likely another)."""
+    return RENDEZVOUS_PORTS[zlib.crc32(run_id.encode()) % len(RENDEZVOUS_PORTS)]
+
+
+def rendezvous_env(
+    request: DispatchRequest, placement: ReplicaPlacement, master_addr: str
+) -> dict[str, str]:
+    """What a replica needs to join its run's process group (PyTorch's ``env://``).
+
+    ``WORLD_SIZE``: the run's replicas over all tasks; ``RANK``: this replica's position in the
+    request's placements (task by task, replica by replica: replica 0 of the first task is
+    rank 0); ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``: the same among the replicas on its node;
+    ``MASTER_ADDR``: how the other replicas reach rank 0's node (the backend says:
+    ``master_addr``); ``MASTER_PORT``: ``rendezvous_port(run_id)``. Every backend sets them
+    below the job's own env, so a job that sets ``MASTER_PORT`` itself keeps its value.
+    """
+    placements = request.placements
+    rank = placements.index(placement)
+    on_node = [index for index, other in enumerate(placements) if other.node == placement.node]
+    return {
+        "WORLD_SIZE": str(len(placements)),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(on_node.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(on_node)),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(rendezvous_port(request.run_id)),
+    }
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:

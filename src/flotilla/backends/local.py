@@ -42,6 +42,7 @@ from flotilla.backends.common import (
     command_payload_of,
     pick_replica,
     read_json,
+    rendezvous_env,
     run_directory,
     saved_run_ids,
     sync_file,
@@ -208,6 +209,8 @@ class LocalBackend:
                 env = {
                     **self._base_env(),
                     **request.env,
+                    # Every replica of a local run is on this machine.
+                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
                     **payload.env,
                     **self._backend_env(request, replica.placement),
                 }

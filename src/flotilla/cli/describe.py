@@ -9,11 +9,12 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
+from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
-from flotilla.server.schemas import Event, JobDetail, Run
+from flotilla.server.schemas import ArrayDetail, Event, JobDetail, Run
 
 
 def _facts(job: JobDetail) -> Table:
@@ -42,6 +43,8 @@ def _facts(job: JobDetail) -> Table:
     gang = spec.get("gang")
     if gang:
         facts.add_row("Gang", gang_text(gang))
+    for name, value in retry_and_array_rows(job):
+        facts.add_row(name, value)
     for dependency in job.dependencies:
         facts.add_row(
             "Depends on", f"{dependency.job} ({dependency.job_id[:8]}) {dependency.condition}"
@@ -117,7 +120,12 @@ def describe(
     """A job in full: spec summary, gang, where each replica runs, runs, history, and why
     it waits."""
     with api(server) as client:
-        job = client.get(job_ref)
+        named = job_or_array(client, job_ref)
+        if isinstance(named, ArrayDetail):
+            if not emit(named, output):
+                print_array(named)
+            return
+        job = named
         events = list(client.events(job.id))
     if emit({"job": job, "events": events}, output):
         return

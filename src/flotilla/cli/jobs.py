@@ -14,6 +14,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from flotilla.cli.arrays import cancel_ref, element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
@@ -22,10 +23,14 @@ from flotilla.sdk.jobfile import read_job_file
 from flotilla.server.schemas import Job, JobList
 
 JobArgument = Annotated[
-    str, typer.Argument(metavar="JOB", help="Id, id prefix, name (the latest) or QUEUE/NAME.")
+    str,
+    typer.Argument(
+        metavar="JOB", help="Id, id prefix, name (the latest), QUEUE/NAME, or an array id."
+    ),
 ]
 JobsArgument = Annotated[
-    list[str], typer.Argument(metavar="JOB...", help="Ids, id prefixes, names or QUEUE/NAME.")
+    list[str],
+    typer.Argument(metavar="JOB...", help="Ids, id prefixes, names, QUEUE/NAME, or array ids."),
 ]
 
 
@@ -68,6 +73,8 @@ def submit(
     count = len(result.jobs)
     console().print(f"submitted {count} job{'s' if count != 1 else ''}")
     console().print(table)
+    for array_id in dict.fromkeys(job.array_id for job in result.jobs if job.array_id):
+        console().print(f"array {array_id}: describe, wait or cancel it as one", highlight=False)
 
 
 def _labels(pairs: list[str] | None) -> dict[str, str]:
@@ -206,7 +213,7 @@ def wait(
     """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
     with api(server) as client:
         try:
-            ended = client.wait_all(job_refs, timeout)
+            ended = client.wait_all(element_ids(client, job_refs), timeout)
         except WaitTimeout as timed_out:
             console().print(timed_out.message, highlight=False)
             raise typer.Exit(3) from None
@@ -236,7 +243,7 @@ def cancel(
     labels = _labels(label)
     with api(server) as client:
         if job_refs:
-            done = [client.cancel(job, reason) for job in job_refs]
+            done = [job for ref in job_refs for job in cancel_ref(client, ref, reason)]
         else:
             done = client.cancel_matching(queue=queue, labels=labels, reason=reason)
     if not done:

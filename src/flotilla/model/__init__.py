@@ -21,6 +21,7 @@ from flotilla.model.job import (
 from flotilla.model.loader import load_scenario, scenario_from_data
 from flotilla.model.quantity import format_quantity, parse_quantity
 from flotilla.model.queue import Preemption, PriorityClass, QueueSpec, QuotaSpec
+from flotilla.model.retry import ArraySpec, Backoff, RetryCause, RetrySpec
 from flotilla.model.scenario import (
     Expectation,
     FairShare,
@@ -33,6 +34,8 @@ from flotilla.model.scenario import (
 
 __all__ = [
     "Affinity",
+    "ArraySpec",
+    "Backoff",
     "ClusterSpec",
     "Dependency",
     "DependencyCondition",
@@ -51,6 +54,8 @@ __all__ = [
     "QueueSpec",
     "Queueing",
     "QuotaSpec",
+    "RetryCause",
+    "RetrySpec",
     "Scenario",
     "Settings",
     "SpecError",

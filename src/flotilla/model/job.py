@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from flotilla.model.base import Labels, Name, ResourceList, Strict
 from flotilla.model.cluster import TaintEffect
+from flotilla.model.retry import ArraySpec, RetrySpec
 
 
 class TopologyScope(StrEnum):
@@ -154,11 +155,18 @@ class JobSpec(Strict):
     hold_if_unfit: bool = False
     """Keep the job queued even if no cluster of the fleet could ever hold it (a fleet that
     will grow); by default such a job is refused at submission."""
+    retry: RetrySpec | None = None
+    array: ArraySpec | None = None
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:
         if self.priority is not None and self.priority_class is not None:
             raise ValueError("priority and priority_class: give one, not both")
+        if self.array is not None and self.count is not None:
+            raise ValueError(
+                "array and count: give one, not both (count makes independent copies, array "
+                "one array of elements)"
+            )
         names = [task.name for task in self.tasks]
         for name in names:
             if names.count(name) > 1:
@@ -179,6 +187,8 @@ class JobSpec(Strict):
         return self
 
     def job_names(self) -> list[str]:
+        if self.array is not None:
+            return [f"{self.name}-{index}" for index in range(self.array.size)]
         if self.count is None:
             return [self.name]
         return [f"{self.name}-{index}" for index in range(self.count)]

@@ -106,7 +106,7 @@ class Dispatcher:
             ),
             payload=payload,
             job_type=job.spec.type,
-            env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name},
+            env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name, **array_env(job)},
             max_runtime=job.spec.max_runtime,
             resources={task.name: dict(task.resources) for task in job.spec.tasks},
             labels=dict(job.spec.labels),
@@ -126,3 +126,14 @@ class Dispatcher:
             return None
         self._dispatched.add(run.id)
         return Transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run.id)
+
+
+def array_env(job: JobRecord) -> dict[str, str]:
+    """An array element's place in its array (nothing for other jobs)."""
+    if job.array_id is None or job.spec.array is None:
+        return {}
+    return {
+        "FLOTILLA_ARRAY_ID": job.array_id,
+        "FLOTILLA_ARRAY_INDEX": str(job.array_index),
+        "FLOTILLA_ARRAY_SIZE": str(job.spec.array.size),
+    }

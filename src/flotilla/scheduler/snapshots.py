@@ -24,6 +24,7 @@ from flotilla.framework.resources import ResourceSpace
 from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapshot
 from flotilla.jobdb import JobDb, ReadTxn
 from flotilla.model import ClusterSpec
+from flotilla.scheduler.admission import Admission
 from flotilla.scheduler.dependencies import DependencyGate
 from flotilla.scheduler.records import (
     assignment_from_json,
@@ -67,6 +68,8 @@ class SnapshotBuilder:
         self._active: dict[str, tuple[int, tuple[str, ...], SchedulingJob]] = {}
         self.gangs: dict[str, JobRecord] = {}
         """Queued gang jobs (their timeout is checked every cycle without a backlog scan)."""
+        self._admission = Admission()
+        """Queued jobs held back: retry backoff, array parallelism."""
         self._reload(jobdb.read_txn())
 
     # --- the change feed ------------------------------------------------------------------
@@ -77,6 +80,7 @@ class SnapshotBuilder:
         read = self._jobdb.read_txn()
         records = list(records)
         for record in records:
+            self._admission.observe(record)
             held = self._queued.get(record.id)
             if held is not None and held.serial > record.serial:
                 continue
@@ -113,6 +117,9 @@ class SnapshotBuilder:
         self._unplaceable.clear()
         self._stale = set(self._queued)
         self._serial = read.serial
+        self._admission.reset(
+            job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)
+        )
 
     # --- converting ahead of time ---------------------------------------------------------
 
@@ -130,8 +137,13 @@ class SnapshotBuilder:
     def _convert(self, job_id: str, space: ResourceSpace) -> None:
         self._engine.pop(job_id, None)
         self._unplaceable.pop(job_id, None)
+        self._admission.withdraw(job_id)
         record = self._queued.get(job_id)
         if record is None:
+            return
+        held = self._admission.admit(record, time.time())
+        if held is not None:
+            self._unplaceable[job_id] = held
             return
         missing = unknown_resources(record.spec, space)
         if missing:
@@ -190,6 +202,7 @@ class SnapshotBuilder:
         queued: list[SchedulingJob] = []
         reasons: dict[str, str] = {}
         if include_queued:
+            self._stale.update(self._admission.released(time.time()))
             while self._stale:
                 self._convert(self._stale.pop(), space)
             queued = list(self._engine.values())

@@ -27,9 +27,10 @@ from flotilla.backends.interface import (
 from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
-from flotilla.model import ClusterSpec
+from flotilla.model import ClusterSpec, RetryCause
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.scheduler.retry import Failure, after_failure, cause_of, counted_failures
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     ClusterRecord,
@@ -235,7 +236,11 @@ class RunTransitions:
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
                 if job.run is not None and job.run.cluster == cluster:
-                    self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
+                    retried = self.retry(Failure(job, RetryCause.NODE_FAILURE, reason))
+                    if retried is not None:
+                        self.record([retried])
+                    else:
+                        self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
                     if state is not JobState.LEASED:
                         orphans.add(job.run.id)
 
@@ -291,8 +296,10 @@ class RunTransitions:
             changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
         elif state is BackendRunState.FAILED:
             reason = status.message or f"exited {status.exit_code}"
+            failure = Failure(job, cause_of(status), reason, status.exit_code, status.message)
             changes.append(
-                Transition(
+                self.retry(failure)
+                or Transition(
                     job.id,
                     JobState.FAILED,
                     reason,
@@ -308,8 +315,16 @@ class RunTransitions:
             )
         elif state is BackendRunState.LOST:
             reason = f"run lost: {status.message}" if status.message else "run lost"
-            changes.append(Transition(job.id, JobState.QUEUED, reason, run))
+            failure = Failure(job, RetryCause.LOST, reason, message=status.message or None)
+            changes.append(self.retry(failure) or Transition(job.id, JobState.QUEUED, reason, run))
         return changes
+
+    def retry(self, failure: Failure) -> Transition | None:
+        """What the job's retry policy makes of ``failure`` (``None``: it has none for it)."""
+        if failure.job.spec.retry is None:
+            return None
+        earlier = counted_failures(self._context.store.runs(failure.job.id))
+        return after_failure(failure, earlier)
 
     # --- preemption -----------------------------------------------------------------------
 
@@ -376,7 +391,10 @@ class RunTransitions:
                 del self._unverified[job.id]
                 reason = f"run lost: cluster {cluster} has no record of run {run_id}"
                 log.warning("job %s: %s; re-queued", job.id, reason)
-                changes.append(Transition(job.id, JobState.QUEUED, reason, run_id))
+                failure = Failure(job, RetryCause.LOST, reason)
+                changes.append(
+                    self.retry(failure) or Transition(job.id, JobState.QUEUED, reason, run_id)
+                )
                 continue
             except BackendError as error:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)

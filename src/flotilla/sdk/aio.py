@@ -18,6 +18,7 @@ from flotilla.sdk.client import POLL, http_settings, server_address
 from flotilla.sdk.errors import Unreachable, WaitTimeout
 from flotilla.sdk.jobfile import Submission, submission_body
 from flotilla.server.schemas import (
+    ArrayDetail,
     Cluster,
     Event,
     Job,
@@ -104,6 +105,16 @@ class AsyncClient:
 
     async def cancel(self, job: str, reason: str = "cancelled by user") -> Job:
         return await self.call(calls.cancel(await self.job_id(job), reason))
+
+    async def array(self, array_id: str) -> ArrayDetail:
+        """A job array as one: its elements and their counts by state."""
+        return await self.call(calls.array(array_id))
+
+    async def cancel_array(
+        self, array_id: str, reason: str = "cancelled by user"
+    ) -> builtins.list[Job]:
+        """Every unfinished element of the array (running ones are asked to stop)."""
+        return (await self.call(calls.cancel_array(array_id, reason))).cancelled
 
     async def cancel_matching(
         self,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.sdk.errors import error_for
 from flotilla.server.schemas import (
+    ArrayDetail,
     CancelResult,
     Cluster,
     Event,
@@ -137,6 +138,15 @@ def list_page(
 
 def cancel(job: str, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/cancel", one(Job), body={"reason": reason})
+
+
+def array(array_id: str) -> Call[ArrayDetail]:
+    return Call("GET", f"/v1/arrays/{quote(array_id, safe='')}", one(ArrayDetail))
+
+
+def cancel_array(array_id: str, reason: str) -> Call[CancelResult]:
+    path = f"/v1/arrays/{quote(array_id, safe='')}/cancel"
+    return Call("POST", path, one(CancelResult), body={"reason": reason})
 
 
 def cancel_matching(

@@ -18,6 +18,7 @@ from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelecti
 from flotilla.sdk.errors import Unreachable, WaitTimeout
 from flotilla.sdk.jobfile import Submission, submission_body
 from flotilla.server.schemas import (
+    ArrayDetail,
     Cluster,
     Event,
     Job,
@@ -143,6 +144,14 @@ class Client:
     def cancel(self, job: str, reason: str = "cancelled by user") -> Job:
         """A waiting job is cancelled at once; a running one is asked to stop."""
         return self.call(calls.cancel(self.job_id(job), reason))
+
+    def array(self, array_id: str) -> ArrayDetail:
+        """A job array as one: its elements and their counts by state."""
+        return self.call(calls.array(array_id))
+
+    def cancel_array(self, array_id: str, reason: str = "cancelled by user") -> builtins.list[Job]:
+        """Every unfinished element of the array (running ones are asked to stop)."""
+        return (self.call(calls.cancel_array(array_id, reason))).cancelled
 
     def cancel_matching(
         self,

@@ -19,7 +19,7 @@ from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.handle import SchedulerHandle
 from flotilla.secrets import SecretBox
-from flotilla.server import catalog, fleet, history, jobs, ops, usage
+from flotilla.server import arrays, catalog, fleet, history, jobs, ops, usage
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
@@ -65,7 +65,7 @@ def create_app(
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
-    for module in (jobs, history, catalog, ops, fleet, usage):
+    for module in (jobs, arrays, history, catalog, ops, fleet, usage):
         app.include_router(module.router)
     _count_requests(app, context)
     # Added last, so it runs first: nothing (not even the metrics) sees a refused request.

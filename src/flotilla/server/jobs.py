@@ -170,11 +170,26 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
         )
     context.wake()
     named = [(spec.queue, name) for spec in specs for name in spec.job_names()]
+    arrays = await run_in_threadpool(array_ids, context, specs, ids)
     jobs = [
-        SubmittedJob(id=job_id, name=name, queue=queue)
+        SubmittedJob(id=job_id, name=name, queue=queue, array_id=arrays.get(job_id))
         for job_id, (queue, name) in zip(ids, named, strict=True)
     ]
     return SubmitResult(ids=ids, jobs=jobs)
+
+
+def array_ids(context: ServerContext, specs: list[JobSpec], ids: list[str]) -> dict[str, str]:
+    """Job id → array id for the elements of the arrays just submitted (one read per array)."""
+    found: dict[str, str] = {}
+    start = 0
+    for spec in specs:
+        size = len(spec.job_names())
+        if spec.array is not None:
+            array_id = context.store.get_job(ids[start]).array_id
+            if array_id is not None:
+                found.update((job_id, array_id) for job_id in ids[start : start + size])
+        start += size
+    return found
 
 
 def seal_secrets(

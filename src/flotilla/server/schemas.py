@@ -75,6 +75,11 @@ class Job(BaseModel):
         description="Why a waiting job waits: from the scheduler's latest run when one is "
         "attached to this server, else the reason stored with the job; null otherwise.",
     )
+    not_before: datetime | None = Field(
+        default=None, description="A queued job waiting out its retry backoff: not before this."
+    )
+    array_id: str | None = Field(default=None, description="The array this job is an element of.")
+    array_index: int | None = None
 
     @classmethod
     def from_record(cls, job: JobRecord, pending_reason: str | None = None) -> Job:
@@ -96,6 +101,9 @@ def _job_fields(job: JobRecord) -> dict[str, Any]:
         "reason": job.reason,
         "run": None if job.run is None else Run.from_record(job.run),
         "cursor": job.submit_serial,
+        "not_before": job.not_before,
+        "array_id": job.array_id,
+        "array_index": job.array_index,
     }
 
 
@@ -139,16 +147,40 @@ class JobDetail(Job):
     dependencies: list[Dependency] = Field(
         default=[], description="The jobs it depends on (`depends_on`), by id."
     )
+    last_failure: str | None = Field(
+        default=None,
+        description="The latest failed attempt: its number and what ended it (kept while a "
+        "retry runs and after the job failed for good).",
+    )
 
     @classmethod
     def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
+        failed = [run for run in runs if run.state.value == "failed"]
+        last = None
+        if failed:
+            run = failed[-1]
+            what = run.message or (f"exited {run.exit_code}" if run.exit_code is not None else "")
+            last = f"attempt {run.attempt}: {what or 'failed'}"
         return cls(
             **_job_fields(job),
             spec=_shown_spec(job),
             runs=[Run.from_record(run) for run in runs],
             pending_reason=pending,
             dependencies=[Dependency.from_record(item) for item in job.dependencies],
+            last_failure=last,
         )
+
+
+class ArrayDetail(BaseModel):
+    """A job array as one: its elements' counts by state, and the elements themselves."""
+
+    id: str
+    name: str = Field(description="The name the array was submitted with (elements: NAME-i).")
+    queue: str
+    size: int
+    parallelism: int | None
+    counts: dict[str, int] = Field(description="Elements by state (states with none left out).")
+    jobs: list[Job] = Field(description="The elements, by index.")
 
 
 class JobList(BaseModel):
@@ -163,6 +195,7 @@ class SubmittedJob(BaseModel):
     id: str
     name: str
     queue: str
+    array_id: str | None = Field(default=None, description="The array of an array element.")
 
 
 class SubmitResult(BaseModel):

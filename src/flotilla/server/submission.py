@@ -62,6 +62,10 @@ def check_limits(spec: JobSpec, limits: ServerLimits) -> list[str]:
         problems.append(
             f"count: {spec.count} is more than this server's limit of {limits.max_count}"
         )
+    if spec.array is not None and spec.array.size > limits.max_count:
+        problems.append(
+            f"array.size: {spec.array.size} is more than this server's limit of {limits.max_count}"
+        )
     for index, task in enumerate(spec.tasks):
         if task.replicas > limits.max_replicas:
             problems.append(

@@ -32,7 +32,7 @@ def build_jobs(
     gang_sizes: dict[str, int] = {}
     for spec in scenario.jobs:
         if spec.gang is not None and spec.gang.name:
-            replicas = sum(task.replicas for task in spec.tasks) * (spec.count or 1)
+            replicas = sum(task.replicas for task in spec.tasks) * len(spec.job_names())
             gang_sizes[spec.gang.name] = gang_sizes.get(spec.gang.name, 0) + replicas
     jobs: list[tuple[JobSpec, SchedulingJob]] = []
     for spec in scenario.jobs:

@@ -39,6 +39,7 @@ from flotilla.scheduler.types import (
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.dependencies import Dependencies, Hold
 from flotilla.sim.fleet import build_jobs, resource_space
+from flotilla.sim.holds import ArraySlots, retry_after_node_failure
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -99,6 +100,7 @@ class Simulator:
         self._queued: dict[str, SimJob] = {}
         self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
+        self._slots = ArraySlots()
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -133,6 +135,11 @@ class Simulator:
             return True
         if kind is Timer.GANG_TIMEOUT:
             return self._gang_timeout(job, at, run)
+        if kind is Timer.RETRY:
+            if run != job.run or job.terminal:
+                return False
+            self._enqueue(job, at, JobState.QUEUED)
+            return True
         if kind is Timer.CANCEL:
             if job.terminal or job.state is None:
                 return False
@@ -157,12 +164,18 @@ class Simulator:
         self._admit(job, at)
 
     def _admit(self, job: SimJob, at: float) -> None:
-        """Into the backlog, unless it waits for its dependencies (or never can start)."""
+        """Into the backlog, unless it waits for its dependencies (or never can start) or
+        for a slot of its array."""
         hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
         if hold is not Hold.NONE:
             if hold is Hold.NEVER:
                 self._end(job, at, JobState.FAILED, "failed", reason)
             job.reason = reason
+            return
+        held = self._slots.take(job)
+        job.held = held is not None
+        if held is not None:
+            job.reason = held
             return
         self._backlog.add(job.job)
         gang = job.spec.gang
@@ -208,13 +221,17 @@ class Simulator:
         if job.state is JobState.RUNNING:
             self._release(job, at)
         job.run += 1
-        if self._queued.pop(job.name, None) is not None:
+        if self._queued.pop(job.name, None) is not None and not job.held:
             self._backlog.remove(job.job)
+        job.held = False
         job.state = state
         self._terminal += 1
         job.finished_at = at
         job.reason = reason
         self.events.append(Event(at, job.name, event, reason=reason))
+        following = self._slots.release(job)
+        if following is not None:
+            self._enqueue(following, at, JobState.QUEUED)
         for waiter in self._dependencies.ended(job.name):
             self._admit(waiter, at)
 
@@ -236,11 +253,21 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
+            delay, why = retry_after_node_failure(job, reason)
+            if delay is None:
+                self._end(job, at, JobState.FAILED, "failed")
+                job.reason = self.events[-1].reason = why
+                continue
             self._release(job, at)
             job.run += 1
-            self._enqueue(job, at, JobState.QUEUED)
-            job.reason = reason
-            self.events.append(Event(at, job.name, "requeued", reason=reason))
+            if delay > 0:
+                job.state, job.queued_since, job.assignment = JobState.QUEUED, at, None
+                job.held, self._queued[job.name] = True, job
+                self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
+            else:
+                self._enqueue(job, at, JobState.QUEUED)
+            job.reason = why
+            self.events.append(Event(at, job.name, "requeued", reason=why))
         self._capacity = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
         )

@@ -35,6 +35,12 @@ class SimJob:
     reason: str | None = None
     run: int = 0
     """Attempt counter: timers of an earlier run are ignored after a requeue."""
+    failures: int = 0
+    """Failures its ``retry`` policy counted."""
+    array_slot: bool = False
+    """Whether it holds one of its array's ``parallelism`` slots."""
+    held: bool = False
+    """Queued but held out of the backlog (a retry backoff, its array's parallelism)."""
 
     @property
     def name(self) -> str:
@@ -88,6 +94,7 @@ class Timer(IntEnum):
     SUBMIT = 3
     CANCEL = 4
     GANG_TIMEOUT = 5
+    RETRY = 6
 
 
 def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str]) -> None:

@@ -128,6 +128,9 @@ def job_record(
         cancel_requested=row.cancel_requested,
         reason=row.reason,
         run=run if run is None or isinstance(run, RunRecord) else run_record(run),
+        not_before=row.not_before,
+        array_id=row.array_id,
+        array_index=row.array_index,
         dependencies=dependency_records(row.dependencies),
     )
 

@@ -70,15 +70,24 @@ def latest_serial(session: Session) -> int:
     return int(session.execute(select(Serial.value).where(Serial.name == "jobs")).scalar_one())
 
 
-def expand(batch: Sequence[JobSpec]) -> list[JobSpec]:
-    """A spec with ``count`` N is N jobs; each stored spec names one job."""
-    jobs: list[JobSpec] = []
+def expand(batch: Sequence[JobSpec]) -> list[tuple[JobSpec, str | None, int | None]]:
+    """A spec with ``count`` N is N jobs, one with ``array`` N elements of a new array (each
+    keeps the ``array`` settings); each stored spec names one job. Returns each job's spec,
+    array id and index."""
+    jobs: list[tuple[JobSpec, str | None, int | None]] = []
     for spec in batch:
-        if spec.count is None:
-            jobs.append(spec)
+        if spec.array is not None:
+            array_id = new_id()
+            jobs.extend(
+                (spec.model_copy(update={"name": name}), array_id, index)
+                for index, name in enumerate(spec.job_names())
+            )
+        elif spec.count is None:
+            jobs.append((spec, None, None))
         else:
             jobs.extend(
-                spec.model_copy(update={"name": name, "count": None}) for name in spec.job_names()
+                (spec.model_copy(update={"name": name, "count": None}), None, None)
+                for name in spec.job_names()
             )
     return jobs
 
@@ -118,9 +127,10 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
 def submit(
     session: Session, batch: Sequence[JobSpec], owner: str | None, now: datetime
 ) -> list[str]:
-    jobs = expand(batch)
-    if not jobs:
+    expanded = expand(batch)
+    if not expanded:
         return []
+    jobs = [job for job, _, _ in expanded]
     # The serials first: their row lock orders concurrent submissions, so two batches that
     # reuse one name cannot both find it free (names are unique among live jobs only, which
     # no constraint of the database can say).
@@ -132,7 +142,9 @@ def submit(
     dependencies = resolve_dependencies(session, jobs, ids, paths)
     rows: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
-    for offset, (job_id, job) in enumerate(zip(ids, jobs, strict=True)):
+    for offset, (job_id, (job, array_id, array_index)) in enumerate(
+        zip(ids, expanded, strict=True)
+    ):
         serial = first + offset
         rows.append(
             {
@@ -152,6 +164,9 @@ def submit(
                 "reason": "submitted",
                 "run_id": None,
                 "dependencies": dependencies[offset],
+                "not_before": None,
+                "array_id": array_id,
+                "array_index": array_index,
             }
         )
         events.append(
@@ -248,6 +263,7 @@ JOB_UPDATE = (
         reason=bindparam("b_reason"),
         serial=bindparam("b_serial"),
         updated_at=bindparam("b_updated_at"),
+        not_before=bindparam("b_not_before"),
     )
 )
 """One statement for a whole batch of job writes (executemany). ``state = expected`` re-checks
@@ -282,6 +298,7 @@ def write_jobs(
             "b_reason": job["reason"],
             "b_serial": job["serial"],
             "b_updated_at": job["updated_at"],
+            "b_not_before": job.get("not_before"),
         }
         for job in jobs
     ]
@@ -335,9 +352,16 @@ def apply_transitions(
             run = runs.get(run_id) if run_id else None
             if run is None:
                 raise StaleRunError(f"job {job_id} is {old} but has no run")
-            end_run(run, RUN_STATE_FOR_JOB[new], now, change.exit_code, change.message)
+            ended = change.run_state or RUN_STATE_FOR_JOB[new]
+            end_run(run, ended, now, change.exit_code, change.message)
             changed_runs[run["id"]] = run
-        job.update(state=new.value, reason=change.reason, serial=serial, updated_at=now)
+        job.update(
+            state=new.value,
+            reason=change.reason,
+            serial=serial,
+            updated_at=now,
+            not_before=change.not_before,
+        )
         serial += 1
         events.append(event_row(job, now, "transition", old, new, change.reason))
         touched.append(job_id)

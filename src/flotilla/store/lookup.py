@@ -37,6 +37,7 @@ def job_filters(
     owner: str | None = None,
     labels: Mapping[str, str] | None = None,
     name_contains: str | None = None,
+    array_id: str | None = None,
 ) -> list[ColumnElement[bool]]:
     """The WHERE clauses of a job listing (``labels``: every pair must match;
     ``name_contains``: a case-insensitive substring of the name, ``%`` and ``_`` literal)."""
@@ -51,6 +52,8 @@ def job_filters(
         clauses.append(Job.labels[key].as_string() == value)
     if name_contains:
         clauses.append(func.lower(Job.name).contains(name_contains.lower(), autoescape=True))
+    if array_id is not None:
+        clauses.append(Job.array_id == array_id)
     return clauses
 
 

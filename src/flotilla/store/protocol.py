@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
@@ -40,7 +41,7 @@ from flotilla.store.records import (
     NodeRecord,
     RunRecord,
 )
-from flotilla.store.states import JobState
+from flotilla.store.states import JobState, RunState
 
 if TYPE_CHECKING:
     from flotilla.store.observe import CommitObserver
@@ -69,15 +70,22 @@ class Transition:
     run: str | None = None
     exit_code: int | None = None
     message: str | None = None
+    run_state: RunState | None = None
+    """What the ending run becomes when it is not what ``new_state`` implies: a failed attempt
+    that is retried re-queues its job while its run stays ``failed``."""
+    not_before: datetime | None = None
+    """With ``new_state`` queued: the job is not scheduled before this time (retry backoff);
+    every transition sets it (``None`` clears it)."""
 
 
 class Store(Protocol):
     # Jobs ---------------------------------------------------------------------------------
     def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
-        """Store a batch of jobs (a spec with ``count`` N stands for N jobs name-0…name-N-1)
-        as queued, all or nothing; returns their ids in order. Raises ``InvalidJobError`` if
-        a queue does not exist, ``DuplicateJobError`` if a name is taken in its queue or
-        repeated in the batch. ``owner`` defaults to each spec's ``user``."""
+        """Store a batch of jobs (a spec with ``count`` N stands for N jobs name-0…name-N-1,
+        one with ``array.size`` N for N elements of one new array, ``array_id`` and
+        ``array_index`` set) as queued, all or nothing; returns their ids in order. Raises
+        ``InvalidJobError`` if a queue does not exist, ``DuplicateJobError`` if a name is
+        taken in its queue or repeated in the batch. ``owner`` defaults to each spec's ``user``."""
         ...
 
     def cancel(self, job_id: str, reason: str) -> JobRecord:
@@ -179,9 +187,11 @@ class Store(Protocol):
         limit: int = 100,
         name_contains: str | None = None,
         newest_first: bool = False,
+        array_id: str | None = None,
     ) -> JobPage:
         """Jobs in submission order (``newest_first``: the reverse), filtered (``labels``:
-        every pair must match; ``name_contains``: a case-insensitive substring of the name);
+        every pair must match; ``name_contains``: a case-insensitive substring of the name;
+        ``array_id``: the elements of one array);
         keyset-paginated: pass the page's ``next_cursor`` as ``after`` (with the same
         order: newest first, ``after`` means older than). Stable under concurrent
         submissions."""

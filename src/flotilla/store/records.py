@@ -67,6 +67,11 @@ class JobRecord:
     run: RunRecord | None = None
     dependencies: tuple[DependencyRecord, ...] = ()
     """The jobs this one waits for (``depends_on``), resolved to ids at submission."""
+    not_before: datetime | None = None
+    """While queued after a failed attempt: not scheduled before this time (retry backoff)."""
+    array_id: str | None = None
+    """The array this job is an element of, and its index in it."""
+    array_index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,11 @@ class Job(Base):
     owner: Mapped[str | None] = mapped_column(String(NAME), index=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     reason: Mapped[str] = mapped_column(Text, default="")
+    not_before: Mapped[datetime | None]
+    """A queued job waiting out its retry backoff is not scheduled before this time."""
+    array_id: Mapped[str | None] = mapped_column(String(ID), index=True)
+    """The array this job is an element of (``JobSpec.array``), with its index."""
+    array_index: Mapped[int | None] = mapped_column(Integer)
     run_id: Mapped[str | None] = mapped_column(String(ID))
     """The latest run (no foreign key: runs reference jobs, and a cycle would complicate
     creation order; the store writes both in one transaction)."""

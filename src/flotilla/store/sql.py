@@ -300,12 +300,18 @@ class SqlStore:
         limit: int = 100,
         name_contains: str | None = None,
         newest_first: bool = False,
+        array_id: str | None = None,
     ) -> JobPage:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         order = Job.submit_serial.desc() if newest_first else Job.submit_serial
         clauses = lookup.job_filters(
-            queue=queue, states=states, owner=owner, labels=labels, name_contains=name_contains
+            queue=queue,
+            states=states,
+            owner=owner,
+            labels=labels,
+            name_contains=name_contains,
+            array_id=array_id,
         )
         query = select(Job).where(*clauses).order_by(order).limit(limit + 1)
         if after is not None:

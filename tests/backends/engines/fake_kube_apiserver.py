@@ -8,7 +8,8 @@ Kubernetes REST API the backend uses, with the real paths, verbs and JSON shapes
   ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``);
 * ``/apis/batch/v1/namespaces/{ns}/jobs`` (create, list, watch), ``.../jobs/{name}`` (get,
   merge patch, delete with ``propagationPolicy``), ``.../jobs/{name}/status`` (merge patch);
-* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list).
+* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list);
+* ``/api/v1/namespaces/{ns}/services`` (create: the headless Service of a multi-replica run).
 
 Every Job and Binding posted is validated against the real OpenAPI schema
 (``kubernetes-validate``, strict) and refused with 422 when it does not conform, so a manifest
@@ -57,6 +58,7 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("pod", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")),
     ("binding", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/binding$")),
     ("log", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")),
+    ("services", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/services$")),
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$")),
     ("job", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)$")),
     (
@@ -74,7 +76,13 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
 ]
-KINDS = {"nodes": "Node", "pods": "Pod", "jobs": "Job", "podgroups": "PodGroup"}
+KINDS = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "jobs": "Job",
+    "podgroups": "PodGroup",
+    "services": "Service",
+}
 LIST_KINDS = {"Node": ("v1", "NodeList"), "Pod": ("v1", "PodList"), "Job": ("batch/v1", "JobList")}
 LIST_KINDS["PodGroup"] = ("scheduling.volcano.sh/v1beta1", "PodGroupList")
 
@@ -276,7 +284,9 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "BadRequest", "the namespace of the object does not match")
         with self.cluster.lock:
             if self.cluster.get(kind, namespace, meta["name"]) is not None:
-                resource = {"Job": "jobs.batch", "PodGroup": "podgroups"}[kind]
+                resource = {"Job": "jobs.batch", "PodGroup": "podgroups", "Service": "services"}[
+                    kind
+                ]
                 raise ApiError(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
             if kind == "Job":
                 body["spec"].setdefault("backoffLimit", 6)
@@ -288,6 +298,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _post_jobs(self, params: dict[str, str], query: dict[str, str]) -> None:
         self._create("Job", params, "batch/v1")
+
+    def _post_services(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._create("Service", params, "v1")
 
     def _post_podgroups(self, params: dict[str, str], query: dict[str, str]) -> None:
         self._create("PodGroup", params, "scheduling.volcano.sh/v1beta1")

@@ -175,6 +175,11 @@ class KubeApi:
             "creating a job", self.batch.create_namespaced_job, self.namespace, manifest
         )
 
+    def create_service(self, manifest: Obj) -> Obj:
+        return self._json(
+            "creating a service", self.core.create_namespaced_service, self.namespace, manifest
+        )
+
     def create_pod_group(self, manifest: Obj) -> Obj:
         return self._json(
             "creating a PodGroup",

@@ -173,6 +173,9 @@ class KubernetesBackend:
             if existing is None:
                 raise BackendUnavailable(f"Job {name} vanished while it was being created")
         result = self._result_from_job(existing, request)
+        if len(request.placements) > 1:
+            # Also on a repeated dispatch, like the PodGroup below.
+            self._create_rendezvous_service(existing)
         if self.settings.mode == "volcano":
             # Also on a repeated dispatch: a PodGroup whose creation failed last time is made
             # now, so a retry completes what an interrupted dispatch began.
@@ -430,6 +433,17 @@ class KubernetesBackend:
                 raise BackendUnavailable(
                     f"Kubernetes API server at {self.api.address} refused to delete Job {name} "
                     f"(HTTP {error.code}: {error.message})"
+                ) from None
+
+    def _create_rendezvous_service(self, job: Obj) -> None:
+        try:
+            self.api.create_service(m.rendezvous_service_manifest(job, self.settings))
+        except ApiFailure as error:
+            if error.code != 409:
+                raise BackendUnavailable(
+                    f"Kubernetes API server at {self.api.address} refused the Service of "
+                    f"{job['metadata']['name']} (HTTP {error.code}: {error.message}); the "
+                    "RBAC Role needs create on services"
                 ) from None
 
     def _create_pod_group(self, job: Obj) -> None:

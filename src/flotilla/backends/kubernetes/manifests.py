@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flotilla.backends.common import rendezvous_env
 from flotilla.backends.interface import DispatchRejected, DispatchRequest, ReplicaPlacement
 from flotilla.model.payload import CommandPayload, ContainerPayload
 
@@ -168,8 +169,17 @@ def user_labels(request: DispatchRequest) -> dict[str, str]:
 def environment(
     request: DispatchRequest, payload: CommandPayload | ContainerPayload
 ) -> list[dict[str, Any]]:
-    """The env list: the request's, then the payload's (the user's word), then Flotilla's own."""
-    values = {**request.env, **payload.env}
+    """The env list: the request's, the rendezvous variables, then the payload's (the user's
+    word), then Flotilla's own.
+
+    Every pod has a container of its own, so ``LOCAL_RANK`` is 0 and ``RANK`` is the pod's
+    completion index; ``MASTER_ADDR`` is replica 0's pod by its stable name
+    (``<job>-0.<job>``: the pods' subdomain, resolved by the run's headless Service)."""
+    name = job_name(request.run_id)
+    rendezvous = rendezvous_env(request, request.placements[0], f"{name}-0.{name}")
+    rendezvous.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    del rendezvous["RANK"]
+    values = {**request.env, **rendezvous, **payload.env}
     values.update(
         {
             "FLOTILLA_JOB": request.job,
@@ -186,6 +196,15 @@ def environment(
         }
     )
     env.append({"name": "FLOTILLA_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    if "RANK" not in payload.env:
+        env.append(
+            {
+                "name": "RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}
+                },
+            }
+        )
     return env
 
 
@@ -253,6 +272,8 @@ def job_manifest(
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": max(0, math.ceil(settings.grace_period)),
         "containers": [container(request, payload, settings)],
+        # The pods are <job>-<index>.<job>: replica 0's name is the run's MASTER_ADDR.
+        "subdomain": name,
     }
     found_tolerations = tolerations(request)
     if found_tolerations:
@@ -291,6 +312,37 @@ def job_manifest(
             "annotations": annotations,
         },
         "spec": spec,
+    }
+
+
+def rendezvous_service_manifest(job: Mapping[str, Any], settings: JobSettings) -> dict[str, Any]:
+    """The run's headless Service: it gives the Job's pods (``subdomain`` = the Job's name)
+    the DNS names ``<job>-<index>.<job>``, so replica 0's is the run's ``MASTER_ADDR``.
+    Owned by the Job, so deleting the Job deletes it."""
+    meta = job["metadata"]
+    name = meta["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": {MANAGED_BY: "flotilla", LABEL_RUN: meta["labels"][LABEL_RUN]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_NAME_LABEL: name},
+        },
     }
 
 

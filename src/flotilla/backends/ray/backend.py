@@ -186,6 +186,8 @@ class RayBackend:
                 "jobs; a container job needs a cluster whose backend is kubernetes)"
             )
         node_ids = {node.info.name: node.node_id for node in nodes}
+        first = next(node for node in nodes if node.info.name == request.placements[0].node)
+        master_addr = first.info.labels.get("ray.io/node-ip", first.info.name)
         dispatched_at = existing.result().dispatched_at if existing else self.clock()
         submitted = {marker.index for marker in existing.markers} if existing else set()
         for index, placement in enumerate(request.placements):
@@ -211,6 +213,7 @@ class RayBackend:
                 marker,
                 node_ids[placement.node],
                 grace_period=self.grace_period,
+                master_addr=master_addr,
             )
             self._client.submit(**submission.fields)
         with self._lock:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from flotilla.backends.common import rendezvous_env
 from flotilla.backends.interface import (
     DispatchRequest,
     ReplicaPlacement,
@@ -121,9 +122,11 @@ def build_submission(
     node_id: str,
     *,
     grace_period: float,
+    master_addr: str,
 ) -> Submission:
-    """The Ray job for one replica: entrypoint, runtime_env, resources, node, marker."""
-    env: dict[str, str] = dict(request.env)
+    """The Ray job for one replica: entrypoint, runtime_env, resources, node, marker.
+    ``master_addr``: the IP of the node of the run's first replica (``MASTER_ADDR``)."""
+    env: dict[str, str] = {**request.env, **rendezvous_env(request, placement, master_addr)}
     runtime_env: dict[str, Any] = {}
     if isinstance(payload, CommandPayload):
         env.update(payload.env)

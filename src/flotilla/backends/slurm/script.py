@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flotilla.backends.common import rendezvous_env
 from flotilla.backends.interface import DispatchRequest, ReplicaPlacement
 from flotilla.model.payload import CommandPayload
 
@@ -137,7 +138,11 @@ def batch_script(
             step.append(f"--mem-per-cpu={per_cpu}")
         if shape.gpus:
             step.append(f"--gres=gpu:{shape.gpus}")
+        # Rank 0's node by its Slurm name (a host name in the cluster); the job's own env,
+        # exported above, wins over the rendezvous variables.
+        rendezvous = rendezvous_env(request, placement, request.placements[0].node)
         variables = {
+            **{name: value for name, value in rendezvous.items() if name not in payload.env},
             "FLOTILLA_TASK": placement.task,
             "FLOTILLA_REPLICA": str(placement.replica),
             "FLOTILLA_NODE": placement.node,

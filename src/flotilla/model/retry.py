@@ -1,0 +1,94 @@
+"""Retries and job arrays: the ``retry`` and ``array`` parts of a job spec."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from flotilla.model.base import Strict
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> object:
+    """Seconds from a number or a string such as ``10s``, ``1.5m``, ``2h``, ``250ms`` (other
+    values are left for pydantic to refuse with the field's path)."""
+    if isinstance(value, str):
+        found = _DURATION.match(value)
+        if found is None:
+            raise ValueError(
+                f"{value!r} is not a duration (a number of seconds, or e.g. 10s, 5m, 1h)"
+            )
+        return float(found.group(1)) * _UNIT[found.group(2) or "s"]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+"""Seconds; a number or ``10s``/``5m``/``1h``/``250ms``."""
+
+
+class Backoff(StrEnum):
+    EXPONENTIAL = "exponential"
+    FIXED = "fixed"
+    NONE = "none"
+
+
+class RetryCause(StrEnum):
+    """Why an attempt ended without success (``docs/jobs.md`` says what each backend reports).
+
+    ``failed``: the command exited non-zero, could not start or exceeded ``max_runtime``;
+    ``node_failure``: its process was killed by a signal Flotilla did not send (the OOM
+    killer, a node shutting down, ``kill -9``) or its cluster stopped answering;
+    ``lost``: the backend lost track of the run (no record of it any more)."""
+
+    FAILED = "failed"
+    LOST = "lost"
+    NODE_FAILURE = "node_failure"
+
+
+class RetrySpec(Strict):
+    """Run the job again when an attempt ends for a cause in ``on``, at most ``limit`` more
+    times (Kubernetes' ``backoffLimit``, Ray's ``max_retries``). Attempt ``n + 1`` starts no
+    sooner than ``delay`` (fixed), ``delay * 2**(n-1)`` (exponential, at most ``max_delay``) or
+    at once (none) after attempt ``n`` ended."""
+
+    limit: int = Field(ge=0, le=1000)
+    backoff: Backoff = Backoff.EXPONENTIAL
+    delay: Duration = 10.0
+    max_delay: Duration = 3600.0
+    on: list[RetryCause] = Field(
+        default=[RetryCause.FAILED, RetryCause.LOST, RetryCause.NODE_FAILURE], min_length=1
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``on:`` key as the boolean true (and JSON then writes
+        it as ``"true"``): take either as ``on``, so ``on: [failed]`` works as written."""
+        if isinstance(data, dict):
+            for key in (True, "true"):
+                if key in data and "on" not in data:
+                    data = {("on" if k == key else k): v for k, v in data.items()}
+        return data
+
+    def delay_after(self, attempt: int) -> float:
+        """Seconds to wait after attempt ``attempt`` (1 for the first) before the next."""
+        if self.backoff is Backoff.NONE:
+            return 0.0
+        if self.backoff is Backoff.FIXED:
+            return self.delay
+        return min(self.max_delay, self.delay * 2.0 ** min(attempt - 1, 64))
+
+
+class ArraySpec(Strict):
+    """``size`` jobs from one spec (Slurm's ``--array=0-(size-1)%parallelism``): elements
+    ``NAME-0`` … ``NAME-(size-1)`` share an array id; each sees ``FLOTILLA_ARRAY_INDEX``,
+    ``FLOTILLA_ARRAY_SIZE`` and ``FLOTILLA_ARRAY_ID``. ``parallelism``: at most this many
+    elements leased, pending or running at once (no limit when omitted)."""
+
+    size: int = Field(ge=1)
+    parallelism: int | None = Field(default=None, ge=1)

@@ -1,0 +1,68 @@
+"""Array routes: show, wait for and cancel a job array as one (its elements are jobs)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from flotilla.server.context import Caller, Context, ServerContext, require_read
+from flotilla.server.errors import ApiError
+from flotilla.server.jobs import require_cancel
+from flotilla.server.schemas import ArrayDetail, CancelBody, CancelResult, Job
+from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
+
+router = APIRouter(prefix="/v1", tags=["arrays"])
+
+
+def elements(context: ServerContext, array_id: str) -> list[JobRecord]:
+    """Every element of the array, by index (404 when there is no such array)."""
+    found: list[JobRecord] = []
+    after: int | None = None
+    while True:
+        page = context.store.list_jobs(array_id=array_id, after=after, limit=1000)
+        found.extend(page.jobs)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    if not found:
+        raise ApiError(404, f"no such array: {array_id}")
+    return sorted(found, key=lambda job: job.array_index or 0)
+
+
+@router.get("/arrays/{array_id}")
+def get_array(array_id: str, context: Context, user: Caller) -> ArrayDetail:
+    """The array's elements and their counts by state; needs read access to its jobs."""
+    jobs = elements(context, array_id)
+    require_read(user, jobs[0])  # one queue, one owner: the same answer for every element
+    first = jobs[0]
+    array = first.spec.array
+    suffix = f"-{first.array_index}"
+    return ArrayDetail(
+        id=array_id,
+        name=first.name.removesuffix(suffix),
+        queue=first.queue,
+        size=array.size if array is not None else len(jobs),
+        parallelism=array.parallelism if array is not None else None,
+        counts=dict(Counter(job.state.value for job in jobs)),
+        jobs=[Job.from_record(job) for job in jobs],
+    )
+
+
+@router.post("/arrays/{array_id}/cancel")
+def cancel_array(
+    array_id: str,
+    context: Context,
+    user: Caller,
+    body: Annotated[CancelBody | None, Body()] = None,
+) -> CancelResult:
+    """Cancel every unfinished element: waiting ones at once, active ones when their runs
+    have stopped. Idempotent."""
+    jobs = elements(context, array_id)
+    require_cancel(user, jobs[0])
+    open_jobs = [job.id for job in jobs if job.state not in TERMINAL_JOB_STATES]
+    records = context.store.cancel_many(open_jobs, (body or CancelBody()).reason)
+    context.wake()
+    done = [job for job in records if job.state is JobState.CANCELLED or job.cancel_requested]
+    return CancelResult(cancelled=[Job.from_record(job) for job in done])

@@ -1,0 +1,75 @@
+"""Retries and array parallelism in the simulator, as the service applies them.
+
+The simulator models one kind of failure, a cluster that becomes unreachable (``fail_at``):
+for the jobs running there it is a ``node_failure``. A job whose ``retry`` policy names
+``node_failure`` counts it: within its ``limit`` it waits out its backoff and is queued again,
+past it it fails with the reason. Without such a policy the job is re-queued at once, uncounted,
+as before. An array with ``parallelism`` K has at most K elements queued-and-offered or running
+at once; the others wait, in index order, until an element ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from flotilla.model import RetryCause
+from flotilla.sim.state import SimJob
+
+
+def retry_after_node_failure(job: SimJob, reason: str) -> tuple[float | None, str]:
+    """After ``job`` lost its cluster: ``(delay, reason)`` to re-queue it after ``delay``
+    seconds, or ``(None, reason)`` when its retries are used up (it fails). A job whose
+    policy does not cover node failures is re-queued at once, uncounted."""
+    retry = job.spec.retry
+    if retry is None or RetryCause.NODE_FAILURE not in retry.on:
+        return 0.0, reason
+    job.failures += 1
+    if job.failures > retry.limit:
+        return None, (
+            f"{reason} (attempt {job.failures}, node_failure; retry limit of {retry.limit} reached)"
+        )
+    return retry.delay_after(job.failures), f"retry {job.failures} of {retry.limit}: {reason}"
+
+
+class ArraySlots:
+    """Each throttled array's elements in play (offered or running) and those held back."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, int] = {}
+        self._held: dict[str, deque[SimJob]] = {}
+
+    @staticmethod
+    def _array(job: SimJob) -> tuple[str, int] | None:
+        array = job.spec.array
+        if array is None or array.parallelism is None:
+            return None
+        return job.spec.name, array.parallelism
+
+    def take(self, job: SimJob) -> str | None:
+        """``None`` if ``job`` may be offered (it now holds a slot of its array); else why it
+        is held back (``release`` hands it a slot later)."""
+        array = self._array(job)
+        if array is None or job.array_slot:
+            return None
+        name, parallelism = array
+        if self._used.get(name, 0) < parallelism:
+            self._used[name] = self._used.get(name, 0) + 1
+            job.array_slot = True
+            return None
+        self._held.setdefault(name, deque()).append(job)
+        return f"array {name}: {parallelism} of its elements are queued or running (parallelism)"
+
+    def release(self, job: SimJob) -> SimJob | None:
+        """``job`` ended: its slot goes to the next held element, returned to be queued."""
+        array = self._array(job)
+        if array is None:
+            return None
+        name, _ = array
+        held = self._held.get(name, deque())
+        if not job.array_slot:
+            if job in held:
+                held.remove(job)
+            return None
+        job.array_slot = False
+        self._used[name] -= 1
+        return held.popleft() if held else None

@@ -1,0 +1,64 @@
+"""What a job's retry policy makes of an attempt that ended badly (no loop, no store)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from flotilla.backends.interface import RunState as BackendRunState
+from flotilla.backends.interface import RunStatus
+from flotilla.model import JobSpec, RetryCause
+from flotilla.scheduler.retry import Failure, after_failure, cause_of
+from flotilla.store import JobRecord, JobState, RunRecord, RunState
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+def status(state: BackendRunState, exit_code: int | None = None, message: str = "") -> RunStatus:
+    return RunStatus("run-1", "job-1", "local", state, 0.0, exit_code=exit_code, message=message)
+
+
+def test_the_cause_comes_from_the_runs_end() -> None:
+    assert cause_of(status(BackendRunState.FAILED, 3, "exited with code 3")) is RetryCause.FAILED
+    assert cause_of(status(BackendRunState.FAILED, -9, "killed by signal SIGKILL")) is (
+        RetryCause.NODE_FAILURE
+    )
+    stopped = status(BackendRunState.FAILED, -15, "exceeded max_runtime of 5s")
+    assert cause_of(stopped) is RetryCause.FAILED  # Flotilla's own stop is the job's fault
+    assert cause_of(status(BackendRunState.LOST, message="no record")) is RetryCause.LOST
+
+
+def job(retry: dict[str, object] | None, attempt: int = 1) -> JobRecord:
+    spec = JobSpec.model_validate(
+        {
+            "name": "train",
+            "queue": "q",
+            "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+            "retry": retry,
+        }
+    )
+    run = RunRecord("run-1", "job-1", attempt, "local", {}, RunState.RUNNING, NOW)
+    return JobRecord(
+        "job-1", "train", "q", spec, JobState.RUNNING, 0, NOW, NOW, 1, 1, None, run=run
+    )
+
+
+def test_a_covered_failure_requeues_with_its_backoff_and_keeps_the_run_failed() -> None:
+    failure = Failure(job({"limit": 3, "delay": "10s"}, attempt=3), RetryCause.FAILED, "exited 3")
+    change = after_failure(failure, earlier=2, now=NOW)
+    assert change is not None
+    assert (change.new_state, change.run_state) == (JobState.QUEUED, RunState.FAILED)
+    assert change.not_before == NOW + timedelta(seconds=40)  # third failure: 10 s * 2**2
+    assert change.reason.startswith("retry 3 of 3: attempt 3 ended (failed: exited 3)")
+
+
+def test_past_the_limit_the_job_fails_with_the_last_reason() -> None:
+    failure = Failure(job({"limit": 1}, attempt=2), RetryCause.NODE_FAILURE, "killed by SIGKILL")
+    change = after_failure(failure, earlier=1, now=NOW)
+    assert change is not None and change.new_state is JobState.FAILED
+    assert change.reason == "killed by SIGKILL (attempt 2, node_failure; retry limit of 1 reached)"
+
+
+def test_no_policy_or_an_uncovered_cause_leaves_the_usual_handling() -> None:
+    assert after_failure(Failure(job(None), RetryCause.FAILED, "x"), 0, NOW) is None
+    narrow = job({"limit": 5, "on": ["failed"]})
+    assert after_failure(Failure(narrow, RetryCause.LOST, "run lost"), 0, NOW) is None
