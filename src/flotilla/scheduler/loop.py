@@ -61,6 +61,7 @@ from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
 from flotilla.scheduler.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
 from flotilla.secrets import SecretBox
 from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
+from flotilla.tracing import trace
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,7 @@ class SchedulingLoop:
                     wait = min(wait, interval)
                 if self._wake.wait(wait):
                     self._wake.clear()
+                    trace("loop-woken")
                     if self._run_in_flight():
                         try:
                             self.transitions()  # a cancel: stop its run now

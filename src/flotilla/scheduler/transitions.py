@@ -39,6 +39,7 @@ from flotilla.store import (
     StaleRunError,
     Transition,
 )
+from flotilla.tracing import trace
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class RunTransitions:
                 fence=context.lease,
             )
             context.metrics.transitions.labels(state=state.value).inc()
+            if state is JobState.CANCELLED:
+                trace("state-committed", job_id)
         except StaleRunError:
             log.info("ignored a report about an old run of job %s", job_id)
         except IllegalTransitionError as error:
@@ -133,6 +136,8 @@ class RunTransitions:
             context.store.transition_many(changes, fence=context.lease, records=False)
             for change in changes:
                 context.metrics.transitions.labels(state=change.new_state.value).inc()
+                if change.new_state is JobState.CANCELLED:
+                    trace("state-committed", change.job_id)
         except (StaleRunError, IllegalTransitionError):
             for change in changes:
                 self.transition(
@@ -280,6 +285,7 @@ class RunTransitions:
             # Its cancel was requested, so the run ending ends the job cancelled — also when
             # the stop was sent by a leader killed before it could record the outcome.
             self._cancelling.discard(run)
+            trace("exit-observed", job.id)
             changes.append(
                 Transition(
                     job.id,
@@ -306,6 +312,7 @@ class RunTransitions:
             )
         elif state is BackendRunState.CANCELLED:
             self._cancelling.discard(run)
+            trace("exit-observed", job.id)
             changes.append(
                 Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
             )
@@ -408,6 +415,7 @@ class RunTransitions:
         assert job.run is not None
         if job.run.id in self._cancelling:
             return
+        trace("loop-seen", job.id)
         backend = self._context.backends.get(job.run.cluster)
         if backend is None:
             self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
@@ -417,6 +425,7 @@ class RunTransitions:
         except BackendUnavailable as error:
             log.warning("cancel of %s waits for %s: %s", job.id, job.run.cluster, error)
             return  # asked again next pass
+        trace("backend-signalled", job.id)
         crash_point("during-cancel")
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:

@@ -29,6 +29,7 @@ from flotilla.server.schemas import (
 )
 from flotilla.server.submission import parse_submission
 from flotilla.store import TERMINAL_JOB_STATES, WAITING_JOB_STATES, JobRecord, JobState
+from flotilla.tracing import trace
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -258,10 +259,12 @@ def cancel_job(
 ) -> Job:
     """A waiting job is cancelled at once; a running one is asked to stop
     (``cancel_requested``) and becomes cancelled when its run has ended. Idempotent."""
+    trace("api-received", job_id)
     job = context.store.get_job(job_id)
     require_cancel(user, job)
     reason = (body or CancelBody()).reason
     record = context.store.cancel(job_id, reason)
+    trace("store-written", job_id)
     context.wake()
     return Job.from_record(record)
 
