@@ -170,13 +170,15 @@ def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
 def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Path) -> None:
     service = Service(tmp_path, Mode.ASYNC)
     try:
-        release = threading.Event()
+        release = tmp_path / "release"  # a file: the run may be in a child process
         original = service.loop.algorithm.schedule
 
         def slow(
             snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
         ) -> CycleResult:
-            release.wait(30)
+            deadline = time.monotonic() + 30
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
             return original(snapshot, cancel)
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
@@ -187,7 +189,7 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Pat
         service.store.cancel(waiting, "changed my mind")
         service.loop.cycle()
         assert service.state(waiting) is JobState.CANCELLED  # while the run is still in flight
-        release.set()
+        release.touch()
         service.cycle_until(lambda: service.loop.runner.state is RunnerState.IDLE)  # type: ignore[union-attr]
         assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped
     finally:
