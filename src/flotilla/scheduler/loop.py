@@ -272,13 +272,14 @@ class SchedulingLoop:
 
     def _between_pass(self) -> None:
         """A transitions pass, or — while waiting for cancelled runs to end, and a full pass
-        ran less than ``TRANSITION_SECONDS`` ago — only a poll of the backends: no SQL unless
-        a run changed, so the poll can run every few milliseconds."""
+        ran less than ``TRANSITION_SECONDS`` ago — only a status request for each run being
+        cancelled: no SQL unless one ended, and no work for the other active runs, so it can
+        run every few milliseconds."""
         if time.monotonic() - self._last_pass >= TRANSITION_SECONDS:
             self.transitions()
             return
         try:
-            self._transitions.poll_all()
+            self._transitions.poll_cancelling()
         except LeaseLostError:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()

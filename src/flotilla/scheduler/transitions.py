@@ -80,7 +80,8 @@ class RunTransitions:
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
         self.awaiting_stop: dict[str, str] = {}
         """Run id → job id of preempted runs: the job re-queues when the backend confirms."""
-        self._cancelling: set[str] = set()
+        self._cancelling: dict[str, str] = {}
+        """Run id → cluster of runs asked to stop for a cancel, not yet seen to end."""
 
     @property
     def cancelling(self) -> bool:
@@ -188,6 +189,28 @@ class RunTransitions:
                 CancelRequest(status.run_id, reason=f"superseded: the job is {job.state.value}")
             )
 
+    def poll_cancelling(self) -> None:
+        """Ask only about the runs being stopped for a cancel (the fast path while one is
+        pending): O(cancels), not O(active runs) as a backend's ``poll`` may be. A run that
+        ended is recorded at once; ``poll`` reports it again later, which finds the job
+        finished and changes nothing."""
+        context = self._context
+        changes: list[Transition] = []
+        for run_id, cluster in list(self._cancelling.items()):
+            backend = context.backends.get(cluster)
+            if backend is None:
+                continue
+            try:
+                status = backend.status(StatusRequest(run_id))
+            except UnknownRun:
+                self._cancelling.pop(run_id, None)  # the next full poll settles its job
+                continue
+            except BackendError:
+                continue
+            if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
+                changes += self.on_run_status(status)
+        self.record(changes)
+
     def poll_all(self) -> None:
         for backend in self._context.backends.values():
             try:
@@ -284,7 +307,7 @@ class RunTransitions:
         if job.cancel_requested and state in (BackendRunState.FAILED, BackendRunState.LOST):
             # Its cancel was requested, so the run ending ends the job cancelled — also when
             # the stop was sent by a leader killed before it could record the outcome.
-            self._cancelling.discard(run)
+            self._cancelling.pop(run, None)
             trace("exit-observed", job.id)
             changes.append(
                 Transition(
@@ -311,7 +334,7 @@ class RunTransitions:
                 )
             )
         elif state is BackendRunState.CANCELLED:
-            self._cancelling.discard(run)
+            self._cancelling.pop(run, None)
             trace("exit-observed", job.id)
             changes.append(
                 Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
@@ -431,7 +454,7 @@ class RunTransitions:
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
                 self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
-        self._cancelling.add(job.run.id)
+        self._cancelling[job.run.id] = job.run.cluster
 
     def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:
         """Queued gangs past their timeout fail, with the last reason they waited for."""
