@@ -43,6 +43,11 @@ CANCEL_CHECK_SECONDS = 0.05
 """How often the waiting parent checks whether the run was cancelled."""
 
 
+CHILD_NICENESS = 10
+"""The run is background work: on a busy machine the kernel gives a CPU to the API and the
+loop first, and the run takes what is left."""
+
+
 class ForkedRunFailed(RuntimeError):
     """The child died without a result (killed, out of memory); the message says how."""
 
@@ -91,6 +96,8 @@ class ForkedRun:
         try:
             gc.disable()
             _die_with_parent()
+            with contextlib.suppress(OSError):
+                os.nice(CHILD_NICENESS)
             os.closerange(3, write_end)
             os.closerange(write_end + 1, _max_descriptors())
             try:
