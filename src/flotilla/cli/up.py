@@ -67,6 +67,14 @@ def up(
             min=0.0,
         ),
     ] = 300.0,  # scheduler.retention.DEFAULT_RETENTION_SECONDS (not imported: the CLI starts fast)
+    algorithm_process: Annotated[
+        bool,
+        typer.Option(
+            "--algorithm-process/--algorithm-thread",
+            help="Async mode: run each scheduling run in a forked child process instead of "
+            "on a thread (see docs/architecture.md for when it pays).",
+        ),
+    ] = False,
     fleet_file: Annotated[
         Path | None,
         typer.Option(
@@ -124,6 +132,7 @@ def up(
         replica=replica or default_replica_id(),
         lease_ttl=lease_ttl,
         finished_retention=finished_retention,
+        algorithm_process=algorithm_process,
     )
     loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
     stop = threading.Event()

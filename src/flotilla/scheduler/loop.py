@@ -123,9 +123,10 @@ class LoopSettings:
     scheduling: SchedulingConfig = field(
         default_factory=lambda: SchedulingConfig(assignment_strategy="resource-aware")
     )
-    algorithm_process: bool = hasattr(os, "fork")
-    """Async mode: run the algorithm in a child process (``forked.py``) so that it cannot hold
-    the GIL against the API and the loop; False: on a thread of this process."""
+    algorithm_process: bool = False
+    """Async mode: run each scheduling run in a forked child process (``forked.py``), so that
+    it cannot hold the GIL against the API and the loop; default: on a thread of this process,
+    which measured as fast or faster on the loaded 2-core machine (docs/architecture.md)."""
     finished_retention: float = DEFAULT_RETENTION_SECONDS
     """Seconds a finished job stays in the JobDb after it ended (the store keeps it)."""
 
