@@ -246,7 +246,7 @@ class SimBackend:
     grace_period: float = 10.0
     startup_delay: float = 0.0
     default_duration: float = 1.0
-    finished_runs_kept: int = 10_000
+    finished_runs_kept: int = 1_000
     """Finished runs, once reported by ``poll``, kept in memory (the most recent ones; older
     ones are read back from ``state_dir`` if there is one, else unknown): memory follows the
     active runs, not every run ever dispatched."""
