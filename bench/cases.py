@@ -190,6 +190,23 @@ def _service_throughput(database: str = "sqlite") -> Case:
     )
 
 
+def _service_soak(jobs: int) -> Case:
+    def run() -> dict[str, Any]:
+        from bench.soak import run_soak
+
+        return run_soak(jobs=jobs)
+
+    return Case(
+        "service-soak" if jobs >= 200_000 else f"service-soak-{_short(jobs)}",
+        f"flotilla up --fleet (one sim cluster of 100 × 64 CPUs, SQLite, sync 0.1 s, "
+        f"--finished-retention 10): {jobs:,} jobs of 0.2 s submitted in batches of 1,000, at "
+        "most 5,000 unfinished; the server's RSS sampled every 2 s",
+        quick=False,
+        run=run,
+        target="RSS flat (± 10 %) after the first 20 % of the jobs",
+    )
+
+
 def _gpu_fill() -> Case:
     def run() -> dict[str, Any]:
         from bench.gpu_fill import run_fill
@@ -228,6 +245,8 @@ CASES: dict[str, Case] = {
         _service_cancel(),
         _service_throughput(),
         _service_throughput("postgresql"),
+        _service_soak(200_000),
+        _service_soak(20_000),
         _gpu_fill(),
     )
 }

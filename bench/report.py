@@ -8,6 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.cancel_trace import trace_lines
+from bench.soak import soak_lines
+
 MIB = 2**20
 
 
@@ -190,6 +193,9 @@ def service_lines(results: Sequence[dict[str, Any]]) -> list[str]:
                 f"{', '.join(f'{s:.1f}' for s in r['algorithm_runs_s'])} s; submit "
                 f"{r['submit_jobs_per_s']:,.0f} jobs/s; target {r.get('target', '')}"
             )
+            lines.extend(trace_lines(r))
+        elif r.get("kind") == "soak":
+            lines.extend(soak_lines(r))
         elif r.get("kind") == "service-throughput":
             lines.append(
                 f"{r['case']}: submit {r['submit_jobs_per_s']:,.0f} jobs/s; submit → scheduled "

@@ -39,7 +39,9 @@ from typing import Any
 
 import httpx
 
+from bench.cancel_trace import cancel_timelines, per_cancel, read_trace, step_summary
 from flotilla.runtime import token_for
+from flotilla.stage_trace import ENVIRONMENT
 
 BATCH = 1_000
 FLOTILLA = Path(sys.executable).with_name("flotilla")
@@ -101,7 +103,10 @@ def _states(http: httpx.Client) -> dict[str, int]:
 
 
 @contextmanager
-def _flotilla_up(workdir: Path, *extra: str) -> Iterator[httpx.Client]:
+def _flotilla_up(
+    workdir: Path, *extra: str, env: dict[str, str] | None = None
+) -> Iterator[httpx.Client]:
+    """A real ``flotilla up`` in ``workdir``; ``env``: variables added to its environment."""
     port = _free_port()
     log = (workdir / "up.log").open("wb")
     process = subprocess.Popen(
@@ -109,6 +114,7 @@ def _flotilla_up(workdir: Path, *extra: str) -> Iterator[httpx.Client]:
         cwd=workdir,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
     )
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)
     try:
@@ -167,54 +173,72 @@ def _cancellable(index: int) -> dict[str, Any]:
 def run_cancel_latency(
     backlog: int = 70_000, cancellable: int = 100, queued_cancels: int = 20
 ) -> dict[str, Any]:
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        _flotilla_up(Path(tmp), "--mode", "async", "--cycle-interval", "0.1") as http,
-    ):
-        backlog_ids, submit_seconds = _submit_batches(
-            http, [_unplaceable(i) for i in range(backlog)]
-        )
-        ids, _ = _submit_batches(http, [_cancellable(i) for i in range(cancellable)])
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_file = Path(tmp) / "trace.jsonl"
+        with _flotilla_up(
+            Path(tmp),
+            "--mode",
+            "async",
+            "--cycle-interval",
+            "0.1",
+            env={ENVIRONMENT: str(trace_file)},
+        ) as http:
+            result = _cancel_phases(http, backlog, cancellable, queued_cancels)
+        timelines = cancel_timelines(read_trace(trace_file), result.pop("client_times"))
+    result["cancel_steps"] = step_summary(timelines)
+    result["cancel_traces"] = per_cancel(timelines)
+    return result
 
-        def all_running() -> bool:
-            return all(_state(http, job) == "running" for job in ids)
 
-        _wait(all_running, 600, "the cancellable jobs to run", 0.2)
-        runs: dict[int, float] = {}
+def _cancel_phases(
+    http: httpx.Client, backlog: int, cancellable: int, queued_cancels: int
+) -> dict[str, Any]:
+    """Submit the backlog, run and cancel the cancellable jobs, then cancel queued ones."""
+    backlog_ids, submit_seconds = _submit_batches(http, [_unplaceable(i) for i in range(backlog)])
+    ids, _ = _submit_batches(http, [_cancellable(i) for i in range(cancellable)])
 
-        def note_runs() -> dict[str, Any]:
-            scheduler: dict[str, Any] = http.get("/v1/scheduling/report").json()["scheduler"]
-            if scheduler and scheduler.get("algorithm_seconds") is not None:
-                runs[scheduler["number"]] = scheduler["algorithm_seconds"]
-            return scheduler
+    def all_running() -> bool:
+        return all(_state(http, job) == "running" for job in ids)
 
-        latencies: list[float] = []
-        during_run = 0
-        started = time.time()
-        for job in ids:
-            if note_runs()["runner_state"] in ("running", "run-requested"):
-                during_run += 1
-            sent = time.perf_counter()
-            response = http.post(f"/v1/jobs/{job}/cancel", json={})
-            if response.status_code != 200:
-                raise RuntimeError(response.text)
-            while _state(http, job) != "cancelled":
-                if time.perf_counter() - sent > 60:
-                    raise RuntimeError(f"{job} not cancelled after 60 s")
-                time.sleep(0.002)
-            latencies.append(time.perf_counter() - sent)
-        cancel_phase = time.time() - started
-        queued: list[float] = []
-        for job in backlog_ids[-queued_cancels:]:
-            sent = time.perf_counter()
-            answer = http.post(f"/v1/jobs/{job}/cancel", json={}).json()
-            queued.append(time.perf_counter() - sent)
-            if answer["state"] != "cancelled":
-                raise RuntimeError(f"queued job {job} answered {answer['state']}")
-        # The run in flight during the cancels, and the next: their own durations.
-        seen = len(runs)
+    _wait(all_running, 600, "the cancellable jobs to run", 0.2)
+    runs: dict[int, float] = {}
+
+    def note_runs() -> dict[str, Any]:
+        scheduler: dict[str, Any] = http.get("/v1/scheduling/report").json()["scheduler"]
+        if scheduler and scheduler.get("algorithm_seconds") is not None:
+            runs[scheduler["number"]] = scheduler["algorithm_seconds"]
+        return scheduler
+
+    latencies: list[float] = []
+    client_times: dict[str, tuple[float, float]] = {}
+    during_run = 0
+    started = time.time()
+    for job in ids:
+        if note_runs()["runner_state"] in ("running", "run-requested"):
+            during_run += 1
+        sent, sent_at = time.perf_counter(), time.time()
+        response = http.post(f"/v1/jobs/{job}/cancel", json={})
+        if response.status_code != 200:
+            raise RuntimeError(response.text)
+        while _state(http, job) != "cancelled":
+            if time.perf_counter() - sent > 60:
+                raise RuntimeError(f"{job} not cancelled after 60 s")
+            time.sleep(0.002)
+        latencies.append(time.perf_counter() - sent)
+        client_times[job] = (sent_at, time.time())
+    cancel_phase = time.time() - started
+    queued: list[float] = []
+    for job in backlog_ids[-queued_cancels:]:
+        sent = time.perf_counter()
+        answer = http.post(f"/v1/jobs/{job}/cancel", json={}).json()
+        queued.append(time.perf_counter() - sent)
+        if answer["state"] != "cancelled":
+            raise RuntimeError(f"queued job {job} answered {answer['state']}")
+    # The run in flight during the cancels, and the next: their own durations.
+    seen = len(runs)
+    with suppress(RuntimeError):  # a loaded machine may not finish them: report what ran
         _wait(lambda: bool(note_runs()) and len(runs) >= seen + 2, 300, "two more runs", 0.1)
-        metrics = http.get("/metrics").text
+    metrics = http.get("/metrics").text
     algorithm = sorted(runs.values())
     return {
         "kind": "service",
@@ -236,6 +260,7 @@ def run_cancel_latency(
         "algorithm_seconds_metric": [
             line for line in metrics.splitlines() if "algorithm_seconds_sum" in line
         ],
+        "client_times": client_times,
     }
 
 

@@ -13,6 +13,7 @@ from flotilla.backends import (
     LogStream,
     RunState,
     StatusRequest,
+    UnknownRun,
     load_backend,
 )
 from flotilla.backends.sim import FakeClock, SimBackend
@@ -116,3 +117,40 @@ def test_load_backend_by_name(tmp_path: Path) -> None:
     backend = load_backend("sim", cluster="demo", state_dir=str(tmp_path), grace_period=1)
     assert isinstance(backend, SimBackend)
     assert backend.inventory().cluster == "demo"
+
+
+def test_only_the_most_recent_finished_runs_stay_in_memory_once_reported() -> None:
+    """Memory follows the active runs: a finished run, once a poll reported it, is kept
+    among the last ``finished_runs_kept`` only (without a state dir an older one is
+    unknown); a run still going is always known."""
+    clock = FakeClock()
+    backend = SimBackend(clock=clock, finished_runs_kept=2)
+    for index in range(5):
+        backend.dispatch(request(backend, f"short-{index}", {"sim": {"duration": 1}}))
+    backend.dispatch(request(backend, "long", {"sim": {"duration": 100}}))
+    backend.poll()  # they started
+    clock.advance(1)
+    reported = {status.run_id: status.state for status in backend.poll()}
+    assert reported == {f"short-{index}": RunState.SUCCEEDED for index in range(5)}
+    assert backend.poll() == []  # reported once
+    for index in (3, 4):
+        assert backend.status(StatusRequest(f"short-{index}")).state is RunState.SUCCEEDED
+    for index in (0, 1, 2):
+        with pytest.raises(UnknownRun):
+            backend.status(StatusRequest(f"short-{index}"))
+    assert backend.status(StatusRequest("long")).state is RunState.RUNNING
+    assert backend.inventory().active_runs == ("long",)
+
+
+def test_a_finished_run_dropped_from_memory_is_read_back_from_the_state_dir(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    backend = SimBackend(clock=clock, state_dir=tmp_path, finished_runs_kept=0)
+    backend.dispatch(request(backend, "run-1", {"sim": {"duration": 1, "exit_code": 3}}))
+    backend.poll()
+    clock.advance(1)
+    assert [status.state for status in backend.poll()] == [RunState.FAILED]
+    status = backend.status(StatusRequest("run-1"))
+    assert status.state is RunState.FAILED and status.exit_code == 3
+    assert backend.poll() == []  # reading it back is not news

@@ -99,3 +99,26 @@ def test_a_gangs_timeout_counts_from_when_its_dependencies_ended(service: Servic
     gang = submit(service, "gang", "echo placed", ("prep", "succeeded"), gang={"timeout": 1})
     service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
     service.cycle_until(lambda: service.state(gang) is JobState.SUCCEEDED)
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["retention", "restart"])
+def test_a_dependency_that_ended_long_ago_still_counts(service: Service, restart: bool) -> None:
+    """The scheduler forgets finished jobs after a retention (and does not load them at a
+    restart); a job submitted later that depends on one must still see how it ended."""
+    prep = submit(service, "prep", "true")
+    failed = submit(service, "broken", "exit 3")
+    service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
+    service.cycle_until(lambda: service.state(failed) is JobState.FAILED)
+    service.loop.close()
+    service.loop = SchedulingLoop(
+        service.store,
+        {"local": service.backend},
+        LoopSettings(cycle_interval=0.05, finished_retention=0.0),
+    )
+    if not restart:  # the same loop forgets them once they are past the retention
+        service.loop.cycle()
+    train = submit(service, "train", "echo trained", ("prep", "succeeded"))
+    never = submit(service, "never", "echo never", ("broken", "succeeded"))
+    service.cycle_until(lambda: service.state(train) is JobState.SUCCEEDED)
+    service.cycle_until(lambda: service.state(never) is JobState.FAILED)
+    assert "dependency job default/broken" in service.store.get_job(never).reason

@@ -26,7 +26,9 @@ from tests.live_service import process_gone, read_pids
 
 
 class Service:
-    def __init__(self, tmp_path: Path, mode: Mode = Mode.SYNC) -> None:
+    def __init__(
+        self, tmp_path: Path, mode: Mode = Mode.SYNC, algorithm_process: bool = False
+    ) -> None:
         self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
         self.backend = LocalBackend(
             cluster="local", state_dir=tmp_path / "runs", grace_period=1.0, stop_runs_on_close=True
@@ -37,7 +39,12 @@ class Service:
         self.loop = SchedulingLoop(
             self.store,
             {"local": self.backend},
-            LoopSettings(mode=mode, cycle_interval=0.05, replica="replica-a"),
+            LoopSettings(
+                mode=mode,
+                cycle_interval=0.05,
+                replica="replica-a",
+                algorithm_process=algorithm_process,
+            ),
         )
 
     def submit(
@@ -167,16 +174,21 @@ def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
     other.close()
 
 
-def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Path) -> None:
-    service = Service(tmp_path, Mode.ASYNC)
+@pytest.mark.parametrize("algorithm_process", [False, True], ids=["thread", "process"])
+def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
+    tmp_path: Path, algorithm_process: bool
+) -> None:
+    service = Service(tmp_path, Mode.ASYNC, algorithm_process)
     try:
-        release = threading.Event()
+        release = tmp_path / "release"  # a file: the run may be in a child process
         original = service.loop.algorithm.schedule
 
         def slow(
             snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
         ) -> CycleResult:
-            release.wait(30)
+            deadline = time.monotonic() + 30
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
             return original(snapshot, cancel)
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
@@ -187,7 +199,7 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(tmp_path: Pat
         service.store.cancel(waiting, "changed my mind")
         service.loop.cycle()
         assert service.state(waiting) is JobState.CANCELLED  # while the run is still in flight
-        release.set()
+        release.touch()
         service.cycle_until(lambda: service.loop.runner.state is RunnerState.IDLE)  # type: ignore[union-attr]
         assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped
     finally:

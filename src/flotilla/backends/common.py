@@ -212,6 +212,11 @@ class ChangeLog:
         """Report ``run_id`` at the next poll even if its state did not change."""
         self._changed[run_id] = None
 
+    def forget(self, run_id: str) -> None:
+        """Stop tracking ``run_id`` (a finished run reported and dropped from memory)."""
+        self._last.pop(run_id, None)
+        self._changed.pop(run_id, None)
+
     def drain(self) -> Iterator[str]:
         changed, self._changed = list(self._changed), {}
         yield from changed

@@ -16,6 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -245,12 +246,19 @@ class SimBackend:
     grace_period: float = 10.0
     startup_delay: float = 0.0
     default_duration: float = 1.0
+    finished_runs_kept: int = 1_000
+    """Finished runs, once reported by ``poll``, kept in memory (the most recent ones; older
+    ones are read back from ``state_dir`` if there is one, else unknown): memory follows the
+    active runs, not every run ever dispatched."""
     name: str = field(default="sim", init=False)
 
     def __post_init__(self) -> None:
         self._nodes = sim_nodes(self.nodes)
         self._lock = threading.RLock()
         self._runs: dict[str, SimRun] = {}
+        """Runs not yet reported finished."""
+        self._finished: OrderedDict[str, SimRun] = OrderedDict()
+        """Runs reported finished, oldest first, at most ``finished_runs_kept``."""
         self._changes = ChangeLog()
         self._closed = False
         if self.state_dir is not None:
@@ -260,11 +268,13 @@ class SimBackend:
                 if data is None or data.get("version") != 1:
                     continue
                 run = SimRun.from_json(data)
-                self._runs[run_id] = run
                 state = run.status(self.clock()).state
+                if state.terminal:
+                    self._keep_finished(run_id, run)
+                    continue
+                self._runs[run_id] = run
                 self._changes.remember(run_id, state)
-                if not state.terminal:
-                    self._changes.mark(run_id)
+                self._changes.mark(run_id)
 
     def inventory(self) -> Inventory:
         with self._lock:
@@ -302,7 +312,7 @@ class SimBackend:
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
             self._check_open()
-            run = self._runs.get(request.run_id)
+            run = self._lookup(request.run_id)
             if run is None:
                 message = f"no run {request.run_id!r} on this backend; nothing to cancel"
                 return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, message)
@@ -335,7 +345,11 @@ class SimBackend:
             now = self.clock()
             for run_id, run in self._runs.items():
                 self._changes.observe(run_id, run.status(now).state)
-            return [self._runs[run_id].status(now) for run_id in self._changes.drain()]
+            statuses = [self._runs[run_id].status(now) for run_id in self._changes.drain()]
+            for status in statuses:
+                if status.state.terminal:
+                    self._retire(status.run_id)
+            return statuses
 
     def logs(self, request: LogsRequest) -> LogChunk:
         with self._lock:
@@ -366,18 +380,34 @@ class SimBackend:
             raise UnknownRun(run_id)
         return run
 
+    def _retire(self, run_id: str) -> None:
+        """A finished run was reported: keep it among the recent finished ones only."""
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            self._changes.forget(run_id)
+            self._keep_finished(run_id, run)
+
+    def _keep_finished(self, run_id: str, run: SimRun) -> None:
+        self._finished[run_id] = run
+        while len(self._finished) > self.finished_runs_kept:
+            self._finished.popitem(last=False)
+
     def _lookup(self, run_id: str) -> SimRun | None:
         """The run, also one another backend object over the same state dir recorded after
         this one started (a scheduler replica taking over adopts it, as with ``local``)."""
-        run = self._runs.get(run_id)
+        run = self._runs.get(run_id) or self._finished.get(run_id)
         if run is not None or self.state_dir is None:
             return run
         data = read_json(run_directory(self.state_dir, run_id) / "run.json")
         if data is None or data.get("version") != 1:
             return None
         run = SimRun.from_json(data)
-        self._runs[run_id] = run
-        self._changes.remember(run_id, run.status(self.clock()).state)
+        state = run.status(self.clock()).state
+        if state.terminal:
+            self._keep_finished(run_id, run)
+        else:
+            self._runs[run_id] = run
+            self._changes.remember(run_id, state)
         return run
 
     def _behaviour(self, request: DispatchRequest) -> SimBehaviour:

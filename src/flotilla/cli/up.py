@@ -68,6 +68,22 @@ def up(
             min=1.0,
         ),
     ] = 10.0,
+    finished_retention: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a finished job stays in the scheduler's memory after it ended; "
+            "the database keeps every job, and the API reads old ones from it.",
+            min=0.0,
+        ),
+    ] = 300.0,  # scheduler.retention.DEFAULT_RETENTION_SECONDS (not imported: the CLI starts fast)
+    algorithm_process: Annotated[
+        bool,
+        typer.Option(
+            "--algorithm-process/--algorithm-thread",
+            help="Async mode: run each scheduling run in a forked child process instead of "
+            "on a thread (see docs/architecture.md for when it pays).",
+        ),
+    ] = False,
     fleet_file: Annotated[
         Path | None,
         typer.Option(
@@ -135,6 +151,8 @@ def up(
         cycle_interval=cycle_interval,
         replica=replica or default_replica_id(),
         lease_ttl=lease_ttl,
+        finished_retention=finished_retention,
+        algorithm_process=algorithm_process,
     )
     loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
     stop = threading.Event()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -146,6 +146,13 @@ class WriteTxn(ReadTxn):
             serial = max(serial, record.serial)
         self._state = _State(jobs.finish(), by_state.finish(), state.by_queue, serial)
 
+    def advance(self, serial: int) -> None:
+        """Record that the store has been read up to ``serial`` (never moves back)."""
+        self._check_open()
+        state = self._state
+        if serial > state.serial:
+            self._state = _State(state.jobs, state.by_state, state.by_queue, serial)
+
     def delete(self, job_ids: Iterable[str]) -> None:
         """Forget jobs (for example finished ones the scheduler no longer needs)."""
         self._check_open()
@@ -219,10 +226,12 @@ class JobDb:
         self._writer = threading.Lock()
 
     @classmethod
-    def load(cls, store: Store, page: int = 1000) -> JobDb:
-        """A JobDb holding every job of the store."""
+    def load(
+        cls, store: Store, page: int = 1000, keep: Callable[[JobRecord], bool] | None = None
+    ) -> JobDb:
+        """A JobDb holding every job of the store (those ``keep`` accepts, if given)."""
         db = cls()
-        db.sync(store, page)
+        db._apply(store, page, keep, None)
         return db
 
     def read_txn(self) -> ReadTxn:
@@ -248,19 +257,42 @@ class JobDb:
         how many records were applied."""
         return len(self.sync_changes(store, page))
 
-    def sync_changes(self, store: Store, page: int = 1000) -> list[JobRecord]:
+    def sync_changes(
+        self, store: Store, page: int = 1000, keep: Callable[[JobRecord], bool] | None = None
+    ) -> list[JobRecord]:
         """Like ``sync``, but returns the records applied, oldest first: the change feed that
         lets a reader keep derived state (the scheduler's engine jobs) up to date without
-        rescanning every job."""
+        rescanning every job.
+
+        ``keep``: a record it refuses (a job finished long ago) is not held — an older
+        version of the job is dropped instead — but still returned in the change feed, and
+        the serial still moves past it."""
         changed: list[JobRecord] = []
+        self._apply(store, page, keep, changed)
+        return changed
+
+    def _apply(
+        self,
+        store: Store,
+        page: int,
+        keep: Callable[[JobRecord], bool] | None,
+        changed: list[JobRecord] | None,
+    ) -> None:
+        """Read the store's changes page by page into one write transaction; each page's
+        records are appended to ``changed`` if given (else dropped once applied)."""
         with self.write_txn() as txn:
             while True:
                 records = store.jobs_since(txn.serial, page)
                 if not records:
                     break
-                txn.upsert(records)
-                changed.extend(records)
-        return changed
+                if keep is None:
+                    txn.upsert(records)
+                else:
+                    txn.upsert([record for record in records if keep(record)])
+                    txn.delete(record.id for record in records if not keep(record))
+                    txn.advance(records[-1].serial)
+                if changed is not None:
+                    changed.extend(records)
 
     def _publish(self, state: _State) -> None:
         self._state = state

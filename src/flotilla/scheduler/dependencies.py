@@ -10,7 +10,7 @@ start, and the loop fails it with a reason naming that dependency.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -67,7 +67,10 @@ def dependency_status(
 class DependencyGate:
     """Queued jobs whose dependencies are not met, indexed by the jobs they wait for."""
 
-    def __init__(self) -> None:
+    def __init__(self, ended_job: Callable[[str], JobRecord | None] = lambda _job_id: None) -> None:
+        self._ended_job = ended_job
+        """A dependency the JobDb no longer holds: a job that finished before the retention
+        (or before a restart) dropped it; read from the store."""
         self.held: dict[str, JobRecord] = {}
         """Held job id → its queued record."""
         self.reasons: dict[str, str] = {}
@@ -90,7 +93,11 @@ class DependencyGate:
         if not record.dependencies:
             return True
         status = dependency_status(
-            record.dependencies, {d.job_id: read.get(d.job_id) for d in record.dependencies}
+            record.dependencies,
+            {
+                d.job_id: read.get(d.job_id) or self._ended_job(d.job_id)
+                for d in record.dependencies
+            },
         )
         if status.verdict is Verdict.MET:
             return True

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from flotilla.backends.interface import Backend, LogChunk, LogsRequest, UnknownRun
 from flotilla.framework.nodes import NodeInfo
-from flotilla.framework.snapshot import CycleResult, SchedulingConfig
-from flotilla.jobdb import JobDb
+from flotilla.framework.snapshot import CycleResult, SchedulingConfig, SchedulingSnapshot
 from flotilla.model import ClusterSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -51,15 +50,18 @@ from flotilla.scheduler.commit import Committer
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.dispatch import Dispatcher
 from flotilla.scheduler.fleet import FleetRuntime, scheduling_config
+from flotilla.scheduler.forked import ForkedRun
 from flotilla.scheduler.handle import CycleReport
 from flotilla.scheduler.leadership import Leadership
 from flotilla.scheduler.metrics import SchedulerMetrics
 from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.reporting import Reporter
+from flotilla.scheduler.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
 from flotilla.scheduler.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
 from flotilla.secrets import SecretBox
+from flotilla.stage_trace import trace
 from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,8 @@ CANCEL_POLL_SECONDS = 0.005
 cancel's effect is recorded within this of the process exiting."""
 
 ASYNC_SWITCH_SECONDS = 0.0005
-"""The interpreter's thread switch interval in async mode. The algorithm thread is pure
+"""The interpreter's thread switch interval in async mode with the algorithm on a thread
+(``LoopSettings.algorithm_process=False``). The algorithm thread is pure
 Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
 from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
 dozens of such returns. The run pays a few per cent for the extra switches."""
@@ -120,6 +123,12 @@ class LoopSettings:
     scheduling: SchedulingConfig = field(
         default_factory=lambda: SchedulingConfig(assignment_strategy="resource-aware")
     )
+    algorithm_process: bool = False
+    """Async mode: run each scheduling run in a forked child process (``forked.py``), so that
+    it cannot hold the GIL against the API and the loop; default: on a thread of this process,
+    which measured as fast or faster on the loaded 2-core machine (docs/architecture.md)."""
+    finished_retention: float = DEFAULT_RETENTION_SECONDS
+    """Seconds a finished job stays in the JobDb after it ended (the store keeps it)."""
 
 
 class SchedulingLoop:
@@ -144,15 +153,12 @@ class SchedulingLoop:
         if fleet is not None and fleet.fleet is not None:
             self.settings = _with_fleet_settings(self.settings, fleet)
         self.metrics = metrics or SchedulerMetrics()
-        self.jobdb = JobDb.load(store)
+        self._finished = FinishedJobs(self.settings.finished_retention)
+        self.jobdb = self._finished.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
         self.runner: AsyncSchedulingRunner | None = None
         if self.settings.mode is Mode.ASYNC:
-            self.runner = AsyncSchedulingRunner(
-                lambda snapshot, cancel: self.algorithm.schedule(snapshot, cancel),
-                ThreadExecutor(),
-                on_duration=self.metrics.algorithm_seconds.observe,
-            )
+            self.runner = self._async_runner()
         self._context = LoopContext(store, self.backends, self.jobdb, self.metrics, secrets=secrets)
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
@@ -173,6 +179,19 @@ class SchedulingLoop:
         self._cycles = 0
         self._last_pass = float("-inf")
         self._draining = False
+
+    def _async_runner(self) -> AsyncSchedulingRunner:
+        """The runner of async mode: each run in a child process (``forked.py``), or on a
+        thread of this one with ``algorithm_process=False``."""
+
+        def schedule(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
+            return self.algorithm.schedule(snapshot, cancel)
+
+        return AsyncSchedulingRunner(
+            ForkedRun(schedule) if self.settings.algorithm_process else schedule,
+            ThreadExecutor(),
+            on_duration=self.metrics.algorithm_seconds.observe,
+        )
 
     # --- SchedulerHandle ------------------------------------------------------------------
 
@@ -223,7 +242,7 @@ class SchedulingLoop:
         while a run is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
         has not ended, so cancels take effect during a long run, not a cycle later."""
         next_cycle = 0.0
-        if self.runner is not None:
+        if self.runner is not None and not self.settings.algorithm_process:
             sys.setswitchinterval(ASYNC_SWITCH_SECONDS)
         try:
             while not stop.is_set():
@@ -241,6 +260,7 @@ class SchedulingLoop:
                     wait = min(wait, interval)
                 if self._wake.wait(wait):
                     self._wake.clear()
+                    trace("loop-woken")
                     if self._run_in_flight():
                         try:
                             self.transitions()  # a cancel: stop its run now
@@ -263,13 +283,14 @@ class SchedulingLoop:
 
     def _between_pass(self) -> None:
         """A transitions pass, or — while waiting for cancelled runs to end, and a full pass
-        ran less than ``TRANSITION_SECONDS`` ago — only a poll of the backends: no SQL unless
-        a run changed, so the poll can run every few milliseconds."""
+        ran less than ``TRANSITION_SECONDS`` ago — only a status request for each run being
+        cancelled: no SQL unless one ended, and no work for the other active runs, so it can
+        run every few milliseconds."""
         if time.monotonic() - self._last_pass >= TRANSITION_SECONDS:
             self.transitions()
             return
         try:
-            self._transitions.poll_all()
+            self._transitions.poll_cancelling()
         except LeaseLostError:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()
@@ -314,11 +335,7 @@ class SchedulingLoop:
                 self.runner.reset()
             self.runner = None
             if settings.mode is Mode.ASYNC:
-                self.runner = AsyncSchedulingRunner(
-                    lambda snapshot, cancel: self.algorithm.schedule(snapshot, cancel),
-                    ThreadExecutor(),
-                    on_duration=self.metrics.algorithm_seconds.observe,
-                )
+                self.runner = self._async_runner()
         self.settings = settings
         log.info("fleet version %d in force", self.fleet.version)
         return True
@@ -351,6 +368,7 @@ class SchedulingLoop:
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()
+        self._finished.sweep()
         seconds = time.perf_counter() - started
         self.metrics.cycle_seconds.observe(seconds)
         self._report = self._reporter.report(
@@ -363,9 +381,10 @@ class SchedulingLoop:
 
     def _sync(self) -> None:
         """Catch the JobDb up with the store and feed what changed to the snapshot builder."""
-        changed = self.jobdb.sync_changes(self.store)
+        changed = self.jobdb.sync_changes(self.store, keep=self._finished.keep)
         if changed:
             self._snapshots.observe(changed, self.jobdb.serial)
+            self._finished.observe(changed)
 
     # --- leadership -----------------------------------------------------------------------
 

@@ -33,7 +33,14 @@ from flotilla.scheduler.records import (
     space_for,
     unknown_resources,
 )
-from flotilla.store import ACTIVE_JOB_STATES, ClusterRecord, JobRecord, JobState, Store
+from flotilla.store import (
+    ACTIVE_JOB_STATES,
+    ClusterRecord,
+    JobRecord,
+    JobState,
+    NotFoundError,
+    Store,
+)
 
 
 @dataclass
@@ -48,7 +55,7 @@ class SnapshotBuilder:
     def __init__(self, store: Store, jobdb: JobDb) -> None:
         self._store = store
         self._jobdb = jobdb
-        self.dependencies = DependencyGate()
+        self.dependencies = DependencyGate(self._stored_job)
         """Queued jobs held back until their dependencies end (not in ``_queued``)."""
         self.cluster_order: Callable[[], Sequence[str]] | None = None
         """The clusters' declaration order (the fleet file's), which strategies use to break
@@ -71,6 +78,13 @@ class SnapshotBuilder:
         self._admission = Admission()
         """Queued jobs held back: retry backoff, array parallelism."""
         self._reload(jobdb.read_txn())
+
+    def _stored_job(self, job_id: str) -> JobRecord | None:
+        """A job from the store (one the JobDb dropped after it finished)."""
+        try:
+            return self._store.get_job(job_id)
+        except NotFoundError:
+            return None
 
     # --- the change feed ------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from flotilla.model import ClusterSpec, RetryCause
 from flotilla.scheduler.context import LoopContext
 from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.scheduler.retry import Failure, after_failure, cause_of, counted_failures
+from flotilla.stage_trace import trace
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     ClusterRecord,
@@ -80,7 +81,8 @@ class RunTransitions:
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
         self.awaiting_stop: dict[str, str] = {}
         """Run id → job id of preempted runs: the job re-queues when the backend confirms."""
-        self._cancelling: set[str] = set()
+        self._cancelling: dict[str, str] = {}
+        """Run id → cluster of runs asked to stop for a cancel, not yet seen to end."""
 
     @property
     def cancelling(self) -> bool:
@@ -117,6 +119,8 @@ class RunTransitions:
                 message=message,
                 fence=context.lease,
             )
+            if state is JobState.CANCELLED:
+                trace("state-committed", job_id)
         except StaleRunError:
             log.info("ignored a report about an old run of job %s", job_id)
         except IllegalTransitionError as error:
@@ -131,6 +135,9 @@ class RunTransitions:
         context = self._context
         try:
             context.store.transition_many(changes, fence=context.lease, records=False)
+            for change in changes:
+                if change.new_state is JobState.CANCELLED:
+                    trace("state-committed", change.job_id)
         except (StaleRunError, IllegalTransitionError):
             for change in changes:
                 self.transition(
@@ -180,6 +187,28 @@ class RunTransitions:
             backend.cancel(
                 CancelRequest(status.run_id, reason=f"superseded: the job is {job.state.value}")
             )
+
+    def poll_cancelling(self) -> None:
+        """Ask only about the runs being stopped for a cancel (the fast path while one is
+        pending): O(cancels), not O(active runs) as a backend's ``poll`` may be. A run that
+        ended is recorded at once; ``poll`` reports it again later, which finds the job
+        finished and changes nothing."""
+        context = self._context
+        changes: list[Transition] = []
+        for run_id, cluster in list(self._cancelling.items()):
+            backend = context.backends.get(cluster)
+            if backend is None:
+                continue
+            try:
+                status = backend.status(StatusRequest(run_id))
+            except UnknownRun:
+                self._cancelling.pop(run_id, None)  # the next full poll settles its job
+                continue
+            except BackendError:
+                continue
+            if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
+                changes += self.on_run_status(status)
+        self.record(changes)
 
     def poll_all(self) -> None:
         for backend in self._context.backends.values():
@@ -281,7 +310,8 @@ class RunTransitions:
         if job.cancel_requested and state in (BackendRunState.FAILED, BackendRunState.LOST):
             # Its cancel was requested, so the run ending ends the job cancelled — also when
             # the stop was sent by a leader killed before it could record the outcome.
-            self._cancelling.discard(run)
+            self._cancelling.pop(run, None)
+            trace("exit-observed", job.id)
             changes.append(
                 Transition(
                     job.id,
@@ -309,7 +339,8 @@ class RunTransitions:
                 )
             )
         elif state is BackendRunState.CANCELLED:
-            self._cancelling.discard(run)
+            self._cancelling.pop(run, None)
+            trace("exit-observed", job.id)
             changes.append(
                 Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
             )
@@ -423,6 +454,7 @@ class RunTransitions:
         assert job.run is not None
         if job.run.id in self._cancelling:
             return
+        trace("loop-seen", job.id)
         backend = self._context.backends.get(job.run.cluster)
         if backend is None:
             self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
@@ -432,12 +464,13 @@ class RunTransitions:
         except BackendUnavailable as error:
             log.warning("cancel of %s waits for %s: %s", job.id, job.run.cluster, error)
             return  # asked again next pass
+        trace("backend-signalled", job.id)
         crash_point("during-cancel")
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
             if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
                 self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
-        self._cancelling.add(job.run.id)
+        self._cancelling[job.run.id] = job.run.cluster
 
     def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:
         """Queued gangs past their timeout fail, with the last reason they waited for."""

@@ -38,6 +38,7 @@ from flotilla.server.schemas import (
     SubmittedJob,
 )
 from flotilla.server.submission import parse_submission
+from flotilla.stage_trace import trace
 from flotilla.store import (
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
@@ -397,10 +398,12 @@ def cancel_job(
 ) -> Job:
     """A waiting job is cancelled at once; a running one is asked to stop
     (``cancel_requested``) and becomes cancelled when its run has ended. Idempotent."""
+    trace("api-received", job_id)
     job = find_job(context, user, job_id)
     require_cancel(user, job)
     reason = (body or CancelBody()).reason
     record = context.store.cancel(job.id, reason)
+    trace("store-written", job.id)
     context.wake()
     return Job.from_record(record)
 

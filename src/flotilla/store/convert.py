@@ -57,6 +57,10 @@ def run_record(row: Run | AnyRow) -> RunRecord:
     return _run_record(row, row.assignment)
 
 
+def parse_spec(text: str) -> JobSpec:
+    return JobSpec.model_validate_json(text)
+
+
 class SpecCache:
     """Parsed job specs by job id, keyed by the stored JSON text.
 
@@ -70,11 +74,16 @@ class SpecCache:
         self._limit = limit
         self._specs: dict[str, tuple[str, JobSpec]] = {}
 
-    def spec(self, job_id: str, text: str) -> JobSpec:
+    def spec(self, job_id: str, text: str, *, last: bool = False) -> JobSpec:
+        """The parsed spec; ``last``: the job is finished, so its spec is not read back
+        again — it is dropped from the cache instead of kept (memory follows live jobs)."""
+        if last:
+            held = self._specs.pop(job_id, None)
+            return held[1] if held is not None and held[0] == text else parse_spec(text)
         held = self._specs.get(job_id)
         if held is not None and held[0] == text:
             return held[1]
-        spec = JobSpec.model_validate_json(text)
+        spec = parse_spec(text)
         if len(self._specs) >= self._limit:
             self._specs.clear()
         self._specs[job_id] = (text, spec)

@@ -45,7 +45,7 @@ from flotilla.store.records import (
     RunRecord,
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
-from flotilla.store.states import JobState
+from flotilla.store.states import TERMINAL_JOB_STATES, JobState
 from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 
 Clock = Callable[[], datetime]
@@ -240,7 +240,9 @@ class SqlStore:
             job_record(
                 row,
                 runs.get(row.run_id) if row.run_id else None,
-                self._specs.spec(row.id, row.spec_text),
+                self._specs.spec(
+                    row.id, row.spec_text, last=JobState(row.state) in TERMINAL_JOB_STATES
+                ),
                 lazy_json(row.labels_text),
             )
             for row in found

@@ -1,0 +1,142 @@
+"""Finished jobs leave the scheduler's memory after the retention; the store keeps them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends.sim import SimBackend
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.scheduler.retention import FinishedJobs
+from flotilla.store import JobState, SqlStore
+
+
+class Clock:
+    """Wall time, moved forward by the test."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def jobs(n: int, queue: str = "default", duration: float = 0.0) -> list[JobSpec]:
+    return [
+        JobSpec.model_validate(
+            {
+                "name": f"job-{index}",
+                "queue": queue,
+                "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+                "payload": {"sim": {"duration": duration}},
+            }
+        )
+        for index in range(n)
+    ]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStore]:
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+    store.put_queue(QueueSpec(name="default"))
+    yield store
+    store.close()
+
+
+def finish(store: SqlStore, job_ids: list[str], state: JobState = JobState.CANCELLED) -> None:
+    for job_id in job_ids:
+        store.cancel(job_id, "done with it")
+    assert all(store.get_job(job_id).state is state for job_id in job_ids)
+
+
+def test_a_finished_job_leaves_the_jobdb_after_the_retention_and_stays_in_the_store(
+    store: SqlStore,
+) -> None:
+    clock = Clock()
+    finished = FinishedJobs(retention=60.0, clock=clock)
+    jobdb = finished.load(store)
+    done, waiting = store.submit_jobs(jobs(2))
+    finish(store, [done])
+    finished.observe(jobdb.sync_changes(store, keep=finished.keep))
+    clock.now = store.get_job(done).updated_at.timestamp() + 59.0
+    assert finished.sweep() == 0 and jobdb.read_txn().get(done) is not None
+
+    clock.now += 2.0
+    assert finished.sweep() == 1
+    assert jobdb.read_txn().get(done) is None
+    assert jobdb.read_txn().get(waiting) is not None  # a queued job is never dropped
+    assert store.get_job(done).state is JobState.CANCELLED  # the history stays
+
+
+def test_a_restart_does_not_load_jobs_that_ended_longer_than_the_retention_ago(
+    store: SqlStore,
+) -> None:
+    ids = store.submit_jobs(jobs(5))
+    finish(store, ids[:3])
+    clock = Clock()
+    clock.now = store.get_job(ids[2]).updated_at.timestamp() + 3_600.0
+    jobdb = FinishedJobs(retention=60.0, clock=clock).load(store)
+    read = jobdb.read_txn()
+    assert sorted(job.id for job in read) == sorted(ids[3:])
+    assert read.serial == store.latest_serial()  # the serial moved past what was left out
+
+
+def test_a_job_changed_after_it_ended_is_not_dropped_for_its_old_version(
+    store: SqlStore,
+) -> None:
+    """The sweep drops the version it saw end; a newer one (kept by a sync) stays."""
+    clock = Clock()
+    finished = FinishedJobs(retention=10.0, clock=clock)
+    jobdb = finished.load(store)
+    (job,) = store.submit_jobs(jobs(1))
+    finish(store, [job])
+    finished.observe(jobdb.sync_changes(store, keep=finished.keep))
+    ended = jobdb.read_txn().get(job)
+    assert ended is not None
+    with jobdb.write_txn() as txn:  # a later version of the job, as a sync would bring
+        txn.upsert([replace(ended, serial=ended.serial + 1000)])
+    clock.now = ended.updated_at.timestamp() + 11.0
+    assert finished.sweep() == 0
+    assert jobdb.read_txn().get(job) is not None
+
+
+def test_a_negative_retention_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="retention: must be >= 0"):
+        FinishedJobs(retention=-1.0)
+
+
+def test_the_loop_forgets_jobs_it_ran_to_the_end_but_keeps_running_ones(store: SqlStore) -> None:
+    backend = SimBackend(cluster="sim", nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}])
+    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+    loop = SchedulingLoop(
+        store,
+        {"sim": backend},
+        LoopSettings(cycle_interval=0.05, replica="retention", finished_retention=0.0),
+    )
+    try:
+        short = store.submit_jobs(jobs(6, duration=0.0))
+        long = store.submit_jobs(
+            [
+                spec.model_copy(update={"name": f"long-{spec.name}"})
+                for spec in jobs(2, duration=600)
+            ]
+        )
+        for _ in range(50):
+            loop.cycle()
+            if all(store.get_job(job).state is JobState.SUCCEEDED for job in short):
+                break
+        loop.cycle()
+        read = loop.jobdb.read_txn()
+        assert [job for job in short if job in read] == []
+        assert all(store.get_job(job).state is JobState.SUCCEEDED for job in short)
+        assert {read.get(job).state for job in long if read.get(job)} == {JobState.RUNNING}
+        assert len(read) == 2
+    finally:
+        loop.close()
+        backend.close()
