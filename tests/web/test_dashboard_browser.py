@@ -12,6 +12,8 @@ from tests.web.conftest import ANA_TOKEN, VIEWER_TOKEN, screenshot
 
 LIVE = 30_000
 """Milliseconds a live update may take on a loaded 2-core box."""
+HELD = {"hold_if_unfit": True}
+"""Keeps a job no node can hold queued (the server refuses it otherwise): one that waits."""
 
 
 def signed_in(browser: Any, server: Server, token: str, **context: Any) -> Page:
@@ -44,7 +46,7 @@ def test_a_job_appears_runs_and_finishes_live_with_its_logs(browser: Any, server
 
 
 def test_the_page_says_why_a_job_waits(browser: Any, server: Server) -> None:
-    [job_id] = server.submit(job_spec("too-big", ["true"], cpu=4096))
+    [job_id] = server.submit(job_spec("too-big", ["true"], cpu=4096) | HELD)
     page = signed_in(browser, server, ANA_TOKEN)
     page.goto(f"{server.url}/ui#/jobs/{job_id}")
     why = page.locator("section.why")
@@ -63,7 +65,7 @@ def test_the_page_says_why_a_job_waits(browser: Any, server: Server) -> None:
 def test_cancel_works_for_a_user_allowed_to_and_is_refused_otherwise(
     browser: Any, server: Server
 ) -> None:
-    [job_id] = server.submit(job_spec("waits", ["true"], cpu=4096))
+    [job_id] = server.submit(job_spec("waits", ["true"], cpu=4096) | HELD)
     viewer = signed_in(browser, server, VIEWER_TOKEN)
     viewer.goto(f"{server.url}/ui#/jobs/{job_id}")
     expect(viewer.locator("#cancel-hint")).to_contain_text("no cancel permission on queue default")
