@@ -94,3 +94,26 @@ def test_the_async_client_does_the_same(live: LiveService) -> None:
     with ThreadPoolExecutor(1) as thread:  # its own event loop, whatever this thread runs
         state, texts, names, queue = thread.submit(asyncio.run, session()).result()
     assert (state, texts, names, queue) == ("succeeded", ["async\n"], ["hello"], "default")
+
+
+def test_a_dependency_chain_an_array_and_the_usage_report_through_the_sdk(
+    live: LiveService, client: flotilla.Client
+) -> None:
+    prep = live.spec("prep", "true")
+    train = live.spec("train", "sleep 0.5") | {"depends_on": [{"job": "prep"}]}
+    sweep = live.spec("sweep", "echo $FLOTILLA_ARRAY_INDEX") | {"array": {"size": 3}}
+    submitted = client.submit([prep, train, sweep])
+    array_id = submitted.jobs[-1].array_id
+    assert array_id is not None and [job.name for job in submitted.jobs][2:] == [
+        "sweep-0",
+        "sweep-1",
+        "sweep-2",
+    ]
+    assert [dependency.job for dependency in client.get("train").dependencies] == ["prep"]
+    ended = client.wait_all(["train", *(job.id for job in client.array(array_id).jobs)], 60)
+    assert {job.state for job in ended} == {"succeeded"}
+    assert client.array(array_id).counts == {"succeeded": 3}
+    assert client.cancel_array(array_id) == []  # nothing unfinished left to cancel
+    report = client.usage(since="1h", by="queue")
+    [row] = report["rows"]
+    assert (row["queue"], row["jobs"]) == ("default", 5) and row["cpu_hours"] > 0
