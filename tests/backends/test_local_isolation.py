@@ -34,6 +34,14 @@ def test_a_job_sees_only_its_own_variables_and_flotillas_never_the_servers(
     assert "PATH" in seen and seen["USER"] == pwd.getpwuid(os.getuid()).pw_name
     allowed = {"PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME", "PWD", "SHLVL", "_"}
     allowed |= {"MINE", "CUDA_VISIBLE_DEVICES"}
+    allowed |= {
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
     assert {name for name in seen if not name.startswith("FLOTILLA_")} <= allowed
 
 
