@@ -48,7 +48,7 @@ def main() -> None:
     import uvicorn
 
     from bench.service import run_submit_to_scheduled
-    from flotilla.scheduler.loop import SchedulingLoop
+    from flotilla.service.loop import SchedulingLoop
 
     profiles: dict[str, cProfile.Profile] = {}
     SchedulingLoop.run = _profiled(SchedulingLoop.run, "scheduler", profiles)  # type: ignore[method-assign]

@@ -158,6 +158,7 @@ def _unplaceable(index: int) -> dict[str, Any]:
         "queue": "default",
         "tasks": [{"name": "main", "resources": {"cpu": 10_000 + index / 1_000}}],
         "payload": {"command": ["true"]},
+        "hold_if_unfit": True,  # the server refuses a job no cluster could ever run, unless held
     }
 
 
@@ -303,9 +304,9 @@ def run_submit_to_scheduled(
 
     from flotilla.backends.sim import SimBackend
     from flotilla.model import QueueSpec
-    from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-    from flotilla.scheduler.records import cluster_spec_from_inventory
     from flotilla.server import AuthSettings, create_app
+    from flotilla.service.loop import LoopSettings, SchedulingLoop
+    from flotilla.service.records import cluster_spec_from_inventory
     from flotilla.store import SqlStore
 
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:

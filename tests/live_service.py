@@ -20,9 +20,9 @@ from fastapi import FastAPI
 
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.server import AuthSettings, create_app
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 
 CYCLE = 0.05

@@ -33,8 +33,8 @@ from flotilla.backends.kubernetes import KubernetesBackend
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 
 from .engines.fake_kube_apiserver import FakeApiServer

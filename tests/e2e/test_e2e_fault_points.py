@@ -26,13 +26,13 @@ import pytest
 from flotilla.backends.local import local_node
 from flotilla.faults import ENVIRONMENT, POINTS
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 from flotilla.store.states import ACTIVE_RUN_STATES
 from tests.e2e.service import kill_leftover_runs, run_records
 from tests.live_service import process_gone, read_pids
 
-REPLICA = Path(__file__).parents[1] / "scheduler" / "loop_process.py"
+REPLICA = Path(__file__).parents[1] / "service" / "loop_process.py"
 """A scheduler replica as its own process (the loop of ``flotilla up``, without the API):
 lease TTL 1.5 s, cycle 0.05 s."""
 WORKLOAD = 5

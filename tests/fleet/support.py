@@ -33,8 +33,8 @@ from flotilla.framework.nodes import NodeInfo
 from flotilla.model import JobSpec
 from flotilla.model.fleet import Fleet
 from flotilla.model.fleet_loader import fleet_from_data
-from flotilla.scheduler.fleet import FleetRuntime, fleet_change
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.service.fleet import FleetRuntime, fleet_change
+from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
 
 Data = dict[str, Any]

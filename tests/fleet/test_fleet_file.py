@@ -156,7 +156,7 @@ def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:
 
 def test_a_fleet_naming_an_uninstalled_backend_lists_the_installed_ones() -> None:
     from flotilla.backends import available_backends
-    from flotilla.scheduler.fleet import check_fleet
+    from flotilla.service.fleet import check_fleet
 
     data = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
     data["clusters"][1]["backend"] = "no-such-engine"

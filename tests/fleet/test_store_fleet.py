@@ -8,7 +8,7 @@ import pytest
 
 from flotilla.model import ClusterSpec
 from flotilla.model.fleet_loader import fleet_from_data
-from flotilla.scheduler.fleet import OWNER_LABEL, fleet_change
+from flotilla.service.fleet import OWNER_LABEL, fleet_change
 from flotilla.store import ConflictError, SqlStore
 from tests.fleet.support import fleet_data, sim_cluster
 

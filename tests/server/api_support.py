@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
-from flotilla.scheduler.handle import CycleReport
-from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.service.handle import CycleReport
+from flotilla.service.metrics import SchedulerMetrics
 
 
 class FakeScheduler:

@@ -25,10 +25,10 @@ from schemathesis import checks
 
 from flotilla.backends.sim import SimBackend
 from flotilla.model import QueueSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.server import AuthSettings, create_app
 from flotilla.server.auth import token_hash
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import SqlStore
 
 TOKEN = "fuzz-submitter"

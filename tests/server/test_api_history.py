@@ -8,8 +8,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from flotilla.model import QueueSpec, QuotaSpec
-from flotilla.scheduler.handle import CycleReport
 from flotilla.server import AuthSettings, create_app
+from flotilla.service.handle import CycleReport
 from flotilla.store import EventRecord, JobState, SqlStore
 from tests.server.api_support import FakeScheduler, spec
 

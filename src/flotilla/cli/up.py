@@ -27,7 +27,7 @@ from flotilla.model.scenario import Mode
 
 if TYPE_CHECKING:
     from flotilla.model.fleet import Fleet
-    from flotilla.scheduler.fleet import FleetRuntime
+    from flotilla.service.fleet import FleetRuntime
     from flotilla.store import SqlStore
 
 
@@ -75,7 +75,7 @@ def up(
             "the database keeps every job, and the API reads old ones from it.",
             min=0.0,
         ),
-    ] = 300.0,  # scheduler.retention.DEFAULT_RETENTION_SECONDS (not imported: the CLI starts fast)
+    ] = 300.0,  # service.retention.DEFAULT_RETENTION_SECONDS (not imported: the CLI starts fast)
     algorithm_process: Annotated[
         bool,
         typer.Option(
@@ -109,8 +109,6 @@ def up(
     clusters (each run by its backend), queues, quotas, priority classes and scheduling
     settings of a fleet file instead (see docs/fleet.md)."""
     from flotilla.model.errors import SpecError
-    from flotilla.scheduler.fleet import FleetRuntime
-    from flotilla.scheduler.loop import LoopSettings, SchedulingLoop, default_replica_id
     from flotilla.secrets import SecretBox
     from flotilla.server import (
         InsecureBindError,
@@ -119,6 +117,8 @@ def up(
         run_server,
         server_auth,
     )
+    from flotilla.service.fleet import FleetRuntime
+    from flotilla.service.loop import LoopSettings, SchedulingLoop, default_replica_id
     from flotilla.web import mount_dashboard
 
     try:
@@ -190,7 +190,7 @@ def _read_fleet(path: Path, state_dir: Path) -> Fleet:
     """The fleet file, fully checked for this machine (backends installed, secrets
     resolvable): exit 2 naming every problem."""
     from flotilla.model.fleet_loader import FleetError, load_fleet
-    from flotilla.scheduler.fleet import check_fleet
+    from flotilla.service.fleet import check_fleet
 
     try:
         fleet = load_fleet(path)
@@ -206,7 +206,7 @@ def _apply_fleet(
     store: SqlStore, runtime: FleetRuntime, fleet: Fleet, path: Path | None
 ) -> list[str]:
     """Make ``fleet`` the fleet in force (as ``flotilla fleet apply`` does), then connect."""
-    from flotilla.scheduler.fleet import fleet_change
+    from flotilla.service.fleet import fleet_change
     from flotilla.store import ConflictError
 
     for cluster in fleet.clusters:
@@ -235,7 +235,7 @@ def _apply_fleet(
 
 
 def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
-    from flotilla.scheduler.fleet import check_local_owner
+    from flotilla.service.fleet import check_local_owner
 
     problem = check_local_owner(store, cluster, owner)
     if problem is not None:
@@ -257,8 +257,8 @@ def _default_cluster(
 ) -> list[str]:
     """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
     from flotilla.backends.local import LocalBackend
-    from flotilla.scheduler.fleet import LOCAL_LABEL, OWNER_LABEL, describe_nodes, local_owner
-    from flotilla.scheduler.records import cluster_spec_from_inventory
+    from flotilla.service.fleet import LOCAL_LABEL, OWNER_LABEL, describe_nodes, local_owner
+    from flotilla.service.records import cluster_spec_from_inventory
 
     owner = local_owner(state_dir)
     _refuse_foreign_owner(store, cluster, owner)

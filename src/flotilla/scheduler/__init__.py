@@ -1,4 +1,5 @@
-"""The scheduling cycle: one algorithm, driven by the simulator and (later) the service."""
+"""The engine run: one scheduling algorithm over a snapshot, driven by the simulator and by
+the service loop (``flotilla.service``)."""
 
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.types import (

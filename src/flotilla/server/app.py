@@ -17,13 +17,13 @@ from starlette.routing import Route
 
 from flotilla import __version__
 from flotilla.model import JobSpec
-from flotilla.scheduler.handle import SchedulerHandle
 from flotilla.secrets import SecretBox
 from flotilla.server import arrays, catalog, fleet, history, jobs, ops, usage
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
 from flotilla.server.guard import RequestGuard, ServerLimits
+from flotilla.service.handle import SchedulerHandle
 from flotilla.store import Store
 
 DESCRIPTION = """Flotilla's REST API: submit and follow jobs, manage queues and quotas, see the

@@ -13,11 +13,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from flotilla.scheduler.handle import SchedulerHandle
 from flotilla.secrets import SecretBox
 from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
+from flotilla.service.handle import SchedulerHandle
 from flotilla.store import AmbiguousJobError, CommittedChanges, JobRecord, Store
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)

@@ -16,15 +16,15 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel
 
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
-from flotilla.scheduler.fleet import (
+from flotilla.server.context import Caller, Context, require_admin
+from flotilla.server.errors import ApiError
+from flotilla.service.fleet import (
     check_fleet,
     check_local_owner,
     fleet_change,
     local_owner,
     local_state_dir_of,
 )
-from flotilla.server.context import Caller, Context, require_admin
-from flotilla.server.errors import ApiError
 from flotilla.store import ConflictError
 
 router = APIRouter(prefix="/v1")

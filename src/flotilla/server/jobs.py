@@ -10,7 +10,6 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.model import JobSpec, PriorityClass
-from flotilla.scheduler.dependencies import Verdict, dependency_status
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
 from flotilla.server.context import (
@@ -38,6 +37,7 @@ from flotilla.server.schemas import (
     SubmittedJob,
 )
 from flotilla.server.submission import parse_submission
+from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
     TERMINAL_JOB_STATES,

@@ -1,6 +1,6 @@
 """Dependencies in the simulator: submitted jobs held until the jobs they name have ended.
 
-The same rules as the service (``flotilla.scheduler.dependencies``): a held job is queued
+The same rules as the service (``flotilla.service.dependencies``): a held job is queued
 but not in the backlog; when a job ends, only the jobs waiting for it are looked at again; a
 job whose dependency ended in a state its condition does not accept (or was cancelled) fails
 with a reason naming it. In a scenario a dependency names a job (``NAME`` or

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from flotilla.scheduler.handle import SchedulerHandle
+from flotilla.service.handle import SchedulerHandle
 from flotilla.store import Store
 from flotilla.web.usage import FleetUsage, fleet_usage
 

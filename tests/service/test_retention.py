@@ -11,9 +11,9 @@ import pytest
 
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
-from flotilla.scheduler.retention import FinishedJobs
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.retention import FinishedJobs
 from flotilla.store import JobState, SqlStore
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from flotilla.jobdb import JobDb
 from flotilla.model import ClusterSpec, JobSpec, QueueSpec
-from flotilla.scheduler.snapshots import SnapshotBuilder
+from flotilla.service.snapshots import SnapshotBuilder
 from flotilla.store import JobState, RunRequest, SqlStore, Transition
 
 

@@ -11,9 +11,9 @@ import pytest
 from flotilla.backends.interface import BackendUnavailable, Inventory, LogsRequest, RunStatus
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState
-from tests.scheduler.test_service_loop import Service as LoopService
+from tests.service.test_service_loop import Service as LoopService
 
 
 class Service(LoopService):

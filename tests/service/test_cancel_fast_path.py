@@ -9,8 +9,8 @@ from typing import Any
 from flotilla.backends.interface import RunStatus, StatusRequest
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import ACTIVE_JOB_STATES, JobState, SqlStore
 
 

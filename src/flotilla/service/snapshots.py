@@ -24,9 +24,9 @@ from flotilla.framework.resources import ResourceSpace
 from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapshot
 from flotilla.jobdb import JobDb, ReadTxn
 from flotilla.model import ClusterSpec
-from flotilla.scheduler.admission import Admission
-from flotilla.scheduler.dependencies import DependencyGate
-from flotilla.scheduler.records import (
+from flotilla.service.admission import Admission
+from flotilla.service.dependencies import DependencyGate
+from flotilla.service.records import (
     assignment_from_json,
     cluster_from_record,
     job_from_record,

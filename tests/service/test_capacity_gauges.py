@@ -11,9 +11,9 @@ from prometheus_client import generate_latest
 
 from flotilla.jobdb import JobDb
 from flotilla.model import ClusterSpec, JobSpec, QueueSpec
-from flotilla.scheduler import capacity
-from flotilla.scheduler.capacity import CapacityGauges
-from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.service import capacity
+from flotilla.service.capacity import CapacityGauges
+from flotilla.service.metrics import SchedulerMetrics
 from flotilla.store import SqlStore
 
 

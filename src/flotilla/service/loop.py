@@ -46,21 +46,21 @@ from flotilla.framework.snapshot import CycleResult, SchedulingConfig, Schedulin
 from flotilla.model import ClusterSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
-from flotilla.scheduler.commit import Committer
-from flotilla.scheduler.context import LoopContext
-from flotilla.scheduler.dispatch import Dispatcher
-from flotilla.scheduler.fleet import FleetRuntime, scheduling_config
-from flotilla.scheduler.forked import ForkedRun
-from flotilla.scheduler.handle import CycleReport
-from flotilla.scheduler.leadership import Leadership
-from flotilla.scheduler.metrics import SchedulerMetrics
 from flotilla.scheduler.reconcile import reconcile
-from flotilla.scheduler.reporting import Reporter
-from flotilla.scheduler.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
-from flotilla.scheduler.snapshots import CurrentState, SnapshotBuilder
-from flotilla.scheduler.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
 from flotilla.secrets import SecretBox
+from flotilla.service.commit import Committer
+from flotilla.service.context import LoopContext
+from flotilla.service.dispatch import Dispatcher
+from flotilla.service.fleet import FleetRuntime, scheduling_config
+from flotilla.service.forked import ForkedRun
+from flotilla.service.handle import CycleReport
+from flotilla.service.leadership import Leadership
+from flotilla.service.metrics import SchedulerMetrics
+from flotilla.service.reporting import Reporter
+from flotilla.service.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
+from flotilla.service.snapshots import CurrentState, SnapshotBuilder
+from flotilla.service.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
 from flotilla.stage_trace import trace
 from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
 

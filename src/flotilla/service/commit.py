@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
 from flotilla.framework.snapshot import CycleResult
-from flotilla.scheduler.context import LoopContext
-from flotilla.scheduler.dispatch import Dispatcher
-from flotilla.scheduler.records import assignment_from_json, assignment_to_json, job_from_record
-from flotilla.scheduler.snapshots import CurrentState, LoopSnapshot
-from flotilla.scheduler.transitions import RunTransitions
+from flotilla.service.context import LoopContext
+from flotilla.service.dispatch import Dispatcher
+from flotilla.service.records import assignment_from_json, assignment_to_json, job_from_record
+from flotilla.service.snapshots import CurrentState, LoopSnapshot
+from flotilla.service.transitions import RunTransitions
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     IllegalTransitionError,

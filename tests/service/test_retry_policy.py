@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.backends.interface import RunStatus
 from flotilla.model import JobSpec, RetryCause
-from flotilla.scheduler.retry import Failure, after_failure, cause_of
+from flotilla.service.retry import Failure, after_failure, cause_of
 from flotilla.store import JobRecord, JobState, RunRecord, RunState
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

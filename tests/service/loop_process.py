@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from flotilla.backends.local import LocalBackend
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import SqlStore
 
 

@@ -18,9 +18,9 @@ from flotilla.backends.local import LocalBackend
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
-from flotilla.scheduler.records import cluster_spec_from_inventory
 from flotilla.scheduler.runner import RunnerState
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
 from tests.live_service import process_gone, read_pids
 

@@ -11,9 +11,9 @@ import time
 
 from flotilla.framework.snapshot import CycleResult
 from flotilla.jobdb import ReadTxn
-from flotilla.scheduler.capacity import CapacityGauges
-from flotilla.scheduler.context import LoopContext
-from flotilla.scheduler.handle import CycleReport
+from flotilla.service.capacity import CapacityGauges
+from flotilla.service.context import LoopContext
+from flotilla.service.handle import CycleReport
 from flotilla.store import ACTIVE_JOB_STATES, JobState
 
 ALLOCATION_PUBLISH_SECONDS = 2.0

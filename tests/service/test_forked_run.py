@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from flotilla.framework.snapshot import CycleResult, CycleStats, SchedulingSnapshot
-from flotilla.scheduler.forked import ForkedRun, ForkedRunFailed
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunCancelled, RunnerState
+from flotilla.service.forked import ForkedRun, ForkedRunFailed
 from flotilla.sim.simulator import Simulator
 from tests.builders import cluster, jobs, load, nodes, scenario
 

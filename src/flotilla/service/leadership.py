@@ -11,7 +11,7 @@ import logging
 import time
 
 from flotilla.faults import crash_point
-from flotilla.scheduler.context import LoopContext
+from flotilla.service.context import LoopContext
 from flotilla.store import StoreError
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec, RetryCause
-from flotilla.scheduler.context import LoopContext
-from flotilla.scheduler.records import cluster_spec_from_inventory
-from flotilla.scheduler.retry import Failure, after_failure, cause_of, counted_failures
+from flotilla.service.context import LoopContext
+from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.retry import Failure, after_failure, cause_of, counted_failures
 from flotilla.stage_trace import trace
 from flotilla.store import (
     ACTIVE_JOB_STATES,

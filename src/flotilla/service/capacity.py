@@ -15,7 +15,7 @@ from prometheus_client import Gauge
 
 from flotilla.jobdb import ReadTxn
 from flotilla.model import ClusterSpec
-from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.service.metrics import SchedulerMetrics
 from flotilla.store import ACTIVE_JOB_STATES, Store
 
 NODE_SERIES_LIMIT = 1000

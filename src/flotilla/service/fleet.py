@@ -38,7 +38,7 @@ from flotilla.framework.snapshot import SchedulingConfig, scheduling_config
 from flotilla.model import ClusterSpec, PriorityClass, format_quantity
 from flotilla.model.fleet import Fleet, FleetCluster, secret_reference
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
-from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store
 
 log = logging.getLogger(__name__)

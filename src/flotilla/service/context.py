@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from flotilla.backends.interface import Backend
 from flotilla.jobdb import JobDb
-from flotilla.scheduler.metrics import SchedulerMetrics
 from flotilla.secrets import SecretBox
+from flotilla.service.metrics import SchedulerMetrics
 from flotilla.store import Lease, Store
 
 

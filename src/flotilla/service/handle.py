@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from flotilla.backends.interface import LogChunk, LogsRequest
-from flotilla.scheduler.metrics import SchedulerMetrics
+from flotilla.service.metrics import SchedulerMetrics
 
 
 @dataclass(frozen=True)

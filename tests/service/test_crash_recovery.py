@@ -14,7 +14,7 @@ from pathlib import Path
 
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.scheduler.records import cluster_spec_from_inventory
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
 
 PROCESS = Path(__file__).with_name("loop_process.py")

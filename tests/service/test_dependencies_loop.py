@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from flotilla.model import JobSpec
-from flotilla.scheduler.loop import LoopSettings, SchedulingLoop
+from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState
-from tests.scheduler.test_service_loop import Service
+from tests.service.test_service_loop import Service
 
 
 @pytest.fixture

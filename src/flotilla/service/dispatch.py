@@ -19,9 +19,9 @@ from flotilla.backends.interface import (
     ReplicaPlacement,
 )
 from flotilla.faults import crash_point
-from flotilla.scheduler.context import LoopContext
-from flotilla.scheduler.transitions import RunTransitions
 from flotilla.secrets import SecretError, has_secrets
+from flotilla.service.context import LoopContext
+from flotilla.service.transitions import RunTransitions
 from flotilla.store import JobRecord, JobState, Transition
 from flotilla.tracing import job_ids, tracer
 
