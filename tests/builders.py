@@ -290,9 +290,6 @@ class Report:
     def running(self) -> set[str]:
         return {job["name"] for job in self.raw["jobs"] if job["state"] == "running"}
 
-    def in_state(self, state: str) -> set[str]:
-        return {job["name"] for job in self.raw["jobs"] if job["state"] == state}
-
 
 def run(data: Data, until: float | None = None) -> Simulator:
     """Validate ``data`` and simulate it with the real engine."""

@@ -8,7 +8,6 @@ The loop runs exactly as in ``flotilla up``, only with a short cycle.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -110,7 +109,3 @@ def process_gone(pid: int) -> bool:
 
 def read_pids(path: Path) -> list[int]:
     return [int(word) for word in path.read_text().split()] if path.exists() else []
-
-
-def assert_alive(pid: int) -> None:
-    os.kill(pid, 0)  # raises if the process is gone

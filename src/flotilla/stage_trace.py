@@ -45,11 +45,6 @@ CANCEL_STAGES = (
 _PATH = os.environ.get(ENVIRONMENT) or None
 
 
-def tracing() -> bool:
-    """Whether traces are written (so a caller can skip building what it would trace)."""
-    return _PATH is not None
-
-
 def trace(stage: str, job: str | None = None) -> None:
     """Append one line for ``stage`` (of ``job``, if any) to the trace file, if armed."""
     if _PATH is None:

@@ -17,6 +17,8 @@ from flotilla.backends import (
     load_backend,
 )
 from flotilla.backends.sim import FakeClock, SimBackend
+from flotilla.framework.fleet import node_infos
+from flotilla.model.cluster import NodeGroup
 
 from .support import SimHarness, request
 
@@ -33,6 +35,14 @@ def test_nodes_come_from_scenario_style_groups() -> None:
     assert nodes[0].gpu_count == 8
     assert nodes[0].capacity["memory"] == 256 * 2**30
     assert nodes[2].labels == {"zone": "a"}
+
+
+def test_nodes_are_the_ones_the_simulator_builds_from_the_same_group() -> None:
+    """A fleet's ``sim`` cluster and ``flotilla simulate`` see one node alike, GPU memory too."""
+    group = {"name": "a100", "resources": {"cpu": 32}, "gpus": {"count": 4, "memory": "80Gi"}}
+    [node] = SimBackend(nodes=[group]).inventory().nodes
+    assert node == node_infos(NodeGroup.model_validate(group))[0]
+    assert node.capacity["gpu_memory"] == 4 * 80 * 2**30
 
 
 def test_a_run_ends_after_its_duration_on_the_injected_clock(sim: SimHarness) -> None:

@@ -78,20 +78,6 @@ def test_abort_and_errors_discard_the_changes() -> None:
         txn.upsert([record("d", 4)])
 
 
-def test_a_dry_run_can_change_its_view_but_never_commit() -> None:
-    db = JobDb()
-    with db.write_txn() as txn:
-        txn.upsert([record("a", 1)])
-    dry = db.dry_run_txn()
-    dry.delete(["a"])
-    assert "a" not in dry and "a" in db.read_txn()
-    with pytest.raises(RuntimeError):
-        dry.commit()
-    with db.write_txn() as txn:
-        txn.upsert([record("b", 2)])
-    assert "a" in db.read_txn()
-
-
 def test_queue_order_is_priority_then_submission_per_state() -> None:
     db = JobDb()
     jobs = [

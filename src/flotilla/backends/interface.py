@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from flotilla.framework.interfaces import Assignment
 from flotilla.framework.nodes import NodeInfo
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -138,45 +137,6 @@ class DispatchRequest:
     resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
-
-    @classmethod
-    def from_assignment(
-        cls,
-        run_id: str,
-        job: str,
-        assignment: Assignment,
-        payload: Mapping[str, Any] | None,
-        *,
-        job_type: str = "command",
-        env: Mapping[str, str] | None = None,
-        max_runtime: float | None = None,
-        resources: Mapping[str, Mapping[str, float]] | None = None,
-        labels: Mapping[str, str] | None = None,
-        tolerations: tuple[Mapping[str, Any], ...] = (),
-    ) -> DispatchRequest:
-        """The request for a scheduler ``Assignment`` (cluster, node and GPUs per replica)."""
-        placements = tuple(
-            ReplicaPlacement(
-                task=placement.task,
-                replica=placement.replica,
-                node=placement.node,
-                gpu_ids=tuple(placement.gpu_ids),
-            )
-            for placement in assignment.placements
-        )
-        return cls(
-            run_id=run_id,
-            job=job,
-            cluster=assignment.cluster,
-            placements=placements,
-            payload=payload,
-            job_type=job_type,
-            env=dict(env or {}),
-            max_runtime=max_runtime,
-            resources=dict(resources or {}),
-            labels=dict(labels or {}),
-            tolerations=tolerations,
-        )
 
 
 @dataclass(frozen=True)

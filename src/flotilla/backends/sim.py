@@ -53,6 +53,7 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
+from flotilla.framework.fleet import node_infos
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.cluster import NodeGroup
 from flotilla.model.payload import PayloadError, SimBehaviour, parse_payload, parse_sim_behaviour
@@ -85,23 +86,7 @@ def sim_nodes(specs: Sequence[NodeInfo | Mapping[str, Any]]) -> tuple[NodeInfo, 
         if isinstance(spec, NodeInfo):
             nodes.append(spec)
             continue
-        group = NodeGroup.model_validate(spec)
-        capacity = dict(group.resources)
-        gpu_count = group.gpus.count if group.gpus else int(capacity.get("gpu", 0))
-        capacity["gpu"] = float(gpu_count)
-        nodes.extend(
-            NodeInfo(
-                name=name,
-                capacity=capacity,
-                labels=dict(group.labels),
-                taints=tuple(group.taints),
-                gpu_count=gpu_count,
-                gpu_memory=group.gpus.memory if group.gpus else None,
-                numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
-                pcie_switches=group.gpus.pcie_switches if group.gpus else None,
-            )
-            for name in group.node_names()
-        )
+        nodes.extend(node_infos(NodeGroup.model_validate(spec)))
     return tuple(nodes)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -92,7 +93,7 @@ def simulate(
         raise typer.Exit(2)
     try:
         spec = _load(scenario, fleet_file)
-        options = SimulationOptions(until=until, progress=_progress(err, len(spec.jobs)))
+        options = SimulationOptions(until=until, progress=_progress(err))
         sim = run_simulation(spec, options)
     except SpecError as error:
         what = f"{error.source}: invalid fleet" if error.source == str(fleet_file) else None
@@ -153,7 +154,7 @@ def _load(scenario: Path, fleet_file: Path | None) -> Scenario:
     )
 
 
-def _progress(console: Console, total_specs: int):  # type: ignore[no-untyped-def]
+def _progress(console: Console) -> Callable[[float, int, int], None] | None:
     if not console.is_terminal:
         return None
 

@@ -61,9 +61,6 @@ class SchedulingJob:
     def __post_init__(self) -> None:
         object.__setattr__(self, "replica_count", sum(task.replicas for task in self.tasks))
 
-    def resource_requirement(self) -> dict[str, dict[str, float]]:
-        return {task.name: dict(task.resources) for task in self.tasks}
-
 
 @dataclass(frozen=True, slots=True)
 class _Shape:

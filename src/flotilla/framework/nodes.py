@@ -7,7 +7,7 @@ devices (free share and free memory per device). It is the only mutable scheduli
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,10 +93,9 @@ class NodeTable:
                 self.pcie_block[i, : node.gpu_count] = ids // (node.gpu_count // switches)
         self.numa_block.flags.writeable = False
         self.pcie_block.flags.writeable = False
-        self._label_masks: dict[tuple[str, str], Mask] = {}
-        self._toleration_masks: dict[tuple[object, ...], Mask] = {}
-        """Filled by the taint-toleration plugin; created here so that every copy of the
-        table shares it (taints never change), instead of each run's copy starting over."""
+        self._static_masks: dict[Hashable, Mask] = {}
+        """``static_mask``'s masks: shared by every copy of the table (labels and taints never
+        change), so each run's copy does not start over."""
         self.hard_taints = [
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
@@ -165,14 +164,24 @@ class NodeTable:
         clone._start_change_log()
         return clone
 
-    def label_mask(self, key: str, value: str) -> Mask:
-        """Nodes whose label ``key`` equals ``value`` (cached: labels never change)."""
-        mask = self._label_masks.get((key, value))
+    def static_mask(self, key: Hashable, build: Callable[[], Mask]) -> Mask:
+        """A mask computed only from what never changes in the table (``nodes``: labels,
+        taints), built once by ``build`` and kept for the table and all its copies. ``key``
+        names what it was computed from; a caller starts it with a tag of its own
+        (``("tolerations", ...)``) so that two callers never share a key."""
+        mask = self._static_masks.get(key)
         if mask is None:
-            mask = np.array([node.labels.get(key) == value for node in self.nodes], dtype=bool)
+            mask = build()
             mask.flags.writeable = False
-            self._label_masks[(key, value)] = mask
+            self._static_masks[key] = mask
         return mask
+
+    def label_mask(self, key: str, value: str) -> Mask:
+        """Nodes whose label ``key`` equals ``value``."""
+        return self.static_mask(
+            ("label", key, value),
+            lambda: np.array([node.labels.get(key) == value for node in self.nodes], dtype=bool),
+        )
 
     def _row_state(self, row: int) -> bytes:
         """Everything ``allocate``/``release`` may change in ``row``, as bytes."""

@@ -237,8 +237,6 @@ class CycleResult:
     pending: Mapping[str, str] = field(default_factory=dict)
     """Job name → reason; a ``PendingReasons`` when a run built it (expanded on first read)."""
     stats: CycleStats = CycleStats()
-    quota_usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    runtime_quota: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

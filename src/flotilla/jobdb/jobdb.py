@@ -108,10 +108,9 @@ class WriteTxn(ReadTxn):
     """Changes on top of the snapshot it started from; reads see them at once, other readers
     only after ``commit``. Use as a context manager: commit on success, abort on error."""
 
-    def __init__(self, db: JobDb, state: _State, *, dry_run: bool) -> None:
+    def __init__(self, db: JobDb, state: _State) -> None:
         super().__init__(state)
         self._db = db
-        self._dry_run = dry_run
         self._edits: dict[tuple[str, JobState], OrderedEdit] = {}
         self._done = False
 
@@ -171,10 +170,8 @@ class WriteTxn(ReadTxn):
         self._edit(old.queue, old.state).remove(queue_key(old))
 
     def commit(self) -> None:
-        """Publish the changes to later snapshots. A dry-run transaction cannot commit."""
+        """Publish the changes to later snapshots."""
         self._check_open()
-        if self._dry_run:
-            raise RuntimeError("a dry-run transaction cannot commit")
         by_queue = self._state.by_queue.mutate()
         for key, edit in self._edits.items():
             ordered = edit.result()
@@ -196,8 +193,7 @@ class WriteTxn(ReadTxn):
 
     def _finish(self) -> None:
         self._done = True
-        if not self._dry_run:
-            self._db._writer.release()
+        self._db._writer.release()
 
     def _check_open(self) -> None:
         if self._done:
@@ -212,7 +208,7 @@ class WriteTxn(ReadTxn):
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if kind is None and not self._done and not self._dry_run:
+        if kind is None and not self._done:
             self.commit()
         else:
             self.abort()
@@ -241,12 +237,7 @@ class JobDb:
     def write_txn(self) -> WriteTxn:
         """Start the (only) write transaction; blocks while another one is open."""
         self._writer.acquire()
-        return WriteTxn(self, self._state, dry_run=False)
-
-    def dry_run_txn(self) -> WriteTxn:
-        """A private write transaction that can never commit (Armada's DryRunTxn): the async
-        scheduling algorithm works in one beside the main loop's real transactions."""
-        return WriteTxn(self, self._state, dry_run=True)
+        return WriteTxn(self, self._state)
 
     @property
     def serial(self) -> int:

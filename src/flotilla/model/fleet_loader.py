@@ -16,9 +16,6 @@ from flotilla.model.scenario import Scenario
 FLEET_FIELDS = ("settings", "priority_classes", "clusters", "quotas", "queues")
 """The scenario fields a fleet file supplies."""
 
-SERVICE_ONLY_FIELDS = ("backend", "settings")
-"""Cluster fields the simulator does not read (it simulates every cluster itself)."""
-
 
 class FleetError(SpecError):
     """An invalid fleet file: one ``path: problem`` line per problem."""

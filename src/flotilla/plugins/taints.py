@@ -29,20 +29,16 @@ def tolerated_mask(nodes: NodeTable, tolerations: Sequence[Toleration]) -> Mask:
     """Nodes all of whose hard taints are tolerated; cached per toleration set on the table."""
     if not nodes.any_hard_taints:
         return nodes.everywhere
-    cache: dict[tuple[Toleration, ...], Mask] = nodes.__dict__.setdefault("_toleration_masks", {})
-    key = tuple(tolerations)
-    mask = cache.get(key)
-    if mask is None:
-        mask = np.array(
+    return nodes.static_mask(
+        ("tolerations", tuple(tolerations)),
+        lambda: np.array(
             [
                 all(any(tolerates(t, taint) for t in tolerations) for taint in node_taints)
                 for node_taints in nodes.hard_taints
             ],
             dtype=bool,
-        )
-        mask.flags.writeable = False
-        cache[key] = mask
-    return mask
+        ),
+    )
 
 
 class TaintToleration:

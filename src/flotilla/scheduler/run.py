@@ -93,7 +93,6 @@ class SchedulingRun:
                 self._charge(running.job.queue, running.held(size))
         for plugin in framework.cycle_starts:
             plugin.start_cycle(CycleStartInput(snapshot=snapshot, cycle=self.cycle))
-        self.on_allocation_change: list[object] = []
 
     # --- views --------------------------------------------------------------------------
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.interfaces import Assignment, Placement
@@ -98,10 +96,6 @@ def job_from_record(
 def unknown_resources(spec: JobSpec, space: ResourceSpace) -> list[str]:
     """Resources the job asks for that no node of any cluster offers."""
     return sorted({name for task in spec.tasks for name in task.resources} - set(space.names))
-
-
-def zero_vector(space: ResourceSpace) -> np.ndarray:
-    return np.zeros(len(space))
 
 
 def cluster_spec_from_inventory(

@@ -158,7 +158,6 @@ class Simulator:
     def _enqueue(self, job: SimJob, at: float, state: JobState) -> None:
         """The job waits (again): queued, or preempted until it is rescheduled."""
         job.state = state
-        job.queued_since = at
         job.assignment = None
         self._queued[job.name] = job
         self._admit(job, at)
@@ -261,7 +260,7 @@ class Simulator:
             self._release(job, at)
             job.run += 1
             if delay > 0:
-                job.state, job.queued_since, job.assignment = JobState.QUEUED, at, None
+                job.state, job.assignment = JobState.QUEUED, None
                 job.held, self._queued[job.name] = True, job
                 self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
             else:

@@ -29,8 +29,6 @@ class SimJob:
     first_scheduled_at: float | None = None
     scheduled_at: float | None = None
     finished_at: float | None = None
-    queued_since: float | None = None
-    ends_at: float | None = None
     preemptions: int = 0
     reason: str | None = None
     run: int = 0

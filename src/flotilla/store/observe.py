@@ -19,8 +19,6 @@ log = logging.getLogger(__name__)
 TALLY = "flotilla_committed_changes"
 """Key of the per-session tally in ``Session.info`` (a session is one transaction here)."""
 
-SUBMITTED = "submitted"
-
 
 @dataclass(frozen=True, slots=True)
 class CommittedChanges:
