@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,26 +57,47 @@ def until(condition: Callable[[], Any], what: str) -> Any:
     return value
 
 
-@pytest.fixture
-def manual(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Path]]:
-    """A fake API server whose kubelet runs nothing: the test moves pods through phases."""
-    server = FakeApiServer(run_processes=False)
-    server.cluster.add_node("gpu-1", cpu="16", memory="64Gi", gpus=4, labels={"pool": "a100"})
-    server.cluster.add_node(
-        "cpu-1", cpu="4", memory="8Gi", taints=[{"key": "spot", "effect": "NoSchedule"}]
-    )
-    try:
-        yield server, server.kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        server.close()
-
-
 def make(kubeconfig: Path, **settings: Any) -> KubernetesBackend:
     backend = load_backend(
         "kubernetes", cluster="gpu-cluster", kubeconfig=str(kubeconfig), **settings
     )
     assert isinstance(backend, KubernetesBackend)
     return backend
+
+
+@dataclass
+class Manual:
+    """A fake API server whose kubelet runs nothing (the test moves pods through phases), and
+    the backends a test made over it, closed when the test ends."""
+
+    server: FakeApiServer
+    kubeconfig: Path
+    made: list[KubernetesBackend] = field(default_factory=list)
+
+    @property
+    def cluster(self) -> FakeCluster:
+        return self.server.cluster
+
+    def backend(self, **settings: Any) -> KubernetesBackend:
+        backend = make(self.kubeconfig, **settings)
+        self.made.append(backend)
+        return backend
+
+
+@pytest.fixture
+def manual(tmp_path: Path) -> Iterator[Manual]:
+    server = FakeApiServer(run_processes=False)
+    server.cluster.add_node("gpu-1", cpu="16", memory="64Gi", gpus=4, labels={"pool": "a100"})
+    server.cluster.add_node(
+        "cpu-1", cpu="4", memory="8Gi", taints=[{"key": "spot", "effect": "NoSchedule"}]
+    )
+    setup = Manual(server, server.kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        yield setup
+    finally:
+        for backend in setup.made:
+            backend.close()
+        server.close()
 
 
 def gpu_request(run_id: str, replicas: int = 2, **fields: Any) -> Any:
@@ -105,15 +127,11 @@ def only_job(cluster: FakeCluster) -> dict[str, Any]:
 
 
 def test_a_run_becomes_an_indexed_job_with_gpus_resources_labels_and_tolerations(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        backend.dispatch(gpu_request("run-7"))
-        job = only_job(server.cluster)
-    finally:
-        backend.close()
+    backend = manual.backend()
+    backend.dispatch(gpu_request("run-7"))
+    job = only_job(manual.cluster)
     spec = job["spec"]
     assert job["metadata"]["name"] == m.job_name("run-7")
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
@@ -137,18 +155,14 @@ def test_a_run_becomes_an_indexed_job_with_gpus_resources_labels_and_tolerations
 
 
 def test_gang_pods_get_their_rank_and_replica_zeros_stable_name_as_rendezvous(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        backend.dispatch(gpu_request("run-8"))
-        backend.dispatch(gpu_request("run-9", replicas=1))
-        job = next(
-            j for j in server.cluster.list("Job") if j["metadata"]["name"] == m.job_name("run-8")
-        )
-    finally:
-        backend.close()
+    backend = manual.backend()
+    backend.dispatch(gpu_request("run-8"))
+    backend.dispatch(gpu_request("run-9", replicas=1))
+    job = next(
+        j for j in manual.cluster.list("Job") if j["metadata"]["name"] == m.job_name("run-8")
+    )
     name = m.job_name("run-8")
     pod = job["spec"]["template"]["spec"]
     assert pod["subdomain"] == name
@@ -160,7 +174,7 @@ def test_gang_pods_get_their_rank_and_replica_zeros_stable_name_as_rendezvous(
     assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
         f"metadata.annotations['{m.INDEX_ANNOTATION}']"
     )
-    (service,) = server.cluster.list("Service")  # none for the single-replica run-9
+    (service,) = manual.cluster.list("Service")  # none for the single-replica run-9
     assert service["metadata"]["name"] == name
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {m.JOB_NAME_LABEL: name}
@@ -200,96 +214,83 @@ def test_every_manifest_validates_against_the_kubernetes_schema(mode: str) -> No
         assert group["spec"]["minResources"]["nvidia.com/gpu"] == "2"
 
 
-def test_a_fractional_gpu_is_rejected_naming_the_field(manual: tuple[FakeApiServer, Path]) -> None:
-    _, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        bad = gpu_request("run-1")
-        bad = type(bad)(**{**vars(bad), "resources": {"worker": {"gpu": 0.5}}})
-        with pytest.raises(DispatchRejected, match=r"resources\.gpu"):
-            backend.dispatch(bad)
-    finally:
-        backend.close()
+def test_a_fractional_gpu_is_rejected_naming_the_field(manual: Manual) -> None:
+    backend = manual.backend()
+    bad = gpu_request("run-1")
+    bad = type(bad)(**{**vars(bad), "resources": {"worker": {"gpu": 0.5}}})
+    with pytest.raises(DispatchRejected, match=r"resources\.gpu"):
+        backend.dispatch(bad)
 
 
-def test_settings_are_checked_by_name(manual: tuple[FakeApiServer, Path]) -> None:
-    _, kubeconfig = manual
+def test_settings_are_checked_by_name(manual: Manual) -> None:
     with pytest.raises(ValueError, match="mode"):
-        make(kubeconfig, mode="slurm")
+        manual.backend(mode="slurm")
     with pytest.raises(ValueError, match="queue_name"):
-        make(kubeconfig, mode="kueue")
+        manual.backend(mode="kueue")
     with pytest.raises(TypeError, match="no_such_setting"):
-        make(kubeconfig, no_such_setting=1)
+        manual.backend(no_such_setting=1)
 
 
 # --- binding, status, exit codes ---
 
 
 def test_each_replica_is_bound_to_its_node_and_the_first_failure_fails_the_run(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        req = gpu_request("run-1")
-        placements = (
-            ReplicaPlacement("worker", 0, "gpu-1"),
-            ReplicaPlacement("worker", 1, "cpu-1"),
-        )
-        backend.dispatch(type(req)(**{**vars(req), "placements": placements}))
-        name = m.job_name("run-1")
-        pods = until(
-            lambda: (
-                [p for p in server.cluster.pods_of(name) if p["spec"].get("nodeName")][1:]
-                and server.cluster.pods_of(name)
-            ),
-            "both pods bound",
-        )
-        assert [pod["spec"]["nodeName"] for pod in pods] == ["gpu-1", "cpu-1"]
-        assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
-        for pod in pods:
-            server.cluster.set_running(pod)
-        assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
-        server.cluster.append_log(pods[1], "CUDA out of memory\n")
-        server.cluster.terminate(pods[1], 137, reason="OOMKilled")
-        status = until(
-            lambda: (s := backend.status(StatusRequest("run-1"))).state.terminal and s,
-            "failed",
-        )
-        assert status.state is RunState.FAILED
-        assert status.exit_code == 137
-        assert status.message == "replica worker/1 exited with code 137 (OOMKilled)"
-        assert "out of memory" in backend.logs(LogsRequest("run-1", task="worker", replica=1)).text
-    finally:
-        backend.close()
+    backend = manual.backend()
+    req = gpu_request("run-1")
+    placements = (
+        ReplicaPlacement("worker", 0, "gpu-1"),
+        ReplicaPlacement("worker", 1, "cpu-1"),
+    )
+    backend.dispatch(type(req)(**{**vars(req), "placements": placements}))
+    name = m.job_name("run-1")
+    pods = until(
+        lambda: (
+            [p for p in manual.cluster.pods_of(name) if p["spec"].get("nodeName")][1:]
+            and manual.cluster.pods_of(name)
+        ),
+        "both pods bound",
+    )
+    assert [pod["spec"]["nodeName"] for pod in pods] == ["gpu-1", "cpu-1"]
+    assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
+    for pod in pods:
+        manual.cluster.set_running(pod)
+    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    manual.cluster.append_log(pods[1], "CUDA out of memory\n")
+    manual.cluster.terminate(pods[1], 137, reason="OOMKilled")
+    status = until(
+        lambda: (s := backend.status(StatusRequest("run-1"))).state.terminal and s,
+        "failed",
+    )
+    assert status.state is RunState.FAILED
+    assert status.exit_code == 137
+    assert status.message == "replica worker/1 exited with code 137 (OOMKilled)"
+    assert "out of memory" in backend.logs(LogsRequest("run-1", task="worker", replica=1)).text
 
 
 def test_a_watch_that_expires_is_listed_again_and_pods_are_still_bound(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig, watch_timeout=1)
-    try:
-        backend.dispatch(gpu_request("first", replicas=1))
-        until(
-            lambda: [
-                p for p in server.cluster.pods_of(m.job_name("first")) if p["spec"].get("nodeName")
-            ],
-            "bound",
-        )
-        server.cluster.expire_history()
-        time.sleep(1.5)  # the watch times out and resumes from a version the server forgot
-        backend.dispatch(gpu_request("second", replicas=1))
-        pod = until(
-            lambda: [
-                p for p in server.cluster.pods_of(m.job_name("second")) if p["spec"].get("nodeName")
-            ],
-            "bound after the resync",
-        )[0]
-        server.cluster.set_running(pod)
-        until(lambda: "second" in [s.run_id for s in backend.poll()], "poll sees the change")
-    finally:
-        backend.close()
+    backend = manual.backend(watch_timeout=1)
+    backend.dispatch(gpu_request("first", replicas=1))
+    until(
+        lambda: [
+            p for p in manual.cluster.pods_of(m.job_name("first")) if p["spec"].get("nodeName")
+        ],
+        "bound",
+    )
+    manual.cluster.expire_history()
+    time.sleep(1.5)  # the watch times out and resumes from a version the server forgot
+    backend.dispatch(gpu_request("second", replicas=1))
+    pod = until(
+        lambda: [
+            p for p in manual.cluster.pods_of(m.job_name("second")) if p["spec"].get("nodeName")
+        ],
+        "bound after the resync",
+    )[0]
+    manual.cluster.set_running(pod)
+    until(lambda: "second" in [s.run_id for s in backend.poll()], "poll sees the change")
 
 
 def test_an_unreachable_api_server_is_one_clear_error_naming_the_address(tmp_path: Path) -> None:
@@ -308,28 +309,20 @@ def test_an_unreachable_api_server_is_one_clear_error_naming_the_address(tmp_pat
         backend.close()
 
 
-def test_a_server_error_is_unavailable_not_a_rejection(manual: tuple[FakeApiServer, Path]) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        node = backend.inventory().nodes[0]
-        assert node.name == "cpu-1" or node.gpu_count == 4
-        server.cluster.down = True
-        with pytest.raises(BackendUnavailable, match="503"):
-            backend.inventory()
-    finally:
-        backend.close()
+def test_a_server_error_is_unavailable_not_a_rejection(manual: Manual) -> None:
+    backend = manual.backend()
+    node = backend.inventory().nodes[0]
+    assert node.name == "cpu-1" or node.gpu_count == 4
+    manual.cluster.down = True
+    with pytest.raises(BackendUnavailable, match="503"):
+        backend.inventory()
 
 
 def test_inventory_reads_allocatable_labels_taints_and_gpus(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    _, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        nodes = {node.name: node for node in backend.inventory().nodes}
-    finally:
-        backend.close()
+    backend = manual.backend()
+    nodes = {node.name: node for node in backend.inventory().nodes}
     assert nodes["gpu-1"].gpu_count == 4 and nodes["gpu-1"].capacity["gpu"] == 4
     assert nodes["gpu-1"].capacity["memory"] == 64 * 2**30
     assert nodes["gpu-1"].labels["pool"] == "a100"
@@ -337,10 +330,9 @@ def test_inventory_reads_allocatable_labels_taints_and_gpus(
 
 
 def test_cpu_and_memory_of_other_tenants_pods_are_not_counted_free(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    server.cluster.put(
+    manual.cluster.put(
         "Pod",
         {
             "apiVersion": "v1",
@@ -356,11 +348,7 @@ def test_cpu_and_memory_of_other_tenants_pods_are_not_counted_free(
         },
         "ADDED",
     )
-    backend = make(kubeconfig)
-    try:
-        nodes = {node.name: node for node in backend.inventory().nodes}
-    finally:
-        backend.close()
+    nodes = {node.name: node for node in manual.backend().inventory().nodes}
     assert nodes["gpu-1"].capacity["cpu"] == 14.5
     assert nodes["cpu-1"].capacity["cpu"] == 4
 
@@ -581,55 +569,47 @@ def test_a_run_outlives_a_scheduler_killed_with_sigkill(kube: KubernetesHarness)
 
 
 def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        backend.dispatch(gpu_request("run-1", replicas=1))
-        (pod,) = until(lambda: server.cluster.pods_of(m.job_name("run-1")), "pod created")
-        with server.cluster.lock:
-            pod["status"]["containerStatuses"] = [
-                {
-                    "name": "main",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                    "imageID": "",
-                    "state": {"waiting": {"reason": "ErrImagePull", "message": "manifest unknown"}},
-                }
-            ]
-            server.cluster.put("Pod", pod)
-        status = backend.status(StatusRequest("run-1"))
-        assert status.state is RunState.PENDING
-        assert status.message == "ErrImagePull: manifest unknown"
-    finally:
-        backend.close()
+    backend = manual.backend()
+    backend.dispatch(gpu_request("run-1", replicas=1))
+    (pod,) = until(lambda: manual.cluster.pods_of(m.job_name("run-1")), "pod created")
+    with manual.cluster.lock:
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                "imageID": "",
+                "state": {"waiting": {"reason": "ErrImagePull", "message": "manifest unknown"}},
+            }
+        ]
+        manual.cluster.put("Pod", pod)
+    status = backend.status(StatusRequest("run-1"))
+    assert status.state is RunState.PENDING
+    assert status.message == "ErrImagePull: manifest unknown"
 
 
 def test_a_job_failed_through_its_status_subresource_fails_the_run(
-    manual: tuple[FakeApiServer, Path],
+    manual: Manual,
 ) -> None:
     """Another controller (a PodFailurePolicy, an admin) may end a Job through /status."""
     import httpx
 
-    server, kubeconfig = manual
-    backend = make(kubeconfig)
-    try:
-        backend.dispatch(gpu_request("run-1", replicas=1))
-        failed = {
-            "type": "Failed",
-            "status": "True",
-            "reason": "PodFailurePolicy",
-            "message": "container main exited with 42",
-        }
-        httpx.patch(
-            f"{server.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}/status",
-            json={"status": {"conditions": [failed]}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        ).raise_for_status()
-        status = backend.status(StatusRequest("run-1"))
-        assert (status.state, status.message) == (RunState.FAILED, "job failed: PodFailurePolicy")
-        assert "run-1" not in backend.inventory().active_runs
-    finally:
-        backend.close()
+    backend = manual.backend()
+    backend.dispatch(gpu_request("run-1", replicas=1))
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "PodFailurePolicy",
+        "message": "container main exited with 42",
+    }
+    httpx.patch(
+        f"{manual.server.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}/status",
+        json={"status": {"conditions": [failed]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    status = backend.status(StatusRequest("run-1"))
+    assert (status.state, status.message) == (RunState.FAILED, "job failed: PodFailurePolicy")
+    assert "run-1" not in backend.inventory().active_runs
