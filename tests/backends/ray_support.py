@@ -34,16 +34,15 @@ class RayHarness(Harness):
         self.head = head
         self.cluster_name = f"ray-{uuid.uuid4().hex[:8]}"
 
-    def make(self, **config: Any) -> Backend:
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        return {
             "cluster": self.cluster_name,
             "address": self.head.address,
             "grace_period": 2.0,
         }
-        settings.update(config)
-        backend = RayBackend(**settings)
-        self.backends.append(backend)
-        return backend
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
+        return RayBackend(**settings)
 
     def close_all(self) -> None:
         super().close_all()

@@ -49,6 +49,15 @@ class Harness:
     # --- making backends ---
 
     def make(self, **config: Any) -> Backend:
+        """A backend with this harness's settings, ``config`` on top; closed by ``close_all``."""
+        backend = self.construct({**self.settings(), **config})
+        self.backends.append(backend)
+        return backend
+
+    def settings(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
         raise NotImplementedError
 
     def close_leaving_runs(self, backend: Backend) -> None:
@@ -125,18 +134,17 @@ class Harness:
 class LocalHarness(Harness):
     name = "local"
 
-    def make(self, **config: Any) -> Backend:
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        return {
             "state_dir": self.state_dir,
             "grace_period": 2.0,
             "stop_runs_on_close": True,
             "monitor_interval": 0.02,
             "working_dir": self.scratch,
         }
-        settings.update(config)
-        backend = LocalBackend(**settings)
-        self.backends.append(backend)
-        return backend
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
+        return LocalBackend(**settings)
 
     def close_leaving_runs(self, backend: Backend) -> None:
         assert isinstance(backend, LocalBackend)
@@ -169,16 +177,15 @@ class SimHarness(Harness):
         super().__init__(state_dir, scratch)
         self.clock = FakeClock()
 
-    def make(self, **config: Any) -> Backend:
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        return {
             "state_dir": self.state_dir,
             "grace_period": 2.0,
             "clock": self.clock,
         }
-        settings.update(config)
-        backend = SimBackend(**settings)
-        self.backends.append(backend)
-        return backend
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
+        return SimBackend(**settings)
 
     def pass_time(self) -> None:
         self.clock.advance(0.1)
@@ -218,10 +225,8 @@ class KubernetesHarness(Harness):
             self.kubeconfig = self.fake.kubeconfig(scratch / "kubeconfig")
             self.image = "registry.example/unused:1"
 
-    def make(self, **config: Any) -> Backend:
-        from flotilla.backends.kubernetes import KubernetesBackend  # slow import: only here
-
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        return {
             "cluster": self.cluster_name,
             "kubeconfig": self.kubeconfig,
             "grace_period": 2.0,
@@ -229,10 +234,11 @@ class KubernetesHarness(Harness):
             "watch_timeout": 5,
             "request_timeout": 5.0,
         }
-        settings.update(config)
-        backend = KubernetesBackend(**settings)
-        self.backends.append(backend)
-        return backend
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
+        from flotilla.backends.kubernetes import KubernetesBackend  # slow import: only here
+
+        return KubernetesBackend(**settings)
 
     def gated(self, output: str = "hello", exit_code: int = 0) -> tuple[dict[str, Any], Path]:
         if self.fake is not None:
@@ -291,8 +297,8 @@ class SlurmHarness(Harness):
         self.slurm = cluster
         self.cluster_name = f"slurm-{uuid.uuid4().hex[:8]}"
 
-    def make(self, **config: Any) -> Backend:
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        return {
             "cluster": self.cluster_name,
             "slurm_conf": self.slurm.conf,
             "output_dir": self.state_dir / "output",
@@ -300,10 +306,9 @@ class SlurmHarness(Harness):
             "grace_period": 2.0,
             "monitor_interval": 0.1,
         }
-        settings.update(config)
-        backend = SlurmBackend(**settings)
-        self.backends.append(backend)
-        return backend
+
+    def construct(self, settings: dict[str, Any]) -> Backend:
+        return SlurmBackend(**settings)
 
     def close_all(self) -> None:
         super().close_all()
