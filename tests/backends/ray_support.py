@@ -6,20 +6,18 @@ Each test is its own Flotilla cluster on the shared head, so the contract's fixe
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import Backend, RunStatus, StatusRequest
+from flotilla.backends import Backend, RunStatus
 from flotilla.backends.ray import RayBackend
 from flotilla.backends.ray.client import RayJobsClient
 from flotilla.backends.ray.jobs import Marker
 
 from .engines.ray_head import RayHead
-from .support import Harness
+from .support import Harness, run_processes
 
 RAY_WAIT_LIMIT = 90.0
 """A Ray job takes about 4 s from submit to running on an idle machine (its runtime env is set
@@ -28,6 +26,7 @@ up first), much longer on a loaded one; reaching the limit fails the test."""
 
 class RayHarness(Harness):
     name = "ray"
+    wait_limit = RAY_WAIT_LIMIT
 
     def __init__(self, state_dir: Path, scratch: Path, head: RayHead) -> None:
         super().__init__(state_dir, scratch)
@@ -54,18 +53,6 @@ class RayHarness(Harness):
             if mine and not details.status.is_terminal():
                 client.stop(details.submission_id)
 
-    def wait(
-        self, backend: Backend, run_id: str, until: Callable[[RunStatus], bool], what: str
-    ) -> RunStatus:
-        deadline = time.monotonic() + RAY_WAIT_LIMIT
-        while True:
-            status = backend.status(StatusRequest(run_id))
-            if until(status):
-                return status
-            if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} never became {what}: {status}")
-            self.pass_time()
-
     def pass_time(self) -> None:
         time.sleep(0.2)
 
@@ -75,20 +62,3 @@ class RayHarness(Harness):
             if time.monotonic() > deadline:
                 raise AssertionError(f"processes of {status.run_id} still run: {leftover}")
             time.sleep(0.1)
-
-
-def run_processes(run_id: str, cluster: str) -> list[int]:
-    """Processes whose environment names this run of this Flotilla cluster (the Ray head runs
-    on this machine, so its jobs' processes are visible here)."""
-    wanted = {f"FLOTILLA_RUN={run_id}".encode(), f"FLOTILLA_CLUSTER={cluster}".encode()}
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environment = set((entry / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if wanted <= environment:
-            found.append(int(entry.name))
-    return found

@@ -39,6 +39,7 @@ WAIT_LIMIT = 15.0
 
 class Harness:
     name = "base"
+    wait_limit = WAIT_LIMIT
 
     def __init__(self, state_dir: Path, scratch: Path) -> None:
         self.state_dir = state_dir
@@ -76,7 +77,7 @@ class Harness:
     def wait(
         self, backend: Backend, run_id: str, until: Callable[[RunStatus], bool], what: str
     ) -> RunStatus:
-        deadline = time.monotonic() + WAIT_LIMIT
+        deadline = time.monotonic() + self.wait_limit
         while True:
             status = backend.status(StatusRequest(run_id))
             if until(status):
@@ -90,7 +91,7 @@ class Harness:
 
     def wait_output(self, backend: Backend, run_id: str, text: str) -> None:
         """Until the run's stdout contains ``text`` (e.g. a process says it is ready)."""
-        deadline = time.monotonic() + WAIT_LIMIT
+        deadline = time.monotonic() + self.wait_limit
         while text not in read_all(backend, run_id):
             if time.monotonic() > deadline:
                 raise AssertionError(f"run {run_id} never printed {text!r}")
@@ -334,11 +335,12 @@ class SlurmHarness(Harness):
 
 
 def run_processes(run_id: str, cluster: str) -> list[int]:
-    """Processes whose environment names this run of this Flotilla cluster."""
+    """Processes whose environment names this run of this Flotilla cluster (a local engine,
+    Slurm's or the Ray head, runs on this machine, so its jobs' processes are visible here)."""
     wanted = {f"FLOTILLA_RUN={run_id}".encode(), f"FLOTILLA_CLUSTER={cluster}".encode()}
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             environment = set((entry / "environ").read_bytes().split(b"\0"))
