@@ -41,52 +41,43 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         cluster.stop()
 
 
-@pytest.fixture(params=["local", "sim", "kubernetes", "ray", "slurm"])
-def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+def _directories(tmp_path: Path) -> tuple[Path, Path]:
+    """A harness's state dir and scratch dir (made) under the test's temporary dir."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
+    return tmp_path / "state", scratch
+
+
+@pytest.fixture(params=["local", "sim", "kubernetes", "ray", "slurm"])
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    state, scratch = _directories(tmp_path)
     made: Harness
     if request.param == "ray":
-        made = RayHarness(tmp_path / "state", scratch, request.getfixturevalue("ray_head"))
+        made = RayHarness(state, scratch, request.getfixturevalue("ray_head"))
     elif request.param == "slurm":
-        made = SlurmHarness(tmp_path / "state", scratch, request.getfixturevalue("slurm_cluster"))
+        made = SlurmHarness(state, scratch, request.getfixturevalue("slurm_cluster"))
     else:
         kind = {"local": LocalHarness, "sim": SimHarness, "kubernetes": KubernetesHarness}[
             request.param
         ]
-        made = kind(tmp_path / "state", scratch)
-    try:
+        made = kind(state, scratch)
+    with made:
         yield made
-    finally:
-        made.close_all()
 
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[LocalHarness]:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    made = LocalHarness(tmp_path / "state", scratch)
-    try:
+    with LocalHarness(*_directories(tmp_path)) as made:
         yield made
-    finally:
-        made.close_all()
 
 
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[SimHarness]:
-    made = SimHarness(tmp_path / "state", tmp_path)
-    try:
+    with SimHarness(*_directories(tmp_path)) as made:
         yield made
-    finally:
-        made.close_all()
 
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[KubernetesHarness]:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    made = KubernetesHarness(tmp_path / "state", scratch)
-    try:
+    with KubernetesHarness(*_directories(tmp_path)) as made:
         yield made
-    finally:
-        made.close_all()

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from flotilla.backends import (
     Backend,
@@ -60,6 +60,12 @@ class Harness:
 
     def construct(self, settings: dict[str, Any]) -> Backend:
         raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        self.close_all()
 
     def close_leaving_runs(self, backend: Backend) -> None:
         """Close like a service that stops (or dies) with runs still going."""
