@@ -27,20 +27,23 @@ from flotilla.store import JobState, SqlStore
 CYCLE = 0.05
 
 
+def local_loop(root: Path, settings: LoopSettings) -> tuple[SqlStore, LocalBackend, SchedulingLoop]:
+    """A SQLite store under ``root`` with this machine as cluster ``local`` (real processes)
+    and a ``default`` queue, and the scheduling loop over them."""
+    store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
+    backend = LocalBackend(
+        cluster="local", state_dir=root / "runs", grace_period=1.0, stop_runs_on_close=True
+    )
+    store.upsert_cluster(cluster_spec_from_inventory("local", "local", backend.inventory().nodes))
+    store.put_queue(QueueSpec(name="default"))
+    return store, backend, SchedulingLoop(store, {"local": backend}, settings)
+
+
 class LiveService:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
-        self.backend = LocalBackend(
-            cluster="local", state_dir=root / "runs", grace_period=1.0, stop_runs_on_close=True
-        )
-        nodes = self.backend.inventory().nodes
-        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
-        self.store.put_queue(QueueSpec(name="default"))
-        self.loop = SchedulingLoop(
-            self.store,
-            {"local": self.backend},
-            LoopSettings(cycle_interval=CYCLE, replica="live"),
+        self.store, self.backend, self.loop = local_loop(
+            root, LoopSettings(cycle_interval=CYCLE, replica="live")
         )
         self.app: FastAPI = create_app(
             self.store, self.loop, AuthSettings.disabled(), poll_interval=0.05

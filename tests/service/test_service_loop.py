@@ -14,31 +14,21 @@ from typing import Any
 import pytest
 
 from flotilla.backends.interface import LogsRequest
-from flotilla.backends.local import LocalBackend
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
-from tests.live_service import process_gone, read_pids
+from flotilla.store import TERMINAL_JOB_STATES, JobState
+from tests.live_service import local_loop, process_gone, read_pids
 
 
 class Service:
     def __init__(
         self, tmp_path: Path, mode: Mode = Mode.SYNC, algorithm_process: bool = False
     ) -> None:
-        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-        self.backend = LocalBackend(
-            cluster="local", state_dir=tmp_path / "runs", grace_period=1.0, stop_runs_on_close=True
-        )
-        nodes = self.backend.inventory().nodes
-        self.store.upsert_cluster(cluster_spec_from_inventory("local", "local", nodes))
-        self.store.put_queue(QueueSpec(name="default"))
-        self.loop = SchedulingLoop(
-            self.store,
-            {"local": self.backend},
+        self.store, self.backend, self.loop = local_loop(
+            tmp_path,
             LoopSettings(
                 mode=mode,
                 cycle_interval=0.05,
