@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from flotilla.model import Scenario
@@ -259,28 +261,28 @@ def test_async_drops_a_decision_about_a_job_cancelled_meanwhile() -> None:
     assert report.job("after")["started_at"] == 2
 
 
-def test_async_drops_a_decision_for_a_cluster_that_failed_meanwhile() -> None:
-    data = scenario(
+def first_cluster_fails_in_async(**extra: Any) -> Data:
+    """Async; one 4-cpu job decided at t=0 for the first of two 4-cpu clusters, which fails
+    at t=1, before that decision is applied."""
+    return scenario(
         clusters=[
             cluster("first", nodes(1, cpu=4), fail_at=1),
             cluster("second", nodes(1, cpu=4)),
         ],
         jobs=[job(cpu=4, duration=5)],
         settings=ASYNC,
+        **extra,
     )
-    report = simulate_report(data)
+
+
+def test_async_drops_a_decision_for_a_cluster_that_failed_meanwhile() -> None:
+    report = simulate_report(first_cluster_fails_in_async())
     assert [(e["time"], e["cluster"]) for e in report.events("j", "scheduled")] == [(2, "second")]
 
 
 def test_async_reason_says_a_dropped_decision_was_dropped() -> None:
-    data = scenario(
-        clusters=[
-            cluster("first", nodes(1, cpu=4), fail_at=1),
-            cluster("second", nodes(1, cpu=4)),
-        ],
-        jobs=[job(cpu=4, duration=5)],
-        settings=ASYNC,
-        expect=[{"at": 1, "job": "j", "state": "queued", "reason": "decision from t=0 dropped"}],
+    data = first_cluster_fails_in_async(
+        expect=[{"at": 1, "job": "j", "state": "queued", "reason": "decision from t=0 dropped"}]
     )
     assert check_expectations(run(data)) == []
 
