@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from tests.backends.engines.ray_head import RayHead, ray_executable
 from tests.builders import SHARED_DIR
+from tests.e2e.service import Services
 from tests.postgres_support import POSTGRES_URL
 
 
@@ -34,6 +35,16 @@ def shared_dir() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return SHARED_DIR
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[Services]:
+    """Real ``flotilla up`` processes a test starts (``services.start``); all stopped after it."""
+    started = Services(tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture(scope="session")

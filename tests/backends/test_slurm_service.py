@@ -22,15 +22,6 @@ from tests.e2e.service import FLOTILLA, Server, Services, assert_started_once, j
 from .engines.slurm_cluster import SlurmCluster
 
 
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[Services]:
-    started = Services(tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
-
-
 class SlurmFleet:
     """A fleet file with one Slurm cluster, and the service that runs it."""
 

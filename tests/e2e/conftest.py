@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from tests.e2e.service import Services
 from tests.postgres_support import postgres_schema_url
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[Services]:
-    started = Services(tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

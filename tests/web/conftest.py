@@ -57,15 +57,6 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def services(tmp_path: Path) -> Iterator[Services]:
-    started = Services(tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-@pytest.fixture
 def server(services: Services, tmp_path: Path) -> Server:
     """``flotilla up`` with two users: ana (admin of every queue) and vi (submit and read on
     every queue, no cancel)."""
