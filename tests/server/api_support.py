@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
@@ -58,3 +60,11 @@ def spec(name: str, queue: str = "team-a", **fields: Any) -> dict[str, Any]:
     }
     data.update(fields)
     return data
+
+
+def submit(client: TestClient, body: Any) -> list[str]:
+    """POST /v1/jobs, which must accept it; the ids of the jobs made."""
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    ids: list[str] = response.json()["ids"]
+    return ids

@@ -12,14 +12,7 @@ from fastapi.testclient import TestClient
 from flotilla.model import ClusterSpec
 from flotilla.store import JobState, SqlStore
 from tests.builders import cluster, nodes, task
-from tests.server.api_support import spec
-
-
-def submit(client: TestClient, body: Any) -> list[str]:
-    response = client.post("/v1/jobs", json=body)
-    assert response.status_code == 201, response.text
-    ids: list[str] = response.json()["ids"]
-    return ids
+from tests.server.api_support import spec, submit
 
 
 def refused(client: TestClient, body: Any, status: int) -> list[str]:

@@ -10,14 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from flotilla.store import JobState, SqlStore
-from tests.server.api_support import FakeScheduler, spec
-
-
-def submit(client: TestClient, body: Any) -> list[str]:
-    response = client.post("/v1/jobs", json=body)
-    assert response.status_code == 201, response.text
-    ids: list[str] = response.json()["ids"]
-    return ids
+from tests.server.api_support import FakeScheduler, spec, submit
 
 
 def test_submit_one_job_stores_it_queued_and_wakes_the_scheduler(

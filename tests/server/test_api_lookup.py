@@ -3,19 +3,10 @@ finished job's name used again; counts and live reasons in listings; logs of an 
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi.testclient import TestClient
 
 from flotilla.store import JobState, SqlStore
-from tests.server.api_support import FakeScheduler, spec
-
-
-def submit(client: TestClient, body: Any) -> list[str]:
-    response = client.post("/v1/jobs", json=body)
-    assert response.status_code == 201, response.text
-    ids: list[str] = response.json()["ids"]
-    return ids
+from tests.server.api_support import FakeScheduler, spec, submit
 
 
 def test_resubmitting_a_finished_job_works_and_its_name_means_the_latest(
