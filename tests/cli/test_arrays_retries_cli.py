@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flotilla.model import JobSpec
-from flotilla.store import JobState, RunState, SqlStore, Transition
+from flotilla.store import SqlStore
 from tests.cli.test_client_commands import run
-from tests.server.api_support import spec
+from tests.server.api_support import failed_once, spec
 
 
 def array_of(store: SqlStore, size: int, **fields: object) -> tuple[str, list[str]]:
@@ -55,18 +55,7 @@ def test_describe_a_retried_job_shows_its_policy_attempts_and_last_failure(
     (job,) = store.submit_jobs(
         [JobSpec.model_validate(spec("flaky", retry={"limit": 2, "backoff": "fixed"}))]
     )
-    first = store.record_run(job, "east", {"placements": []})
-    retry = Transition(
-        job,
-        JobState.QUEUED,
-        "retry 1 of 2: attempt 1 ended (failed: exited 3)",
-        first.id,
-        exit_code=3,
-        message="exited 3",
-        run_state=RunState.FAILED,
-        not_before=datetime.now(UTC) + timedelta(seconds=10),
-    )
-    store.transition_many([retry])
+    failed_once(store, job, "east", not_before=datetime.now(UTC) + timedelta(seconds=10))
     result = run("describe", job)
     assert result.exit_code == 0, result.output
     assert "up to 2 more attempts on failed, lost, node_failure; backoff fixed" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -9,6 +10,7 @@ from fastapi.testclient import TestClient
 from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
+from flotilla.store import JobState, RunState, SqlStore, Transition
 
 
 class FakeScheduler:
@@ -68,3 +70,21 @@ def submit(client: TestClient, body: Any) -> list[str]:
     assert response.status_code == 201, response.text
     ids: list[str] = response.json()["ids"]
     return ids
+
+
+def failed_once(store: SqlStore, job_id: str, cluster: str, not_before: datetime) -> Transition:
+    """The job's first attempt ran on ``cluster`` and exited 3; as the loop records a retry,
+    the job is queued again, waiting until ``not_before`` for attempt 2 of its limit 2."""
+    run = store.record_run(job_id, cluster, {"placements": []})
+    retry = Transition(
+        job_id,
+        JobState.QUEUED,
+        "retry 1 of 2: attempt 1 ended (failed: exited 3)",
+        run.id,
+        exit_code=3,
+        message="exited 3",
+        run_state=RunState.FAILED,
+        not_before=not_before,
+    )
+    store.transition_many([retry])
+    return retry

@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 
-from flotilla.store import JobState, RunState, SqlStore, Transition
-from tests.server.api_support import spec
-from tests.server.test_api_jobs import submit
+from flotilla.store import JobState, SqlStore
+from tests.server.api_support import failed_once, spec, submit
 
 
 def test_an_array_is_one_id_over_its_elements_with_counts_by_state(
@@ -65,19 +64,8 @@ def test_a_retried_job_shows_its_failed_attempt_its_backoff_and_its_last_failure
     client: TestClient, store: SqlStore
 ) -> None:
     (job_id,) = submit(client, spec("flaky", retry={"limit": 2, "backoff": "fixed", "delay": "1m"}))
-    run = store.record_run(job_id, "local", {"placements": []})
     later = datetime.now(UTC) + timedelta(minutes=1)
-    retry = Transition(
-        job_id,
-        JobState.QUEUED,
-        "retry 1 of 2: attempt 1 ended (failed: exited 3)",
-        run.id,
-        exit_code=3,
-        message="exited 3",
-        run_state=RunState.FAILED,
-        not_before=later,
-    )
-    store.transition_many([retry])
+    retry = failed_once(store, job_id, "local", not_before=later)
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert (job["state"], job["reason"]) == ("queued", retry.reason)
     assert datetime.fromisoformat(job["not_before"]) == later
