@@ -16,11 +16,10 @@ from flotilla.cli.render import age, console, resources
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.model.errors import from_pydantic
 from flotilla.model.quantity import format_quantity
+from flotilla.sdk.client import DEFAULT_SERVER
 
 
-def queues(
-    output: OutputOption = Output.TABLE, server: ServerOption = "http://127.0.0.1:8467"
-) -> None:
+def queues(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_SERVER) -> None:
     """List queues with their weight, quota and job counts."""
     with api(server) as client:
         found = client.queues()
@@ -57,9 +56,7 @@ def amounts(data: dict[str, float] | None) -> str:
     return "-" if not data else resources(data)
 
 
-def quotas(
-    output: OutputOption = Output.TABLE, server: ServerOption = "http://127.0.0.1:8467"
-) -> None:
+def quotas(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_SERVER) -> None:
     """Show the quota tree: min, max, what its queues use now, what it borrows above its
     min and what it lends of its min."""
     with api(server) as client:
@@ -98,7 +95,7 @@ def clusters(
         False
     ),
     output: OutputOption = Output.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """List clusters: backend, health, heartbeat age, nodes, allocated/capacity per resource
     (and with --nodes every node)."""
@@ -183,7 +180,7 @@ def queue_set(
     reclaim_within_cohort: Annotated[
         str | None, typer.Option(help="Reclaim lent quota: never, lower_priority, any.")
     ] = None,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Create a queue, or change the given settings of one (the others stay)."""
     with api(server) as client:
@@ -206,7 +203,7 @@ def queue_set(
 @queue_app.command("delete")
 def queue_delete(
     name: Annotated[str, typer.Argument(help="A queue without jobs.")],
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Delete a queue that has no jobs (its jobs' history keeps it otherwise)."""
     with api(server) as client:
@@ -247,7 +244,7 @@ def quota_set(
     parent: Annotated[
         str | None, typer.Option(help="Create it under this quota (a new quota only).")
     ] = None,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Create a quota, or change the given settings of one (its children stay)."""
     with api(server) as client:
@@ -279,7 +276,7 @@ def quota_set(
 @quota_app.command("delete")
 def quota_delete(
     name: Annotated[str, typer.Argument(help="The quota; its subtree goes with it.")],
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Delete a quota and its subtree."""
     with api(server) as client:

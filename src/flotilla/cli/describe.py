@@ -14,6 +14,7 @@ from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
+from flotilla.sdk.client import DEFAULT_SERVER
 from flotilla.server.schemas import ArrayDetail, Event, JobDetail, Run
 
 
@@ -115,7 +116,7 @@ def _events(events: list[Event]) -> Table:
 def describe(
     job_ref: JobArgument,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """A job in full: spec summary, gang, where each replica runs, runs, history, and why
     it waits."""
@@ -141,7 +142,7 @@ def describe(
 def why(
     job_ref: JobArgument,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Why a job waits: its reason, its place in its queue, and its queue's quota."""
     with api(server) as client:

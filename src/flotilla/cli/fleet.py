@@ -11,6 +11,7 @@ import yaml
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.render import console
+from flotilla.sdk.client import DEFAULT_SERVER
 
 fleet_app = typer.Typer(
     help="The fleet in force: its clusters and their backends, queues, quotas and settings.",
@@ -25,7 +26,7 @@ def fleet_apply(
         int | None,
         typer.Option(help="Apply only if the fleet in force is still this version."),
     ] = None,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Change the fleet of a running service without a restart (admin): all or nothing."""
     from flotilla.model.fleet_loader import FleetError, load_fleet
@@ -51,7 +52,7 @@ def fleet_show(
     output_format: Annotated[
         str, typer.Option("--format", help="yaml or json.", case_sensitive=False)
     ] = "yaml",
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Print the fleet in force (admin); secrets appear as their references, never values."""
     with api(server) as client:

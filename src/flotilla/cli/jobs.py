@@ -19,6 +19,7 @@ from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
+from flotilla.sdk.client import DEFAULT_SERVER
 from flotilla.sdk.jobfile import read_job_file
 from flotilla.server.schemas import Job, JobList
 
@@ -48,7 +49,7 @@ def submit(
         ),
     ] = False,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
     try:
@@ -149,7 +150,7 @@ def jobs(
     oldest_first: OldestFirst = False,
     limit: Annotated[int, typer.Option(help="Show at most this many.", min=1)] = 100,
     output: OutputOption = Output.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """List jobs, newest first, with the count of every match."""
     where = _filter(queue, state, owner, label, name, oldest_first)
@@ -181,7 +182,7 @@ def watch(
         int | None, typer.Option(help="Stop after this many refreshes (default: until Ctrl-C).")
     ] = None,
     wide: Annotated[bool, typer.Option("--wide", "-w", help="Full ids, cluster, labels.")] = False,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """A live table of jobs, newest first, refreshed every --interval seconds; Ctrl-C stops."""
     where = _filter(queue, state, owner, label, name, oldest_first=False)
@@ -208,7 +209,7 @@ def wait(
     timeout: Annotated[
         float, typer.Option(help="Give up after this many seconds (exit 3).", min=0)
     ] = 300.0,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
     with api(server) as client:
@@ -233,7 +234,7 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = (
         "cancelled by user"
     ),
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Cancel jobs, or every unfinished job of a queue and/or with labels."""
     if not job_refs and queue is None and not label:
@@ -259,7 +260,7 @@ def reprioritize(
     job: JobArgument,
     priority: Annotated[int, typer.Argument(help="The new priority (higher runs first).")],
     reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = "",
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Change a waiting job's priority (admin on its queue)."""
     with api(server) as client:

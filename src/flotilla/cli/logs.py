@@ -10,6 +10,7 @@ import typer
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.jobs import JobArgument
 from flotilla.sdk import LogSelection
+from flotilla.sdk.client import DEFAULT_SERVER
 
 
 def logs(
@@ -27,7 +28,7 @@ def logs(
     ] = None,
     task: Annotated[str | None, typer.Option(help="Task name (default: the first).")] = None,
     replica: Annotated[int | None, typer.Option(help="Replica index.", min=0)] = None,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Print a job's output: standard output here, standard error to standard error, both
     by default. With -f, keep printing as the run writes until it ends."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
-from flotilla.cli.client import fail
 from flotilla.cli.startup import (
+    AuthOption,
+    DatabaseOption,
+    HostOption,
+    PortOption,
+    auth_or_fail,
     ensure_default_queue,
     listen_or_fail,
     open_store_or_fail,
@@ -19,35 +20,17 @@ from flotilla.cli.startup import (
 
 
 def serve(
-    db: Annotated[
-        str, typer.Option("--db", help="Database URL (sqlite:///… or postgresql://…).")
-    ] = ("sqlite:///./flotilla.db"),
-    host: Annotated[str, typer.Option(help="Listen address; beyond loopback needs --auth.")] = (
-        "127.0.0.1"
-    ),
-    port: Annotated[int, typer.Option(help="Listen port.", min=0, max=65535)] = 8467,
-    auth: Annotated[
-        Path | None, typer.Option("--auth", help="Token config (YAML); see docs/api.md.")
-    ] = None,
+    db: DatabaseOption = "sqlite:///./flotilla.db",
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8467,
+    auth: AuthOption = None,
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
-    from flotilla.model.errors import SpecError
     from flotilla.secrets import SecretBox
-    from flotilla.server import (
-        InsecureBindError,
-        allowed_hosts_for,
-        create_app,
-        run_server,
-        server_auth,
-    )
+    from flotilla.server import allowed_hosts_for, create_app, run_server
     from flotilla.web import mount_dashboard
 
-    try:
-        settings, token = server_auth(auth, host)
-    except SpecError as error:
-        fail(f"{auth}: invalid token config", error.problems, code=2)
-    except InsecureBindError as error:
-        fail(str(error), code=2)
+    settings, token = auth_or_fail(auth, host)
     traces = traces_or_fail()
     listener = listen_or_fail(host, port)  # a port in use: one line, nothing opened
     store = open_store_or_fail(db)

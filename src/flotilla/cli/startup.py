@@ -6,15 +6,42 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+import typer
 
 from flotilla.cli.client import fail
 from flotilla.sdk.client import DEFAULT_SERVER
 
 if TYPE_CHECKING:
+    from flotilla.server import AuthSettings
     from flotilla.store import SqlStore
 
 DEFAULT_QUEUE = "default"
+
+# The options ``up`` and ``serve`` share (each gives its own default database).
+DatabaseOption = Annotated[
+    str, typer.Option("--db", help="Database URL (sqlite:///… or postgresql://…).")
+]
+HostOption = Annotated[str, typer.Option(help="Listen address; beyond loopback needs --auth.")]
+PortOption = Annotated[int, typer.Option(help="Listen port.", min=0, max=65535)]
+AuthOption = Annotated[
+    Path | None, typer.Option("--auth", help="Token config (YAML); see docs/api.md.")
+]
+
+
+def auth_or_fail(auth: Path | None, host: str) -> tuple[AuthSettings, str | None]:
+    """The server's auth (``server_auth``: the token config, or a local token made now), or
+    exit 2 with one line: a token config that is not valid, a non-loopback host without one."""
+    from flotilla.model.errors import SpecError
+    from flotilla.server import InsecureBindError, server_auth
+
+    try:
+        return server_auth(auth, host)
+    except SpecError as error:
+        fail(f"{auth}: invalid token config", error.problems, code=2)
+    except InsecureBindError as error:
+        fail(str(error), code=2)
 
 
 def listen_or_fail(host: str, port: int) -> socket.socket:

@@ -14,9 +14,10 @@ from urllib.parse import quote
 import typer
 
 from flotilla.cli.client import ServerOption
+from flotilla.sdk.client import DEFAULT_SERVER
 
 
-def ui(server: ServerOption = "http://127.0.0.1:8467") -> None:
+def ui(server: ServerOption = DEFAULT_SERVER) -> None:
     """Print the dashboard's URL, with your token so the page opens signed in."""
     from flotilla.runtime import token_for
 

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.render import console
+from flotilla.sdk.client import DEFAULT_SERVER
 
 FIGURES = ("jobs", "runs", "elapsed_hours", "cpu_hours", "memory_gib_hours", "gpu_hours")
 KEYS = {"queue": ("queue",), "owner": ("owner",), "job": ("job", "name", "queue", "owner")}
@@ -47,7 +48,7 @@ def usage(
     output: Annotated[
         UsageFormat, typer.Option("--output", "-o", help="table, json or csv.")
     ] = UsageFormat.TABLE,
-    server: ServerOption = "http://127.0.0.1:8467",
+    server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """CPU-, memory- and GPU-hours that runs held over a time range (running ones up to now),
     per queue, owner or job; only the jobs you may read."""
