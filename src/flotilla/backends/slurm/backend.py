@@ -223,11 +223,7 @@ class SlurmBackend:
     def status(self, request: StatusRequest) -> RunStatus:
         self._check_open()
         with self._lock:
-            self._refresh()
-            known = self._lookup(request.run_id)
-            if known is None:
-                raise UnknownRun(request.run_id)
-            return known.status
+            return self._current(request.run_id).status
 
     def poll(self) -> list[RunStatus]:
         self._check_open()
@@ -279,10 +275,7 @@ class SlurmBackend:
     def logs(self, request: LogsRequest) -> LogChunk:
         self._check_open()
         with self._lock:
-            self._refresh()
-            known = self._lookup(request.run_id)
-            if known is None:
-                raise UnknownRun(request.run_id)
+            known = self._current(request.run_id)
         placements = known.marker.placements
         index = pick_replica(placements, request.task, request.replica)
         path = self.files.directory(request.run_id) / replica_file(
@@ -351,6 +344,15 @@ class SlurmBackend:
                 self._enforce(item, now)
             self._last_found = found
         return found
+
+    def _current(self, run_id: str) -> _Seen:
+        """The run as Slurm has it now (squeue read first; call under the lock), or
+        ``UnknownRun``."""
+        self._refresh()
+        known = self._lookup(run_id)
+        if known is None:
+            raise UnknownRun(run_id)
+        return known
 
     def _lookup(self, run_id: str, fresh: bool = True) -> _Seen | None:
         """This cluster's run ``run_id``: from squeue, else its record and the completion log.
