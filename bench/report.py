@@ -30,28 +30,35 @@ def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / MIB:,.0f}"
 
 
-def engine_table(results: Sequence[dict[str, Any]]) -> Table:
-    table = Table(
-        title="Engine cases (SchedulingAlgorithm.schedule, repeated cycles)", title_justify="left"
-    )
-    for column in (
-        "case",
-        "nodes",
-        "queued",
-        "cycles",
-        "placed",
-        "placements/s",
-        "per CPU-s",
-        "µs/placement",
-        "decisions/s",
-        "µs/decision",
-        "cycle p50 ms",
-        "cycle p99 ms",
-        "peak RSS MiB",
-        "B/queued job",
-        "target",
-    ):
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A table whose text columns (case, target) are left-aligned and figures right-aligned."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("case", "target") else "right")
+    return table
+
+
+def engine_table(results: Sequence[dict[str, Any]]) -> Table:
+    table = _table(
+        "Engine cases (SchedulingAlgorithm.schedule, repeated cycles)",
+        (
+            "case",
+            "nodes",
+            "queued",
+            "cycles",
+            "placed",
+            "placements/s",
+            "per CPU-s",
+            "µs/placement",
+            "decisions/s",
+            "µs/decision",
+            "cycle p50 ms",
+            "cycle p99 ms",
+            "peak RSS MiB",
+            "B/queued job",
+            "target",
+        ),
+    )
     for r in results:
         if r.get("kind") != "engine":
             continue
@@ -76,23 +83,24 @@ def engine_table(results: Sequence[dict[str, Any]]) -> Table:
 
 
 def simulator_table(results: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="Simulator cases (trace replay, end to end)", title_justify="left")
-    for column in (
-        "case",
-        "jobs",
-        "GPUs",
-        "end to end s",
-        "simulate s",
-        "engine s",
-        "cycles run",
-        "decisions/s",
-        "cycle p50 ms",
-        "cycle p99 ms",
-        "peak RSS MiB",
-        "mean wait s",
-        "target",
-    ):
-        table.add_column(column, justify="left" if column in ("case", "target") else "right")
+    table = _table(
+        "Simulator cases (trace replay, end to end)",
+        (
+            "case",
+            "jobs",
+            "GPUs",
+            "end to end s",
+            "simulate s",
+            "engine s",
+            "cycles run",
+            "decisions/s",
+            "cycle p50 ms",
+            "cycle p99 ms",
+            "peak RSS MiB",
+            "mean wait s",
+            "target",
+        ),
+    )
     for r in results:
         if r.get("kind") != "simulator":
             continue
@@ -115,18 +123,19 @@ def simulator_table(results: Sequence[dict[str, Any]]) -> Table:
 
 
 def scaling_table(results: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="Scaling (growth with nodes and with queued jobs)", title_justify="left")
-    for column in (
-        "case",
-        "nodes",
-        "queued",
-        "µs/placement",
-        "µs/decision",
-        "first cycle ms",
-        "B/queued job",
-        "RSS Δ/job B",
-    ):
-        table.add_column(column, justify="left" if column == "case" else "right")
+    table = _table(
+        "Scaling (growth with nodes and with queued jobs)",
+        (
+            "case",
+            "nodes",
+            "queued",
+            "µs/placement",
+            "µs/decision",
+            "first cycle ms",
+            "B/queued job",
+            "RSS Δ/job B",
+        ),
+    )
     for r in results:
         if r.get("kind") != "engine" or not set(r["tags"]) & {"scale-nodes", "scale-jobs"}:
             continue
