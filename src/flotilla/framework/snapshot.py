@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -174,15 +174,6 @@ class PendingReasons(Mapping[str, str]):
                 yield from part.items()
             else:
                 yield part
-
-    def writes(self) -> Iterator[tuple[str, str]]:
-        """Every (name, reason) in the order recorded, a name again if its reason changed:
-        applying them in turn leaves each job with its reason here, without building the
-        dictionary (the simulator sets each waiting job's reason this way every cycle)."""
-        return chain.from_iterable(
-            part.items() if isinstance(part, dict) else zip(part[0].names(), repeat(part[1]))
-            for part in self._parts
-        )
 
     def _reasons(self) -> dict[str, str]:
         resolved = self._resolved
