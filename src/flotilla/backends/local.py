@@ -50,6 +50,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendRunState,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -59,7 +60,6 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaPlacement,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -233,7 +233,7 @@ class LocalBackend:
             # Every pid is on disk: only now may the commands run (a crash before this line
             # leaves supervisors waiting, and the next backend abandons them).
             claim_gate(str(run.gate_file()), "go")
-            run.state, run.started_at = RunState.RUNNING, self.clock()
+            run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
             save_run(run)

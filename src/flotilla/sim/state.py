@@ -11,9 +11,9 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.snapshot import PendingReasons
 from flotilla.model.job import JobSpec
-from flotilla.model.scenario import JobState
+from flotilla.model.scenario import ScenarioJobState
 
-WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
+WAITING_STATES = frozenset((ScenarioJobState.QUEUED, ScenarioJobState.PREEMPTED))
 """States in which the scheduler considers a job."""
 
 
@@ -21,7 +21,7 @@ WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
 class SimJob:
     spec: JobSpec
     job: SchedulingJob
-    state: JobState | None = None
+    state: ScenarioJobState | None = None
     """``None`` until submitted."""
     assignment: Assignment | None = None
     started_at: float | None = None
@@ -53,7 +53,11 @@ class SimJob:
 
     @property
     def terminal(self) -> bool:
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self.state in (
+            ScenarioJobState.SUCCEEDED,
+            ScenarioJobState.FAILED,
+            ScenarioJobState.CANCELLED,
+        )
 
 
 @dataclass
