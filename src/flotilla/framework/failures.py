@@ -33,7 +33,7 @@ class FailureCache:
     filter had anything to say) for requests that no node of the table can take.
 
     A lock keeps the recency order consistent when the service's loop and an async
-    scheduling run place jobs with the same profile at once."""
+    scheduling round place jobs with the same profile at once."""
 
     __slots__ = ("_entries", "_lock", "capacity")
 

@@ -1,10 +1,10 @@
-"""Committing a scheduling run's decisions: evictions, then leases, then dispatch.
+"""Committing a scheduling round's decisions: evictions, then leases, then dispatch.
 
 Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
 their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
-a run are recorded in one fenced transaction (``queued → leased``, one run each) and then
+a round are recorded in one fenced transaction (``queued → leased``, one run each) and then
 dispatched. In async mode, decisions that no longer fit the current node tables are dropped
-and their jobs wait for the next run, with the reason.
+and their jobs wait for the next round, with the reason.
 """
 
 from __future__ import annotations

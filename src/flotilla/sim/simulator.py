@@ -278,14 +278,14 @@ class Simulator:
         self._integral_time = at
         self._allocated = self._allocated + delta
         if queue is not None:
-            # Kept incrementally and handed to each run: no summing of running jobs per cycle.
+            # Kept incrementally and handed to each round: no summing of running jobs per cycle.
             held = self._queue_allocated.get(queue)
             self._queue_allocated[queue] = delta.copy() if held is None else held + delta
 
     # --- cycles ---------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> SchedulingSnapshot:
-        """What a scheduling run at ``now`` would see."""
+        """What a scheduling round at ``now`` would see."""
         return self._snapshot(now)
 
     def _snapshot(self, now: float) -> SchedulingSnapshot:
@@ -309,9 +309,9 @@ class Simulator:
             result = self.algorithm.schedule(self._snapshot(now))
             self.decisions += result.stats.considered
             return self._apply(result, now) > 0
-        # Async (Armada): take the result of the run triggered last cycle, reconcile it
-        # against what happened since, commit, then trigger the next run on the state after
-        # the commit. The simulator's executor runs inline, so runs are deterministic.
+        # Async (Armada): take the result of the round triggered last cycle, reconcile it
+        # against what happened since, commit, then trigger the next round on the state after
+        # the commit. The simulator's executor runs inline, so rounds are deterministic.
         applied = 0
         ready = self.runner.take_result()
         if ready is not None:
@@ -322,7 +322,7 @@ class Simulator:
             self.runner.trigger(self._snapshot(now))
         upcoming = self.runner.peek()
         if upcoming is not None and not (upcoming.scheduled or upcoming.preempted):
-            # A run that decides nothing only explains the state it saw, which is the current
+            # A round that decides nothing only explains the state it saw, which is the current
             # one: apply its reasons now instead of holding it in flight, or the clock would
             # tick forever on a job that can never fit.
             self.runner.take_result()

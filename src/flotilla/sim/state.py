@@ -106,7 +106,7 @@ def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str
 
     ``waiting`` holds exactly the jobs in ``WAITING_STATES``, by name (the simulator's queued
     jobs), so membership stands in for the state check. The simulator does this for every
-    waiting job every cycle: a run of jobs sharing one reason is looked up with C-level
+    waiting job every cycle: a slice of jobs sharing one reason is looked up with C-level
     ``map``/``filter`` and only the attribute store runs per job. Writes happen in the order
     recorded, so each job ends with the reason ``pending`` maps it to.
     """

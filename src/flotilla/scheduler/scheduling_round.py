@@ -1,6 +1,6 @@
-"""The mutable state of one scheduling run, and the preemption context it offers plugins.
+"""The mutable state of one scheduling round, and the preemption context it offers plugins.
 
-A run works on copies of the snapshot's node tables. Committing a job allocates its
+A round works on copies of the snapshot's node tables. Committing a job allocates its
 placements; evicting a job releases them and tells the running-set plugins (quota) so their
 state stays exact. With backfill there is a second, "long" view of the nodes in which the
 reservations of blocked jobs are held as if running: jobs that would still run when a
@@ -48,8 +48,8 @@ class Outcome:
     PLACEMENT = "placement"
 
 
-class SchedulingRun:
-    """One run over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
+class SchedulingRound:
+    """One round over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
 
     def __init__(
         self,
@@ -77,7 +77,7 @@ class SchedulingRun:
         self.scheduled: list[ScheduledJob] = []
         self.evictions: list[Eviction] = []
         self.unscheduled: dict[str, str] = {}
-        """Jobs placed by this run and then evicted in it: they never start; why they wait."""
+        """Jobs placed by this round and then evicted in it: they never start; why they wait."""
         self._running_before = frozenset(self.running)
         size = len(self.clusters[0].nodes.space) if self.clusters else 0
         self.total: Vector = sum(
@@ -188,7 +188,7 @@ class SchedulingRun:
         return decision
 
     def job_waits(self, job: SchedulingJob, reason: str) -> None:
-        """Tell the Waiting plugins that ``job`` stays queued in this run."""
+        """Tell the Waiting plugins that ``job`` stays queued in this round."""
         for plugin in self.framework.waiting:
             plugin.job_waits(WaitingInput(job=job, reason=reason, cycle=self.cycle))
 
@@ -222,8 +222,8 @@ class SchedulingRun:
     def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
         """Preempt ``victims`` for real; returns each victim's queue and what it held.
 
-        A victim this run placed (or grew) loses that decision too: a job placed earlier in
-        the run never starts, and only jobs that were running before it are preempted.
+        A victim this round placed (or grew) loses that decision too: a job placed earlier in
+        the round never starts, and only jobs that were running before it are preempted.
         """
         released = []
         for name in victims:
@@ -258,7 +258,7 @@ class SchedulingRun:
                 plugin.remove_running(change)
 
     def _charge(self, queue: str, amount: Vector) -> None:
-        """In place: every allocation vector is the run's own (made or copied in ``__init__``,
+        """In place: every allocation vector is the round's own (made or copied in ``__init__``,
         or made here), and the DRF order keeps its own copy."""
         allocated = self.allocated.get(queue)
         if allocated is None:
