@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,16 +28,22 @@ from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask
 from flotilla.framework.resources import Vector
 
+if TYPE_CHECKING:
+    from flotilla.framework.quota_view import QuotaView
+
 
 @dataclass
 class CycleState:
-    """Scratch space of one scheduling cycle, shared by the plugins (Kubernetes' CycleState).
+    """Scratch space of one scheduling round, shared by the plugins (Kubernetes' CycleState).
 
-    Plugins may cache what they computed under their own name; it is dropped after the cycle.
+    Plugins may cache what they computed under their own name; it is dropped after the round.
     """
 
     time: float
     data: dict[str, Any] = field(default_factory=dict)
+    quota: QuotaView | None = None
+    """The round's quota usage, published by the quota plugin for the engine's
+    ``PreemptionContext`` (``framework/quota_view.py``); ``None`` without a quota tree."""
 
 
 @dataclass(frozen=True)
@@ -511,6 +517,16 @@ class SelectionInput:
     clusters: Sequence[Cluster]
     """Ready clusters that satisfy the job's required cluster affinity, in declaration order."""
     place: Placer
+
+
+def no_cluster_reason(job: SchedulingJob) -> str:
+    """Why a job waits when no cluster is a candidate: the engine and every strategy say it
+    in these words."""
+    required = job.affinity.clusters.required
+    if required:
+        labels = ", ".join(f"{k}={v}" for k, v in required.items())
+        return f"no ready cluster matches required cluster affinity {labels}"
+    return "no ready cluster"
 
 
 @runtime_checkable

@@ -21,17 +21,17 @@ from flotilla.framework.interfaces import (
     Status,
     WaitingInput,
 )
-from flotilla.framework.quota import QuotaUsage
 from flotilla.framework.quota_route import IndexArray, Matrix
+from flotilla.framework.quota_view import QuotaView
 from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
 from flotilla.model.queue import ReclaimWithinCohort
 
 
 @dataclass
-class QuotaState:
-    usage: QuotaUsage
-    node_of_queue: dict[str, int]
+class QuotaState(QuotaView):
+    """The round's quota usage; published whole as ``CycleState.quota`` (a ``QuotaView``)."""
+
     reserving: frozenset[str] = frozenset()
     """Queues whose pending jobs reserve their unused guarantee (``reclaim_within_cohort``
     ``never`` or ``lower_priority``: they could not get it back from a borrower later)."""
@@ -39,7 +39,7 @@ class QuotaState:
 
 def quota_state(cycle: CycleState) -> QuotaState | None:
     """The round's quota usage, or ``None`` when the fleet has no quota tree."""
-    state = cycle.data.get(ElasticQuota.name)
+    state = cycle.quota
     return state if isinstance(state, QuotaState) else None
 
 
@@ -101,7 +101,7 @@ class ElasticQuota:
     def start_cycle(self, request: CycleStartInput) -> None:
         state = start_usage(request.snapshot)
         if state is not None:
-            request.cycle.data[self.name] = state
+            request.cycle.quota = state
 
     def pre_filter(self, request: PreFilterInput) -> Status:
         state = quota_state(request.cycle)

@@ -26,6 +26,7 @@ from flotilla.framework.interfaces import (
     Placement,
     PostFilterInput,
     PostFilterPlugin,
+    no_cluster_reason,
 )
 from flotilla.framework.jobs import (
     GANG_TASK_SEPARATOR,
@@ -48,7 +49,6 @@ from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.runner import RoundCancelled
 from flotilla.scheduler.scheduling_round import Outcome, SchedulingRound
-from flotilla.strategies.common import no_cluster_reason
 
 
 class SchedulingAlgorithm:

@@ -38,7 +38,6 @@ from flotilla.framework.snapshot import (
     SchedulingSnapshot,
 )
 from flotilla.model.queue import Preemption
-from flotilla.plugins.quota import quota_state
 
 
 class Outcome:
@@ -301,35 +300,27 @@ class SchedulingRound:
         info = self.queues.get(queue)
         return info.preemption if info is not None else Preemption()
 
+    # Quota questions are answered from what the quota plugin published (``cycle.quota``).
+
     def quota_node(self, queue: str) -> int | None:
-        state = quota_state(self.cycle)
-        return state.node_of_queue.get(queue) if state else None
+        quota = self.cycle.quota
+        return quota.node(queue) if quota is not None else None
 
     def same_cohort(self, queue: str, other: str) -> bool:
-        state = quota_state(self.cycle)
-        if state is None:
-            return False
-        mine, theirs = state.node_of_queue.get(queue), state.node_of_queue.get(other)
-        if mine is None or theirs is None:
-            return False
-        tree = state.usage.tree
-        return tree.cohort_root(mine) == tree.cohort_root(theirs)
+        quota = self.cycle.quota
+        return quota is not None and quota.same_cohort(queue, other)
 
     def borrowed(self, queue: str) -> Vector | None:
         """What the queue's quota node uses above its guarantee (``None`` without a quota)."""
-        state = quota_state(self.cycle)
-        node = state.node_of_queue.get(queue) if state else None
-        if state is None or node is None:
-            return None
-        return state.usage.borrowed(node)
+        quota = self.cycle.quota
+        return quota.borrowed(queue) if quota is not None else None
 
     def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
-        state = quota_state(self.cycle)
-        node = state.node_of_queue.get(job.queue) if state else None
-        if state is None or node is None:
+        quota = self.cycle.quota
+        if quota is None:
             return False
         amount = job.total if freed is None else job.total - freed
-        return state.usage.within_guarantee(node, amount)
+        return quota.within_guarantee(job.queue, amount)
 
     def gang_of(self, job_name: str) -> list[str]:
         running = self.running.get(job_name)
