@@ -9,12 +9,12 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
+from flotilla.api.schemas import ArrayDetail, Event, JobDetail, Run
 from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
-from flotilla.server.schemas import ArrayDetail, Event, JobDetail, Run
 
 
 def _facts(job: JobDetail) -> Table:
