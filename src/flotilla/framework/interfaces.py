@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from flotilla.framework.assignment_record import AssignmentRecord, PlacementRecord
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask
@@ -103,6 +104,40 @@ class Assignment:
             total += placement.request
         total.flags.writeable = False
         return total
+
+    def to_json(self) -> dict[str, Any]:
+        """Its one JSON form (``framework/assignment_record.py``), as its run stores it."""
+        return AssignmentRecord(
+            self.cluster,
+            tuple(
+                PlacementRecord(
+                    p.task,
+                    p.replica,
+                    p.node,
+                    tuple(p.gpu_ids),
+                    p.gpus.shares if p.gpus else (),
+                    p.gpus.memory if p.gpus else 0.0,
+                )
+                for p in self.placements
+            ),
+        ).marshal()
+
+    @classmethod
+    def from_json(
+        cls, data: Mapping[str, Any], job: SchedulingJob, cluster: Cluster
+    ) -> Assignment | None:
+        """The stored assignment of ``job`` on ``cluster``'s current node table; ``None`` if
+        a node or a task of it is gone."""
+        requests = {task.name: task.request for task in job.tasks}
+        placements = []
+        for item in AssignmentRecord.unmarshal(data).placements:
+            row = cluster.nodes.row.get(item.node)
+            request = requests.get(item.task)
+            if row is None or request is None:
+                return None
+            gpus = GpuAllocation(item.shares, item.gpu_memory) if item.shares else None
+            placements.append(Placement(item.task, item.replica, item.node, row, request, gpus))
+        return cls(cluster=cluster.name, placements=tuple(placements))
 
 
 @dataclass(frozen=True)
