@@ -27,8 +27,8 @@ The score has three tiers, summed with weights far apart so the first decides wh
    fits on (the device itself is chosen by ``gpu-devices``: the fullest that fits).
 3. **Best fit** (``binpack``'s utilisation) last, so ties go to the fullest node.
 
-On a cluster without GPU devices the score is exactly ``binpack``'s, so the default profile
-places on CPU-only fleets as before.
+On a cluster without GPU devices the score is exactly ``binpack``'s, so on CPU-only fleets
+the default profile places as ``binpack`` does.
 
 Row-local: a node's score reads only its own row and the placement-relevant request, plus
 the round's mix, which is fixed for a round; each round works on fresh copies of the node tables,

@@ -52,8 +52,8 @@ def build_report(sim: Simulator) -> dict[str, Any]:
         )
     capacity = sim.capacity
     queues = []
-    # Grouped once (in job order, so every sum below adds in the same order as before):
-    # not one pass over every job per queue.
+    # Grouped once, not one pass over every job per queue; in job order, so every sum below
+    # adds in job order and the report's figures do not depend on the grouping.
     jobs_by_queue: dict[str, list[SimJob]] = {}
     for job in sim.jobs:
         jobs_by_queue.setdefault(job.job.queue, []).append(job)
