@@ -79,7 +79,7 @@ ASYNC_SWITCH_SECONDS = 0.0005
 (``LoopSettings.algorithm_process=False``). The algorithm thread is pure
 Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
 from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
-dozens of such returns. The round pays a few per cent for the extra switches."""
+dozens of such returns. The extra switches cost the round little (``docs/performance.md``)."""
 
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
@@ -126,7 +126,7 @@ class LoopSettings:
     algorithm_process: bool = False
     """Async mode: run each scheduling round in a forked child process (``forked.py``), so that
     it cannot hold the GIL against the API and the loop; default: on a thread of this process,
-    which measured as fast or faster on the loaded 2-core machine (docs/architecture.md)."""
+    which gave cancels as fast or faster on a loaded machine (docs/architecture.md)."""
     finished_retention: float = DEFAULT_RETENTION_SECONDS
     """Seconds a finished job stays in the JobDb after it ended (the store keeps it)."""
 
