@@ -2,7 +2,7 @@
 
 A ``NodeTable`` holds capacity and allocation per node and resource, plus each node's GPU
 devices (free share and free memory per device). It is the only mutable scheduling state:
-``allocate``/``release`` change it, ``copy`` makes the cheap snapshot a scheduling run works on.
+``allocate``/``release`` change it, ``copy`` makes the cheap snapshot a scheduling round works on.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class NodeTable:
         self.pcie_block.flags.writeable = False
         self._static_masks: dict[Hashable, Mask] = {}
         """``static_mask``'s masks: shared by every copy of the table (labels and taints never
-        change), so each run's copy does not start over."""
+        change), so each round's copy does not start over."""
         self.hard_taints = [
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
@@ -126,7 +126,7 @@ class NodeTable:
     @property
     def version(self) -> Version:
         """Names the table's whole content (nodes and allocation): equal versions imply
-        equal content, across copies, runs and cycles, so what was computed from a table's
+        equal content, across copies, rounds and cycles, so what was computed from a table's
         content alone may be remembered under its version (``framework.failures``). How
         versions are made is in ``framework.versions``."""
         version = self._version
