@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Table, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
+from flotilla.store.bulk import CHUNK, insert_rows, update_rows
 from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
     ConflictError,
@@ -40,8 +41,9 @@ from flotilla.store.states import (
     is_allowed,
 )
 
-CHUNK = 500
-"""Rows per IN (...) list: well under every database's bound-parameter limit."""
+JOBS = cast(Table, Job.__table__)
+RUNS = cast(Table, Run.__table__)
+EVENTS = cast(Table, Event.__table__)
 
 T = TypeVar("T")
 
@@ -180,15 +182,11 @@ def submit(
                 "reason": "submitted",
             }
         )
-    for part in chunks(rows):
-        session.execute(insert(Job), list(part))
+    insert_rows(session, JOBS, rows)
     insert_events(session, events)
     tally_submitted(session, [job.queue for job in jobs])
     return ids
 
-
-JOBS = cast(Table, Job.__table__)
-RUNS = cast(Table, Run.__table__)
 
 LOCK_COLUMNS = (JOBS.c.id, JOBS.c.state, JOBS.c.run_id, JOBS.c.cancel_requested)
 """What the state machine reads of a job: locking the whole row decoded the spec and labels
@@ -249,70 +247,40 @@ def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
     them back in the same transaction. The state changes among them are tallied for the
     commit observers (``observe.py``)."""
     tally_events(session, events)
-    for part in chunks(events):
-        session.execute(insert(Event), list(part))
-
-
-JOB_UPDATE = (
-    update(JOBS)
-    .where(JOBS.c.id == bindparam("b_id"), JOBS.c.state == bindparam("b_expected"))
-    .values(
-        state=bindparam("b_state"),
-        run_id=bindparam("b_run_id"),
-        cancel_requested=bindparam("b_cancel_requested"),
-        reason=bindparam("b_reason"),
-        serial=bindparam("b_serial"),
-        updated_at=bindparam("b_updated_at"),
-        not_before=bindparam("b_not_before"),
-    )
-)
-"""One statement for a whole batch of job writes (executemany). ``state = expected`` re-checks
-the state the batch was validated against; the row lock makes it hold, and a mismatch means a
-broken invariant, so the batch is refused rather than half applied."""
-
-RUN_UPDATE = (
-    update(RUNS)
-    .where(RUNS.c.id == bindparam("b_id"))
-    .values(
-        state=bindparam("b_state"),
-        started_at=bindparam("b_started_at"),
-        finished_at=bindparam("b_finished_at"),
-        exit_code=bindparam("b_exit_code"),
-        message=bindparam("b_message"),
-    )
-)
+    insert_rows(session, EVENTS, events)
 
 
 def write_jobs(
     session: Session, expected: Mapping[str, str], jobs: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Write the final version of each changed job in one executemany UPDATE per chunk.
-    ``expected``: each job's state as locked."""
-    rows = [
-        {
-            "b_id": job["id"],
-            "b_expected": expected[job["id"]],
-            "b_state": job["state"],
-            "b_run_id": job["run_id"],
-            "b_cancel_requested": job["cancel_requested"],
-            "b_reason": job["reason"],
-            "b_serial": job["serial"],
-            "b_updated_at": job["updated_at"],
-            "b_not_before": job.get("not_before"),
-        }
-        for job in jobs
-    ]
-    check = session.get_bind().dialect.supports_sane_multi_rowcount
-    for part in chunks(rows):
-        result = session.execute(JOB_UPDATE, list(part))
-        if check and cast(CursorResult[Any], result).rowcount != len(part):
-            raise ConflictError("a job changed under its row lock; nothing was written")
+    """Write the final version of each changed job in one statement (``bulk.update_rows``),
+    each guarded by ``state = expected``: the row lock makes that hold, and a mismatch means a
+    broken invariant, so the batch is refused rather than half applied. ``expected``: each
+    job's state as locked."""
+    update_rows(
+        session,
+        JOBS,
+        [
+            {
+                "id": job["id"],
+                "expected_state": expected[job["id"]],
+                "state": job["state"],
+                "run_id": job["run_id"],
+                "cancel_requested": job["cancel_requested"],
+                "reason": job["reason"],
+                "serial": job["serial"],
+                "updated_at": job["updated_at"],
+                "not_before": job.get("not_before"),
+            }
+            for job in jobs
+        ],
+        key="id",
+        expected="expected_state",
+    )
 
 
-def write_runs(session: Session, runs: Sequence[Mapping[str, Any]]) -> None:
-    rows = [{f"b_{key}": value for key, value in run.items()} for run in runs]
-    for part in chunks(rows):
-        session.execute(RUN_UPDATE, list(part))
+def write_runs(session: Session, runs: Sequence[dict[str, Any]]) -> None:
+    update_rows(session, RUNS, runs, key="id")
 
 
 def apply_transitions(
@@ -452,8 +420,7 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
         }
         for run in runs
     ]
-    for rows in chunks(run_rows):
-        session.execute(insert(RUNS), list(rows))
+    insert_rows(session, RUNS, run_rows)
     write_jobs(session, expected, [jobs[request.job_id] for request in requests])
     insert_events(session, events)
     return runs
@@ -485,20 +452,20 @@ def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: date
     if requested:
         # Only cancel_requested, serial and updated_at change: the reason stays the last
         # transition's.
-        for part in chunks(requested):
-            session.execute(
-                update(JOBS)
-                .where(JOBS.c.id == bindparam("b_id"))
-                .values(
-                    cancel_requested=True,
-                    serial=bindparam("b_serial"),
-                    updated_at=bindparam("b_updated_at"),
-                ),
-                [
-                    {"b_id": job["id"], "b_serial": job["serial"], "b_updated_at": now}
-                    for job in part
-                ],
-            )
+        update_rows(
+            session,
+            JOBS,
+            [
+                {
+                    "id": job["id"],
+                    "cancel_requested": True,
+                    "serial": job["serial"],
+                    "updated_at": now,
+                }
+                for job in requested
+            ],
+            key="id",
+        )
         insert_events(session, events)
     if to_cancel:
         # Serials after the whole batch's: the counter was reserved for all of them.
