@@ -357,12 +357,16 @@ def end_run(
         run["message"] = message
 
 
-def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime) -> list[RunRecord]:
-    """Lease queued jobs: one bulk INSERT of runs, one executemany UPDATE of jobs (guarded by
-    ``state = 'queued'``) and one INSERT of events."""
+def create_runs(
+    session: Session, requests: Sequence[RunRequest], now: datetime, serial: int | None = None
+) -> list[RunRecord]:
+    """Lease queued jobs: one bulk INSERT of runs, one UPDATE of jobs (guarded by ``state =
+    'queued'``) and one INSERT of events. ``serial``: the first of ``len(requests)`` serials
+    the caller reserved."""
     if not requests:
         return []
-    serial = reserve_serials(session, len(requests))
+    if serial is None:
+        serial = reserve_serials(session, len(requests))
     jobs = lock_jobs(session, (request.job_id for request in requests))
     expected = {job_id: job["state"] for job_id, job in jobs.items()}
     attempts: dict[str, int] = {}

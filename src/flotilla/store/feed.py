@@ -1,0 +1,92 @@
+"""Reading jobs as records: the change feed (``jobs_since``), one job, and jobs just written.
+
+Jobs are read as Core rows joined with their latest run in one query (no ORM identity map:
+nothing read here is written back). The spec is read as text and parsed through the
+``SpecCache``, labels and run assignments are decoded on first access. Reading rows and
+making records are separate steps, so a writer can read the feed inside its transaction and
+build the records after the commit, without holding its locks meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Select, Table, Text, select
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.orm import Session
+
+from flotilla.store.bulk import CHUNK
+from flotilla.store.convert import AnyRow, SpecCache, job_record, lazy_json
+from flotilla.store.records import JobRecord, RunRecord
+from flotilla.store.schema import Job, Run
+from flotilla.store.states import TERMINAL_JOB_STATES, JobState, RunState
+
+JOBS = cast(Table, Job.__table__)
+RUNS = cast(Table, Run.__table__)
+
+_JOB_COLUMNS: tuple[Any, ...] = (
+    *(column for column in JOBS.c if column.key not in ("spec", "labels")),
+    sql_cast(JOBS.c.spec, Text).label("spec_text"),
+    sql_cast(JOBS.c.labels, Text).label("labels_text"),
+)
+_RUN_COLUMNS: tuple[Any, ...] = (
+    *(column.label(f"r_{column.key}") for column in RUNS.c if column.key != "assignment"),
+    sql_cast(RUNS.c.assignment, Text).label("r_assignment_text"),
+)
+
+
+def select_jobs(*where: ColumnElement[bool]) -> Select[Any]:
+    """Jobs with their latest run (``r_``-prefixed columns, null without one)."""
+    return (
+        select(*_JOB_COLUMNS, *_RUN_COLUMNS)
+        .select_from(JOBS.outerjoin(RUNS, RUNS.c.id == JOBS.c.run_id))
+        .where(*where)
+    )
+
+
+def rows_since(session: Session, serial: int, limit: int | None) -> list[AnyRow]:
+    """Rows of the jobs whose serial is greater than ``serial``, by serial."""
+    query = select_jobs(JOBS.c.serial > serial).order_by(JOBS.c.serial)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.execute(query).all())
+
+
+def rows_by_id(session: Session, job_ids: Sequence[str]) -> dict[str, AnyRow]:
+    wanted = sorted(set(job_ids))
+    rows: dict[str, AnyRow] = {}
+    for start in range(0, len(wanted), CHUNK):
+        for row in session.execute(select_jobs(JOBS.c.id.in_(wanted[start : start + CHUNK]))):
+            rows[row.id] = row
+    return rows
+
+
+def to_records(rows: Sequence[AnyRow], specs: SpecCache) -> list[JobRecord]:
+    return [
+        job_record(
+            row,
+            _run(row),
+            specs.spec(row.id, row.spec_text, last=JobState(row.state) in TERMINAL_JOB_STATES),
+            lazy_json(row.labels_text),
+        )
+        for row in rows
+    ]
+
+
+def _run(row: AnyRow) -> RunRecord | None:
+    if row.r_id is None:
+        return None
+    return RunRecord(
+        id=row.r_id,
+        job_id=row.r_job_id,
+        attempt=row.r_attempt,
+        cluster=row.r_cluster,
+        assignment=lazy_json(row.r_assignment_text),
+        state=RunState(row.r_state),
+        created_at=row.r_created_at,
+        started_at=row.r_started_at,
+        finished_at=row.r_finished_at,
+        exit_code=row.r_exit_code,
+        message=row.r_message,
+    )
