@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store import catalog, feed, fleet, jobs, leases, lookup
 from flotilla.store.convert import (
@@ -198,6 +199,8 @@ class SqlStore:
             now = self._now()
             serial = jobs.reserve_serials(session, len(write.transitions) + len(write.runs))
             jobs.apply_transitions(session, write.transitions, now, serial)
+            if write.runs:
+                crash_point("mid-cycle-write")
             runs = jobs.create_runs(session, write.runs, now, serial + len(write.transitions))
             found = feed.rows_since(session, since, None)
         return CycleCommit(runs=runs, changes=feed.to_records(found, self._specs))
