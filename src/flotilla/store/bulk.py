@@ -12,11 +12,12 @@ executemany.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Table, bindparam, insert, update
+from sqlalchemy import ColumnElement, CursorResult, Table, any_, bindparam, insert, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from flotilla.store.errors import ConflictError
@@ -25,9 +26,30 @@ CHUNK = 500
 """Rows per executemany statement on SQLite (one IN list, one VALUES list): well under its
 bound-parameter limit."""
 
+T = TypeVar("T")
+
 
 def is_postgresql(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
+
+
+def batches(session: Session, values: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``values`` in as few lookups as the database allows: all at once on PostgreSQL (one
+    array parameter, ``among``), ``CHUNK`` at a time on SQLite (one parameter each)."""
+    size = max(1, len(values)) if is_postgresql(session) else CHUNK
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def among(
+    session: Session, column: ColumnElement[Any], values: Sequence[Any]
+) -> ColumnElement[bool]:
+    """``column IN values``. On PostgreSQL ``= ANY(array)``: one parameter, so the statement's
+    text is the same for every batch (an IN list of a thousand parameters is a new statement
+    for each length, which the driver parses again)."""
+    if is_postgresql(session):
+        return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
+    return column.in_(values)
 
 
 def _encode(value: object) -> object:

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, Select, Table, Text, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
-from flotilla.store.bulk import CHUNK
+from flotilla.store.bulk import among, batches
 from flotilla.store.convert import AnyRow, SpecCache, job_record, lazy_json
 from flotilla.store.records import JobRecord, RunRecord
 from flotilla.store.schema import Job, Run
@@ -54,10 +54,9 @@ def rows_since(session: Session, serial: int, limit: int | None) -> list[AnyRow]
 
 
 def rows_by_id(session: Session, job_ids: Sequence[str]) -> dict[str, AnyRow]:
-    wanted = sorted(set(job_ids))
     rows: dict[str, AnyRow] = {}
-    for start in range(0, len(wanted), CHUNK):
-        for row in session.execute(select_jobs(JOBS.c.id.in_(wanted[start : start + CHUNK]))):
+    for part in batches(session, sorted(set(job_ids))):
+        for row in session.execute(select_jobs(among(session, JOBS.c.id, part))):
             rows[row.id] = row
     return rows
 

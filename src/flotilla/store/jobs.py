@@ -17,7 +17,7 @@ from sqlalchemy import Table, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
-from flotilla.store.bulk import CHUNK, insert_rows, update_rows
+from flotilla.store.bulk import CHUNK, among, batches, insert_rows, update_rows
 from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
     ConflictError,
@@ -114,11 +114,13 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
             raise DuplicateJobError(queue, sorted(repeated))
         taken: list[str] = []
         finished = [state.value for state in TERMINAL_JOB_STATES]
-        for part in chunks(sorted(seen)):
+        for part in batches(session, sorted(seen)):
             taken.extend(
                 session.scalars(
                     select(Job.name).where(
-                        Job.queue == queue, Job.name.in_(part), Job.state.not_in(finished)
+                        Job.queue == queue,
+                        among(session, JOBS.c.name, part),
+                        Job.state.not_in(finished),
                     )
                 )
             )
@@ -209,9 +211,12 @@ def lock_jobs(session: Session, job_ids: Iterable[str]) -> dict[str, dict[str, A
     ``NotFoundError`` for unknown ids."""
     wanted = sorted(set(job_ids))
     found: dict[str, dict[str, Any]] = {}
-    for part in chunks(wanted):
+    for part in batches(session, wanted):
         for row in session.execute(
-            select(*LOCK_COLUMNS).where(JOBS.c.id.in_(part)).order_by(JOBS.c.id).with_for_update()
+            select(*LOCK_COLUMNS)
+            .where(among(session, JOBS.c.id, part))
+            .order_by(JOBS.c.id)
+            .with_for_update()
         ):
             found[row.id] = dict(row._mapping)
     missing = [job_id for job_id in wanted if job_id not in found]
@@ -299,8 +304,8 @@ def apply_transitions(
     # One query for every active run the batch may end, instead of one per job.
     run_ids = [job["run_id"] for job in jobs.values() if job["run_id"]]
     runs: dict[str, dict[str, Any]] = {}
-    for part in chunks(run_ids):
-        for row in session.execute(select(*RUN_COLUMNS).where(RUNS.c.id.in_(part))):
+    for part in batches(session, run_ids):
+        for row in session.execute(select(*RUN_COLUMNS).where(among(session, RUNS.c.id, part))):
             runs[row.id] = dict(row._mapping)
     touched: list[str] = []
     changed_runs: dict[str, dict[str, Any]] = {}
@@ -370,10 +375,10 @@ def create_runs(
     jobs = lock_jobs(session, (request.job_id for request in requests))
     expected = {job_id: job["state"] for job_id, job in jobs.items()}
     attempts: dict[str, int] = {}
-    for part in chunks(list(jobs)):
+    for part in batches(session, list(jobs)):
         for job_id, attempt in session.execute(
             select(RUNS.c.job_id, func.max(RUNS.c.attempt))
-            .where(RUNS.c.job_id.in_(part))
+            .where(among(session, RUNS.c.job_id, part))
             .group_by(RUNS.c.job_id)
         ):
             attempts[job_id] = attempt
