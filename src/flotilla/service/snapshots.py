@@ -244,14 +244,16 @@ class SnapshotBuilder:
         return LoopSnapshot(snapshot, clusters, reasons)
 
     def _active_job(self, record: JobRecord, space: ResourceSpace) -> SchedulingJob:
-        """The engine's job for an active record, built once per (run, resource layout): a
+        """The engine's job for an active record, built once per (run, resource layout) — a
         run's job does not change while it moves from leased to running, and a batch of
-        starts would otherwise rebuild every one of them."""
+        starts would otherwise rebuild every one of them — or taken from its queued self."""
         run = record.run.id if record.run is not None else ""
         cached = self._active.get(record.id)
         if cached is not None and cached[0] == run and cached[1] == space.names:
             return cached[2]
-        job = job_from_record(record, space)
+        # A job just leased was converted while it was queued (``build`` has already made
+        # ``_engine`` follow this layout).
+        job = self._engine.get(record.id) or job_from_record(record, space)
         self._active[record.id] = (run, space.names, job)
         return job
 
