@@ -319,3 +319,12 @@ def test_a_dispatch_interrupted_half_way_is_completed_not_repeated(ray_head: Ray
     for index in range(2):
         text = fresh.logs(LogsRequest("half", task="main", replica=index)).text
         assert text.count(f"replica-{index}") == 1
+
+
+def test_the_ray_tests_share_one_worker_and_so_one_head(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` (scripts/test) every test on the Ray head runs on one xdist
+    worker, so a test run starts one head, not one per worker (a head costs 20-60 s). xdist
+    groups by a suffix on the node id, which pytest 9's node ids no longer carry."""
+    if not getattr(request.config.option, "loadgroup", False):  # set on xdist's workers
+        pytest.skip("only meaningful under pytest -n N --dist loadgroup")
+    assert request.node.nodeid.endswith("@ray"), request.node.nodeid
