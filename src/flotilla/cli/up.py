@@ -120,6 +120,7 @@ def up(
     environment variable FLOTILLA_LOCAL_GPUS says (default 0). With ``--fleet FILE``, the
     clusters (each run by its backend), queues, quotas, priority classes and scheduling
     settings of a fleet file instead (see docs/fleet.md)."""
+    from flotilla.collector import settle_collector
     from flotilla.model.errors import SpecError
     from flotilla.secrets import SecretBox
     from flotilla.server import (
@@ -169,6 +170,7 @@ def up(
         algorithm_process=algorithm_process,
     )
     loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
+    settle_collector()
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
     scheduler.start()
