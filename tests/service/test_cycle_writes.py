@@ -1,6 +1,6 @@
-"""The loop's writes (``service/writes.py``): what a pass gathers is one transaction with the
-cycle's leases, the JobDb follows from the change feed read in it, and a write that fails
-loses nothing it can still make."""
+"""The loop's writes (``service/writes.py``): what a cycle gathers is one transaction with its
+leases, the JobDb follows from the change feed read in it, and a write that fails loses
+nothing it can still make."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from flotilla.backends.sim import SimBackend
 from flotilla.jobdb import JobDb
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.context import LoopContext
+from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.metrics import SchedulerMetrics
+from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.writes import CycleWrites
 from flotilla.store import (
     CycleCommit,
@@ -59,10 +62,15 @@ def recorder(store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> Recorder:
     return recorder
 
 
-def submit(store: SqlStore, count: int) -> list[str]:
+def submit(store: SqlStore, count: int, cpu: float = 0.0, prefix: str = "j") -> list[str]:
     specs = [
         JobSpec.model_validate(
-            {"name": f"j{index}", "queue": "default", "tasks": [{"name": "t", "resources": {}}]}
+            {
+                "name": f"{prefix}{index}",
+                "queue": "default",
+                "tasks": [{"name": "t", "resources": {"cpu": cpu} if cpu else {}}],
+                "payload": {"sim": {"duration": 3600}},
+            }
         )
         for index in range(count)
     ]
@@ -145,3 +153,48 @@ def test_a_write_that_no_longer_applies_whole_is_written_in_parts(
     assert store.get_job(cancelled).state is JobState.CANCELLED
     assert store.get_job(queued).state is JobState.LEASED
     assert jobdb.serial == store.latest_serial() and not writes.waiting
+
+
+def test_reports_that_runs_started_wait_for_the_leases_and_ends_do_not(store: SqlStore) -> None:
+    writes, _, _ = writes_for(store)
+    writes.add([Transition("a", JobState.PENDING, "dispatched")])
+    writes.add([Transition("a", JobState.RUNNING, "started")])
+    assert writes.waiting and not writes.settling
+    writes.add([Transition("b", JobState.SUCCEEDED, "exited 0")])
+    assert writes.settling
+
+
+def test_a_cycle_writes_its_leases_with_the_last_cycles_dispatches_in_one_transaction(
+    store: SqlStore, recorder: Recorder
+) -> None:
+    backend = SimBackend(
+        cluster="sim",
+        nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}],
+        default_duration=3600.0,
+    )
+    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="test"))
+    try:
+        first = submit(store, 4, cpu=1)
+        loop.cycle()  # leases and dispatches the first batch
+        assert {store.get_job(job_id).state for job_id in first} == {JobState.LEASED}
+        second = submit(store, 4, cpu=1, prefix="second")
+        recorder.writes.clear()
+
+        loop.cycle()
+
+        [write] = recorder.writes
+        assert {change.job_id for change in write.transitions} == set(first)
+        assert {change.new_state for change in write.transitions} <= {
+            JobState.PENDING,
+            JobState.RUNNING,
+        }
+        assert {request.job_id for request in write.runs} == set(second)
+        assert {store.get_job(job_id).state for job_id in first} <= {
+            JobState.PENDING,
+            JobState.RUNNING,
+        }
+        assert {store.get_job(job_id).state for job_id in second} == {JobState.LEASED}
+    finally:
+        loop.close()
+        backend.close()

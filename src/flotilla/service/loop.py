@@ -367,16 +367,19 @@ class SchedulingLoop:
         result: CycleResult | None = None
         if self._context.lease is not None:
             try:
-                # What the backends report waits, with the previous cycle's dispatch
-                # outcomes, for one write; the leases are another (``writes.py``).
+                # One write per cycle as a rule (``writes.py``): what the backends report
+                # waits for the cycle's leases, unless it changes what the scheduler sees.
+                written = self._writes.flushes
                 self._transitions.observe_clusters()
-                self._writes.flush()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
                 self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
-                self._writes.flush()
+                if self._writes.settling:
+                    self._writes.flush()
                 self._dispatcher.dispatch_leased()
                 result = None if self._draining else self._schedule()
+                if self._writes.flushes == written:
+                    self._writes.flush()  # no leases: what waits goes now
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()

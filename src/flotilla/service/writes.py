@@ -2,11 +2,14 @@
 
 Transitions wait here until the next flush, which writes them — with a cycle's leases, when it
 has some — in one fenced transaction (``Store.commit_cycle``) and brings the JobDb up to date
-from the change feed read in that same transaction. So a cycle writes at most twice: once
-before it schedules (what the backends reported, cancels, failures, and the previous cycle's
-dispatch outcomes), once for its leases. Dispatch outcomes (``leased → pending``) wait for the
-next flush: a crash before it leaves the runs leased, and a new term dispatches them again
-(idempotent by run id), as a crash between a dispatch and its record always did.
+from the change feed read in that same transaction. A cycle makes one such write as a rule:
+its leases, with the previous cycle's dispatch outcomes and what the backends reported since.
+Only transitions that change what the scheduler sees (a run ended, a job went back to the
+queue or failed: ``settling``) are written before it schedules, in a write of their own; a
+cycle that leases nothing writes what waits at its end. Dispatch outcomes (``leased →
+pending``) thus wait for the next cycle: a crash before that leaves the runs leased, and a new
+term dispatches them again (idempotent by run id), as a crash between a dispatch and its
+record always did.
 
 A write that no longer applies as a whole (a job moved on meanwhile: a user cancelled it, a
 late report about an old run) is retried in parts: the transitions together, else one at a
@@ -34,6 +37,9 @@ from flotilla.store import (
 
 log = logging.getLogger(__name__)
 
+STARTED = frozenset({JobState.PENDING, JobState.RUNNING})
+"""Transitions that can wait for a cycle's leases (``CycleWrites.settling``)."""
+
 RECORD_ATTEMPTS = 3
 """How often a cycle's leases are retried without the jobs that left the queue meanwhile."""
 
@@ -46,11 +52,21 @@ class CycleWrites:
         self._context = context
         self._absorb = absorb
         self._waiting: list[Transition] = []
+        self.flushes = 0
+        """Writes made so far (a cycle that made none writes what waits at its end)."""
 
     @property
     def waiting(self) -> bool:
         """Whether transitions wait for the next flush."""
         return bool(self._waiting)
+
+    @property
+    def settling(self) -> bool:
+        """Whether a waiting transition changes what the scheduler sees — a run ended, a job
+        went back to the queue or failed — and so must be written before it schedules.
+        Reports that runs were dispatched or started change nothing it counts (a leased run
+        holds its nodes as a running one does): they can wait for the cycle's leases."""
+        return any(change.new_state not in STARTED for change in self._waiting)
 
     def add(self, changes: Iterable[Transition]) -> None:
         """Transitions for the next flush, in order."""
@@ -75,8 +91,10 @@ class CycleWrites:
             self._waiting[:0] = transitions
             raise
         else:
+            self.flushes += 1
             _committed(transitions)
             return list(runs)
+        self.flushes += 1
         self._apply(transitions)
         return self._lease(runs)
 
