@@ -62,9 +62,12 @@ class SqlStore:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self._clock = clock
-        self._sessions = sessionmaker(
-            engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
-        )
+        reading: dict[str, Any] = {READ_ONLY_OPTION: True}
+        if engine.dialect.name == "postgresql":
+            # Each statement its own snapshot, as READ COMMITTED gives the statements of a
+            # transaction anyway: a read is then one round trip, not BEGIN, it and ROLLBACK.
+            reading["isolation_level"] = "AUTOCOMMIT"
+        self._sessions = sessionmaker(engine.execution_options(**reading), expire_on_commit=False)
         """Read-only sessions (never committed); on SQLite they do not take the write lock."""
         self._writers = sessionmaker(engine, expire_on_commit=False)
         self._specs = SpecCache()
