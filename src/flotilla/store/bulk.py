@@ -16,8 +16,19 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Table, any_, bindparam, insert, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    CursorResult,
+    Table,
+    Text,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from flotilla.store.errors import ConflictError
@@ -44,11 +55,13 @@ def batches(session: Session, values: Sequence[T]) -> Iterator[Sequence[T]]:
 def among(
     session: Session, column: ColumnElement[Any], values: Sequence[Any]
 ) -> ColumnElement[bool]:
-    """``column IN values``. On PostgreSQL ``= ANY(array)``: one parameter, so the statement's
-    text is the same for every batch (an IN list of a thousand parameters is a new statement
-    for each length, which the driver parses again)."""
+    """``column IN values``. On PostgreSQL the values travel as one JSON array parameter: the
+    statement's text is the same for every batch (an IN list of a thousand parameters is a
+    new statement for each length, which the driver parses again), and encoding it costs
+    the client less than an array parameter (psycopg quotes each element in Python)."""
     if is_postgresql(session):
-        return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
+        document = bindparam(None, json.dumps(list(values)), type_=Text)
+        return column.in_(select(func.json_array_elements_text(sql_cast(document, JSON))))
     return column.in_(values)
 
 
