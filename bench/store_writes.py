@@ -8,7 +8,8 @@ write at once (``commit_cycle``: pending, running and the next batch's leases, w
 For each call: wall time, this process's CPU time, the PostgreSQL server's CPU time spent on
 it (the ``schedstat`` of the database's backend processes: Linux, a server on this machine),
 and the statements sent (BEGIN, COMMIT, ROLLBACK and the pool's ping included). Medians over
-``--rounds``.
+``--rounds``. With ``--loop``: the scheduling loop's own CPU time for batches of jobs, from
+submitted to running (``loop_cpu``).
 """
 
 from __future__ import annotations
@@ -161,12 +162,58 @@ def run(database: str, jobs: int, rounds: int) -> dict[str, list[tuple[float, fl
         return dict(meter.figures)
 
 
+def loop_cpu(database: str, jobs: int, batches: int) -> tuple[float, float]:
+    """CPU and wall seconds of the scheduling loop's cycles (no API, no other thread) over a
+    ``sim`` cluster of 160 × 64 CPUs: per batch, ``jobs`` jobs are submitted to the store and
+    two cycles run (the first leases and dispatches them, the second records them running)."""
+    from flotilla.backends.sim import SimBackend
+    from flotilla.service.loop import LoopSettings, SchedulingLoop
+    from flotilla.service.records import cluster_spec_from_inventory
+
+    with _store(database) as (store, _):
+        store.put_queue(QueueSpec(name="default"))
+        nodes = [{"name": "sim", "count": 160, "resources": {"cpu": 64, "memory": "256Gi"}}]
+        backend = SimBackend(cluster="sim", nodes=nodes, default_duration=3600.0)
+        store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+        loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="bench"))
+        try:
+            loop.cycle()
+            cpu = wall = 0.0
+            for batch in range(batches):
+                store.submit_jobs(_specs(f"b{batch}", jobs))
+                for _ in range(2):
+                    started, used = time.perf_counter(), time.process_time()
+                    loop.cycle()
+                    cpu += time.process_time() - used
+                    wall += time.perf_counter() - started
+            running = store.count_jobs(states=[JobState.RUNNING])
+            if running != jobs * batches:
+                raise RuntimeError(f"{running} of {jobs * batches} jobs running")
+            return cpu, wall
+        finally:
+            loop.close()
+            backend.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.store_writes")
     parser.add_argument("--database", choices=["sqlite", "postgresql"], default="postgresql")
     parser.add_argument("--jobs", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--loop",
+        action="store_true",
+        help="instead: the scheduling loop's CPU for --rounds batches of --jobs jobs",
+    )
     arguments = parser.parse_args()
+    if arguments.loop:
+        cpu, wall = loop_cpu(arguments.database, arguments.jobs, arguments.rounds)
+        print(
+            f"{arguments.database}: the loop's cycles for {arguments.rounds} × "
+            f"{arguments.jobs:,} jobs (submitted → running): {cpu * 1000:,.0f} ms CPU, "
+            f"{wall * 1000:,.0f} ms wall; load average {os.getloadavg()[0]:.1f}"
+        )
+        return
     figures = run(arguments.database, arguments.jobs, arguments.rounds)
     print(
         f"{arguments.database}, {arguments.jobs:,} jobs per call, medians of "
