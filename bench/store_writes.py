@@ -9,7 +9,8 @@ For each call: wall time, this process's CPU time, the PostgreSQL server's CPU t
 it (the ``schedstat`` of the database's backend processes: Linux, a server on this machine),
 and the statements sent (BEGIN, COMMIT, ROLLBACK and the pool's ping included). Medians over
 ``--rounds``. With ``--loop``: the scheduling loop's own CPU time for batches of jobs, from
-submitted to running (``loop_cpu``).
+submitted to running (``loop_cpu``). The garbage collector is settled as ``flotilla up``
+settles it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ from typing import Any, TypeVar
 from sqlalchemy import event
 
 from bench.service import _scratch_database
+from flotilla.collector import settle_collector
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.store import JobState, RunRequest, SqlStore, Transition
 
 T = TypeVar("T")
 
 
-def _server_seconds(database: str) -> float:
-    """CPU seconds the backends of ``database`` have run (0 when they cannot be read)."""
+def _server_seconds(database: str | None) -> float:
+    """CPU seconds the backends of ``database`` have run (0 when they cannot be read, and
+    for SQLite, which runs in this process)."""
+    if database is None:
+        return 0.0
     total = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -50,7 +55,7 @@ def _server_seconds(database: str) -> float:
 
 
 class Meter:
-    def __init__(self, store: SqlStore, database: str) -> None:
+    def __init__(self, store: SqlStore, database: str | None) -> None:
         self._database = database
         self.statements = 0
         self.figures: dict[str, list[tuple[float, float, float, int]]] = defaultdict(list)
@@ -101,7 +106,7 @@ def _specs(prefix: str, count: int) -> list[JobSpec]:
 
 def run(database: str, jobs: int, rounds: int) -> dict[str, list[tuple[float, float, float, int]]]:
     with _store(database) as (store, name):
-        meter = Meter(store, name if database == "postgresql" else "\0")
+        meter = Meter(store, name if database == "postgresql" else None)
         store.put_queue(QueueSpec(name="default"))
         lease = store.try_acquire_lease("scheduler", "bench", 600)
         assert lease is not None
@@ -206,6 +211,7 @@ def main() -> None:
         help="instead: the scheduling loop's CPU for --rounds batches of --jobs jobs",
     )
     arguments = parser.parse_args()
+    settle_collector()  # as flotilla up and serve do: the figures are the service's
     if arguments.loop:
         cpu, wall = loop_cpu(arguments.database, arguments.jobs, arguments.rounds)
         print(

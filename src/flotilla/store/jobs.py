@@ -135,55 +135,56 @@ def submit(
     if not expanded:
         return []
     jobs = [job for job, _, _ in expanded]
+    ids = [new_id() for _ in jobs]
+    # The rows are made before the serial counter is locked (its serials and dependencies
+    # filled in after): every other writer waits for that lock until this one commits.
+    rows: list[dict[str, Any]] = [
+        {
+            "id": job_id,
+            "name": job.name,
+            "queue": job.queue,
+            "spec": job.model_dump(mode="json"),
+            "state": JobState.QUEUED.value,
+            "priority": job.priority or 0,
+            "submitted_at": now,
+            "updated_at": now,
+            "submit_serial": 0,
+            "serial": 0,
+            "labels": dict(job.labels),
+            "owner": owner if owner is not None else job.user,
+            "cancel_requested": False,
+            "reason": "submitted",
+            "run_id": None,
+            "dependencies": None,
+            "not_before": None,
+            "array_id": array_id,
+            "array_index": array_index,
+        }
+        for job_id, (job, array_id, array_index) in zip(ids, expanded, strict=True)
+    ]
+    events: list[dict[str, Any]] = [
+        {
+            "job_id": job_id,
+            "run_id": None,
+            "time": now,
+            "kind": "submitted",
+            "from_state": None,
+            "to_state": JobState.QUEUED.value,
+            "reason": "submitted",
+        }
+        for job_id in ids
+    ]
     # The serials first: their row lock orders concurrent submissions, so two batches that
     # reuse one name cannot both find it free (names are unique among live jobs only, which
     # no constraint of the database can say).
     first = reserve_serials(session, len(jobs))
     check_batch(session, jobs)
-    ids = [new_id() for _ in jobs]
     origins = [index for index, spec in enumerate(batch) for _ in spec.job_names()]
     paths = [f"jobs[{index}]." if len(batch) > 1 else "" for index in origins]
     dependencies = resolve_dependencies(session, jobs, ids, paths)
-    rows: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    for offset, (job_id, (job, array_id, array_index)) in enumerate(
-        zip(ids, expanded, strict=True)
-    ):
-        serial = first + offset
-        rows.append(
-            {
-                "id": job_id,
-                "name": job.name,
-                "queue": job.queue,
-                "spec": job.model_dump(mode="json"),
-                "state": JobState.QUEUED.value,
-                "priority": job.priority or 0,
-                "submitted_at": now,
-                "updated_at": now,
-                "submit_serial": serial,
-                "serial": serial,
-                "labels": dict(job.labels),
-                "owner": owner if owner is not None else job.user,
-                "cancel_requested": False,
-                "reason": "submitted",
-                "run_id": None,
-                "dependencies": dependencies[offset],
-                "not_before": None,
-                "array_id": array_id,
-                "array_index": array_index,
-            }
-        )
-        events.append(
-            {
-                "job_id": job_id,
-                "run_id": None,
-                "time": now,
-                "kind": "submitted",
-                "from_state": None,
-                "to_state": JobState.QUEUED.value,
-                "reason": "submitted",
-            }
-        )
+    for offset, row in enumerate(rows):
+        row["submit_serial"] = row["serial"] = first + offset
+        row["dependencies"] = dependencies[offset]
     insert_rows(session, JOBS, rows)
     insert_events(session, events)
     tally_submitted(session, [job.queue for job in jobs])
