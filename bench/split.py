@@ -25,23 +25,13 @@ from typing import Any
 import httpx
 
 from bench.service import BATCH, FLOTILLA, _free_port, _scratch_database, _wait
+from bench.soak import FLEET
 from flotilla.runtime import token_for
-
-FLEET = """\
-name: split
-settings: {{cycle_interval: 0.1, mode: sync}}
-clusters:
-  - name: sim
-    backend: sim
-    nodes:
-      - {{name: n, count: {nodes}, resources: {{cpu: 64, memory: 256Gi}}}}
-queues:
-  - {{name: default}}
-"""
 
 
 @contextmanager
-def _process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+def flotilla_process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``flotilla ARGS…`` with its output in ``log``; stopped with SIGTERM on the way out."""
     with log.open("wb") as out:
         started = subprocess.Popen([str(FLOTILLA), *args], stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -57,7 +47,8 @@ def _process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @contextmanager
-def _client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator[httpx.Client]:
+def api_client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator[httpx.Client]:
+    """A client of the API ``process`` serves on ``port``, once it is ready, with its token."""
     url = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=url, timeout=120.0) as http:
 
@@ -123,7 +114,7 @@ def run_split_throughput(
             scheduler_log = work / "scheduler.log"
             port = _free_port()
             scheduler = stack.enter_context(
-                _process(
+                flotilla_process(
                     scheduler_log,
                     "up",
                     *(["--no-api"] if apis else []),
@@ -149,11 +140,11 @@ def run_split_throughput(
                 for index in range(apis):
                     api_port, log = _free_port(), work / f"api-{index}.log"
                     served = stack.enter_context(
-                        _process(log, "serve", "--db", url, "--port", str(api_port))
+                        flotilla_process(log, "serve", "--db", url, "--port", str(api_port))
                     )
-                    clients.append(stack.enter_context(_client(api_port, served, log)))
+                    clients.append(stack.enter_context(api_client(api_port, served, log)))
             else:
-                one = stack.enter_context(_client(port, scheduler, scheduler_log))
+                one = stack.enter_context(api_client(port, scheduler, scheduler_log))
                 clients = [one, one]
             poller = clients[0]
             first = time.perf_counter()

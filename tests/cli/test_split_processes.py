@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
-
-from flotilla.runtime import token_for
-
-FLOTILLA = Path(sys.executable).with_name("flotilla")
+from bench.split import api_client, flotilla_process
 
 
 def free_port() -> int:
@@ -30,38 +24,6 @@ def wait(predicate: Callable[[], bool], what: str, limit: float = 60) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-@contextmanager
-def process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        started = subprocess.Popen([str(FLOTILLA), *args], stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield started
-        finally:
-            if started.poll() is None:
-                started.send_signal(signal.SIGTERM)
-            try:
-                started.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                started.kill()
-                started.wait()
-
-
-@contextmanager
-def api_client(port: int, served: subprocess.Popen[bytes], log: Path) -> Iterator[httpx.Client]:
-    url = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=url, timeout=30) as http:
-
-        def ready() -> bool:
-            assert served.poll() is None, log.read_text()
-            with suppress(httpx.TransportError):
-                return http.get("/readyz").status_code == 200 and token_for(url) is not None
-            return False
-
-        wait(ready, f"the API on port {port}")
-        http.headers["Authorization"] = f"Bearer {token_for(url)}"
-        yield http
 
 
 def job(name: str) -> dict[str, object]:
@@ -81,7 +43,7 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
     with ExitStack() as stack:
         scheduler_log = tmp_path / "scheduler.log"
         scheduler = stack.enter_context(
-            process(
+            flotilla_process(
                 scheduler_log,
                 "up",
                 "--no-api",
@@ -100,7 +62,9 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
         clients = []
         for index in range(2):
             port, log = free_port(), tmp_path / f"api-{index}.log"
-            served = stack.enter_context(process(log, "serve", "--db", db, "--port", str(port)))
+            served = stack.enter_context(
+                flotilla_process(log, "serve", "--db", db, "--port", str(port))
+            )
             clients.append(stack.enter_context(api_client(port, served, log)))
 
         ids = [

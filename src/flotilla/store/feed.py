@@ -73,19 +73,17 @@ def to_records(rows: Sequence[AnyRow], specs: SpecCache) -> list[JobRecord]:
     ]
 
 
+RUN_FIELDS = ("id", "job_id", "attempt", "cluster", "created_at", "started_at", "finished_at")
+RUN_RESULTS = ("exit_code", "message")
+
+
 def _run(row: AnyRow) -> RunRecord | None:
+    """The ``r_`` columns of a row of ``select_jobs`` as the job's latest run."""
     if row.r_id is None:
         return None
+    values = row._mapping
     return RunRecord(
-        id=row.r_id,
-        job_id=row.r_job_id,
-        attempt=row.r_attempt,
-        cluster=row.r_cluster,
-        assignment=lazy_json(row.r_assignment_text),
+        **{name: values[f"r_{name}"] for name in (*RUN_FIELDS, *RUN_RESULTS)},
         state=RunState(row.r_state),
-        created_at=row.r_created_at,
-        started_at=row.r_started_at,
-        finished_at=row.r_finished_at,
-        exit_code=row.r_exit_code,
-        message=row.r_message,
+        assignment=lazy_json(row.r_assignment_text),
     )
