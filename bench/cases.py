@@ -162,7 +162,7 @@ def _service_cancel() -> Case:
 
     return Case(
         "service-cancel",
-        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s runs in flight; "
+        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
         "100 running jobs cancelled one by one over HTTP (so p99 is not just the maximum), then "
         "20 queued ones; submit of the "
         "backlog in batches of 1,000",

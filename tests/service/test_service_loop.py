@@ -175,12 +175,12 @@ def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
 
 
 @pytest.mark.parametrize("algorithm_process", [False, True], ids=["thread", "process"])
-def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
+def test_async_mode_applies_a_cancel_while_a_slow_round_is_in_flight(
     tmp_path: Path, algorithm_process: bool
 ) -> None:
     service = Service(tmp_path, Mode.ASYNC, algorithm_process)
     try:
-        release = tmp_path / "release"  # a file: the run may be in a child process
+        release = tmp_path / "release"  # a file: the round may be in a child process
         original = service.loop.algorithm.schedule
 
         def slow(
@@ -193,12 +193,12 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
         waiting = service.submit("waiting", "true")
-        service.loop.cycle()  # triggers a run that blocks until released
+        service.loop.cycle()  # triggers a round that blocks until released
         assert service.loop.runner is not None
         assert service.loop.runner.state in (RunnerState.RUN_REQUESTED, RunnerState.RUNNING)
         service.store.cancel(waiting, "changed my mind")
         service.loop.cycle()
-        assert service.state(waiting) is JobState.CANCELLED  # while the run is still in flight
+        assert service.state(waiting) is JobState.CANCELLED  # while the round is still in flight
         release.touch()
         service.cycle_until(lambda: service.loop.runner.state is RunnerState.IDLE)  # type: ignore[union-attr]
         assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped

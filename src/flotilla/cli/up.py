@@ -83,7 +83,7 @@ def up(
         bool,
         typer.Option(
             "--algorithm-process/--algorithm-thread",
-            help="Async mode: run each scheduling run in a forked child process instead of "
+            help="Async mode: run each scheduling round in a forked child process instead of "
             "on a thread (see docs/architecture.md for when it pays).",
         ),
     ] = False,

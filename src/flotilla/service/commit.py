@@ -1,11 +1,11 @@
-"""Committing a scheduling run's decisions: evictions, then leases, then dispatch.
+"""Committing a scheduling round's decisions: evictions, then leases, then dispatch.
 
 Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
 their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
-a run are recorded in one fenced transaction (``queued → leased``, one run each), with the
+a round are recorded in one fenced transaction (``queued → leased``, one run each), with the
 transitions that wait for it (``writes.py``), and then dispatched. In async mode, decisions
-that no longer fit the current node tables are dropped and their jobs wait for the next run,
-with the reason.
+that no longer fit the current node tables are dropped and their jobs wait for the next
+round, with the reason.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from collections.abc import Mapping
 
 from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
+from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
-from flotilla.service.records import assignment_from_json, assignment_to_json, job_from_record
+from flotilla.service.records import job_from_record
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
 from flotilla.service.transitions import RunTransitions
 from flotilla.service.writes import CycleWrites
@@ -107,7 +108,7 @@ class Committer:
             context.metrics.preemptions.labels(queue=victim.queue).inc()
             cluster = state.clusters.get(victim.run.cluster)
             if cluster is not None:
-                held = assignment_from_json(
+                held = Assignment.from_json(
                     victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
                 )
                 for placement in held.placements if held else ():
@@ -132,7 +133,7 @@ class Committer:
                 RunRequest(
                     job_id=record.id,
                     cluster=decision.assignment.cluster,
-                    assignment=assignment_to_json(decision.assignment),
+                    assignment=decision.assignment.to_json(),
                     reason=f"scheduled on {decision.assignment.cluster}",
                 )
             )

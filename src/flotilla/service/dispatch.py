@@ -20,6 +20,7 @@ from flotilla.backends.interface import (
     ReplicaPlacement,
 )
 from flotilla.faults import crash_point
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.service.context import LoopContext
 from flotilla.service.transitions import RunTransitions
@@ -97,13 +98,8 @@ class Dispatcher:
             job=job.id,
             cluster=run.cluster,
             placements=tuple(
-                ReplicaPlacement(
-                    task=item["task"],
-                    replica=int(item["replica"]),
-                    node=item["node"],
-                    gpu_ids=tuple(int(device) for device in item.get("gpus", ())),
-                )
-                for item in run.assignment.get("placements", [])
+                ReplicaPlacement(item.task, item.replica, item.node, item.gpus)
+                for item in AssignmentRecord.unmarshal(run.assignment).placements
             ),
             payload=payload,
             job_type=job.spec.type,

@@ -7,21 +7,21 @@ One cycle:
    applied feed the snapshot builder, which keeps the queued backlog's engine jobs.
 2. **Lead** (``leadership.py``). Take or renew the scheduling lease. Only the holder writes:
    every write it makes is fenced by the lease, so a replica that lost it cannot commit
-   anything, and it stops scheduling at once (an async run in flight is reset).
+   anything, and it stops scheduling at once (an async round in flight is reset).
 3. **Transitions** (``transitions.py``, leader). Heartbeats and run states from each
    cluster's backend become job transitions (running, succeeded, failed, lost → re-queued);
    clusters that stopped reporting become unreachable and their runs are re-queued; cancel
    requests stop runs; gangs past their timeout fail; leased runs not yet dispatched (a crash
    in between) are dispatched again (``dispatch.py``) — dispatch is idempotent by run id.
 4. **Schedule** (leader). ``mode: sync`` runs the algorithm inline on a snapshot
-   (``snapshots.py``). ``mode: async`` takes the result of the run triggered earlier,
-   reconciles it against the current state, commits it, and only then triggers the next run
+   (``snapshots.py``). ``mode: async`` takes the result of the round triggered earlier,
+   reconciles it against the current state, commits it, and only then triggers the next round
    (Armada).
 5. **Commit and dispatch** (``commit.py``). Evictions stop their runs (the job is re-queued
    when the backend confirms the stop); leases are recorded in one transaction; each new run
    is dispatched.
 
-Between full cycles, while an async run is in flight or a cancelled run has not ended yet, a
+Between full cycles, while an async round is in flight or a cancelled run has not ended yet, a
 cheap transitions pass (poll the backends, apply cancel requests) runs every few
 milliseconds; a wake from the API (a cancel, a submission) runs one at once. No step of a
 cycle walks the whole backlog, so a cancel never waits long behind one.
@@ -53,7 +53,7 @@ from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.fleet import FleetRuntime, scheduling_config
-from flotilla.service.forked import ForkedRun
+from flotilla.service.forked import ForkedRound
 from flotilla.service.handle import CycleReport
 from flotilla.service.leadership import Leadership
 from flotilla.service.metrics import SchedulerMetrics
@@ -68,7 +68,7 @@ from flotilla.store import ClusterRecord, JobRecord, JobState, Lease, LeaseLostE
 log = logging.getLogger(__name__)
 
 TRANSITION_SECONDS = 0.05
-"""How often the loop applies transitions between full cycles while an async run is in
+"""How often the loop applies transitions between full cycles while an async round is in
 flight (and so the floor of how fast a run's end is recorded)."""
 
 CANCEL_POLL_SECONDS = 0.005
@@ -80,11 +80,11 @@ ASYNC_SWITCH_SECONDS = 0.0005
 (``LoopSettings.algorithm_process=False``). The algorithm thread is pure
 Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
 from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
-dozens of such returns. The run pays a few per cent for the extra switches."""
+dozens of such returns. The extra switches cost the round little (``docs/performance.md``)."""
 
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
-the snapshot for the next run is ready when it is triggered."""
+the snapshot for the next round is ready when it is triggered."""
 
 
 def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSettings:
@@ -125,9 +125,9 @@ class LoopSettings:
         default_factory=lambda: SchedulingConfig(assignment_strategy="resource-aware")
     )
     algorithm_process: bool = False
-    """Async mode: run each scheduling run in a forked child process (``forked.py``), so that
+    """Async mode: run each scheduling round in a forked child process (``forked.py``), so that
     it cannot hold the GIL against the API and the loop; default: on a thread of this process,
-    which measured as fast or faster on the loaded 2-core machine (docs/architecture.md)."""
+    which gave cancels as fast or faster on a loaded machine (docs/architecture.md)."""
     finished_retention: float = DEFAULT_RETENTION_SECONDS
     """Seconds a finished job stays in the JobDb after it ended (the store keeps it)."""
 
@@ -186,14 +186,14 @@ class SchedulingLoop:
         self._draining = False
 
     def _async_runner(self) -> AsyncSchedulingRunner:
-        """The runner of async mode: each run in a child process (``forked.py``), or on a
+        """The runner of async mode: each round in a child process (``forked.py``), or on a
         thread of this one with ``algorithm_process=False``."""
 
         def schedule(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
             return self.algorithm.schedule(snapshot, cancel)
 
         return AsyncSchedulingRunner(
-            ForkedRun(schedule) if self.settings.algorithm_process else schedule,
+            ForkedRound(schedule) if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -242,10 +242,10 @@ class SchedulingLoop:
         """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
 
         A wake from the API (a submission, a cancel) runs a transitions pass at once, then a
-        full cycle unless an async run is in flight (a full cycle then has nothing to
+        full cycle unless an async round is in flight (a full cycle then has nothing to
         schedule). Between full cycles, transitions passes run every ``TRANSITION_SECONDS``
-        while a run is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
-        has not ended, so cancels take effect during a long run, not a cycle later."""
+        while a round is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
+        has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
         if self.runner is not None and not self.settings.algorithm_process:
             sys.setswitchinterval(ASYNC_SWITCH_SECONDS)
@@ -266,7 +266,7 @@ class SchedulingLoop:
                 if self._wake.wait(wait):
                     self._wake.clear()
                     trace("loop-woken")
-                    if self._run_in_flight():
+                    if self._round_in_flight():
                         try:
                             self.transitions()  # a cancel: stop its run now
                         except Exception:
@@ -282,7 +282,7 @@ class SchedulingLoop:
             return None
         if self._transitions.cancelling:
             return CANCEL_POLL_SECONDS
-        if self._run_in_flight():
+        if self._round_in_flight():
             return TRANSITION_SECONDS
         return None
 
@@ -300,7 +300,7 @@ class SchedulingLoop:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()
 
-    def _run_in_flight(self) -> bool:
+    def _round_in_flight(self) -> bool:
         return self.runner is not None and self.runner.state in (
             RunnerState.RUN_REQUESTED,
             RunnerState.RUNNING,
@@ -336,7 +336,7 @@ class SchedulingLoop:
 
     def reload_fleet(self) -> bool:
         """Take up a fleet applied since the last cycle (any replica: the backends serve
-        logs everywhere); the engine's settings change between two scheduling runs."""
+        logs everywhere); the engine's settings change between two scheduling rounds."""
         if self.fleet is None or not self.fleet.sync():
             return False
         settings = _with_fleet_settings(self.settings, self.fleet)

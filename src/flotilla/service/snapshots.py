@@ -27,7 +27,6 @@ from flotilla.model import ClusterSpec
 from flotilla.service.admission import Admission
 from flotilla.service.dependencies import DependencyGate
 from flotilla.service.records import (
-    assignment_from_json,
     cluster_from_record,
     job_from_record,
     space_for,
@@ -204,7 +203,7 @@ class SnapshotBuilder:
                 continue
             cluster = clusters[job.run.cluster]
             engine_job = self._active_job(job, space)
-            assignment = assignment_from_json(job.run.assignment, engine_job, cluster)
+            assignment = Assignment.from_json(job.run.assignment, engine_job, cluster)
             if assignment is None:
                 continue
             for placement in assignment.placements:

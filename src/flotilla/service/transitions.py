@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from flotilla.backends.interface import (
     Backend,
     BackendError,
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
@@ -24,7 +25,6 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
-from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec, RetryCause

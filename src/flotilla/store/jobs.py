@@ -248,10 +248,10 @@ def event_row(
 
 
 def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
-    """Insert a batch's events in one statement per chunk: thousands of events as ORM objects
-    were a third of a dispatch batch's time (identity map, unit of work), and nothing reads
-    them back in the same transaction. The state changes among them are tallied for the
-    commit observers (``observe.py``)."""
+    """Insert a batch's events in one statement per chunk: as ORM objects, thousands of events
+    cost a large part of a dispatch batch (identity map, unit of work; ``docs/performance.md``),
+    and nothing reads them back in the same transaction. The state changes among them are
+    tallied for the commit observers (``observe.py``)."""
     tally_events(session, events)
     insert_rows(session, EVENTS, events)
 
@@ -294,8 +294,9 @@ def apply_transitions(
 ) -> list[str]:
     """Apply ``changes`` in order and return the ids of the jobs changed, one per change.
     Validation runs on plain dicts; the writes are one executemany UPDATE of jobs, one of
-    runs and one INSERT of events, instead of the ORM's unit of work (a third of a scheduling
-    loop's time). ``serial``: the first of ``len(changes)`` serials the caller reserved."""
+    runs and one INSERT of events, instead of the ORM's unit of work (a large part of a
+    scheduling loop's time: ``docs/performance.md``). ``serial``: the first of
+    ``len(changes)`` serials the caller reserved."""
     if not changes:
         return []
     if serial is None:

@@ -158,7 +158,7 @@ class Store(Protocol):
     ) -> list[JobRecord]:
         """Several state changes in one transaction, applied in order. ``records=False``
         returns ``[]`` instead of reading the jobs back: the scheduler learns the result from
-        its next sync, and the read-back was a third of the call."""
+        its next sync, and the read-back is a large part of the call (``docs/performance.md``)."""
         ...
 
     def record_run(
