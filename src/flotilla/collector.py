@@ -4,9 +4,9 @@ CPython's cyclic collector runs its youngest generation every 700 net allocation
 so often, walks every object the process holds. A server holds a large heap that never becomes
 garbage (the imported libraries, the state loaded at start), and a scheduling cycle or a
 submission allocates tens of thousands of objects that live on (records, specs, engine jobs):
-so the collector kept walking the same live objects, and its full passes held the interpreter
-for a tenth of a second each. Objects are still freed by reference counting as soon as they
-are unreferenced; only reference cycles wait for the collector.
+so the collector kept walking the same live objects, holding the interpreter meanwhile
+(figures: ``docs/performance.md``). Objects are still freed by reference counting as soon as
+they are unreferenced; only reference cycles wait for the collector.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def _node_shape(group: Mapping[str, Any]) -> NodeShape:
 
 def _merged(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
     """Identical nodes as one shape with their total count: a cluster its backend reported
-    node by node (160 entries of one kind) is checked once per kind, not once per node."""
+    node by node is checked once per kind of node, not once per node, for every job."""
     counts: dict[tuple[Any, ...], NodeShape] = {}
     for shape in shapes:
         key = (tuple(sorted(shape.capacity.items())), tuple(sorted(shape.labels.items())))

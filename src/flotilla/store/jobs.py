@@ -293,9 +293,9 @@ def apply_transitions(
     session: Session, changes: Sequence[Transition], now: datetime, serial: int | None = None
 ) -> list[str]:
     """Apply ``changes`` in order and return the ids of the jobs changed, one per change.
-    Validation runs on plain dicts; the writes are one executemany UPDATE of jobs, one of
-    runs and one INSERT of events, instead of the ORM's unit of work (a large part of a
-    scheduling loop's time: ``docs/performance.md``). ``serial``: the first of
+    Validation runs on plain dicts; the writes are one UPDATE of jobs, one of runs and one
+    INSERT of events per batch (``bulk.py``), instead of the ORM's unit of work (a large
+    part of a scheduling loop's time: ``docs/performance.md``). ``serial``: the first of
     ``len(changes)`` serials the caller reserved."""
     if not changes:
         return []
