@@ -303,6 +303,7 @@ def run_submit_to_scheduled(
     import uvicorn
 
     from flotilla.backends.sim import SimBackend
+    from flotilla.collector import settle_collector
     from flotilla.model import QueueSpec
     from flotilla.server import AuthSettings, create_app
     from flotilla.service.loop import LoopSettings, SchedulingLoop
@@ -329,6 +330,7 @@ def run_submit_to_scheduled(
         )
         server = uvicorn.Server(config)
         api = threading.Thread(target=server.run, name="bench-api")
+        settle_collector()  # as flotilla up does once started
         scheduler.start()
         api.start()
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)

@@ -19,7 +19,7 @@ from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.store import TERMINAL_JOB_STATES, JobState
+from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
 from tests.live_service import local_loop, process_gone, read_pids
 
 
@@ -221,15 +221,15 @@ def test_a_cancel_while_a_cycle_commits_leaves_the_other_jobs_of_the_batch_sched
 ) -> None:
     """Issue 12, defect 5: the user cancels one job between the snapshot and the commit."""
     jobs = [service.submit(f"job-{index}", "true") for index in range(3)]
-    record_runs = service.store.record_runs
+    commit_cycle = service.store.commit_cycle
     cancelled: list[str] = []
 
-    def cancel_first_then_record(requests: Any, **kwargs: Any) -> Any:
-        if not cancelled:
+    def cancel_first_then_commit(write: CycleWrite, **kwargs: Any) -> Any:
+        if write.runs and not cancelled:
             cancelled.append(service.store.cancel(jobs[0], "changed my mind").id)
-        return record_runs(requests, **kwargs)
+        return commit_cycle(write, **kwargs)
 
-    monkeypatch.setattr(service.store, "record_runs", cancel_first_then_record)
+    monkeypatch.setattr(service.store, "commit_cycle", cancel_first_then_commit)
     service.loop.cycle()
     assert cancelled == [jobs[0]]
     assert service.state(jobs[0]) is JobState.CANCELLED

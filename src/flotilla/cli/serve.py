@@ -26,6 +26,7 @@ def serve(
     auth: AuthOption = None,
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
+    from flotilla.collector import settle_collector
     from flotilla.secrets import SecretBox
     from flotilla.server import allowed_hosts_for, create_app, run_server
     from flotilla.web import mount_dashboard
@@ -47,6 +48,7 @@ def serve(
             allowed_hosts=allowed_hosts_for(host),
             secrets=SecretBox.from_file(),
         )
+        settle_collector()
         run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
     finally:
         store.close()

@@ -61,8 +61,9 @@ from flotilla.service.reporting import Reporter
 from flotilla.service.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.service.snapshots import CurrentState, SnapshotBuilder
 from flotilla.service.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
-from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
+from flotilla.store import ClusterRecord, JobRecord, JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,17 @@ class SchedulingLoop:
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )
+        self._writes = CycleWrites(self._context, self._absorb)
         self._transitions = RunTransitions(
             self._context,
+            self._writes,
             self.settings.heartbeat_timeout,
             **({"cluster_spec": _fleet_spec(fleet)} if fleet is not None else {}),
         )
         self._dispatcher = Dispatcher(self._context, self._transitions)
-        self._committer = Committer(self._context, self._transitions, self._dispatcher, self._sync)
+        self._committer = Committer(
+            self._context, self._transitions, self._dispatcher, self._writes
+        )
         self._snapshots = SnapshotBuilder(store, self.jobdb)
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names
@@ -312,6 +317,7 @@ class SchedulingLoop:
             self._sync()
             self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
             self._transitions.poll_all()
+            self._writes.flush()
             if not self._transitions.cancelling:
                 self._snapshots.prepare(PREPARE_SECONDS)
         except LeaseLostError:
@@ -321,6 +327,11 @@ class SchedulingLoop:
     def close(self) -> None:
         if self.runner is not None:
             self.runner.reset()
+        if self._context.lease is not None and self._writes.waiting:
+            try:
+                self._writes.flush()  # the last dispatch outcomes, before the lease goes
+            except Exception:
+                log.exception("could not record the last transitions; the next term recovers")
         self._leadership.release()
 
     def reload_fleet(self) -> bool:
@@ -356,15 +367,19 @@ class SchedulingLoop:
         result: CycleResult | None = None
         if self._context.lease is not None:
             try:
+                # One write per cycle as a rule (``writes.py``): what the backends report
+                # waits for the cycle's leases, unless it changes what the scheduler sees.
+                written = self._writes.flushes
                 self._transitions.observe_clusters()
-                self._sync()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
                 self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
-                self._sync()
+                if self._writes.settling:
+                    self._writes.flush()
                 self._dispatcher.dispatch_leased()
-                self._sync()
                 result = None if self._draining else self._schedule()
+                if self._writes.flushes == written:
+                    self._writes.flush()  # no leases: what waits goes now
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()
@@ -381,7 +396,12 @@ class SchedulingLoop:
 
     def _sync(self) -> None:
         """Catch the JobDb up with the store and feed what changed to the snapshot builder."""
-        changed = self.jobdb.sync_changes(self.store, keep=self._finished.keep)
+        self._writes.sync()
+
+    def _absorb(self, since: int, records: list[JobRecord]) -> None:
+        """Apply the change feed after ``since`` (read by a sync or a write) to the JobDb,
+        and what it changed to the snapshot builder and the finished jobs' retention."""
+        changed = self.jobdb.apply_feed(since, records, keep=self._finished.keep)
         if changed:
             self._snapshots.observe(changed, self.jobdb.serial)
             self._finished.observe(changed)
@@ -392,11 +412,13 @@ class SchedulingLoop:
         """A new term: forget the old one's in-flight state and recover from the store."""
         if self.runner is not None:
             self.runner.reset()
+        self._writes.forget()
         self._transitions.forget()
         self._dispatcher.forget()
         self._transitions.recover()
 
     def _lose_lease(self) -> None:
+        self._writes.forget()
         self._leadership.lose()
         if self.runner is not None:
             self.runner.reset()

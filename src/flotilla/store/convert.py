@@ -90,12 +90,6 @@ class SpecCache:
         return spec
 
 
-def run_record_from_text(row: AnyRow) -> RunRecord:
-    """From a Core row of the runs table with the assignment read as text
-    (``assignment_text``), decoded when first read."""
-    return _run_record(row, lazy_json(row.assignment_text))
-
-
 def _run_record(row: Run | AnyRow, assignment: Mapping[str, Any]) -> RunRecord:
     """The record of ``row`` with ``assignment`` as given (decoded, or to decode lazily)."""
     return RunRecord(
