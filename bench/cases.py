@@ -207,6 +207,23 @@ def _service_soak(jobs: int) -> Case:
     )
 
 
+def _service_get_under_submit() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.get_under_submit import run_get_under_submit
+
+        return run_get_under_submit()
+
+    return Case(
+        "service-get-under-submit",
+        "flotilla up --fleet (one sim cluster of 100 × 64 CPUs, SQLite, sync 0.1 s): one client "
+        "submits 10,000 one-CPU jobs in batches of 1,000 while another reads one job back to "
+        "back (GET, 10 ms apart); the same reads on the idle server first",
+        quick=False,
+        run=run,
+        target="GET p99 ≤ 50 ms under submit",
+    )
+
+
 def _gpu_fill() -> Case:
     def run() -> dict[str, Any]:
         from bench.gpu_fill import run_fill
@@ -247,6 +264,7 @@ CASES: dict[str, Case] = {
         _service_throughput("postgresql"),
         _service_soak(200_000),
         _service_soak(20_000),
+        _service_get_under_submit(),
         _gpu_fill(),
     )
 }

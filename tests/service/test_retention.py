@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -137,6 +139,38 @@ def test_the_loop_forgets_jobs_it_ran_to_the_end_but_keeps_running_ones(store: S
         assert all(store.get_job(job).state is JobState.SUCCEEDED for job in short)
         assert {read.get(job).state for job in long if read.get(job)} == {JobState.RUNNING}
         assert len(read) == 2
+    finally:
+        loop.close()
+        backend.close()
+
+
+def test_no_finished_job_stays_in_the_loops_memory_once_it_left_the_jobdb(
+    store: SqlStore,
+) -> None:
+    """Memory follows the live jobs: once the retention dropped a finished job, nothing the
+    loop keeps (snapshot builder, engine jobs, caches, backend) still holds its spec."""
+    backend = SimBackend(cluster="sim", nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}])
+    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+    loop = SchedulingLoop(
+        store,
+        {"sim": backend},
+        LoopSettings(cycle_interval=0.05, replica="retention", finished_retention=0.0),
+    )
+    try:
+        ids = store.submit_jobs(jobs(20, duration=0.0))
+        loop.cycle()
+        read = loop.jobdb.read_txn()
+        specs = [weakref.ref(record.spec) for record in (read.get(job) for job in ids) if record]
+        assert len(specs) == len(ids)
+        del read
+        for _ in range(50):
+            loop.cycle()
+            if not len(loop.jobdb.read_txn()):
+                break
+        loop.cycle()
+        assert all(store.get_job(job).state is JobState.SUCCEEDED for job in ids)
+        gc.collect()
+        assert [ref for ref in specs if ref() is not None] == []
     finally:
         loop.close()
         backend.close()
