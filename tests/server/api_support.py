@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
+from flotilla.scheduler.precedence import Precedence
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
 
@@ -14,6 +15,7 @@ class FakeScheduler:
 
     def __init__(self) -> None:
         self.metrics = SchedulerMetrics()
+        self.precedence = Precedence()
         self.reasons: dict[str, str] = {}
         self.logs_by_run: dict[str, bytes] = {}
         self.finished_runs: set[str] = set()

@@ -13,6 +13,7 @@ import pytest
 
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
+from flotilla.service.allocator import AllocatorTrim
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retention import FinishedJobs
@@ -174,3 +175,19 @@ def test_no_finished_job_stays_in_the_loops_memory_once_it_left_the_jobdb(
     finally:
         loop.close()
         backend.close()
+
+
+def test_free_memory_is_given_back_after_jobs_left_at_most_once_per_interval() -> None:
+    trims: list[int] = []
+    clock = Clock()
+    allocator = AllocatorTrim(lambda pad: trims.append(pad) or 1, every=30.0, clock=clock)
+    clock.now += 60.0
+    assert not allocator.trim_if_due()  # nothing was dropped: nothing to give back
+    allocator.note_dropped(100)
+    assert allocator.trim_if_due() and trims == [0]
+    allocator.note_dropped(100)
+    clock.now += 10.0
+    assert not allocator.trim_if_due()  # too soon
+    clock.now += 25.0
+    assert allocator.trim_if_due() and len(trims) == 2
+    assert not AllocatorTrim(None).trim_if_due()  # not glibc: nothing to call

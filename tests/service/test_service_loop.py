@@ -18,6 +18,7 @@ from flotilla.backends.local import LocalBackend
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
@@ -184,12 +185,14 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
         original = service.loop.algorithm.schedule
 
         def slow(
-            snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+            snapshot: SchedulingSnapshot,
+            cancel: threading.Event | None = None,
+            precedence: Precedence | None = None,
         ) -> CycleResult:
             deadline = time.monotonic() + 30
             while not release.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            return original(snapshot, cancel)
+            return original(snapshot, cancel, precedence)
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
         waiting = service.submit("waiting", "true")

@@ -46,6 +46,7 @@ from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.run import Outcome, SchedulingRun
 from flotilla.scheduler.runner import RunCancelled
 from flotilla.strategies.common import no_cluster_reason
@@ -75,12 +76,17 @@ class SchedulingAlgorithm:
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
 
     def schedule(
-        self, snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+        self,
+        snapshot: SchedulingSnapshot,
+        cancel: threading.Event | None = None,
+        precedence: Precedence | None = None,
     ) -> CycleResult:
-        """Decide on ``snapshot``. Setting ``cancel`` makes the run stop with ``RunCancelled``."""
+        """Decide on ``snapshot``. Setting ``cancel`` makes the run stop with ``RunCancelled``;
+        with ``precedence``, the run pauses between jobs while urgent work of other threads is
+        under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
         run = SchedulingRun(self.framework, self.strategy, snapshot, self.caches)
-        loop = _Loop(self, run, snapshot, cancel)
+        loop = _Loop(self, run, snapshot, cancel, precedence)
         loop.execute()
         stats = CycleStats(
             considered=loop.considered,
@@ -144,8 +150,10 @@ class _Loop:
         run: SchedulingRun,
         snapshot: SchedulingSnapshot,
         cancel: threading.Event | None,
+        precedence: Precedence | None,
     ) -> None:
         self.cancel = cancel
+        self.precedence = precedence
         self.config = algorithm.config
         self.framework = algorithm.framework
         self.run = run
@@ -189,10 +197,13 @@ class _Loop:
     def execute(self) -> None:
         self._grow_partial_gangs()
         strict = self.config.queueing is Queueing.STRICT_FIFO
+        precedence = self.precedence
         for job in self.order:
             self.considered += 1
             if self.cancel is not None and self.considered % 64 == 0 and self.cancel.is_set():
                 raise RunCancelled
+            if precedence is not None and precedence.pending:
+                precedence.checkpoint()
             if job.name in self.handled:
                 self.order.skipped(job)
                 continue

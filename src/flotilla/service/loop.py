@@ -46,9 +46,11 @@ from flotilla.framework.snapshot import CycleResult, SchedulingConfig, Schedulin
 from flotilla.model import ClusterSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.secrets import SecretBox
+from flotilla.service.allocator import AllocatorTrim, glibc_malloc_trim
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -153,7 +155,11 @@ class SchedulingLoop:
         if fleet is not None and fleet.fleet is not None:
             self.settings = _with_fleet_settings(self.settings, fleet)
         self.metrics = metrics or SchedulerMetrics()
+        self.precedence = Precedence()
+        """Urgent work of this process (the API's requests, the passes that apply cancels and
+        follow runs) that a scheduling run on a thread of it yields to."""
         self._finished = FinishedJobs(self.settings.finished_retention)
+        self._allocator = AllocatorTrim(glibc_malloc_trim())
         self.jobdb = self._finished.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
         self.runner: AsyncSchedulingRunner | None = None
@@ -185,10 +191,13 @@ class SchedulingLoop:
         thread of this one with ``algorithm_process=False``."""
 
         def schedule(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
-            return self.algorithm.schedule(snapshot, cancel)
+            return self.algorithm.schedule(snapshot, cancel, self.precedence)
+
+        def schedule_forked(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
+            return self.algorithm.schedule(snapshot, cancel)  # nothing to yield to in the child
 
         return AsyncSchedulingRunner(
-            ForkedRun(schedule) if self.settings.algorithm_process else schedule,
+            ForkedRun(schedule_forked) if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -290,7 +299,8 @@ class SchedulingLoop:
             self.transitions()
             return
         try:
-            self._transitions.poll_cancelling()
+            with self.precedence.urgent():
+                self._transitions.poll_cancelling()
         except LeaseLostError:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()
@@ -309,9 +319,10 @@ class SchedulingLoop:
             return
         self._last_pass = time.monotonic()
         try:
-            self._sync()
-            self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
-            self._transitions.poll_all()
+            with self.precedence.urgent():  # a cancel waits on it; a run in flight yields
+                self._sync()
+                self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
+                self._transitions.poll_all()
             if not self._transitions.cancelling:
                 self._snapshots.prepare(PREPARE_SECONDS)
         except LeaseLostError:
@@ -368,7 +379,9 @@ class SchedulingLoop:
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()
-        self._finished.sweep()
+        self._allocator.note_dropped(self._finished.sweep())
+        if not self._transitions.cancelling:  # a trim takes milliseconds: not on a cancel's path
+            self._allocator.trim_if_due()
         seconds = time.perf_counter() - started
         self.metrics.cycle_seconds.observe(seconds)
         self._report = self._reporter.report(
@@ -406,7 +419,7 @@ class SchedulingLoop:
     def _schedule(self) -> CycleResult | None:
         if self.runner is None:
             state = self._snapshots.build(self.jobdb.read_txn())
-            result = self.algorithm.schedule(state.snapshot)
+            result = self.algorithm.schedule(state.snapshot, precedence=self.precedence)
             self.metrics.algorithm_seconds.observe(result.stats.seconds)
             self._committer.commit(result, state)
             return result
