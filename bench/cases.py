@@ -162,7 +162,7 @@ def _service_cancel() -> Case:
 
     return Case(
         "service-cancel",
-        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s runs in flight; "
+        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
         "100 running jobs cancelled one by one over HTTP (so p99 is not just the maximum), then "
         "20 queued ones; submit of the "
         "backlog in batches of 1,000",
@@ -187,6 +187,30 @@ def _service_throughput(database: str = "sqlite") -> Case:
         quick=False,
         run=run,
         target="submit ≥ 2,000 jobs/s; submit → scheduled ≥ 1,000 jobs/s",
+    )
+
+
+def _service_split(apis: int) -> Case:
+    def run() -> dict[str, Any]:
+        from bench.split import run_split_throughput
+
+        return run_split_throughput(apis=apis)
+
+    where = (
+        f"{apis} × flotilla serve + flotilla up --no-api (the scheduler)"
+        if apis
+        else "one flotilla up serving the API and scheduling"
+    )
+    return Case(
+        f"service-throughput-postgres-{apis}api"
+        if apis
+        else "service-throughput-postgres-1process",
+        f"real processes over PostgreSQL, {where}; one sim cluster of 160 64-CPU nodes, sync "
+        "0.1 s: submit 4,000 one-CPU jobs over HTTP in batches of 1,000 from one client thread "
+        "per API (two to the one process) and wait until none is queued",
+        quick=False,
+        run=run,
+        target="submit → scheduled ≥ 2,000 jobs/s",
     )
 
 
@@ -262,6 +286,8 @@ CASES: dict[str, Case] = {
         _service_cancel(),
         _service_throughput(),
         _service_throughput("postgresql"),
+        _service_split(2),
+        _service_split(0),
         _service_soak(200_000),
         _service_soak(20_000),
         _service_get_under_submit(),

@@ -2,7 +2,7 @@
 
 A synthetic cluster with a realistic mix (CPU-only nodes, nodes of 2 and of 8 GPUs) is filled
 through one best-effort FIFO queue with nothing finishing: pods arrive in a fixed order
-(seeded) in small batches, one scheduling run per batch, and a pod that does not fit waits
+(seeded) in small batches, one scheduling round per batch, and a pod that does not fit waits
 (it never fits later, since nothing is released). Pods ask for CPU and memory and for 0, a
 fraction of one, 1, 2, 4 or 8 GPUs, with total GPU demand above the fleet's capacity.
 
@@ -65,7 +65,7 @@ DEMAND = 1.05
 """Pods are drawn until their GPU demand reaches this share of the fleet's GPUs."""
 
 BATCH = 25
-"""Pods arriving between two scheduling runs."""
+"""Pods arriving between two scheduling rounds."""
 
 
 def fleet(nodes: int, cpu_node_memory: float | None = None) -> tuple[ResourceSpace, Cluster]:

@@ -1,16 +1,16 @@
-"""Through the service: cancel latency during a long async run, submit throughput, and
+"""Through the service: cancel latency during a long async round, submit throughput, and
 submit → scheduled throughput. Figures are measured over HTTP.
 
 **cancel latency** (``run_cancel_latency``): a real ``flotilla up --mode async`` process (SQLite,
 local cluster, ``--cycle-interval 0.1``). A backlog of ``backlog`` jobs that cannot be placed
 (each asks for more CPU than the machine has, every one a different amount, so no placement
-attempt is shared) keeps the async runner busy: every run scans the whole backlog and, as the
-backlog never empties, the next run starts as soon as one commits. ``cancellable`` jobs
+attempt is shared) keeps the async runner busy: every round scans the whole backlog and, as the
+backlog never empties, the next round starts as soon as one commits. ``cancellable`` jobs
 (``sleep 600``) are then scheduled and started; once all run, they are cancelled one by one:
 ``POST /v1/jobs/{id}/cancel``, then ``GET /v1/jobs/{id}`` every 2 ms until it shows
 ``cancelled`` (the loop has stopped the process group and recorded it). Also: cancelling
-queued jobs (answered at once by the API). The algorithm runs' own durations come from the
-scheduling report (``algorithm_seconds`` of each committed run).
+queued jobs (answered at once by the API). The algorithm rounds' own durations come from the
+scheduling report (``algorithm_seconds`` of each committed round).
 
 **submit → scheduled** (``run_submit_to_scheduled``): the same service pieces in one process —
 ``create_app`` served by uvicorn on 127.0.0.1 and ``SchedulingLoop`` (sync, 0.1 s cycles) over
@@ -235,7 +235,7 @@ def _cancel_phases(
         queued.append(time.perf_counter() - sent)
         if answer["state"] != "cancelled":
             raise RuntimeError(f"queued job {job} answered {answer['state']}")
-    # The run in flight during the cancels, and the next: their own durations.
+    # The round in flight during the cancels, and the next: their own durations.
     seen = len(runs)
     with suppress(RuntimeError):  # a loaded machine may not finish them: report what ran
         _wait(lambda: bool(note_runs()) and len(runs) >= seen + 2, 300, "two more runs", 0.1)
@@ -303,6 +303,7 @@ def run_submit_to_scheduled(
     import uvicorn
 
     from flotilla.backends.sim import SimBackend
+    from flotilla.collector import settle_collector
     from flotilla.model import QueueSpec
     from flotilla.server import AuthSettings, create_app
     from flotilla.service.loop import LoopSettings, SchedulingLoop
@@ -329,6 +330,7 @@ def run_submit_to_scheduled(
         )
         server = uvicorn.Server(config)
         api = threading.Thread(target=server.run, name="bench-api")
+        settle_collector()  # as flotilla up does once started
         scheduler.start()
         api.start()
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)

@@ -10,6 +10,9 @@ import. Unset (the default), ``crash_point`` is one comparison against None.
 ``flotilla fault: killed at POINT``, to standard error, so a test can tell the hook fired
 from a crash of another kind. The points (``POINTS``):
 
+- ``mid-cycle-write``: inside the transaction of a cycle's write that leases runs
+  (``Store.commit_cycle``): its transitions are applied, its leases not yet, nothing is
+  committed.
 - ``after-lease-commit``: a cycle's run leases are committed (``queued → leased``), nothing
   of them dispatched yet.
 - ``after-dispatch``: a batch of runs was handed to the backends; their ``pending`` is not
@@ -30,7 +33,14 @@ import sys
 
 ENVIRONMENT = "FLOTILLA_FAULT"
 POINTS = frozenset(
-    {"after-lease-commit", "after-dispatch", "mid-batch", "during-cancel", "during-renewal"}
+    {
+        "mid-cycle-write",
+        "after-lease-commit",
+        "after-dispatch",
+        "mid-batch",
+        "during-cancel",
+        "during-renewal",
+    }
 )
 
 

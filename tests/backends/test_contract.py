@@ -8,6 +8,7 @@ import pytest
 from flotilla.backends import (
     Backend,
     BackendClosed,
+    BackendRunState,
     CancelOutcome,
     CancelRequest,
     DispatchRejected,
@@ -15,7 +16,6 @@ from flotilla.backends import (
     LogsRequest,
     LogStream,
     ReplicaPlacement,
-    RunState,
     StatusRequest,
     UnknownRun,
 )
@@ -43,17 +43,17 @@ def test_dispatched_run_runs_then_succeeds_with_its_output(harness: Harness) -> 
     assert (result.run_id, result.job, result.cluster) == ("run-1", "job-a", backend.cluster)
 
     running = backend.status(StatusRequest("run-1"))
-    assert running.state in (RunState.PENDING, RunState.RUNNING)
-    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    assert running.state in (BackendRunState.PENDING, BackendRunState.RUNNING)
+    harness.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
     assert backend.inventory().active_runs == ("run-1",)
 
     harness.release(gate)
     status = harness.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     assert status.exit_code == 0
     assert status.started_at is not None and status.finished_at is not None
     assert status.dispatched_at <= status.started_at <= status.finished_at
-    assert [replica.state for replica in status.replicas] == [RunState.SUCCEEDED]
+    assert [replica.state for replica in status.replicas] == [BackendRunState.SUCCEEDED]
     assert "hello-from-run" in read_all(backend, "run-1")
     assert backend.inventory().active_runs == ()
 
@@ -62,7 +62,7 @@ def test_failing_command_fails_with_its_exit_code(harness: Harness) -> None:
     backend = harness.make()
     backend.dispatch(request(backend, "run-1", harness.quick(exit_code=3)))
     status = harness.wait_terminal(backend, "run-1")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == 3
     assert "3" in status.message
     assert read_all(backend, "run-1", LogStream.STDERR)
@@ -71,12 +71,12 @@ def test_failing_command_fails_with_its_exit_code(harness: Harness) -> None:
 def test_cancel_stops_a_running_run_and_leaves_nothing_behind(harness: Harness) -> None:
     backend = harness.make()
     backend.dispatch(request(backend, "run-1", harness.long()))
-    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    harness.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
 
     result = backend.cancel(CancelRequest("run-1", reason="preempted by job-b"))
     assert result.outcome is CancelOutcome.STOPPING
     status = harness.wait_terminal(backend, "run-1")
-    assert status.state is RunState.CANCELLED
+    assert status.state is BackendRunState.CANCELLED
     assert status.message == "preempted by job-b"
     assert status.exit_code is None
     harness.assert_gone(status)
@@ -93,7 +93,7 @@ def test_cancel_is_idempotent(harness: Harness) -> None:
 
     after = backend.cancel(CancelRequest("run-1"))
     assert after.outcome is CancelOutcome.ALREADY_FINISHED
-    assert after.status is not None and after.status.state is RunState.CANCELLED
+    assert after.status is not None and after.status.state is BackendRunState.CANCELLED
 
 
 def test_cancel_of_a_finished_run_changes_nothing(harness: Harness) -> None:
@@ -103,7 +103,7 @@ def test_cancel_of_a_finished_run_changes_nothing(harness: Harness) -> None:
     result = backend.cancel(CancelRequest("run-1"))
     assert result.outcome is CancelOutcome.ALREADY_FINISHED
     assert "succeeded" in result.message
-    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.SUCCEEDED
 
 
 def test_dispatch_is_idempotent_by_run_id(harness: Harness) -> None:
@@ -163,7 +163,7 @@ def test_max_runtime_ends_the_run_as_failed(harness: Harness) -> None:
     backend = harness.make()
     backend.dispatch(request(backend, "run-1", harness.long(), max_runtime=0.2))
     status = harness.wait_terminal(backend, "run-1")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert "exceeded max_runtime of 0.2s" in status.message
     harness.assert_gone(status)
 
@@ -172,13 +172,15 @@ def test_poll_reports_each_change_once(harness: Harness) -> None:
     backend = harness.make()
     payload, gate = harness.gated()
     backend.dispatch(request(backend, "run-1", payload))
-    harness.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    harness.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
     assert [status.run_id for status in backend.poll()] == ["run-1"]
     assert backend.poll() == []
     harness.release(gate)
     harness.wait_terminal(backend, "run-1")
     changes = backend.poll()
-    assert [(status.run_id, status.state) for status in changes] == [("run-1", RunState.SUCCEEDED)]
+    assert [(status.run_id, status.state) for status in changes] == [
+        ("run-1", BackendRunState.SUCCEEDED)
+    ]
     assert backend.poll() == []
 
 
@@ -204,7 +206,7 @@ def test_every_replica_runs_and_has_its_own_logs(harness: Harness) -> None:
     backend = harness.make()
     backend.dispatch(request(backend, "run-1", harness.quick(output="replica-says-hi"), replicas=3))
     status = harness.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     assert [(r.task, r.replica) for r in status.replicas] == [("main", 0), ("main", 1), ("main", 2)]
     for index in range(3):
         chunk = backend.logs(LogsRequest("run-1", task="main", replica=index))
@@ -233,25 +235,25 @@ def test_a_new_backend_adopts_runs_still_going(harness: Harness) -> None:
     payload, gate = harness.gated(output="adopted")
     first.dispatch(request(first, "gated", payload))
     first.dispatch(request(first, "long", harness.long()))
-    harness.wait(first, "long", lambda s: s.state is RunState.RUNNING, "running")
+    harness.wait(first, "long", lambda s: s.state is BackendRunState.RUNNING, "running")
     harness.close_leaving_runs(first)
     with pytest.raises(BackendClosed):
         first.status(StatusRequest("long"))
 
     second: Backend = harness.make()
     assert sorted(status.run_id for status in second.poll()) == ["gated", "long"]
-    assert second.status(StatusRequest("long")).state is RunState.RUNNING
+    assert second.status(StatusRequest("long")).state is BackendRunState.RUNNING
     assert sorted(second.inventory().active_runs) == ["gated", "long"]
     assert second.dispatch(request(second, "long", harness.long())).run_id == "long"
 
     harness.release(gate)
     finished = harness.wait_terminal(second, "gated")
-    assert finished.state is RunState.SUCCEEDED
+    assert finished.state is BackendRunState.SUCCEEDED
     assert "adopted" in read_all(second, "gated")
 
     assert second.cancel(CancelRequest("long")).outcome is CancelOutcome.STOPPING
     cancelled = harness.wait_terminal(second, "long")
-    assert cancelled.state is RunState.CANCELLED
+    assert cancelled.state is BackendRunState.CANCELLED
     harness.assert_gone(cancelled)
 
 

@@ -18,13 +18,13 @@ import kubernetes_validate
 import pytest
 
 from flotilla.backends import (
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
     DispatchRejected,
     LogsRequest,
     ReplicaPlacement,
-    RunState,
     StatusRequest,
     UnknownRun,
     load_backend,
@@ -246,17 +246,17 @@ def test_each_replica_is_bound_to_its_node_and_the_first_failure_fails_the_run(
             "both pods bound",
         )
         assert [pod["spec"]["nodeName"] for pod in pods] == ["gpu-1", "cpu-1"]
-        assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
+        assert backend.status(StatusRequest("run-1")).state is BackendRunState.PENDING
         for pod in pods:
             server.cluster.set_running(pod)
-        assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+        assert backend.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
         server.cluster.append_log(pods[1], "CUDA out of memory\n")
         server.cluster.terminate(pods[1], 137, reason="OOMKilled")
         status = until(
             lambda: (s := backend.status(StatusRequest("run-1"))).state.terminal and s,
             "failed",
         )
-        assert status.state is RunState.FAILED
+        assert status.state is BackendRunState.FAILED
         assert status.exit_code == 137
         assert status.message == "replica worker/1 exited with code 137 (OOMKilled)"
         assert "out of memory" in backend.logs(LogsRequest("run-1", task="worker", replica=1)).text
@@ -374,7 +374,7 @@ def test_cancel_deletes_the_job_with_its_propagation_and_the_pods_with_the_grace
 ) -> None:
     backend = kube.make(propagation=propagation, grace_period=30)
     backend.dispatch(request(backend, "run-1", kube.long()))
-    kube.wait(backend, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    kube.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
     assert kube.fake is not None
     kube.fake.cluster.requests.clear()
     result = backend.cancel(CancelRequest("run-1", reason="preempted", grace_period=1))
@@ -384,7 +384,7 @@ def test_cancel_deletes_the_job_with_its_propagation_and_the_pods_with_the_grace
     assert ("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{name}") in calls
     assert any(method == "DELETE" and "/pods/" in path for method, path in calls)
     status = kube.wait_terminal(backend, "run-1")
-    assert (status.state, status.message) == (RunState.CANCELLED, "preempted")
+    assert (status.state, status.message) == (BackendRunState.CANCELLED, "preempted")
     kube.assert_gone(status)
     until(lambda: kube.fake and kube.fake.cluster.get("Job", "default", name) is None, "Job gone")
     assert backend.cancel(CancelRequest("run-1")).outcome is CancelOutcome.ALREADY_FINISHED
@@ -403,7 +403,7 @@ def test_kueue_mode_leaves_the_job_suspended_until_kueue_admits_it(kube: Kuberne
     assert job is not None and job["spec"]["suspend"] is True
     time.sleep(0.2)
     status = backend.status(StatusRequest("run-1"))
-    assert status.state is RunState.PENDING and "suspended" in status.message
+    assert status.state is BackendRunState.PENDING and "suspended" in status.message
     assert kube.fake.cluster.pods_of(m.job_name("run-1")) == []
     # Kueue admits the workload: it unsuspends the Job (its pods then go to kube-scheduler).
     import httpx
@@ -414,7 +414,7 @@ def test_kueue_mode_leaves_the_job_suspended_until_kueue_admits_it(kube: Kuberne
         headers={"Content-Type": "application/merge-patch+json"},
     ).raise_for_status()
     status = kube.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     assert "admitted" in read_all(backend, "run-1")
 
 
@@ -427,7 +427,7 @@ def test_volcano_mode_creates_a_pod_group_of_every_replica(kube: KubernetesHarne
     assert (group["spec"]["minMember"], group["spec"]["queue"]) == (3, "research")
     assert group["metadata"]["ownerReferences"][0]["kind"] == "Job"
     status = kube.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
 
 
 def test_a_container_payload_runs_its_command_with_its_env(kube: KubernetesHarness) -> None:
@@ -439,7 +439,7 @@ def test_a_container_payload_runs_its_command_with_its_env(kube: KubernetesHarne
     }
     backend.dispatch(request(backend, "run-1", payload, job_type="container", replicas=2))
     status = kube.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     assert backend.logs(LogsRequest("run-1", replica=1)).text.strip() == "hi-1"
 
 
@@ -573,10 +573,10 @@ def test_a_run_outlives_a_scheduler_killed_with_sigkill(kube: KubernetesHarness)
 
     fresh = kube.make(cluster="crashy")
     assert [status.run_id for status in fresh.poll()] == ["survivor"]
-    kube.wait(fresh, "survivor", lambda s: s.state is RunState.RUNNING, "running")
+    kube.wait(fresh, "survivor", lambda s: s.state is BackendRunState.RUNNING, "running")
     assert fresh.status(StatusRequest("survivor")).replicas[0].node == "node-b"
     gate.touch()
-    assert kube.wait_terminal(fresh, "survivor").state is RunState.SUCCEEDED
+    assert kube.wait_terminal(fresh, "survivor").state is BackendRunState.SUCCEEDED
     assert "lived" in read_all(fresh, "survivor")
 
 
@@ -601,7 +601,7 @@ def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
             ]
             server.cluster.put("Pod", pod)
         status = backend.status(StatusRequest("run-1"))
-        assert status.state is RunState.PENDING
+        assert status.state is BackendRunState.PENDING
         assert status.message == "ErrImagePull: manifest unknown"
     finally:
         backend.close()
@@ -629,7 +629,10 @@ def test_a_job_failed_through_its_status_subresource_fails_the_run(
             headers={"Content-Type": "application/merge-patch+json"},
         ).raise_for_status()
         status = backend.status(StatusRequest("run-1"))
-        assert (status.state, status.message) == (RunState.FAILED, "job failed: PodFailurePolicy")
+        assert (status.state, status.message) == (
+            BackendRunState.FAILED,
+            "job failed: PodFailurePolicy",
+        )
         assert "run-1" not in backend.inventory().active_runs
     finally:
         backend.close()

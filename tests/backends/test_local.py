@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from flotilla.backends import (
+    BackendRunState,
     CancelRequest,
     DispatchRequest,
     LogStream,
     ReplicaPlacement,
-    RunState,
     StatusRequest,
     UnknownBackend,
     load_backend,
@@ -43,7 +43,7 @@ def test_cuda_visible_devices_lists_the_assigned_gpus(local: LocalHarness) -> No
     )
     payload = {"command": 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"'}
     backend.dispatch(DispatchRequest("run-1", "job-a", backend.cluster, placements, payload))
-    assert local.wait_terminal(backend, "run-1").state is RunState.SUCCEEDED
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
     assert read_replica(backend, "run-1", "train") == "[1,3]\n"
     assert read_replica(backend, "run-1", "eval") == "[]\n"
 
@@ -74,7 +74,7 @@ def test_every_replica_knows_its_job_run_task_and_index(local: LocalHarness) -> 
         "env": {"MODE": "user", "CUDA_VISIBLE_DEVICES": "7"},
     }
     backend.dispatch(request(backend, "run-9", payload, job="train", replicas=2, env={"MODE": "x"}))
-    assert local.wait_terminal(backend, "run-9").state is RunState.SUCCEEDED
+    assert local.wait_terminal(backend, "run-9").state is BackendRunState.SUCCEEDED
     for index in range(2):
         line = read_replica(backend, "run-9", "main", index)
         assert line == f"train run-9 main {index} user\n"
@@ -107,9 +107,9 @@ def test_a_command_that_cannot_start_fails_with_a_reason(local: LocalHarness) ->
     backend.dispatch(request(backend, "no-program", {"command": ["/no/such/program"]}))
     no_dir = local.wait_terminal(backend, "no-dir")
     no_program = local.wait_terminal(backend, "no-program")
-    assert no_dir.state is RunState.FAILED
+    assert no_dir.state is BackendRunState.FAILED
     assert "could not start" in no_dir.message and "missing" in no_dir.message
-    assert no_program.state is RunState.FAILED
+    assert no_program.state is BackendRunState.FAILED
     assert no_program.exit_code == 127
     assert "/no/such/program" in no_program.message
 
@@ -118,7 +118,7 @@ def test_max_runtime_stops_the_process_with_sigterm(local: LocalHarness) -> None
     backend = local.make()
     backend.dispatch(request(backend, "run-1", {"command": ["sleep", "60"]}, max_runtime=0.2))
     status = local.wait_terminal(backend, "run-1")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.message == "exceeded max_runtime of 0.2s"
     assert status.exit_code == -signal.SIGTERM
     local.assert_gone(status)
@@ -131,7 +131,7 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(local: Loca
     local.wait_output(backend, "stubborn", "ready")
     backend.cancel(CancelRequest("stubborn"))
     status = local.wait_terminal(backend, "stubborn")
-    assert status.state is RunState.CANCELLED
+    assert status.state is BackendRunState.CANCELLED
     assert status.replicas[0].exit_code == -signal.SIGKILL
     assert "survived" not in read_all(backend, "stubborn")
     local.assert_gone(status)
@@ -143,7 +143,7 @@ def test_kill_9_of_the_command_is_a_failure_by_signal(local: LocalHarness) -> No
     backend.dispatch(request(backend, "run-1", {"command": f"echo $$ > {pid_file}; exec sleep 60"}))
     os.kill(int(wait_for_file(pid_file)), signal.SIGKILL)
     status = local.wait_terminal(backend, "run-1")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == -signal.SIGKILL
     assert "killed by signal SIGKILL" in status.message
 
@@ -153,7 +153,7 @@ def test_a_failed_replica_stops_its_siblings(local: LocalHarness) -> None:
     payload = {"command": 'if [ "$FLOTILLA_REPLICA" = 1 ]; then exit 4; fi; exec sleep 60'}
     backend.dispatch(request(backend, "gang", payload, replicas=3))
     status = local.wait_terminal(backend, "gang")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == 4
     assert status.message == "replica main/1 exited with code 4"
     local.assert_gone(status)
@@ -164,7 +164,7 @@ def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarn
     pid_file = local.scratch / "straggler"
     backend.dispatch(request(backend, "run-1", {"command": f"sleep 60 & echo $! > {pid_file}"}))
     status = local.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     local.assert_gone(status)
     straggler = int(wait_for_file(pid_file))
     assert not process_alive(straggler, None)
@@ -173,7 +173,7 @@ def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarn
 def test_a_run_whose_process_vanished_while_unwatched_is_lost(local: LocalHarness) -> None:
     first = local.make()
     first.dispatch(request(first, "run-1", local.long()))
-    status = local.wait(first, "run-1", lambda s: s.state is RunState.RUNNING, "running")
+    status = local.wait(first, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
     group = status.replicas[0].process_id
     assert group is not None
     local.close_leaving_runs(first)
@@ -185,9 +185,11 @@ def test_a_run_whose_process_vanished_while_unwatched_is_lost(local: LocalHarnes
 
     second = local.make()
     lost = second.status(StatusRequest("run-1"))
-    assert lost.state is RunState.LOST
+    assert lost.state is BackendRunState.LOST
     assert "vanished" in lost.message
-    assert [(change.run_id, change.state) for change in second.poll()] == [("run-1", RunState.LOST)]
+    assert [(change.run_id, change.state) for change in second.poll()] == [
+        ("run-1", BackendRunState.LOST)
+    ]
 
 
 def test_a_run_that_ended_while_unwatched_keeps_its_outcome(local: LocalHarness) -> None:
@@ -200,7 +202,7 @@ def test_a_run_that_ended_while_unwatched_keeps_its_outcome(local: LocalHarness)
 
     second = local.make()
     status = local.wait_terminal(second, "run-1")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == 6
     assert "done" in read_all(second, "run-1", LogStream.STDERR)
 
@@ -237,14 +239,14 @@ def test_a_run_started_by_another_live_backend_is_adopted_on_first_use(
     leader.dispatch(request(leader, "run-1", local.long()))
     local.close_leaving_runs(leader)  # the leader dies; its run goes on
 
-    assert follower.status(StatusRequest("run-1")).state is RunState.RUNNING
+    assert follower.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
     again = follower.dispatch(request(follower, "run-1", local.long()))
     assert again.run_id == "run-1"
     [group] = [replica.process_id for replica in follower.status(StatusRequest("run-1")).replicas]
     assert group is not None and group_alive(group)
     follower.cancel(CancelRequest("run-1", reason="stop"))
     status = local.wait_terminal(follower, "run-1")
-    assert status.state is RunState.CANCELLED
+    assert status.state is BackendRunState.CANCELLED
     local.assert_gone(status)
     assert len(list((local.state_dir / "runs").iterdir())) == 1
 
@@ -278,6 +280,6 @@ def test_gang_replicas_rendezvous_at_rank_zeros_address_and_port(local: LocalHar
     payload = {"command": ["python3", "-c", RENDEZVOUS]}
     backend.dispatch(request(backend, "run-rdv", payload, replicas=2))
     status = local.wait_terminal(backend, "run-rdv")
-    assert status.state is RunState.SUCCEEDED, status.message
+    assert status.state is BackendRunState.SUCCEEDED, status.message
     assert read_replica(backend, "run-rdv", "main", 0).split("\n")[:2] == ["0 2 2 0", "joined 1"]
     assert read_replica(backend, "run-rdv", "main", 1) == "1 2 2 1\n"

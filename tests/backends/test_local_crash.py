@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends import RunState, StatusRequest
+from flotilla.backends import BackendRunState, StatusRequest
 from flotilla.backends.local import LocalBackend
 
 from .support import WAIT_LIMIT, LocalHarness, read_all, request
@@ -31,14 +31,14 @@ def test_a_repeated_dispatch_of_a_run_that_ended_reports_its_outcome_at_the_next
     then hear how it ended, or the job stays ``pending`` forever."""
     first = local.make()
     first.dispatch(request(first, "run-1", local.quick()))
-    assert local.wait_terminal(first, "run-1").state is RunState.SUCCEEDED
+    assert local.wait_terminal(first, "run-1").state is BackendRunState.SUCCEEDED
     local.close_leaving_runs(first)
 
     second = local.make()
     assert second.poll() == []  # an old finished run is not news by itself
     second.dispatch(request(second, "run-1", local.quick()))
     reported = [(status.run_id, status.state) for status in second.poll()]
-    assert reported == [("run-1", RunState.SUCCEEDED)]
+    assert reported == [("run-1", BackendRunState.SUCCEEDED)]
 
 
 def test_a_run_that_succeeded_while_unwatched_is_not_failed_for_its_max_runtime(
@@ -54,7 +54,7 @@ def test_a_run_that_succeeded_while_unwatched_is_not_failed_for_its_max_runtime(
 
     second = local.make()
     status = local.wait_terminal(second, "run-1")
-    assert (status.state, status.exit_code, status.message) == (RunState.SUCCEEDED, 0, "")
+    assert (status.state, status.exit_code, status.message) == (BackendRunState.SUCCEEDED, 0, "")
 
 
 def test_a_relative_state_dir_still_runs_commands_in_their_working_dir(
@@ -68,6 +68,6 @@ def test_a_relative_state_dir_still_runs_commands_in_their_working_dir(
     assert isinstance(backend, LocalBackend)
     backend.dispatch(request(backend, "run-1", {"command": ["pwd"], "working_dir": "data"}))
     status = local.wait_terminal(backend, "run-1")
-    assert status.state is RunState.SUCCEEDED, status.message
+    assert status.state is BackendRunState.SUCCEEDED, status.message
     assert read_all(backend, "run-1").strip() == str((local.scratch / "data").resolve())
     assert backend.status(StatusRequest("run-1")).exit_code == 0

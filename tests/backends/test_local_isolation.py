@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends import RunState
+from flotilla.backends import BackendRunState
 from flotilla.backends.local import LocalBackend
 
 from .support import LocalHarness, read_all, request
@@ -23,7 +23,7 @@ def test_a_job_sees_only_its_own_variables_and_flotillas_never_the_servers(
     backend = local.make()
     payload = {"command": ["env"], "env": {"MINE": "declared"}}
     backend.dispatch(request(backend, "run-1", payload, env={"FLOTILLA_QUEUE": "q"}))
-    assert local.wait_terminal(backend, "run-1").state is RunState.SUCCEEDED
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
     seen = dict(
         line.split("=", 1) for line in read_all(backend, "run-1").splitlines() if "=" in line
     )
@@ -51,7 +51,7 @@ def test_without_a_working_dir_each_run_gets_a_scratch_dir_removed_when_it_ends(
     monkeypatch.chdir(local.scratch)  # the server's folder
     backend = local.make(working_dir=None)
     backend.dispatch(request(backend, "run-1", {"command": "pwd; touch made-here"}))
-    assert local.wait_terminal(backend, "run-1").state is RunState.SUCCEEDED
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
     where = Path(read_all(backend, "run-1").strip())
     assert where != local.scratch.resolve() and local.state_dir not in where.parents
     assert not (local.scratch / "made-here").exists()
@@ -68,7 +68,7 @@ def test_run_as_runs_the_command_as_that_user_who_cannot_touch_the_state(
     state = local.state_dir
     command = f"id -u; touch {state}/forged && echo wrote-state; ls {state} || echo denied"
     backend.dispatch(request(backend, "run-1", {"command": command}))
-    assert local.wait_terminal(backend, "run-1").state is RunState.SUCCEEDED
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
     lines = read_all(backend, "run-1").split()
     assert lines[0] == str(nobody.pw_uid)
     assert "wrote-state" not in lines and "denied" in lines

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from flotilla.backends import (
+    BackendRunState,
     BackendUnavailable,
     DispatchRejected,
     DispatchRequest,
     LogsRequest,
     ReplicaPlacement,
-    RunState,
     StatusRequest,
     load_backend,
 )
@@ -241,7 +241,7 @@ def test_gpus_and_custom_resources_are_granted_by_ray_on_the_chosen_node(
     )
     backend.dispatch(request)
     status = wait_terminal(backend, "gpu-run")
-    assert status.state is RunState.SUCCEEDED, status
+    assert status.state is BackendRunState.SUCCEEDED, status
     output = backend.logs(LogsRequest("gpu-run")).text
     assert f"node={node.name}" in output
     granted = output.split("gpus=")[1].split()[0]
@@ -281,12 +281,12 @@ def test_a_failed_replica_stops_the_rest_of_its_gang(ray_head: RayHead) -> None:
         )
     )
     status = wait_terminal(backend, "gang")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == 4
     assert "worker/0" in status.message
     assert [replica.state for replica in status.replicas] == [
-        RunState.FAILED,
-        RunState.CANCELLED,
+        BackendRunState.FAILED,
+        BackendRunState.CANCELLED,
     ]
 
 
@@ -315,7 +315,16 @@ def test_a_dispatch_interrupted_half_way_is_completed_not_repeated(ray_head: Ray
     fresh = RayBackend(cluster=backend.cluster, address=ray_head.address)
     result = fresh.dispatch(request)
     assert result.dispatched_at == marker().dispatched_at  # the first attempt's
-    assert wait_terminal(fresh, "half").state is RunState.SUCCEEDED
+    assert wait_terminal(fresh, "half").state is BackendRunState.SUCCEEDED
     for index in range(2):
         text = fresh.logs(LogsRequest("half", task="main", replica=index)).text
         assert text.count(f"replica-{index}") == 1
+
+
+def test_the_ray_tests_share_one_worker_and_so_one_head(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` (scripts/test) every test on the Ray head runs on one xdist
+    worker, so a test run starts one head, not one per worker (a head costs 20-60 s). xdist
+    groups by a suffix on the node id, which pytest 9's node ids no longer carry."""
+    if not getattr(request.config.option, "loadgroup", False):  # set on xdist's workers
+        pytest.skip("only meaningful under pytest -n N --dist loadgroup")
+    assert request.node.nodeid.endswith("@ray"), request.node.nodeid

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from flotilla.backends import (
+    BackendRunState,
     CancelRequest,
     DispatchRejected,
     LogsRequest,
     LogStream,
-    RunState,
     StatusRequest,
     UnknownRun,
     load_backend,
@@ -39,14 +39,14 @@ def test_a_run_ends_after_its_duration_on_the_injected_clock(sim: SimHarness) ->
     backend = sim.make(startup_delay=1.0)
     payload = {"sim": {"duration": 2.5, "exit_code": 0}}
     backend.dispatch(request(backend, "run-1", payload))
-    assert backend.status(StatusRequest("run-1")).state is RunState.PENDING
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.PENDING
     sim.clock.advance(1.0)
-    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
     sim.clock.advance(2.4)
-    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
     sim.clock.advance(0.1)
     status = backend.status(StatusRequest("run-1"))
-    assert status.state is RunState.SUCCEEDED
+    assert status.state is BackendRunState.SUCCEEDED
     assert status.finished_at == status.dispatched_at + 3.5
 
 
@@ -54,9 +54,9 @@ def test_a_run_without_a_sim_section_lasts_the_default_duration(sim: SimHarness)
     backend = sim.make(default_duration=5.0)
     backend.dispatch(request(backend, "run-1", None))
     sim.clock.advance(4.9)
-    assert backend.status(StatusRequest("run-1")).state is RunState.RUNNING
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
     sim.clock.advance(0.1)
-    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.SUCCEEDED
 
 
 def test_a_slow_exit_after_sigterm_is_killed_at_the_end_of_the_grace(sim: SimHarness) -> None:
@@ -65,12 +65,12 @@ def test_a_slow_exit_after_sigterm_is_killed_at_the_end_of_the_grace(sim: SimHar
     backend.dispatch(request(backend, "run-1", payload, max_runtime=10))
     sim.clock.advance(10.0)
     stopping = backend.status(StatusRequest("run-1"))
-    assert stopping.state is RunState.RUNNING
+    assert stopping.state is BackendRunState.RUNNING
     assert stopping.message == "stopping: exceeded max_runtime of 10s"
     assert backend.cancel(CancelRequest("run-1")).outcome.value == "already-stopping"
     sim.clock.advance(2.0)
     status = backend.status(StatusRequest("run-1"))
-    assert (status.state, status.exit_code) == (RunState.FAILED, -9)
+    assert (status.state, status.exit_code) == (BackendRunState.FAILED, -9)
 
 
 def test_cancelling_a_pending_run_cancels_it_at_once(sim: SimHarness) -> None:
@@ -79,7 +79,7 @@ def test_cancelling_a_pending_run_cancels_it_at_once(sim: SimHarness) -> None:
     backend.cancel(CancelRequest("run-1", reason="queue deleted"))
     status = backend.status(StatusRequest("run-1"))
     assert (status.state, status.started_at, status.message) == (
-        RunState.CANCELLED,
+        BackendRunState.CANCELLED,
         None,
         "queue deleted",
     )
@@ -110,7 +110,7 @@ def test_without_a_state_dir_runs_live_in_memory() -> None:
     backend = SimBackend(clock=clock)
     backend.dispatch(request(backend, "run-1", {"sim": {"duration": 1}}))
     clock.advance(1)
-    assert backend.status(StatusRequest("run-1")).state is RunState.SUCCEEDED
+    assert backend.status(StatusRequest("run-1")).state is BackendRunState.SUCCEEDED
 
 
 def test_load_backend_by_name(tmp_path: Path) -> None:
@@ -131,14 +131,14 @@ def test_only_the_most_recent_finished_runs_stay_in_memory_once_reported() -> No
     backend.poll()  # they started
     clock.advance(1)
     reported = {status.run_id: status.state for status in backend.poll()}
-    assert reported == {f"short-{index}": RunState.SUCCEEDED for index in range(5)}
+    assert reported == {f"short-{index}": BackendRunState.SUCCEEDED for index in range(5)}
     assert backend.poll() == []  # reported once
     for index in (3, 4):
-        assert backend.status(StatusRequest(f"short-{index}")).state is RunState.SUCCEEDED
+        assert backend.status(StatusRequest(f"short-{index}")).state is BackendRunState.SUCCEEDED
     for index in (0, 1, 2):
         with pytest.raises(UnknownRun):
             backend.status(StatusRequest(f"short-{index}"))
-    assert backend.status(StatusRequest("long")).state is RunState.RUNNING
+    assert backend.status(StatusRequest("long")).state is BackendRunState.RUNNING
     assert backend.inventory().active_runs == ("long",)
 
 
@@ -150,7 +150,7 @@ def test_a_finished_run_dropped_from_memory_is_read_back_from_the_state_dir(
     backend.dispatch(request(backend, "run-1", {"sim": {"duration": 1, "exit_code": 3}}))
     backend.poll()
     clock.advance(1)
-    assert [status.state for status in backend.poll()] == [RunState.FAILED]
+    assert [status.state for status in backend.poll()] == [BackendRunState.FAILED]
     status = backend.status(StatusRequest("run-1"))
-    assert status.state is RunState.FAILED and status.exit_code == 3
+    assert status.state is BackendRunState.FAILED and status.exit_code == 3
     assert backend.poll() == []  # reading it back is not news

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from flotilla.backends import (
+    BackendRunState,
     BackendUnavailable,
     CancelRequest,
     DispatchRejected,
@@ -17,7 +18,6 @@ from flotilla.backends import (
     LogsRequest,
     LogStream,
     ReplicaPlacement,
-    RunState,
     StatusRequest,
     UnknownRun,
     load_backend,
@@ -103,8 +103,8 @@ def test_gpu_replicas_see_their_devices_and_others_see_none(slurm: SlurmHarness)
     show = "echo devices=[$CUDA_VISIBLE_DEVICES] replica=$FLOTILLA_REPLICA"
     backend.dispatch(placed(backend, "gpus", show, replicas=2, gpus_each=1))
     backend.dispatch(placed(backend, "none", show))
-    assert slurm.wait_terminal(backend, "gpus").state is RunState.SUCCEEDED
-    assert slurm.wait_terminal(backend, "none").state is RunState.SUCCEEDED
+    assert slurm.wait_terminal(backend, "gpus").state is BackendRunState.SUCCEEDED
+    assert slurm.wait_terminal(backend, "none").state is BackendRunState.SUCCEEDED
     seen = {read_replica(backend, "gpus", "main", index).strip() for index in range(2)}
     assert seen == {"devices=[0] replica=0", "devices=[1] replica=1"} or seen == {
         "devices=[1] replica=0",
@@ -117,7 +117,7 @@ def test_cpus_and_memory_become_the_steps_allocation(slurm: SlurmHarness) -> Non
     backend = slurm.make()
     show = "echo cpus=$SLURM_CPUS_PER_TASK mem=$SLURM_MEM_PER_CPU"
     backend.dispatch(placed(backend, "sized", show, resources={"cpu": 2, "memory": 300 * MIB}))
-    assert slurm.wait_terminal(backend, "sized").state is RunState.SUCCEEDED
+    assert slurm.wait_terminal(backend, "sized").state is BackendRunState.SUCCEEDED
     assert read_all(backend, "sized").strip() == "cpus=2 mem=150"
 
 
@@ -140,7 +140,7 @@ def test_environment_is_flotillas_and_the_payloads_not_the_services(
     }
     (slurm.scratch / "sub").mkdir()
     backend.dispatch(DispatchRequest(**{**vars(request), "payload": payload}))
-    assert slurm.wait_terminal(backend, "env").state is RunState.SUCCEEDED
+    assert slurm.wait_terminal(backend, "env").state is BackendRunState.SUCCEEDED
     node = slurm.slurm.node
     assert read_all(backend, "env").split() == [
         "job-env",
@@ -159,11 +159,11 @@ def test_one_failing_replica_stops_the_gang_and_names_itself(slurm: SlurmHarness
     command = 'if [ "$FLOTILLA_REPLICA" = 1 ]; then echo bad >&2; exit 3; fi; sleep 60'
     backend.dispatch(placed(backend, "gang", command, replicas=2))
     status = slurm.wait_terminal(backend, "gang")
-    assert status.state is RunState.FAILED
+    assert status.state is BackendRunState.FAILED
     assert status.exit_code == 3
     assert status.message == "replica main/1 exited with code 3"
     assert [replica.exit_code for replica in status.replicas][1] == 3
-    assert status.replicas[1].state is RunState.FAILED
+    assert status.replicas[1].state is BackendRunState.FAILED
     assert "bad" in backend.logs(LogsRequest("gang", LogStream.STDERR, replica=1)).text
     slurm.assert_gone(status)
 
@@ -187,16 +187,16 @@ def test_finished_runs_are_read_from_the_completion_log_once_slurm_forgets_them(
         first = harness.make()
         first.dispatch(placed(first, "ok", "echo kept"))
         first.dispatch(placed(first, "bad", "exit 4"))
-        assert harness.wait_terminal(first, "ok").state is RunState.SUCCEEDED
+        assert harness.wait_terminal(first, "ok").state is BackendRunState.SUCCEEDED
         assert harness.wait_terminal(first, "bad").exit_code == 4
         first.close()
         cluster.restart_controller(forget_jobs=True)
 
         second = harness.make()
         ok = second.status(StatusRequest("ok"))
-        assert (ok.state, ok.exit_code, ok.job) == (RunState.SUCCEEDED, 0, "job-ok")
+        assert (ok.state, ok.exit_code, ok.job) == (BackendRunState.SUCCEEDED, 0, "job-ok")
         bad = second.status(StatusRequest("bad"))
-        assert (bad.state, bad.exit_code) == (RunState.FAILED, 4)
+        assert (bad.state, bad.exit_code) == (BackendRunState.FAILED, 4)
         assert "kept" in read_all(second, "ok")
         # Idempotent still: the run is known, nothing starts again.
         second.dispatch(placed(second, "ok", "echo kept"))
@@ -246,5 +246,5 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_cancels_grace(slurm: Slu
     slurm.wait_output(backend, "stubborn", "ready")
     assert backend.cancel(CancelRequest("stubborn", grace_period=1.0)).outcome.value == "stopping"
     status = slurm.wait_terminal(backend, "stubborn")
-    assert (status.state, status.message) == (RunState.CANCELLED, "cancelled")
+    assert (status.state, status.message) == (BackendRunState.CANCELLED, "cancelled")
     slurm.assert_gone(status)

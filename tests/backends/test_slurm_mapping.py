@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from flotilla.backends import DispatchRequest, ReplicaPlacement, RunState
+from flotilla.backends import BackendRunState, DispatchRequest, ReplicaPlacement
 from flotilla.backends.slurm.commands import SlurmNode, _job
 from flotilla.backends.slurm.marker import Marker, decode, exit_code_of
 from flotilla.backends.slurm.nodes import gpu_count, node_info
@@ -151,4 +151,4 @@ def test_squeue_json_of_both_formats_is_read() -> None:
     )
     assert (old.state, exit_code_of(old.exit_code)) == ("FAILED", 3)
     assert (new.state, exit_code_of(new.exit_code), new.start_time) == ("FAILED", 3, 10.0)
-    assert RunState.FAILED.terminal
+    assert BackendRunState.FAILED.terminal

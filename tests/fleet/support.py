@@ -14,6 +14,7 @@ from typing import Any
 
 from flotilla.backends import (
     Backend,
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
@@ -23,7 +24,6 @@ from flotilla.backends import (
     Inventory,
     LogChunk,
     LogsRequest,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -176,7 +176,7 @@ class FakeEngine:
     def finish(self, run_id: str, exit_code: int = 0) -> None:
         with self.lock:
             status = self.runs[run_id]
-            state = RunState.SUCCEEDED if exit_code == 0 else RunState.FAILED
+            state = BackendRunState.SUCCEEDED if exit_code == 0 else BackendRunState.FAILED
             self.runs[run_id] = RunStatus(
                 run_id,
                 status.job,
@@ -198,14 +198,14 @@ class FakeRemoteBackend:
     def __init__(self, engine: FakeEngine, cluster: str) -> None:
         self.engine = engine
         self.cluster = cluster
-        self._seen: dict[str, RunState] = {}
+        self._seen: dict[str, BackendRunState] = {}
 
     def inventory(self) -> Inventory:
         self.engine.check()
         active = tuple(
             run_id
             for run_id, status in self.engine.runs.items()
-            if status.state in (RunState.PENDING, RunState.RUNNING)
+            if status.state in (BackendRunState.PENDING, BackendRunState.RUNNING)
         )
         return Inventory(self.cluster, self.engine.nodes, time.time(), active)
 
@@ -218,7 +218,7 @@ class FakeRemoteBackend:
                     request.run_id,
                     request.job,
                     self.cluster,
-                    RunState.RUNNING,
+                    BackendRunState.RUNNING,
                     now,
                     started_at=now,
                 )
@@ -236,13 +236,13 @@ class FakeRemoteBackend:
             status = self.engine.runs.get(request.run_id)
             if status is None:
                 return CancelResult(request.run_id, CancelOutcome.UNKNOWN_RUN, "unknown run")
-            if status.state not in (RunState.PENDING, RunState.RUNNING):
+            if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
                 return CancelResult(request.run_id, CancelOutcome.ALREADY_FINISHED, "finished")
             self.engine.runs[request.run_id] = RunStatus(
                 status.run_id,
                 status.job,
                 status.cluster,
-                RunState.CANCELLED,
+                BackendRunState.CANCELLED,
                 status.dispatched_at,
                 started_at=status.started_at,
                 finished_at=time.time(),

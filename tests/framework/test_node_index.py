@@ -39,7 +39,7 @@ from flotilla.plugins.fragmentation import Mix, MixType
 SPACE = ResourceSpace(["cpu", "memory", "gpu", "gpu_memory"])
 CYCLE = CycleState(
     time=0,
-    # The mix gpu-packing's fragmentation score expects (fixed for a run, as in the engine).
+    # The mix gpu-packing's fragmentation score expects (fixed for a round, as in the engine).
     data={
         "gpu-fragmentation": Mix(
             (MixType(250, 1.0, 4.0, 3), MixType(1000, 2.0, 4.0, 5), MixType(4000, 3.0, 4.0, 1))

@@ -30,7 +30,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flotilla.model import JobState, scenario_from_data
+from flotilla.model import ScenarioJobState, scenario_from_data
 from flotilla.model.quantity import parse_quantity
 from flotilla.sim.report import build_report
 from flotilla.sim.simulator import Simulator
@@ -356,7 +356,7 @@ class CheckedSimulator(Simulator):
 
 
 def running(sim: Simulator) -> Iterator[Any]:
-    return (job for job in sim.jobs if job.state is JobState.RUNNING)
+    return (job for job in sim.jobs if job.state is ScenarioJobState.RUNNING)
 
 
 def quota_usage(
@@ -406,7 +406,7 @@ def check_gangs(sim: Simulator, now: float) -> None:
         gang = job.spec.gang
         if gang is not None and gang.name:
             members[gang.name].append(job)
-        if job.state is not JobState.RUNNING:
+        if job.state is not ScenarioJobState.RUNNING:
             continue
         assert job.assignment is not None
         placed = len(job.assignment.placements)
@@ -425,7 +425,7 @@ def check_gangs(sim: Simulator, now: float) -> None:
             placed = sum(
                 len(job.assignment.placements)
                 for job in jobs_of_gang
-                if job.state is JobState.RUNNING and job.assignment is not None
+                if job.state is ScenarioJobState.RUNNING and job.assignment is not None
             )
             if placed and name not in started_gangs:
                 started_gangs.add(name)
@@ -435,7 +435,7 @@ def check_gangs(sim: Simulator, now: float) -> None:
                         f"< min_member {spec.min_member}"
                     )
             continue
-        started = [job for job in jobs_of_gang if job.state is JobState.RUNNING]
+        started = [job for job in jobs_of_gang if job.state is ScenarioJobState.RUNNING]
         if not started:
             continue
         unsubmitted = [job.name for job in jobs_of_gang if job.state is None]

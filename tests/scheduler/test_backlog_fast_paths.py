@@ -1,8 +1,9 @@
 """The backlog fast paths decide exactly as the slow paths they replace.
 
 * a snapshot carrying the backlog grouped and ordered per queue (``SchedulingSnapshot.backlog``,
-  kept by the simulator's ``Backlog``) gives the same result as one the run groups and sorts;
-* the chunked run-skip (``_run_end``) ends runs where the per-job loop it replaced did;
+  kept by the simulator's ``Backlog``) gives the same result as one the round groups and sorts;
+* the chunked skip of alike jobs (``_slice_end``) ends slices where the per-job loop it replaced
+  did;
 * ``PendingReasons`` is the dictionary that setting each reason in turn would build.
 """
 
@@ -17,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.snapshot import JobRun, PendingReasons
+from flotilla.framework.snapshot import BacklogSlice, PendingReasons
 from flotilla.model import scenario_from_data
 from flotilla.model.job import GangSpec
 from flotilla.plugins.priority_sort import PrioritySort
-from flotilla.scheduler.ordering import _run_end, sort_queues
+from flotilla.scheduler.ordering import _slice_end, sort_queues
 from flotilla.scheduler.types import CycleResult, SchedulingSnapshot
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.simulator import Simulator
@@ -32,7 +33,7 @@ GANG = GangSpec(name="g")
 
 
 def make_job(index: int, queue: str, priority: int, key: int, gang: bool, submit: float) -> Any:
-    # An equal key that is a different object: identity alone must not decide a run.
+    # An equal key that is a different object: identity alone must not decide a slice.
     placement_key = KEYS[key] if index % 3 else tuple(KEYS[key])
     return SchedulingJob(
         name=f"j{index}",
@@ -64,13 +65,13 @@ def job_lists(draw: st.DrawFn) -> list[SchedulingJob]:
     ]
 
 
-def run_end_reference(
+def slice_end_reference(
     jobs: Sequence[SchedulingJob],
     start: int,
     model: SchedulingJob,
     same: Callable[[SchedulingJob], bool] | None,
 ) -> int:
-    """The per-job loop ``_run_end`` replaced."""
+    """The per-job loop ``_slice_end`` replaced."""
     key, priority, queue = model.placement_key, model.priority, model.queue
     end = start
     while end < len(jobs):
@@ -89,7 +90,7 @@ def run_end_reference(
 
 @settings(max_examples=300, deadline=None)
 @given(job_lists(), st.data())
-def test_chunked_run_skip_ends_where_the_per_job_loop_did(
+def test_chunked_slice_skip_ends_where_the_per_job_loop_did(
     jobs: list[SchedulingJob], data: st.DataObject
 ) -> None:
     models = [job for job in jobs if job.gang is None]
@@ -99,7 +100,7 @@ def test_chunked_run_skip_ends_where_the_per_job_loop_did(
     start = data.draw(st.integers(0, len(jobs)))
     refused = data.draw(st.sets(st.sampled_from([job.name for job in jobs])))
     for same in (None, lambda job: job.name not in refused):
-        assert _run_end(jobs, start, model, same) == run_end_reference(jobs, start, model, same)
+        assert _slice_end(jobs, start, model, same) == slice_end_reference(jobs, start, model, same)
 
 
 @settings(max_examples=300, deadline=None)
@@ -114,7 +115,7 @@ def test_pending_reasons_equal_the_dictionary_built_one_reason_at_a_time(
         if data.draw(st.booleans()) and jobs:
             start = data.draw(st.integers(0, len(jobs)))
             end = data.draw(st.integers(start, len(jobs)))
-            reasons.set_run(JobRun(tuple(jobs), start, end), reason)
+            reasons.set_slice(BacklogSlice(tuple(jobs), start, end), reason)
             expected.update((job.name, reason) for job in jobs[start:end])
         else:
             name = data.draw(st.sampled_from(["x", "y", *(job.name for job in jobs[:3])]))
@@ -167,7 +168,7 @@ def comparable(result: CycleResult) -> tuple[object, ...]:
 
 
 class ComparingSimulator(Simulator):
-    """Runs every cycle both ways: with the per-queue backlog and with the run sorting."""
+    """Runs every cycle both ways: with the per-queue backlog and with the round sorting."""
 
     def _snapshot(self, now: float) -> SchedulingSnapshot:
         snapshot = super()._snapshot(now)

@@ -1,4 +1,4 @@
-"""Work someone waits for goes before a scheduling run: the run pauses between jobs while it
+"""Work someone waits for goes before a scheduling round: the round pauses between jobs while it
 is under way, never for long, and decides exactly as it would have without pausing."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ScriptedClock:
         return self.times.pop(0)
 
 
-def test_a_run_waits_at_its_checkpoint_until_the_urgent_work_is_done() -> None:
+def test_a_round_waits_at_its_checkpoint_until_the_urgent_work_is_done() -> None:
     precedence = Precedence(max_pause=600.0)
     passed = threading.Event()
 
@@ -43,7 +43,7 @@ def test_a_run_waits_at_its_checkpoint_until_the_urgent_work_is_done() -> None:
     assert passed.is_set()
 
 
-def test_after_a_pause_the_run_computes_at_least_as_long_before_it_pauses_again() -> None:
+def test_after_a_pause_the_round_computes_at_least_as_long_before_it_pauses_again() -> None:
     # Readings: a pause from 0 to 10 ms; a checkpoint at 15 ms; one at 20 ms, pausing to 30.
     clock = ScriptedClock(0.0, 0.010, 0.015, 0.020, 0.030)
     precedence = Precedence(max_pause=0.0, clock=clock)
@@ -75,11 +75,11 @@ def _decisions(result: Any) -> list[tuple[str, str]]:
     return [(s.job.name, repr(s.assignment.placements)) for s in result.scheduled]
 
 
-def test_a_run_that_yields_decides_exactly_as_one_that_does_not() -> None:
+def test_a_round_that_yields_decides_exactly_as_one_that_does_not() -> None:
     config = SchedulingConfig(assignment_strategy="resource-aware")
     plain = SchedulingAlgorithm(config).schedule(_snapshot())
     precedence = Precedence(max_pause=0.001)
-    with precedence.urgent():  # urgent the whole time: the run pauses at every job it can
+    with precedence.urgent():  # urgent the whole time: the round pauses at every job it can
         yielding = SchedulingAlgorithm(config).schedule(_snapshot(), precedence=precedence)
     assert _decisions(yielding) == _decisions(plain)
     assert len(_decisions(plain)) > 0

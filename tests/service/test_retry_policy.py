@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from flotilla.backends.interface import RunState as BackendRunState
-from flotilla.backends.interface import RunStatus
+from flotilla.backends.interface import BackendRunState, RunStatus
 from flotilla.model import JobSpec, RetryCause
 from flotilla.service.retry import Failure, after_failure, cause_of
 from flotilla.store import JobRecord, JobState, RunRecord, RunState

@@ -22,7 +22,7 @@ from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
+from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState, SqlStore
 from tests.live_service import process_gone, read_pids
 
 
@@ -176,12 +176,12 @@ def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
 
 
 @pytest.mark.parametrize("algorithm_process", [False, True], ids=["thread", "process"])
-def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
+def test_async_mode_applies_a_cancel_while_a_slow_round_is_in_flight(
     tmp_path: Path, algorithm_process: bool
 ) -> None:
     service = Service(tmp_path, Mode.ASYNC, algorithm_process)
     try:
-        release = tmp_path / "release"  # a file: the run may be in a child process
+        release = tmp_path / "release"  # a file: the round may be in a child process
         original = service.loop.algorithm.schedule
 
         def slow(
@@ -196,12 +196,12 @@ def test_async_mode_applies_a_cancel_while_a_slow_run_is_in_flight(
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
         waiting = service.submit("waiting", "true")
-        service.loop.cycle()  # triggers a run that blocks until released
+        service.loop.cycle()  # triggers a round that blocks until released
         assert service.loop.runner is not None
         assert service.loop.runner.state in (RunnerState.RUN_REQUESTED, RunnerState.RUNNING)
         service.store.cancel(waiting, "changed my mind")
         service.loop.cycle()
-        assert service.state(waiting) is JobState.CANCELLED  # while the run is still in flight
+        assert service.state(waiting) is JobState.CANCELLED  # while the round is still in flight
         release.touch()
         service.cycle_until(lambda: service.loop.runner.state is RunnerState.IDLE)  # type: ignore[union-attr]
         assert service.state(waiting) is JobState.CANCELLED  # its stale decision was dropped
@@ -234,15 +234,15 @@ def test_a_cancel_while_a_cycle_commits_leaves_the_other_jobs_of_the_batch_sched
 ) -> None:
     """Issue 12, defect 5: the user cancels one job between the snapshot and the commit."""
     jobs = [service.submit(f"job-{index}", "true") for index in range(3)]
-    record_runs = service.store.record_runs
+    commit_cycle = service.store.commit_cycle
     cancelled: list[str] = []
 
-    def cancel_first_then_record(requests: Any, **kwargs: Any) -> Any:
-        if not cancelled:
+    def cancel_first_then_commit(write: CycleWrite, **kwargs: Any) -> Any:
+        if write.runs and not cancelled:
             cancelled.append(service.store.cancel(jobs[0], "changed my mind").id)
-        return record_runs(requests, **kwargs)
+        return commit_cycle(write, **kwargs)
 
-    monkeypatch.setattr(service.store, "record_runs", cancel_first_then_record)
+    monkeypatch.setattr(service.store, "commit_cycle", cancel_first_then_commit)
     service.loop.cycle()
     assert cancelled == [jobs[0]]
     assert service.state(jobs[0]) is JobState.CANCELLED

@@ -255,7 +255,7 @@ def test_async_drops_a_decision_about_a_job_cancelled_meanwhile() -> None:
     report = simulate_report(data)
     assert report.state("gone") == "cancelled"
     assert report.events("gone", "scheduled") == []
-    # "after" did not fit the t=0 snapshot; the run at t=1 sees the cpu free.
+    # "after" did not fit the t=0 snapshot; the round at t=1 sees the cpu free.
     assert report.job("after")["started_at"] == 2
 
 

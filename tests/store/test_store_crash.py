@@ -11,7 +11,8 @@ from collections import Counter
 
 from sqlalchemy import text
 
-from flotilla.model import QueueSpec
+from flotilla.faults import ENVIRONMENT
+from flotilla.model import JobSpec, QueueSpec, TaskSpec
 from flotilla.store import ACTIVE_JOB_STATES, JobState, RunRequest, SqlStore
 
 BATCH = 100
@@ -134,4 +135,55 @@ def test_a_writer_killed_mid_flight_loses_nothing_and_runs_nothing_twice(
     store.record_runs([RunRequest(job_id, "c2") for job_id in queued])
     assert_histories_agree(store)
     assert all(record.run is not None for record in store.list_jobs(limit=100_000).jobs)
+    store.close()
+
+
+CYCLE_WRITER = """
+import sys
+from flotilla.store import CycleWrite, JobState, RunRequest, SqlStore, Transition, make_engine
+
+url, dispatched, queued = sys.argv[1:4]
+store = SqlStore(make_engine(url))
+write = CycleWrite(
+    transitions=[Transition(dispatched, JobState.PENDING, "dispatched")],
+    runs=[RunRequest(queued, "c1")],
+)
+store.commit_cycle(write, since=0)
+"""
+
+
+def test_a_cycle_write_killed_between_its_transitions_and_its_leases_leaves_nothing(
+    database_url: str,
+) -> None:
+    """``commit_cycle`` is one transaction: a kill after its transitions were applied, before
+    its leases (the ``mid-cycle-write`` point), leaves neither."""
+    prepared(database_url)
+    store = SqlStore.open(database_url)
+    dispatched, queued = store.submit_jobs(
+        [
+            JobSpec(name=name, queue="team-a", tasks=[TaskSpec(name="t", resources={})])
+            for name in "ab"
+        ]
+    )
+    store.record_run(dispatched, "c1", {})
+
+    def state() -> list[object]:
+        jobs = [store.get_job(dispatched), store.get_job(queued)]
+        return [store.latest_serial(), *jobs, *(store.events(job.id) for job in jobs)]
+
+    before = state()
+    writer = subprocess.run(
+        [sys.executable, "-c", CYCLE_WRITER, database_url, dispatched, queued],
+        env={**os.environ, ENVIRONMENT: "mid-cycle-write"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert writer.returncode == -signal.SIGKILL, writer.stderr
+    assert "flotilla fault: killed at mid-cycle-write" in writer.stderr
+    store.close()
+    store = SqlStore.open(database_url)
+    assert_not_corrupt(store)
+    assert state() == before and store.runs(queued) == []
+    assert_histories_agree(store)
     store.close()

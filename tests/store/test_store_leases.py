@@ -12,6 +12,7 @@ import pytest
 from store_support import FakeClock, job
 
 from flotilla.store import (
+    CycleWrite,
     JobState,
     Lease,
     LeaseLostError,
@@ -110,6 +111,9 @@ FENCED_WRITES: dict[str, FencedWrite] = {
     ),
     "transition_many": lambda store, job_id, fence: store.transition_many(
         [Transition(job_id, JobState.CANCELLED, "x")], fence=fence
+    ),
+    "commit_cycle": lambda store, job_id, fence: store.commit_cycle(
+        CycleWrite(runs=[RunRequest(job_id, "c1")]), since=0, fence=fence
     ),
 }
 

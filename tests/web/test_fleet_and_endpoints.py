@@ -54,9 +54,9 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
             JobSpec.model_validate({"name": "eval", "queue": "team-b", "tasks": [task]}),
         ]
     )
-    placements = [
-        {"task": "main", "replica": 0, "node": "g-0", "gpus": [0], "shares": []},
-        {"task": "main", "replica": 1, "node": "g-1", "gpus": [2], "shares": []},
+    placements = [  # as the scheduler stores them: a whole device is in gpus and in shares
+        {"task": "main", "replica": 0, "node": "g-0", "gpus": [0], "shares": [[0, 1.0]]},
+        {"task": "main", "replica": 1, "node": "g-1", "gpus": [2], "shares": [[2, 1.0]]},
     ]
     store.record_runs([RunRequest(running, "c1", {"cluster": "c1", "placements": placements})])
     yield store

@@ -11,11 +11,11 @@ from typing import Any
 
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
+    BackendRunState,
     DispatchRejected,
     DispatchRequest,
     DispatchResult,
     ReplicaPlacement,
-    RunState,
 )
 from flotilla.files import write_text_safely
 from flotilla.framework.nodes import NodeInfo
@@ -192,15 +192,15 @@ class ChangeLog:
     """Remembers which runs changed state since the last ``poll`` (each run once, in order)."""
 
     def __init__(self) -> None:
-        self._last: dict[str, RunState] = {}
+        self._last: dict[str, BackendRunState] = {}
         self._changed: dict[str, None] = {}
 
-    def observe(self, run_id: str, state: RunState) -> None:
+    def observe(self, run_id: str, state: BackendRunState) -> None:
         if self._last.get(run_id) is not state:
             self._last[run_id] = state
             self._changed[run_id] = None
 
-    def remember(self, run_id: str, state: RunState) -> None:
+    def remember(self, run_id: str, state: BackendRunState) -> None:
         """Take ``state`` as already reported (a run loaded at start that is not news)."""
         self._last[run_id] = state
 

@@ -63,8 +63,9 @@ class UnknownRun(BackendError, LookupError):
         super().__init__(f"no run {run_id!r} on this backend")
 
 
-class RunState(StrEnum):
-    """The state of one run as its backend sees it.
+class BackendRunState(StrEnum):
+    """The state of one run as its backend sees it (the store keeps its own, durable
+    ``flotilla.store.RunState``, which the service moves from these reports).
 
     ``lost``: the backend can no longer tell what happened (the process vanished while nobody
     watched, the node disappeared). The scheduler decides whether to requeue.
@@ -79,7 +80,7 @@ class RunState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (RunState.PENDING, RunState.RUNNING)
+        return self not in (BackendRunState.PENDING, BackendRunState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ class ReplicaStatus:
     task: str
     replica: int
     node: str
-    state: RunState
+    state: BackendRunState
     exit_code: int | None = None
     process_id: int | None = None
 
@@ -251,7 +252,7 @@ class RunStatus:
     run_id: str
     job: str
     cluster: str
-    state: RunState
+    state: BackendRunState
     dispatched_at: float
     started_at: float | None = None
     finished_at: float | None = None

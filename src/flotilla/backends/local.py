@@ -50,6 +50,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendRunState,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -59,7 +60,6 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaPlacement,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -233,7 +233,7 @@ class LocalBackend:
             # Every pid is on disk: only now may the commands run (a crash before this line
             # leaves supervisors waiting, and the next backend abandons them).
             claim_gate(str(run.gate_file()), "go")
-            run.state, run.started_at = RunState.RUNNING, self.clock()
+            run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
             save_run(run)
@@ -383,12 +383,12 @@ class LocalBackend:
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or
-        ended is on the cancel's path, and an fsync there cost 2–27 ms. A kill -9 of this
-        process keeps the page cache, so a restarted backend reads the new record either way.
-        Only a power loss can lose it, and then it loses the processes with it; the outcome
-        itself stays durable in the supervisor's fsynced exit file, which a restart reads.
-        Starting a run (pid and gate) keeps its synchronous fsyncs: that is what prevents a
-        double run."""
+        ended is on the cancel's path, where an fsync costs milliseconds
+        (``docs/performance.md``). A kill -9 of this process keeps the page cache, so a
+        restarted backend reads the new record either way. Only a power loss can lose it, and
+        then it loses the processes with it; the outcome itself stays durable in the
+        supervisor's fsynced exit file, which a restart reads. Starting a run (pid and gate)
+        keeps its synchronous fsyncs: that is what prevents a double run."""
         save_run(run, durable=False)
         self._unsynced.add(record_path(run))
 
@@ -486,8 +486,8 @@ class LocalBackend:
     @staticmethod
     def _outcome_written(run: Run, replica: Replica, process: subprocess.Popen[bytes]) -> bool:
         """True when the supervisor, still alive, has already written the command's outcome:
-        it then only has its own exit left, and an interpreter's teardown took 10–60 ms on a
-        loaded machine — most of a cancel's effect. The exit file appears by rename after an
+        it then only has its own exit left, and on a loaded machine an interpreter's teardown is
+        most of a cancel's delay (``docs/performance.md``). The exit file appears by rename after an
         fsync, so it is complete; end the group now (the supervisor and any stragglers of the
         command, as after a normal exit) and reap the supervisor."""
         if not run.exit_file(replica).exists():

@@ -18,10 +18,10 @@ from flotilla.backends.common import (
     write_json_atomic,
 )
 from flotilla.backends.interface import (
+    BackendRunState,
     DispatchResult,
     ReplicaPlacement,
     ReplicaStatus,
-    RunState,
     RunStatus,
 )
 from flotilla.backends.processes import describe_exit
@@ -78,14 +78,14 @@ class Replica:
             return "vanished while no backend was watching; its outcome is unknown"
         return describe_exit(self.exit_code)
 
-    def state(self, run_state: RunState) -> RunState:
+    def state(self, run_state: BackendRunState) -> BackendRunState:
         if not self.finished:
-            return RunState.RUNNING
+            return BackendRunState.RUNNING
         if self.vanished:
-            return RunState.LOST
-        if run_state is RunState.CANCELLED:
-            return RunState.CANCELLED
-        return RunState.SUCCEEDED if self.succeeded else RunState.FAILED
+            return BackendRunState.LOST
+        if run_state is BackendRunState.CANCELLED:
+            return BackendRunState.CANCELLED
+        return BackendRunState.SUCCEEDED if self.succeeded else BackendRunState.FAILED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,7 +117,7 @@ class Run:
     directory: Path
     max_runtime: float | None
     replicas: list[Replica]
-    state: RunState = RunState.PENDING
+    state: BackendRunState = BackendRunState.PENDING
     started_at: float | None = None
     finished_at: float | None = None
     exit_code: int | None = None
@@ -149,21 +149,21 @@ class Run:
         stop = self.stop
         failed = next((r for r in self.replicas if r.finished and not r.succeeded), None)
         if stop is not None and stop.kind == "cancel":
-            self.state, self.exit_code, self.message = RunState.CANCELLED, None, stop.message
+            self.state, self.exit_code, self.message = BackendRunState.CANCELLED, None, stop.message
         elif any(replica.vanished for replica in self.replicas):
             lost = next(replica for replica in self.replicas if replica.vanished)
-            self.state, self.exit_code = RunState.LOST, None
+            self.state, self.exit_code = BackendRunState.LOST, None
             self.message = f"replica {lost.placement.label} {lost.outcome()}"
         elif stop is not None:
-            self.state, self.message = RunState.FAILED, stop.message
+            self.state, self.message = BackendRunState.FAILED, stop.message
             self.exit_code = stop.exit_code if stop.exit_code is not None else None
             if self.exit_code is None and failed is not None:
                 self.exit_code = failed.exit_code
         elif failed is not None:
-            self.state, self.exit_code = RunState.FAILED, failed.exit_code
+            self.state, self.exit_code = BackendRunState.FAILED, failed.exit_code
             self.message = f"replica {failed.placement.label} {failed.outcome()}"
         else:
-            self.state, self.exit_code, self.message = RunState.SUCCEEDED, 0, ""
+            self.state, self.exit_code, self.message = BackendRunState.SUCCEEDED, 0, ""
 
     def status(self) -> RunStatus:
         message = self.message
@@ -231,7 +231,7 @@ class Run:
             directory=directory,
             max_runtime=data["max_runtime"],
             replicas=replicas,
-            state=RunState(data["state"]),
+            state=BackendRunState(data["state"]),
             started_at=data["started_at"],
             finished_at=data["finished_at"],
             exit_code=data["exit_code"],

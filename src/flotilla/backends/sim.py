@@ -36,6 +36,7 @@ from flotilla.backends.common import (
 )
 from flotilla.backends.interface import (
     BackendClosed,
+    BackendRunState,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -48,7 +49,6 @@ from flotilla.backends.interface import (
     LogStream,
     ReplicaPlacement,
     ReplicaStatus,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -132,24 +132,24 @@ class SimRun:
             candidates.append(SimStop("max-runtime", message, at, self.grace_period))
         return min(candidates, key=lambda stop: stop.at, default=None)
 
-    def outcome(self) -> tuple[float, RunState, int | None, str]:
+    def outcome(self) -> tuple[float, BackendRunState, int | None, str]:
         """When the run ends, in which state, with which exit code and message."""
         natural_end = self.started_at + self.behaviour.duration
         stop = self.termination()
         if stop is None or natural_end <= stop.at:
             code = self.behaviour.exit_code
             if code == 0:
-                return natural_end, RunState.SUCCEEDED, 0, ""
-            return natural_end, RunState.FAILED, code, f"exited with code {code}"
+                return natural_end, BackendRunState.SUCCEEDED, 0, ""
+            return natural_end, BackendRunState.FAILED, code, f"exited with code {code}"
         if stop.at < self.started_at:  # stopped while pending: nothing to signal
-            return stop.at, RunState.CANCELLED, None, stop.message
+            return stop.at, BackendRunState.CANCELLED, None, stop.message
         killed = self.behaviour.sigterm_delay > stop.grace_period
         delay = stop.grace_period if killed else self.behaviour.sigterm_delay
         end = min(natural_end, stop.at + delay)
         code = SIGKILL_CODE if killed else SIGTERM_CODE
         if stop.kind == "cancel":
-            return end, RunState.CANCELLED, None, stop.message
-        return end, RunState.FAILED, code, stop.message
+            return end, BackendRunState.CANCELLED, None, stop.message
+        return end, BackendRunState.FAILED, code, stop.message
 
     def status(self, now: float) -> RunStatus:
         end, final, code, message = self.outcome()
@@ -158,9 +158,9 @@ class SimRun:
             started = self.started_at if self.started_at <= end else None
             state, finished = final, end
         elif now < self.started_at:
-            state, started, finished, code, message = RunState.PENDING, None, None, None, ""
+            state, started, finished, code, message = BackendRunState.PENDING, None, None, None, ""
         else:
-            state, started, finished, code = RunState.RUNNING, self.started_at, None, None
+            state, started, finished, code = BackendRunState.RUNNING, self.started_at, None, None
             stop = self.termination()
             message = f"stopping: {stop.message}" if stop and stop.at <= now else ""
         return RunStatus(
@@ -191,9 +191,9 @@ class SimRun:
                 for second in range(1, int(min(now, end) - self.started_at) + 1)
             )
         if now >= end and now >= self.started_at:
-            if stream is LogStream.STDOUT and final is RunState.SUCCEEDED:
+            if stream is LogStream.STDOUT and final is BackendRunState.SUCCEEDED:
                 lines.append(f"[sim] {label} exited with code 0")
-            elif stream is LogStream.STDERR and final is not RunState.SUCCEEDED:
+            elif stream is LogStream.STDERR and final is not BackendRunState.SUCCEEDED:
                 ending = f"exited with code {code}" if code is not None else final.value
                 lines.append(f"[sim] {label} {ending}")
         return "".join(f"{line}\n" for line in lines).encode()

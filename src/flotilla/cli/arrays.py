@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
+from flotilla.api.schemas import ArrayDetail, Job, JobDetail
 from flotilla.cli.render import console, jobs_table
 from flotilla.sdk import Client, NotFound
-from flotilla.server.schemas import ArrayDetail, Job, JobDetail
 
 
 def job_or_array(client: Client, ref: str) -> JobDetail | ArrayDetail:

@@ -9,12 +9,13 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
+from flotilla.api.schemas import ArrayDetail, Event, JobDetail, Run
 from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
-from flotilla.server.schemas import ArrayDetail, Event, JobDetail, Run
+from flotilla.framework.assignment_record import AssignmentRecord
 
 
 def _facts(job: JobDetail) -> Table:
@@ -91,13 +92,12 @@ def _runs(runs: list[Run]) -> Table:
 def _placements(run: Run) -> Table:
     """Where each replica of the latest run went: node and GPU devices."""
     table = _titled("TASK", "REPLICA", "NODE", "GPUS", title=f"Placement (attempt {run.attempt})")
-    for placement in run.assignment.get("placements", []):
-        gpus = placement.get("gpus") or []
+    for placement in AssignmentRecord.unmarshal(run.assignment).placements:
         table.add_row(
-            str(placement.get("task", "-")),
-            str(placement.get("replica", 0)),
-            str(placement.get("node", "-")),
-            ",".join(str(gpu) for gpu in gpus) or "-",
+            placement.task or "-",
+            str(placement.replica),
+            placement.node or "-",
+            ",".join(str(gpu) for gpu in placement.gpus) or "-",
         )
     return table
 
@@ -130,7 +130,7 @@ def describe(
     if emit({"job": job, "events": events}, output):
         return
     parts: list[Any] = [_facts(job)]
-    if job.run is not None and job.run.assignment.get("placements"):
+    if job.run is not None and AssignmentRecord.unmarshal(job.run.assignment).placements:
         parts.append(_placements(job.run))
     if job.runs:
         parts.append(_runs(job.runs))

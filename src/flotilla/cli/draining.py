@@ -10,11 +10,12 @@ stops waiting.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import typer
 
-from flotilla.store import ACTIVE_JOB_STATES, Store
+if TYPE_CHECKING:  # the store loads SQLAlchemy: only ``flotilla up`` needs it, not the CLI
+    from flotilla.store import Store
 
 POLL_SECONDS = 0.5
 
@@ -29,6 +30,8 @@ class Drainable(Protocol):
 
 def active_jobs(store: Store) -> int:
     """Jobs leased, pending or running, in every queue."""
+    from flotilla.store import ACTIVE_JOB_STATES
+
     active = {state.value for state in ACTIVE_JOB_STATES}
     return sum(
         count

@@ -14,13 +14,14 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from flotilla.api.schemas import Job, JobList
+from flotilla.api.submission import parse_submission
 from flotilla.cli.arrays import cancel_ref, element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.jobfile import read_job_file
-from flotilla.server.schemas import Job, JobList
 
 JobArgument = Annotated[
     str,
@@ -47,6 +48,14 @@ def submit(
             "grow (by default the server refuses them).",
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check the file with the server's rules and send nothing (the fleet's queues, "
+            "priority classes and clusters are checked at submission).",
+        ),
+    ] = False,
     output: OutputOption = Output.TABLE,
     server: ServerOption = "http://127.0.0.1:8467",
 ) -> None:
@@ -55,6 +64,10 @@ def submit(
         body = read_job_file(file)  # a bad file: exit 2 before any request
     except InvalidSpec as invalid:
         fail(invalid.message, invalid.problems, code=2)
+    if dry_run:
+        count = sum(len(spec.job_names()) for spec in parse_submission(body)[0])
+        typer.echo(f"{file}: {count} job{'s' if count != 1 else ''} valid; nothing was submitted")
+        return
     if hold_if_unfit:
         for job in body.get("jobs", [body]):
             if isinstance(job, dict):

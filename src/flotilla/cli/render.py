@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from flotilla.api.schemas import Job
 from flotilla.model import format_quantity
-from flotilla.server.schemas import Job
 
 PIPED_WIDTH = 200
 

@@ -31,6 +31,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
+    from flotilla.collector import settle_collector
     from flotilla.model.errors import SpecError
     from flotilla.secrets import SecretBox
     from flotilla.server import (
@@ -64,6 +65,7 @@ def serve(
             allowed_hosts=allowed_hosts_for(host),
             secrets=SecretBox.from_file(),
         )
+        settle_collector()
         run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
     finally:
         store.close()

@@ -1,12 +1,15 @@
 """``flotilla up``: Flotilla on this machine in one command.
 
 The REST API, the scheduling loop and a local cluster (this machine: its cores, memory and
-GPUs) in one process, over an SQLite file by default. Jobs run as local processes.
+GPUs) in one process, over an SQLite file by default. Jobs run as local processes. With
+``--no-api`` the scheduler and its clusters alone, for API processes (``flotilla serve``) of
+their own over the same database.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -80,7 +83,7 @@ def up(
         bool,
         typer.Option(
             "--algorithm-process/--algorithm-thread",
-            help="Async mode: run each scheduling run in a forked child process instead of "
+            help="Async mode: run each scheduling round in a forked child process instead of "
             "on a thread (see docs/architecture.md for when it pays).",
         ),
     ] = False,
@@ -92,6 +95,15 @@ def up(
             "(docs/fleet.md). Without it: one local cluster of this machine.",
         ),
     ] = None,
+    api: Annotated[
+        bool,
+        typer.Option(
+            "--api/--no-api",
+            help="Serve the REST API in this process. --no-api: the scheduler and its clusters "
+            "alone, beside `flotilla serve` processes over the same database (it then finds "
+            "their submissions at its next cycle).",
+        ),
+    ] = True,
     drain: Annotated[
         bool,
         typer.Option(
@@ -108,6 +120,7 @@ def up(
     environment variable FLOTILLA_LOCAL_GPUS says (default 0). With ``--fleet FILE``, the
     clusters (each run by its backend), queues, quotas, priority classes and scheduling
     settings of a fleet file instead (see docs/fleet.md)."""
+    from flotilla.collector import settle_collector
     from flotilla.model.errors import SpecError
     from flotilla.secrets import SecretBox
     from flotilla.server import (
@@ -121,15 +134,17 @@ def up(
     from flotilla.service.loop import LoopSettings, SchedulingLoop, default_replica_id
     from flotilla.web import mount_dashboard
 
-    try:
-        settings, token = server_auth(auth, host)
-    except SpecError as error:
-        fail(f"{auth}: invalid token config", error.problems, code=2)
-    except InsecureBindError as error:
-        fail(str(error), code=2)
+    if api:
+        try:
+            settings, token = server_auth(auth, host)
+        except SpecError as error:
+            fail(f"{auth}: invalid token config", error.problems, code=2)
+        except InsecureBindError as error:
+            fail(str(error), code=2)
     traces = traces_or_fail()
-    listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
-    port = listener.getsockname()[1]
+    if api:
+        listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
+        port = listener.getsockname()[1]
     if run_as is None and os.geteuid() == 0:
         run_as = "nobody"  # never the server's root: a job is anyone who may submit
     _check_run_as(run_as)  # before any database is touched
@@ -155,6 +170,7 @@ def up(
         algorithm_process=algorithm_process,
     )
     loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
+    settle_collector()
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
     scheduler.start()
@@ -163,20 +179,27 @@ def up(
         lines[-1] += f"; {scheduling}"
     else:
         lines.append(scheduling)
+    serving = (
+        f"API http://{host}:{port} (dashboard /ui, OpenAPI /docs)"
+        if api
+        else "scheduler only, no API here (run `flotilla serve` over the same database)"
+    )
     typer.echo(
-        f"Flotilla is up: API http://{host}:{port} (dashboard /ui, OpenAPI /docs), "
-        f"database {shown_url(db)}\n"
+        f"Flotilla is up: {serving}, database {shown_url(db)}\n"
         + "".join(f"  {line}\n" for line in lines)
         + f"  local jobs run as {run_as or 'this user'}\n"
         + (f"  {traces}\n" if traces else "")
-        + f"  {submit_hint(host, port)}"
+        + (f"  {submit_hint(host, port)}" if api else "  stop with Ctrl-C or SIGTERM")
     )
     try:
-        app = create_app(
-            store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
-        )
         try:
-            run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
+            if api:
+                app = create_app(
+                    store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
+                )
+                run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
+            else:
+                _until_stopped(scheduler)
         finally:  # Ctrl-C, or SIGTERM (SystemExit): say what becomes of the running jobs
             shut_down(store, loop, drain)
     finally:
@@ -184,6 +207,19 @@ def up(
         scheduler.join(timeout=30)
         runtime.close()
         store.close()
+
+
+def _until_stopped(scheduler: threading.Thread) -> None:
+    """Wait, without an API to serve, for Ctrl-C or SIGTERM (or the scheduler's end)."""
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda _number, _frame: stopped.set())
+    try:
+        while scheduler.is_alive() and not stopped.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _read_fleet(path: Path, state_dir: Path) -> Fleet:

@@ -17,7 +17,7 @@ What lives here, like the indexes Armada's ``NodeDb`` owns and documents in one 
     (``framework.versions``) and placement key. Only for a row-local profile (below), where
     both depend on nothing else.
 best-node indexes (``framework.node_index.BestNodeIndex``)
-    Per node table (each run's own copy) and placement key, every node's total score, kept
+    Per node table (each round's own copy) and placement key, every node's total score, kept
     up to date from the table's change log, so a placement is an ``argmax``, not a scan.
     Held weakly: an index goes with its table.
 
@@ -50,9 +50,9 @@ class EngineCaches:
     every placement runs every filter over every node and explains every failure. Decisions
     and reasons are the same either way; only the time differs.
 
-    Thread safety: the service's loop and an async run may place with one engine at once;
+    Thread safety: the service's loop and an async round may place with one engine at once;
     the failure cache and the index registry are locked, and each index belongs to one
-    table copy, which one run uses."""
+    table copy, which one round uses."""
 
     __slots__ = ("_indexes", "_lock", "failures", "fast_paths", "framework", "row_local", "shapes")
 

@@ -1,12 +1,13 @@
 """Remembered placement failures: "no node fits" and the filters' explanation, per profile.
 
 Why: the simulator runs a scheduling cycle per event, and a job's arrival does not change any
-node table, so the same requests that did not fit were filtered and explained again on the
-same node state cycle after cycle (explaining was the largest part of ``place_job`` in the
-Philly replay). When every filter and score of a profile is row-local, whether a request fits
-and what the filters say about it depend only on the node table's content and the request's
-placement-relevant fields, i.e. on ``(NodeTable.version, node_index.placement_key)``: a
-verdict found once holds for every copy of the table until it changes.
+node table, so without it the same requests that did not fit are filtered and explained
+again on the same node state cycle after cycle; explaining is the costly part of a failed
+placement (``docs/performance.md``). When every filter and score of a profile is row-local,
+whether a request fits and what the filters say about it depend only on the node table's
+content and the request's placement-relevant fields, i.e. on ``(NodeTable.version,
+node_index.placement_key)``: a verdict found once holds for every copy of the table until it
+changes.
 
 The cache is bounded (least recently used entries dropped first) and lives in the
 ``EngineCaches`` of one profile (``framework.caches``), so it goes away with the scheduler
@@ -33,7 +34,7 @@ class FailureCache:
     filter had anything to say) for requests that no node of the table can take.
 
     A lock keeps the recency order consistent when the service's loop and an async
-    scheduling run place jobs with the same profile at once."""
+    scheduling round place jobs with the same profile at once."""
 
     __slots__ = ("_entries", "_lock", "capacity")
 

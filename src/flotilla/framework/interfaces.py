@@ -18,26 +18,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from flotilla.framework.assignment_record import AssignmentRecord, PlacementRecord
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask
 from flotilla.framework.resources import Vector
 
+if TYPE_CHECKING:
+    from flotilla.framework.quota_view import QuotaView
+
 
 @dataclass
 class CycleState:
-    """Scratch space of one scheduling cycle, shared by the plugins (Kubernetes' CycleState).
+    """Scratch space of one scheduling round, shared by the plugins (Kubernetes' CycleState).
 
-    Plugins may cache what they computed under their own name; it is dropped after the cycle.
+    Plugins may cache what they computed under their own name; it is dropped after the round.
     """
 
     time: float
     data: dict[str, Any] = field(default_factory=dict)
+    quota: QuotaView | None = None
+    """The round's quota usage, published by the quota plugin for the engine's
+    ``PreemptionContext`` (``framework/quota_view.py``); ``None`` without a quota tree."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,40 @@ class Assignment:
             total += placement.request
         total.flags.writeable = False
         return total
+
+    def to_json(self) -> dict[str, Any]:
+        """Its one JSON form (``framework/assignment_record.py``), as its run stores it."""
+        return AssignmentRecord(
+            self.cluster,
+            tuple(
+                PlacementRecord(
+                    p.task,
+                    p.replica,
+                    p.node,
+                    tuple(p.gpu_ids),
+                    p.gpus.shares if p.gpus else (),
+                    p.gpus.memory if p.gpus else 0.0,
+                )
+                for p in self.placements
+            ),
+        ).marshal()
+
+    @classmethod
+    def from_json(
+        cls, data: Mapping[str, Any], job: SchedulingJob, cluster: Cluster
+    ) -> Assignment | None:
+        """The stored assignment of ``job`` on ``cluster``'s current node table; ``None`` if
+        a node or a task of it is gone."""
+        requests = {task.name: task.request for task in job.tasks}
+        placements = []
+        for item in AssignmentRecord.unmarshal(data).placements:
+            row = cluster.nodes.row.get(item.node)
+            request = requests.get(item.task)
+            if row is None or request is None:
+                return None
+            gpus = GpuAllocation(item.shares, item.gpu_memory) if item.shares else None
+            placements.append(Placement(item.task, item.replica, item.node, row, request, gpus))
+        return cls(cluster=cluster.name, placements=tuple(placements))
 
 
 @dataclass(frozen=True)
@@ -283,7 +324,7 @@ class ReservePlugin(Protocol):
     ``unreserve`` must undo exactly what ``reserve`` did; it is called, in reverse order,
     when a later replica or plugin fails, and after every tentative placement (a strategy
     trying clusters). A committed placement is applied as it was reserved, without calling
-    ``reserve`` again: state that must live for the rest of the run (quota usage) belongs in
+    ``reserve`` again: state that must live for the rest of the round (quota usage) belongs in
     the running-set hooks (``RunningSetPlugin.add_running``), not here.
     """
 
@@ -341,7 +382,7 @@ class PreBindPlugin(Protocol):
 
 @dataclass(frozen=True)
 class CycleStartInput:
-    """The run's snapshot (a ``flotilla.framework.snapshot.SchedulingSnapshot``)."""
+    """The round's snapshot (a ``flotilla.framework.snapshot.SchedulingSnapshot``)."""
 
     snapshot: Any
     cycle: CycleState
@@ -349,7 +390,7 @@ class CycleStartInput:
 
 @runtime_checkable
 class CycleStartPlugin(Protocol):
-    """Builds the plugin's per-run state from the snapshot, kept in ``cycle.data``."""
+    """Builds the plugin's per-round state from the snapshot, kept in ``cycle.data``."""
 
     name: str
 
@@ -358,7 +399,7 @@ class CycleStartPlugin(Protocol):
 
 @dataclass(frozen=True)
 class RunningChange:
-    """A running job leaving (evicted) or re-entering (restored) the run's view."""
+    """A running job leaving (evicted) or re-entering (restored) the round's view."""
 
     job: SchedulingJob
     assignment: Assignment
@@ -369,7 +410,7 @@ class RunningChange:
 
 @runtime_checkable
 class RunningSetPlugin(Protocol):
-    """Keeps per-run state true while preemption tries "what if these jobs were gone".
+    """Keeps per-round state true while preemption tries "what if these jobs were gone".
 
     Kubernetes' PreFilterExtensions.AddPod/RemovePod: ``remove_running`` must exactly undo the
     job's contribution, ``add_running`` restore it.
@@ -386,15 +427,15 @@ class RunningSetPlugin(Protocol):
 
 
 class PreemptionContext(Protocol):
-    """What a PostFilter may ask of the run while looking for victims.
+    """What a PostFilter may ask of the round while looking for victims.
 
-    ``fits_without`` evicts the given jobs in the run's view, tries to schedule ``job`` with
-    the full profile and strategy, then restores everything: it never changes the run.
+    ``fits_without`` evicts the given jobs in the round's view, tries to schedule ``job`` with
+    the full profile and strategy, then restores everything: it never changes the round.
     """
 
     @property
     def running_jobs(self) -> Sequence[Any]:
-        """``RunningJob``s of the run's current view (the snapshot plus this run's starts)."""
+        """``RunningJob``s of the round's current view (the snapshot plus this round's starts)."""
         ...
 
     def fits_without(self, job: SchedulingJob, victims: Sequence[str]) -> bool: ...
@@ -458,11 +499,11 @@ class PostFilterPlugin(Protocol):
 
 @runtime_checkable
 class PostFilterPrecheck(PostFilterPlugin, Protocol):
-    """A PostFilter that can tell, once per queue and run, that it will not act.
+    """A PostFilter that can tell, once per queue and round, that it will not act.
 
     ``may_act(queue, context)`` returning False promises that ``post_filter`` returns an
     empty ``PostFilterResult()`` (no victims, no reason) for every job of that queue during
-    this run, so the engine skips calling it. A PostFilter without it is always called."""
+    this round, so the engine skips calling it. A PostFilter without it is always called."""
 
     def may_act(self, queue: str, context: PreemptionContext) -> bool: ...
 
@@ -472,9 +513,9 @@ class PostFilterPrecheck(PostFilterPlugin, Protocol):
 
 @dataclass(frozen=True)
 class WaitingInput:
-    """A job left waiting in this run's main pass: not admitted or not placed, and
+    """A job left waiting in this round's main pass: not admitted or not placed, and
     preemption (if any PostFilter was asked) did not make room. Not called for a soft
-    refusal (runtime quota), which is retried in the leftover pass of the same run."""
+    refusal (runtime quota), which is retried in the leftover pass of the same round."""
 
     job: SchedulingJob
     reason: str
@@ -483,8 +524,8 @@ class WaitingInput:
 
 @runtime_checkable
 class WaitingPlugin(Protocol):
-    """Told about each job the run leaves waiting, in decision order, so it can hold back
-    what the job will need for the rest of the run (the quota plugin reserves the queue's
+    """Told about each job the round leaves waiting, in decision order, so it can hold back
+    what the job will need for the rest of the round (the quota plugin reserves the queue's
     unused guarantee when its queue cannot reclaim it later, as Kueue does). Returns
     nothing; it must not change the node tables."""
 
@@ -511,6 +552,16 @@ class SelectionInput:
     clusters: Sequence[Cluster]
     """Ready clusters that satisfy the job's required cluster affinity, in declaration order."""
     place: Placer
+
+
+def no_cluster_reason(job: SchedulingJob) -> str:
+    """Why a job waits when no cluster is a candidate: the engine and every strategy say it
+    in these words."""
+    required = job.affinity.clusters.required
+    if required:
+        labels = ", ".join(f"{k}={v}" for k, v in required.items())
+        return f"no ready cluster matches required cluster affinity {labels}"
+    return "no ready cluster"
 
 
 @runtime_checkable

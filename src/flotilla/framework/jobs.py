@@ -239,10 +239,14 @@ GANG_TASK_SEPARATOR = "/"
 
 
 def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
-    """One job standing for a whole gang, so it is placed all at once on one cluster.
+    """One job standing for a named gang's queued members, so the gang is admitted and
+    placed all at once, on one cluster.
 
-    Its tasks are the members' tasks named ``job/task``; ``split_gang_assignment`` turns its
-    placements back into one assignment per member.
+    Its tasks are the members' tasks, named ``member/task`` (``GANG_TASK_SEPARATOR``), in
+    submission order. It has the highest priority of its members, is preemptible only if every
+    member is, and takes its queue, submission time, affinity and tolerations from the first
+    member. When it is placed, the engine splits its assignment back into one per member by
+    that prefix (``_Loop._commit`` in ``scheduler/algorithm.py``).
     """
     first = min(members, key=lambda job: job.sequence)
     tasks = tuple(

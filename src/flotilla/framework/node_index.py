@@ -1,7 +1,7 @@
 """An incremental best-node index: where the next replica of a shape goes, without a scan.
 
-Why: placing a replica used to run every filter over every node and every score over the
-candidates (about thirty numpy calls over thousands of rows), although between two placements
+Why: without it, placing a replica runs every filter over every node and every score over
+the candidates (some thirty numpy calls over thousands of rows), although between two placements
 only the one or two rows that were allocated or released change. When every filter and score
 of the profile is row-local (``RowLocalFilter``/``RowLocalScore`` in ``interfaces``), a
 node's total score for a placement key depends on its own row alone. So the index keeps,
@@ -13,7 +13,7 @@ Exactness: ``argmax`` keeps the first of equal maxima, i.e. the lowest row, whic
 full path's ``argmax`` over ascending candidates picks. Scores are summed in plugin order
 starting from zeros with element-wise arithmetic, so every total is the same float as the full
 path's. When the best total is not finite (no node passes, or a plugin returned NaN), the
-caller falls back to the full path, which also explains a failure exactly as before.
+caller falls back to the full path, which also explains the failure.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ REBUILD_FRACTION = 8
 re-asking about that many rows one change at a time costs more than a full scan."""
 
 MIN_NODES = 512
-"""Smaller tables are scanned: measured at 64-256 nodes the full scan is as fast or faster
-(its cost is mostly per call, not per node), and the break-even is near 400 nodes."""
+"""Smaller tables are scanned: a full scan costs mostly per numpy call, not per node, so on a
+small table it is as fast as the index (the break-even: ``docs/performance.md``)."""
 
 ROW_PATH_LIMIT = 24
 """Re-ask about at most this many changed rows one by one on Python floats (the plugins'

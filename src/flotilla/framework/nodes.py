@@ -2,7 +2,7 @@
 
 A ``NodeTable`` holds capacity and allocation per node and resource, plus each node's GPU
 devices (free share and free memory per device). It is the only mutable scheduling state:
-``allocate``/``release`` change it, ``copy`` makes the cheap snapshot a scheduling run works on.
+``allocate``/``release`` change it, ``copy`` makes the cheap snapshot a scheduling round works on.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class NodeTable:
         self._label_masks: dict[tuple[str, str], Mask] = {}
         self._toleration_masks: dict[tuple[object, ...], Mask] = {}
         """Filled by the taint-toleration plugin; created here so that every copy of the
-        table shares it (taints never change), instead of each run's copy starting over."""
+        table shares it (taints never change), instead of each round's copy starting over."""
         self.hard_taints = [
             tuple(t for t in node.taints if t.effect in HARD_EFFECTS) for node in nodes
         ]
@@ -127,7 +127,7 @@ class NodeTable:
     @property
     def version(self) -> Version:
         """Names the table's whole content (nodes and allocation): equal versions imply
-        equal content, across copies, runs and cycles, so what was computed from a table's
+        equal content, across copies, rounds and cycles, so what was computed from a table's
         content alone may be remembered under its version (``framework.failures``). How
         versions are made is in ``framework.versions``."""
         version = self._version

@@ -147,7 +147,7 @@ _ADMITTED = QuotaVerdict(True)
 
 
 class QuotaUsage:
-    """Usage per quota node during one run, with admission checks and runtime quota.
+    """Usage per quota node during one round, with admission checks and runtime quota.
 
     Change ``used`` only through ``add`` and ``remove``: they also keep ``others`` (per node,
     what its siblings hold: the sum of their ``max(used, kept)``), which lets ``admit`` check
@@ -164,7 +164,7 @@ class QuotaUsage:
         self.others = np.zeros_like(tree.minimum)
         self._kept_matrix: Matrix = tree.kept
         """Per node, what it keeps toward its siblings: the tree's ``kept`` until a
-        reservation (``reserve``) raises it for this run (then a copy)."""
+        reservation (``reserve``) raises it for this round (then a copy)."""
         self._refresh_all_siblings()
         self._runtime_reasons: dict[tuple[int, int, float, float], str] = {}
         self._routes: dict[int, QuotaRoute] = {}
@@ -172,7 +172,7 @@ class QuotaUsage:
 
     def reserve(self, node: int, amount: Vector) -> Vector:
         """Keep up to ``amount`` of the node's unused guarantee from its siblings for the rest
-        of the run (Kueue's ``resourcesToReserve`` for a lender that cannot reclaim later):
+        of the round (Kueue's ``resourcesToReserve`` for a lender that cannot reclaim later):
         borrowers can no longer take it, while the node's own jobs may still use it. Returns
         what was reserved (zero where nothing of the guarantee is unused).
 
@@ -200,7 +200,7 @@ class QuotaUsage:
 
     def _kept(self, node: int) -> Vector:
         """What ``node`` holds toward its siblings whatever its usage: the part of its
-        guarantee it does not lend, raised by a reservation this run."""
+        guarantee it does not lend, raised by a reservation this round."""
         kept: Vector = self._kept_matrix[node]
         return kept
 

@@ -50,7 +50,7 @@ PROFILES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "default": (*_BASE, "gpu-fragmentation", "queue-preemption"),
         # The same, by the name that says what it does.
         "gpu-packing": (*_BASE, "gpu-fragmentation", "queue-preemption"),
-        # Plain bin-packing everywhere (the default before the fragmentation-aware score).
+        # Plain bin-packing everywhere, GPU clusters included (no fragmentation-aware score).
         "binpack": (*_BASE, "binpack", "queue-preemption"),
         # Spreading lowers the blast radius of a node failure at the cost of fragmentation.
         "spread": (*_BASE, "spread", "queue-preemption"),

@@ -1,4 +1,4 @@
-"""Inputs and results of one scheduling run: a snapshot in, decisions and reasons out."""
+"""Inputs and results of one scheduling round: a snapshot in, decisions and reasons out."""
 
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ class RunningJob:
 @dataclass(frozen=True)
 class BacklogView:
     """The snapshot's jobs as a caller that keeps them incrementally already holds them (the
-    simulator's ``sim/backlog.py``), so a run neither groups, sorts nor sums them again.
+    simulator's ``sim/backlog.py``), so a round neither groups, sorts nor sums them again.
 
     One contract for every field: it holds exactly what the snapshot's sequences hold, and
     it never changes after the snapshot is made (tuples, fresh dictionaries): the result's
-    pending reasons refer to runs of the ``by_queue`` sequences, and an async run reads the
-    view on another thread. A field left ``None`` is computed by the run.
+    pending reasons refer to slices of the ``by_queue`` sequences, and an async round reads the
+    view on another thread. A field left ``None`` is computed by the round.
     """
 
     by_queue: Mapping[str, Sequence[SchedulingJob]]
@@ -64,10 +64,10 @@ class BacklogView:
 
 @dataclass(frozen=True)
 class SchedulingSnapshot:
-    """Everything one scheduling run reads. Cluster node tables include running allocations.
+    """Everything one scheduling round reads. Cluster node tables include running allocations.
 
-    The run never mutates the snapshot: it works on copies of the node tables, so the same
-    snapshot can be handed to a run in another thread (async mode).
+    The round never mutates the snapshot: it works on copies of the node tables, so the same
+    snapshot can be handed to a round in another thread (async mode).
     """
 
     time: float
@@ -77,7 +77,7 @@ class SchedulingSnapshot:
     running: Sequence[RunningJob] = ()
     quotas: QuotaTree | None = None
     backlog: BacklogView | None = None
-    """The same jobs as the caller keeps them (``BacklogView``); ``None`` to have the run
+    """The same jobs as the caller keeps them (``BacklogView``); ``None`` to have the round
     group, sort and sum them."""
 
 
@@ -113,9 +113,9 @@ _NAME = attrgetter("name")
 
 
 @dataclass(frozen=True, slots=True)
-class JobRun:
-    """Jobs ``start:end`` of an ordered backlog, referred to without copying them: a run of
-    a million identical jobs that share one reason costs one entry, not a million."""
+class BacklogSlice:
+    """Jobs ``start:end`` of an ordered backlog, referred to without copying them: a slice
+    of a million identical jobs that share one reason costs one entry, not a million."""
 
     jobs: Sequence[SchedulingJob]
     start: int
@@ -129,19 +129,19 @@ class JobRun:
 
 
 class PendingReasons(Mapping[str, str]):
-    """Why each job stays queued: a ``Mapping`` from job name to reason, recorded as the run
-    decides (single reasons, and whole runs of jobs sharing one reason).
+    """Why each job stays queued: a ``Mapping`` from job name to reason, recorded as the round
+    decides (single reasons, and whole slices of jobs sharing one reason).
 
     The name → reason dictionary is built on first read, by replaying what was recorded in
     order, so it is exactly the dictionary that setting each reason one by one would give
-    (same keys, same order, the last reason of a job wins). A run over a huge backlog of
-    identical jobs therefore costs O(runs) to decide; a caller pays per job only if it
-    reads per job. ``parts`` lets a caller consume the runs without expanding them."""
+    (same keys, same order, the last reason of a job wins). A round over a huge backlog of
+    identical jobs therefore costs O(slices) to decide; a caller pays per job only if it
+    reads per job. ``parts`` lets a caller consume the slices without expanding them."""
 
     __slots__ = ("_current", "_parts", "_resolved")
 
     def __init__(self, reasons: Mapping[str, str] | None = None) -> None:
-        self._parts: list[dict[str, str] | tuple[JobRun, str]] = []
+        self._parts: list[dict[str, str] | tuple[BacklogSlice, str]] = []
         self._current: dict[str, str] | None = None
         self._resolved: dict[str, str] | None = None
         if reasons:
@@ -159,16 +159,16 @@ class PendingReasons(Mapping[str, str]):
         for name, reason in reasons.items():
             self.set(name, reason)
 
-    def set_run(self, run: JobRun, reason: str) -> None:
-        """Every job of ``run`` waits for ``reason``."""
-        if len(run) == 0:
+    def set_slice(self, jobs: BacklogSlice, reason: str) -> None:
+        """Every job of ``jobs`` waits for ``reason``."""
+        if len(jobs) == 0:
             return
-        self._parts.append((run, reason))
+        self._parts.append((jobs, reason))
         self._current = None
         self._resolved = None
 
-    def parts(self) -> Iterator[tuple[str, str] | tuple[JobRun, str]]:
-        """What was recorded, in order: (name, reason) pairs and (run, reason) pairs."""
+    def parts(self) -> Iterator[tuple[str, str] | tuple[BacklogSlice, str]]:
+        """What was recorded, in order: (name, reason) pairs and (slice, reason) pairs."""
         for part in self._parts:
             if isinstance(part, dict):
                 yield from part.items()
@@ -192,8 +192,8 @@ class PendingReasons(Mapping[str, str]):
                 if isinstance(part, dict):
                     resolved.update(part)
                 else:
-                    run, reason = part
-                    resolved.update(zip(run.names(), repeat(reason)))
+                    jobs, reason = part
+                    resolved.update(zip(jobs.names(), repeat(reason)))
             self._resolved = resolved
         return resolved
 
@@ -228,14 +228,14 @@ class PendingReasons(Mapping[str, str]):
 
 @dataclass(frozen=True)
 class CycleResult:
-    """Decisions of one run: jobs to start, jobs to evict first, and a reason for every job
+    """Decisions of one round: jobs to start, jobs to evict first, and a reason for every job
     left queued."""
 
     time: float
     scheduled: tuple[ScheduledJob, ...] = ()
     preempted: tuple[Eviction, ...] = ()
     pending: Mapping[str, str] = field(default_factory=dict)
-    """Job name → reason; a ``PendingReasons`` when a run built it (expanded on first read)."""
+    """Job name → reason; a ``PendingReasons`` when a round built it (expanded on first read)."""
     stats: CycleStats = CycleStats()
     quota_usage: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     runtime_quota: Mapping[str, Mapping[str, float]] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 Why: what the framework computes from a table's content alone (a request that fits
 nowhere, and the filters' explanation of it, ``framework.failures``) can be remembered
-under the table's version and reused by every copy, run and cycle that meets the same
+under the table's version and reused by every copy, round and cycle that meets the same
 content again — and the simulator meets it again all the time: a cycle per event, most of
 them changing little or nothing.
 
@@ -52,7 +52,7 @@ class ContentVersions:
     """The version memos of one node table and its copies (see the module docstring).
 
     Not locked: a table and its copies are changed by one thread at a time (a scheduling
-    run works on its own copies; the caller's table is changed between runs). Two threads
+    round works on its own copies; the caller's table is changed between rounds). Two threads
     interning at once could only give equal content two names, never two contents one."""
 
     __slots__ = ("_contents", "_next_row_id", "_row_ids")

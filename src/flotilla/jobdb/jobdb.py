@@ -271,6 +271,25 @@ class JobDb:
         self._apply(store, page, keep, changed)
         return changed
 
+    def apply_feed(
+        self,
+        since: int,
+        records: Sequence[JobRecord],
+        keep: Callable[[JobRecord], bool] | None = None,
+    ) -> list[JobRecord]:
+        """Apply a change feed read elsewhere — every job whose serial was above ``since``,
+        by serial (``Store.commit_cycle`` reads it in the writer's own transaction) — as
+        ``sync_changes`` would; returns the records applied. Records this JobDb already has
+        (at or below its serial) are skipped; a feed that starts after its serial would leave
+        a gap, and raises ``ValueError``."""
+        with self.write_txn() as txn:
+            if since > txn.serial:
+                raise ValueError(f"a change feed after serial {since} skips past {txn.serial}")
+            fresh = [record for record in records if record.serial > txn.serial]
+            if fresh:
+                self._take(txn, fresh, keep)
+            return fresh
+
     def _apply(
         self,
         store: Store,
@@ -285,14 +304,22 @@ class JobDb:
                 records = store.jobs_since(txn.serial, page)
                 if not records:
                     break
-                if keep is None:
-                    txn.upsert(records)
-                else:
-                    txn.upsert([record for record in records if keep(record)])
-                    txn.delete(record.id for record in records if not keep(record))
-                    txn.advance(records[-1].serial)
+                self._take(txn, records, keep)
                 if changed is not None:
                     changed.extend(records)
+
+    @staticmethod
+    def _take(
+        txn: WriteTxn, records: Sequence[JobRecord], keep: Callable[[JobRecord], bool] | None
+    ) -> None:
+        """Hold the records ``keep`` accepts (all without it), drop the jobs of the others,
+        and move the serial past them all."""
+        if keep is None:
+            txn.upsert(records)
+        else:
+            txn.upsert([record for record in records if keep(record)])
+            txn.delete(record.id for record in records if not keep(record))
+            txn.advance(records[-1].serial)
 
     def _publish(self, state: _State) -> None:
         self._state = state

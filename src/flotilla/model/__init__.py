@@ -25,10 +25,10 @@ from flotilla.model.retry import ArraySpec, Backoff, RetryCause, RetrySpec
 from flotilla.model.scenario import (
     Expectation,
     FairShare,
-    JobState,
     Mode,
     Queueing,
     Scenario,
+    ScenarioJobState,
     Settings,
 )
 
@@ -45,7 +45,6 @@ __all__ = [
     "GangSpec",
     "GpuInventory",
     "JobSpec",
-    "JobState",
     "LabelAffinity",
     "Mode",
     "NodeGroup",
@@ -57,6 +56,7 @@ __all__ = [
     "RetryCause",
     "RetrySpec",
     "Scenario",
+    "ScenarioJobState",
     "Settings",
     "SpecError",
     "Taint",

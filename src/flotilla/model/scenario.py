@@ -53,7 +53,11 @@ class Settings(Strict):
     plugins: PluginSettings = PluginSettings()
 
 
-class JobState(StrEnum):
+class ScenarioJobState(StrEnum):
+    """A job's state in a simulated scenario: what the report shows and an ``expect`` entry
+    asks for. The service's durable job state is ``flotilla.store.JobState`` (it has
+    ``leased`` and ``pending`` besides)."""
+
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -68,7 +72,7 @@ class Expectation(Strict):
     at: float | Literal["end"]
     job: str | None = None
     queue: str | None = None
-    state: JobState | None = None
+    state: ScenarioJobState | None = None
     cluster: str | None = None
     running: int | None = Field(default=None, ge=0)
     queued: int | None = Field(default=None, ge=0)

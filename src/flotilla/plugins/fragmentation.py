@@ -11,7 +11,7 @@ whose fragmentation it increases least.
 The score has three tiers, summed with weights far apart so the first decides when it can:
 
 1. **Fragmentation** (FGD). The expected next job is drawn from the *mix*: the GPU requests of
-   the queued and running jobs, taken at the start of each scheduling run (a sample of at
+   the queued and running jobs, taken at the start of each scheduling round (a sample of at
    most ``MIX_SAMPLE`` jobs), grouped by GPU amount, with the median CPU and memory of each
    group beside it. For a request of the mix, the unusable GPU capacity of a node is all its
    free GPU when the request does not fit there (too few suitable devices, or too little CPU
@@ -27,11 +27,11 @@ The score has three tiers, summed with weights far apart so the first decides wh
    fits on (the device itself is chosen by ``gpu-devices``: the fullest that fits).
 3. **Best fit** (``binpack``'s utilisation) last, so ties go to the fullest node.
 
-On a cluster without GPU devices the score is exactly ``binpack``'s, so the default profile
-places on CPU-only fleets as before.
+On a cluster without GPU devices the score is exactly ``binpack``'s, so on CPU-only fleets
+the default profile places as ``binpack`` does.
 
 Row-local: a node's score reads only its own row and the placement-relevant request, plus
-the run's mix, which is fixed for a run; each run works on fresh copies of the node tables,
+the round's mix, which is fixed for a round; each round works on fresh copies of the node tables,
 and the engine keeps a best-node index per table copy, so no index ever holds scores of two
 mixes.
 """
@@ -55,7 +55,7 @@ MILLI = 1000
 """GPU amounts are counted in thousandths of a GPU, as integers (exact sums)."""
 
 MIX_SAMPLE = 2048
-"""Jobs read from the queue (then from the running set) to estimate the mix each run."""
+"""Jobs read from the queue (then from the running set) to estimate the mix each round."""
 
 MIX_TYPES = 8
 """Distinct GPU amounts kept in the mix (the most frequent): the cost is linear in it."""
@@ -88,7 +88,7 @@ class MixType:
 
 @dataclass(frozen=True)
 class Mix:
-    """The run's expected next requests."""
+    """The round's expected next requests."""
 
     types: tuple[MixType, ...]
 
@@ -98,7 +98,7 @@ class Mix:
 
 
 DEFAULT_MIX = Mix((MixType(MILLI, 0.0, 0.0, 1),))
-"""The mix before any GPU job was seen (or outside a scheduling run): the prior alone."""
+"""The mix before any GPU job was seen (or outside a scheduling round): the prior alone."""
 
 
 def mix_of(jobs: Sequence[SchedulingJob], cpu: int | None, memory: int | None) -> Mix:
@@ -316,8 +316,8 @@ class GpuFragmentationScore:
     then the rules that protect GPUs, then best fit (see the module's docstring)."""
 
     name = "gpu-fragmentation"
-    # Row-local: a node's score reads its own row, the placement-relevant request and the run's
-    # mix (fixed for the run, whose node tables are fresh copies).
+    # Row-local: a node's score reads its own row, the placement-relevant request and the round's
+    # mix (fixed for the round, whose node tables are fresh copies).
 
     def __init__(self) -> None:
         self._models: dict[tuple[int, int], _Model] = {}

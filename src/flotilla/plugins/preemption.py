@@ -38,8 +38,8 @@ class QueuePreemption:
 
     def may_act(self, queue: str, context: PreemptionContext) -> bool:
         """False when ``post_filter`` returns an empty result for every job of ``queue`` in
-        this run: the queue's policy allows no preemption. The engine asks once per queue and
-        run (policy and quota tree do not change within a run) and then skips the call."""
+        this round: the queue's policy allows no preemption. The engine asks once per queue and
+        round (policy and quota tree do not change within a round) and then skips the call."""
         return any(self._allowed(queue, context))
 
     @staticmethod

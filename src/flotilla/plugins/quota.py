@@ -3,7 +3,7 @@
 PreFilter admits a job when its queue's quota node and every ancestor can hold it (hard
 limits: max, the parent's pool less what siblings keep) and, outside the leftover pass, when it
 stays within the runtime quota (guarantee first, spare split by weight). Usage is charged when
-a job enters the run's running set and refunded when preemption takes it out (the running-set
+a job enters the round's running set and refunded when preemption takes it out (the running-set
 hooks), so what-if evictions keep it exact.
 """
 
@@ -21,33 +21,33 @@ from flotilla.framework.interfaces import (
     Status,
     WaitingInput,
 )
-from flotilla.framework.quota import QuotaUsage
 from flotilla.framework.quota_route import IndexArray, Matrix
+from flotilla.framework.quota_view import QuotaView
 from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import SchedulingSnapshot
 from flotilla.model.queue import ReclaimWithinCohort
 
 
 @dataclass
-class QuotaState:
-    usage: QuotaUsage
-    node_of_queue: dict[str, int]
+class QuotaState(QuotaView):
+    """The round's quota usage; published whole as ``CycleState.quota`` (a ``QuotaView``)."""
+
     reserving: frozenset[str] = frozenset()
     """Queues whose pending jobs reserve their unused guarantee (``reclaim_within_cohort``
     ``never`` or ``lower_priority``: they could not get it back from a borrower later)."""
 
 
 def quota_state(cycle: CycleState) -> QuotaState | None:
-    """The run's quota usage, or ``None`` when the fleet has no quota tree."""
-    state = cycle.data.get(ElasticQuota.name)
+    """The round's quota usage, or ``None`` when the fleet has no quota tree."""
+    state = cycle.quota
     return state if isinstance(state, QuotaState) else None
 
 
 def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
     """Usage from running jobs and runtime quota from usage plus queued demand.
 
-    Summed afresh every run, with exactly the additions (and order) of charging one job after
-    another, so a run's usage does not depend on what earlier runs did; the per-job work is
+    Summed afresh every round, with exactly the additions (and order) of charging one job after
+    another, so a round's usage does not depend on what earlier rounds did; the per-job work is
     one dictionary lookup, the arithmetic is a handful of whole-array operations."""
     tree = snapshot.quotas
     if tree is None or len(tree) == 0:
@@ -64,7 +64,7 @@ def start_usage(snapshot: SchedulingSnapshot) -> QuotaState | None:
         if len(r.assignment.placements) == r.job.replica_count
         else r.assignment.held(size)
         for r in running
-    ]  # RunningJob.held, inlined: this runs once per running job per run
+    ]  # RunningJob.held, inlined: this runs once per running job per round
     usage.add_many(*_charges(node_of_queue, queues, held, size))
     demand = usage.used.copy()
     queued = snapshot.queued
@@ -101,7 +101,7 @@ class ElasticQuota:
     def start_cycle(self, request: CycleStartInput) -> None:
         state = start_usage(request.snapshot)
         if state is not None:
-            request.cycle.data[self.name] = state
+            request.cycle.quota = state
 
     def pre_filter(self, request: PreFilterInput) -> Status:
         state = quota_state(request.cycle)
@@ -117,7 +117,7 @@ class ElasticQuota:
 
     def job_waits(self, request: WaitingInput) -> None:
         """Kueue's rule for a lender that cannot reclaim: the waiting job's queue keeps its
-        unused guarantee, up to what the job asks, from borrowers for the rest of the run.
+        unused guarantee, up to what the job asks, from borrowers for the rest of the round.
         With ``reclaim_within_cohort: any`` nothing is kept: the queue can take it back by
         preemption when its job is ready to run."""
         state = quota_state(request.cycle)

@@ -1,5 +1,5 @@
-"""The engine run: one scheduling algorithm over a snapshot, driven by the simulator and by
-the service loop (``flotilla.service``)."""
+"""The engine: the scheduling algorithm, one round over a snapshot at a time, driven by the
+simulator and by the service loop (``flotilla.service``)."""
 
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.types import (

@@ -1,4 +1,4 @@
-"""One scheduling run over a snapshot: order jobs fairly, admit, place, preempt, explain.
+"""One scheduling round over a snapshot: order jobs fairly, admit, place, preempt, explain.
 
 The same ``SchedulingAlgorithm`` serves the simulator, the service and the tests. It reads a
 ``SchedulingSnapshot`` and returns a ``CycleResult``; applying the result is the caller's job.
@@ -26,6 +26,7 @@ from flotilla.framework.interfaces import (
     Placement,
     PostFilterInput,
     PostFilterPlugin,
+    no_cluster_reason,
 )
 from flotilla.framework.jobs import (
     GANG_TASK_SEPARATOR,
@@ -47,9 +48,8 @@ from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
-from flotilla.scheduler.run import Outcome, SchedulingRun
-from flotilla.scheduler.runner import RunCancelled
-from flotilla.strategies.common import no_cluster_reason
+from flotilla.scheduler.runner import RoundCancelled
+from flotilla.scheduler.scheduling_round import Outcome, SchedulingRound
 
 
 class SchedulingAlgorithm:
@@ -71,7 +71,7 @@ class SchedulingAlgorithm:
         )
         self.strategy = strategy or load_strategy(config.assignment_strategy)
         self.caches = EngineCaches(self.framework, fast_paths=fast_paths)
-        """The speed machinery this engine owns and hands to each run."""
+        """The speed machinery this engine owns and hands to each round."""
         self.sort_queue = self.framework.queue_sort.sort
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
 
@@ -81,26 +81,26 @@ class SchedulingAlgorithm:
         cancel: threading.Event | None = None,
         precedence: Precedence | None = None,
     ) -> CycleResult:
-        """Decide on ``snapshot``. Setting ``cancel`` makes the run stop with ``RunCancelled``;
-        with ``precedence``, the run pauses between jobs while urgent work of other threads is
-        under way (``scheduler/precedence.py``)."""
+        """Decide on ``snapshot``. Setting ``cancel`` stops the round with ``RoundCancelled``;
+        with ``precedence``, the round pauses between jobs while urgent work of other threads
+        is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
-        run = SchedulingRun(self.framework, self.strategy, snapshot, self.caches)
-        loop = _Loop(self, run, snapshot, cancel, precedence)
+        scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
+        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence)
         loop.execute()
         stats = CycleStats(
             considered=loop.considered,
-            scheduled=len(run.scheduled),
-            preempted=len(run.evictions),
+            scheduled=len(scheduling_round.scheduled),
+            preempted=len(scheduling_round.evictions),
             cache_hits=loop.cache_hits,
             seconds=time.perf_counter() - started,
         )
         pending = loop.pending
-        pending.update(run.unscheduled)
+        pending.update(scheduling_round.unscheduled)
         return CycleResult(
             time=snapshot.time,
-            scheduled=tuple(run.scheduled),
-            preempted=tuple(run.evictions),
+            scheduled=tuple(scheduling_round.scheduled),
+            preempted=tuple(scheduling_round.evictions),
             pending=pending,
             stats=stats,
         )
@@ -147,7 +147,7 @@ class _Loop:
     def __init__(
         self,
         algorithm: SchedulingAlgorithm,
-        run: SchedulingRun,
+        scheduling_round: SchedulingRound,
         snapshot: SchedulingSnapshot,
         cancel: threading.Event | None,
         precedence: Precedence | None,
@@ -156,13 +156,13 @@ class _Loop:
         self.precedence = precedence
         self.config = algorithm.config
         self.framework = algorithm.framework
-        self.run = run
+        self.round = scheduling_round
         self.pending = PendingReasons()
-        # Within a run free resources only shrink unless something is evicted, so a shape
+        # Within a round free resources only shrink unless something is evicted, so a shape
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
         self.failed_preemptions: set[tuple[object, ...]] = set()
-        # The PostFilter plugins that may act for each queue in this run (``may_act`` of a
+        # The PostFilter plugins that may act for each queue in this round (``may_act`` of a
         # ``PostFilterPrecheck``).
         self.post_filters: dict[str, list[PostFilterPlugin]] = {}
         self.deferred: list[tuple[SchedulingJob, tuple[SchedulingJob, ...]]] = []
@@ -178,7 +178,9 @@ class _Loop:
             self.order = FifoOrder(snapshot.queued)
         else:
             jobs_by_queue = algorithm.jobs_by_queue(snapshot)
-            self.order = DrfOrder(snapshot.queues, jobs_by_queue, run.allocated, run.total)
+            self.order = DrfOrder(
+                snapshot.queues, jobs_by_queue, scheduling_round.allocated, scheduling_round.total
+            )
 
     @property
     def gang_members(self) -> dict[str, list[SchedulingJob]]:
@@ -201,7 +203,7 @@ class _Loop:
         for job in self.order:
             self.considered += 1
             if self.cancel is not None and self.considered % 64 == 0 and self.cancel.is_set():
-                raise RunCancelled
+                raise RoundCancelled
             if precedence is not None and precedence.pending:
                 precedence.checkpoint()
             if job.name in self.handled:
@@ -228,7 +230,7 @@ class _Loop:
                 if preempted is not None:
                     reason = preempted.decision.reason
             if unit.waiting is None:
-                self.run.job_waits(unit.job, reason)
+                self.round.job_waits(unit.job, reason)
             # The view this job was judged in, before a reservation of its own changes it.
             long = self._needs_long_view(job)
             shared_reason = reason
@@ -243,7 +245,7 @@ class _Loop:
                 same = (
                     partial(self._alike, model=job, long=long) if self.reservation_times else None
                 )
-                self.pending.set_run(self.order.skip_alike(job, same), shared_reason)
+                self.pending.set_slice(self.order.skip_alike(job, same), shared_reason)
                 continue
             if strict:
                 for behind in self.order.blocked(job):
@@ -259,9 +261,9 @@ class _Loop:
         self._leftover_pass()
 
     def _leftover_pass(self) -> None:
-        """Jobs refused only by a soft limit get what nobody else wanted this run."""
+        """Jobs refused only by a soft limit get what nobody else wanted this round."""
         for job, members in self.deferred:
-            if job.name in self.run.running:
+            if job.name in self.round.running:
                 continue
             # The first pass marked the unit's members handled; a gang is rebuilt from its
             # members that are not, so open them again for this one retry.
@@ -286,7 +288,7 @@ class _Loop:
             minimum = wanted if wanted is not None and wanted < job.replica_count else None
             return _Unit(job, (job,), minimum=minimum)
         running = [
-            r for r in self.run.running.values() if r.job.gang and r.job.gang.name == gang.name
+            r for r in self.round.running.values() if r.job.gang and r.job.gang.name == gang.name
         ]
         if running:
             # The gang has started: later members join it on its cluster as they fit.
@@ -310,7 +312,7 @@ class _Loop:
         if unit.waiting is not None:
             return _Attempt(Decision(None, unit.waiting), Outcome.ADMISSION)
         job = unit.job
-        admitted, reason, deferrable = self.run.admit(job, leftover=leftover)
+        admitted, reason, deferrable = self.round.admit(job, leftover=leftover)
         if not admitted:
             return _Attempt(Decision(None, reason or "not admitted"), Outcome.ADMISSION, deferrable)
         long = self._needs_long_view(job)
@@ -319,18 +321,18 @@ class _Loop:
         if cacheable and key in self.failed_shapes:
             self.cache_hits += 1
             return _Attempt(Decision(None, self.failed_shapes[key]), Outcome.PLACEMENT)
-        clusters = self.run.candidates(job, long=long, pinned=unit.pinned)
+        clusters = self.round.candidates(job, long=long, pinned=unit.pinned)
         if not clusters and unit.pinned is not None:
             reason = f"gang runs on cluster {unit.pinned}, which is not ready"
             return _Attempt(Decision(None, reason), Outcome.PLACEMENT)
         if not clusters:
             return _Attempt(Decision(None, no_cluster_reason(job)), Outcome.PLACEMENT)
-        decision = self.run.select(job, clusters, minimum=unit.minimum)
+        decision = self.round.select(job, clusters, minimum=unit.minimum)
         if decision.assignment is None:
             if cacheable:
                 self.failed_shapes[key] = decision.reason
             return _Attempt(decision, Outcome.PLACEMENT)
-        committed = self.run.permit_and_place(job, decision, clusters, unit.minimum)
+        committed = self.round.permit_and_place(job, decision, clusters, unit.minimum)
         if committed.assignment is None:
             return _Attempt(committed, Outcome.ADMISSION)
         return _Attempt(committed)
@@ -343,13 +345,13 @@ class _Loop:
             return False
         if job.expected_runtime is None:
             return True
-        return self.run.now + job.expected_runtime > min(self.reservation_times) + 1e-9
+        return self.round.now + job.expected_runtime > min(self.reservation_times) + 1e-9
 
     # --- outcomes -------------------------------------------------------------------------
 
     def _commit(self, unit: _Unit, assignment: Assignment) -> None:
         if not unit.combined:
-            self.order.adjust(unit.job.queue, self.run.commit(unit.job, assignment))
+            self.order.adjust(unit.job.queue, self.round.commit(unit.job, assignment))
             self.handled.add(unit.job.name)
             return
         by_member: dict[str, list[Placement]] = {}
@@ -366,7 +368,7 @@ class _Loop:
                 self.handled.discard(member.name)
                 continue
             part = Assignment(assignment.cluster, tuple(placements), assignment.annotations)
-            self.order.adjust(member.queue, self.run.commit(member, part))
+            self.order.adjust(member.queue, self.round.commit(member, part))
 
     def _pend(self, unit: _Unit, reason: str) -> None:
         for member in unit.members:
@@ -374,13 +376,13 @@ class _Loop:
             self.handled.add(member.name)
 
     def _post_filters(self, queue: str) -> list[PostFilterPlugin]:
-        """The PostFilter plugins that may act for ``queue`` this run, asked once per queue
+        """The PostFilter plugins that may act for ``queue`` this round, asked once per queue
         (then read from ``self.post_filters``); skipping the others changes nothing, as they
         would return an empty result."""
         plugins = self.post_filters[queue] = [
             plugin
             for plugin, precheck in self.framework.post_filter_prechecks
-            if precheck is None or precheck.may_act(queue, self.run)
+            if precheck is None or precheck.may_act(queue, self.round)
         ]
         return plugins
 
@@ -398,12 +400,15 @@ class _Loop:
         for plugin in plugins:
             result = plugin.post_filter(
                 PostFilterInput(
-                    job=job, reason=attempt.decision.reason, cycle=self.run.cycle, context=self.run
+                    job=job,
+                    reason=attempt.decision.reason,
+                    cycle=self.round.cycle,
+                    context=self.round,
                 )
             )
             if result.victims:
                 why = result.reason or f"preempted for {job.name} ({plugin.name})"
-                for queue, amount in self.run.evict(result.victims, by=job.name, reason=why):
+                for queue, amount in self.round.evict(result.victims, by=job.name, reason=why):
                     self.order.adjust(queue, -amount)
                 self.failed_shapes.clear()
                 self.failed_preemptions.clear()
@@ -420,11 +425,11 @@ class _Loop:
         if self.config.queueing is not Queueing.BACKFILL or unit.job.queue in self.reserved_queues:
             return reason
         self.reserved_queues.add(unit.job.queue)
-        reservation = find_reservation(self.run, unit.job, unit.pinned, unit.minimum)
+        reservation = find_reservation(self.round, unit.job, unit.pinned, unit.minimum)
         if reservation is None:
             return f"{reason}; no reservation possible: not enough running jobs with a known end"
         at, assignment = reservation
-        view = self.run.open_long_view()
+        view = self.round.open_long_view()
         cluster = next(c for c in view if c.name == assignment.cluster)
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
@@ -434,11 +439,11 @@ class _Loop:
 
     def _grow_partial_gangs(self) -> None:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
-        runs = list(self.run.running.values())
+        running_jobs = list(self.round.running.values())
         # Every cycle: most fleets run no gang at all, which a C-level count tells at once.
-        if list(map(_JOB_GANG, runs)).count(None) == len(runs):
+        if list(map(_JOB_GANG, running_jobs)).count(None) == len(running_jobs):
             return
-        for running in runs:
+        for running in running_jobs:
             job = running.job
             if job.gang is None or job.gang.mode is not GangMode.NON_STRICT:
                 continue  # only a non-strict gang can run with members missing
@@ -450,14 +455,14 @@ class _Loop:
             rest = remaining_replicas(job, placed)
             if rest is None:
                 continue
-            admitted, _, _ = self.run.admit(rest, leftover=False)
+            admitted, _, _ = self.round.admit(rest, leftover=False)
             if not admitted:
                 continue
-            clusters = self.run.candidates(rest, long=False, pinned=running.assignment.cluster)
-            decision = self.run.select(rest, clusters, minimum=1)
+            clusters = self.round.candidates(rest, long=False, pinned=running.assignment.cluster)
+            decision = self.round.select(rest, clusters, minimum=1)
             if decision.assignment is None:
                 continue
-            committed = self.run.permit_and_place(rest, decision, clusters, 1)
+            committed = self.round.permit_and_place(rest, decision, clusters, 1)
             if committed.assignment is None:
                 continue
             renumbered = tuple(
@@ -465,4 +470,4 @@ class _Loop:
                 for p in committed.assignment.placements
             )
             grown = Assignment(committed.assignment.cluster, renumbered)
-            self.order.adjust(job.queue, self.run.commit(job, grown))
+            self.order.adjust(job.queue, self.round.commit(job, grown))

@@ -11,15 +11,15 @@ from __future__ import annotations
 from flotilla.framework.interfaces import Assignment, SelectionInput
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.placement import place_job
-from flotilla.scheduler.run import SchedulingRun
+from flotilla.scheduler.scheduling_round import SchedulingRound
 
 
 def find_reservation(
-    run: SchedulingRun, job: SchedulingJob, pinned: str | None, minimum: int | None
+    scheduling_round: SchedulingRound, job: SchedulingJob, pinned: str | None, minimum: int | None
 ) -> tuple[float, Assignment] | None:
     ends = sorted(
-        (max(r.started_at + r.job.expected_runtime, run.now), name)
-        for name, r in run.running.items()
+        (max(r.started_at + r.job.expected_runtime, scheduling_round.now), name)
+        for name, r in scheduling_round.running.items()
         if r.job.expected_runtime is not None
     )
     if not ends:
@@ -28,11 +28,11 @@ def find_reservation(
 
     def probe(index: int) -> Assignment | None:
         horizon = times[index]
-        clusters = {c.name: c.snapshot() for c in run.ready(long=True)}
+        clusters = {c.name: c.snapshot() for c in scheduling_round.ready(long=True)}
         for end, name in ends:
             if end > horizon:
                 break
-            running = run.running[name]
+            running = scheduling_round.running[name]
             cluster = clusters.get(running.assignment.cluster)
             if cluster is None:
                 continue
@@ -45,18 +45,18 @@ def find_reservation(
             if (pinned is None or c.name == pinned)
             and all(c.labels.get(k) == v for k, v in required.items())
         ]
-        decision = run.strategy.select(
+        decision = scheduling_round.strategy.select(
             SelectionInput(
                 job=job,
                 clusters=sorted(candidates, key=lambda c: c.order),
                 place=lambda cluster: place_job(
-                    run.framework,
+                    scheduling_round.framework,
                     job,
                     cluster,
-                    run.cycle,
+                    scheduling_round.cycle,
                     keep=False,
                     minimum=minimum,
-                    caches=run.caches,
+                    caches=scheduling_round.caches,
                 ),
             )
         )

@@ -16,7 +16,7 @@ import numpy as np
 
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.resources import EPSILON, Vector
-from flotilla.framework.snapshot import JobRun
+from flotilla.framework.snapshot import BacklogSlice
 from flotilla.scheduler.types import QueueInfo
 
 
@@ -102,16 +102,16 @@ class DrfOrder:
 
     def skip_alike(
         self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
-    ) -> JobRun:
+    ) -> BacklogSlice:
         """Skip ``job`` and every job right behind it in its queue that is ``alike`` and for
         which ``same`` holds (it would fail the same way); returns the ones skipped after it."""
         queue = job.queue
         jobs = self._jobs[queue]
         start = self._heads[queue] + 1
-        end = _run_end(jobs, start, job, same)
+        end = _slice_end(jobs, start, job, same)
         self._heads[queue] = end - 1
         self._advance(queue)
-        return JobRun(jobs, start, end)
+        return BacklogSlice(jobs, start, end)
 
     def blocked(self, job: SchedulingJob) -> Sequence[SchedulingJob]:
         """The queue stops for this cycle (strict FIFO); returns the jobs left behind."""
@@ -178,11 +178,11 @@ class FifoOrder:
 
     def skip_alike(
         self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
-    ) -> JobRun:
+    ) -> BacklogSlice:
         start = self._index + 1
-        end = _run_end(self._jobs, start, job, same)
+        end = _slice_end(self._jobs, start, job, same)
         self._index = end
-        return JobRun(self._jobs, start, end)
+        return BacklogSlice(self._jobs, start, end)
 
     def blocked(self, job: SchedulingJob) -> list[SchedulingJob]:
         rest = self._jobs[self._index + 1 :]
@@ -193,37 +193,37 @@ class FifoOrder:
         """Global FIFO does not rank by share."""
 
 
-_RUN_FIELDS = attrgetter("priority", "gang", "queue", "placement_key")
-"""What makes a job fail as a run's first job did (with no gang: ``None`` in its place)."""
+_SLICE_FIELDS = attrgetter("priority", "gang", "queue", "placement_key")
+"""What makes a job fail as a slice's first job did (with no gang: ``None`` in its place)."""
 _FIRST_ONE_BY_ONE = 8
 _LONGEST_CHUNK = 4096
 
 
-def _run_end(
+def _slice_end(
     jobs: Sequence[SchedulingJob],
     start: int,
     model: SchedulingJob,
     same: Callable[[SchedulingJob], bool] | None,
 ) -> int:
-    """The index after the run of jobs from ``start`` that would fail as ``model`` did.
+    """The index after the slice of jobs from ``start`` that would fail as ``model`` did.
 
     The hot path of a backlog of identical unschedulable jobs. Past its first few jobs, a
-    run is compared in chunks that double in size, each with C-level ``map``s over a slice
-    (no Python code per job): a run of a million jobs costs a few hundred chunks. Tuple
+    slice is compared in chunks that double in size, each with C-level ``map``s over a slice
+    (no Python code per job): a slice of a million jobs costs a few hundred chunks. Tuple
     equality compares the placement key by identity first (jobs of one spec share one key
-    object). ``same``, a Python check, then runs only over the run found.
+    object). ``same``, a Python check, then runs only over the slice found.
     """
     wanted = (model.priority, None, model.queue, model.placement_key)
     end, size = start, len(jobs)
-    # Most runs are short: look at the first jobs one by one before building chunks.
+    # Most slices are short: look at the first jobs one by one before building chunks.
     one_by_one = min(start + _FIRST_ONE_BY_ONE, size)
-    while end < one_by_one and _RUN_FIELDS(jobs[end]) == wanted:
+    while end < one_by_one and _SLICE_FIELDS(jobs[end]) == wanted:
         end += 1
     if end == one_by_one:
         chunk = _FIRST_ONE_BY_ONE * 2
         while end < size:
             stop = min(end + chunk, size)
-            matches = list(map(eq, map(_RUN_FIELDS, jobs[end:stop]), repeat(wanted)))
+            matches = list(map(eq, map(_SLICE_FIELDS, jobs[end:stop]), repeat(wanted)))
             if False in matches:
                 end += matches.index(False)
                 break

@@ -1,6 +1,6 @@
 """Reconciling a result computed on an old snapshot against the current state (async mode).
 
-While a run was in flight, jobs may have been cancelled, finished or lost with their cluster.
+While a round was in flight, jobs may have been cancelled, finished or lost with their cluster.
 A decision about a job that is no longer waiting is dropped, and with it every decision about
 the same gang; an eviction is dropped when its preemptor's decision is, or when the victim no
 longer runs; a placement that no longer fits is dropped. What survives can be committed.

@@ -1,14 +1,14 @@
 """Armada's asynchronous scheduling runner: the algorithm runs beside the main loop.
 
 State machine: ``Idle → RunRequested → Running → ResultReady → Idle``. The main loop
-``trigger``s a run on a snapshot only when the runner is idle (Armada: only after a clean
-commit), keeps applying state transitions while the run is in flight, and ``take_result``s
+``trigger``s a round on a snapshot only when the runner is idle (Armada: only after a clean
+commit), keeps applying state transitions while the round is in flight, and ``take_result``s
 it once ready, to reconcile and commit. ``reset`` — on every leadership change — cancels an
-in-flight run, waits until it has stopped and discards its result, so a new leader never
+in-flight round, waits until it has stopped and discards its result, so a new leader never
 commits decisions computed by an old one.
 
 Two executors share the state machine: ``ThreadExecutor`` (the service: a background thread)
-and ``InlineExecutor`` (the simulator: the run completes inside ``trigger``, deterministic).
+and ``InlineExecutor`` (the simulator: the round completes inside ``trigger``, deterministic).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Protocol
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
 
 
-class RunCancelled(Exception):
-    """Raised inside a run whose runner was reset; the result is discarded."""
+class RoundCancelled(Exception):
+    """Raised inside a round whose runner was reset; the result is discarded."""
 
 
 ScheduleFunction = Callable[[SchedulingSnapshot, threading.Event], CycleResult]
-"""Runs the algorithm; should check the event now and then and raise ``RunCancelled``."""
+"""Runs the algorithm; should check the event now and then and raise ``RoundCancelled``."""
 
 
 class RunnerState(StrEnum):
@@ -60,7 +60,7 @@ class ThreadExecutor:
         self._thread: threading.Thread | None = None
 
     def start(self, work: Callable[[], None]) -> None:
-        self._thread = threading.Thread(target=work, name="flotilla-scheduling-run", daemon=True)
+        self._thread = threading.Thread(target=work, name="flotilla-scheduling-round", daemon=True)
         self._thread.start()
 
     def join(self) -> None:
@@ -91,7 +91,7 @@ class AsyncSchedulingRunner:
             return self._state
 
     def trigger(self, snapshot: SchedulingSnapshot) -> bool:
-        """Start a run on ``snapshot`` if idle; False (and nothing happens) otherwise."""
+        """Start a round on ``snapshot`` if idle; False (and nothing happens) otherwise."""
         with self._lock:
             if self._state is not RunnerState.IDLE:
                 return False
@@ -110,7 +110,7 @@ class AsyncSchedulingRunner:
             error: BaseException | None = None
             try:
                 result = self._schedule(snapshot, cancel)
-            except RunCancelled:
+            except RoundCancelled:
                 pass
             except BaseException as failure:  # reported to the main loop by take_result
                 error = failure
@@ -131,7 +131,7 @@ class AsyncSchedulingRunner:
     def take_result(self) -> CycleResult | None:
         """The finished run's result (the runner goes back to idle), or None if not ready.
 
-        A run that failed re-raises its error here, in the main loop.
+        A round that failed re-raises its error here, in the main loop.
         """
         with self._lock:
             if self._state is not RunnerState.RESULT_READY:
@@ -149,7 +149,7 @@ class AsyncSchedulingRunner:
             return self._result if self._state is RunnerState.RESULT_READY else None
 
     def reset(self) -> None:
-        """Cancel any run in flight, wait for it to stop, discard its result; back to idle."""
+        """Cancel any round in flight, wait for it to stop, discard its result; back to idle."""
         with self._lock:
             self._generation += 1
             self._cancel.set()

@@ -1,4 +1,4 @@
-"""Re-exports of the run's inputs and results, which live in ``flotilla.framework.snapshot``."""
+"""Re-exports of the round's inputs and results, which live in ``flotilla.framework.snapshot``."""
 
 from flotilla.framework.snapshot import (
     BacklogView,

@@ -1,9 +1,21 @@
 """The Python SDK: ``Client`` and ``AsyncClient`` over the REST API (``docs/sdk.md``).
 
-Results are the server's own response models (``flotilla.server.schemas``) and the model's
+Results are the server's own response models (``flotilla.api.schemas``) and the model's
 specs (``QueueSpec``, ``QuotaSpec``), so a field the API adds is there on both sides.
 """
 
+from flotilla.api.schemas import (
+    Cluster,
+    Event,
+    Job,
+    JobDetail,
+    JobList,
+    LogChunk,
+    Node,
+    Run,
+    SubmitResult,
+    Why,
+)
 from flotilla.sdk.aio import AsyncClient
 from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
 from flotilla.sdk.client import Client
@@ -21,18 +33,6 @@ from flotilla.sdk.errors import (
     WaitTimeout,
 )
 from flotilla.sdk.jobfile import read_job_file
-from flotilla.server.schemas import (
-    Cluster,
-    Event,
-    Job,
-    JobDetail,
-    JobList,
-    LogChunk,
-    Node,
-    Run,
-    SubmitResult,
-    Why,
-)
 
 __all__ = [
     "AsyncClient",

@@ -11,13 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from flotilla.model import QueueSpec, QuotaSpec
-from flotilla.sdk import calls
-from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelection, Waiting
-from flotilla.sdk.client import POLL, http_settings, server_address
-from flotilla.sdk.errors import Unreachable, WaitTimeout
-from flotilla.sdk.jobfile import Submission, submission_body
-from flotilla.server.schemas import (
+from flotilla.api.schemas import (
     ArrayDetail,
     Cluster,
     Event,
@@ -29,6 +23,12 @@ from flotilla.server.schemas import (
     SubmitResult,
     Why,
 )
+from flotilla.model import QueueSpec, QuotaSpec
+from flotilla.sdk import calls
+from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelection, Waiting
+from flotilla.sdk.client import POLL, http_settings, server_address
+from flotilla.sdk.errors import Unreachable, WaitTimeout
+from flotilla.sdk.jobfile import Submission, submission_body
 
 T = TypeVar("T")
 

@@ -14,9 +14,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
 
-from flotilla.model import QueueSpec, QuotaSpec
-from flotilla.sdk.errors import error_for
-from flotilla.server.schemas import (
+from flotilla.api.schemas import (
     ArrayDetail,
     CancelResult,
     Cluster,
@@ -30,6 +28,8 @@ from flotilla.server.schemas import (
     SubmitResult,
     Why,
 )
+from flotilla.model import QueueSpec, QuotaSpec
+from flotilla.sdk.errors import error_for
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=BaseModel)

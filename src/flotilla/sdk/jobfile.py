@@ -10,9 +10,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from flotilla.api.submission import InvalidSubmission, parse_submission
 from flotilla.sdk.errors import InvalidSpec
-from flotilla.server.errors import ApiError
-from flotilla.server.submission import parse_submission
 
 Spec = Mapping[str, Any] | BaseModel
 """One job spec: a mapping as in a job file, or a ``flotilla.model.JobSpec``."""
@@ -53,6 +52,6 @@ def checked(data: Any, where: str) -> dict[str, Any]:
     body: Any = {"jobs": data} if isinstance(data, list) else data
     try:
         parse_submission(body)
-    except ApiError as error:
+    except InvalidSubmission as error:
         raise InvalidSpec(f"{where}{error.message}", error.problems) from None
     return dict(body)

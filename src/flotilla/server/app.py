@@ -69,7 +69,7 @@ def create_app(
     for module in (jobs, arrays, history, catalog, ops, fleet, usage):
         app.include_router(module.router)
     _count_requests(app, context)
-    if scheduler is not None:  # a scheduling run of this process yields to requests
+    if scheduler is not None:  # a scheduling round of this process yields to requests
         app.add_middleware(RequestsFirst, precedence=scheduler.precedence)
     # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
     app.add_middleware(RequestGuard, limits=limits, allowed_hosts=allowed_hosts)

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body
 
+from flotilla.api.schemas import ArrayDetail, CancelBody, CancelResult, Job
 from flotilla.server.context import Caller, Context, ServerContext, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import require_cancel
-from flotilla.server.schemas import ArrayDetail, CancelBody, CancelResult, Job
 from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
 
 router = APIRouter(prefix="/v1", tags=["arrays"])

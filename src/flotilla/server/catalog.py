@@ -11,11 +11,11 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel, ValidationError
 
+from flotilla.api.schemas import Cluster, Node
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.model.errors import from_pydantic
 from flotilla.server.context import Caller, Context, require_admin
 from flotilla.server.errors import ApiError
-from flotilla.server.schemas import Cluster, Node
 from flotilla.store import NotFoundError
 
 router = APIRouter(prefix="/v1")

@@ -45,13 +45,28 @@ def _node_shape(group: Mapping[str, Any]) -> NodeShape:
     return NodeShape(capacity, dict(group.get("labels") or {}), int(group.get("count") or 1))
 
 
+def _merged(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
+    """Identical nodes as one shape with their total count: a cluster its backend reported
+    node by node is checked once per kind of node, not once per node, for every job."""
+    counts: dict[tuple[Any, ...], NodeShape] = {}
+    for shape in shapes:
+        key = (tuple(sorted(shape.capacity.items())), tuple(sorted(shape.labels.items())))
+        held = counts.get(key)
+        counts[key] = (
+            shape
+            if held is None
+            else NodeShape(held.capacity, held.labels, held.count + shape.count)
+        )
+    return tuple(counts.values())
+
+
 def fleet_shapes(records: Sequence[ClusterRecord]) -> list[ClusterShape]:
     """The clusters that have nodes, as the store keeps them (``spec.nodes``)."""
     return [
         ClusterShape(
             record.name,
             dict(record.labels),
-            tuple(_node_shape(group) for group in record.spec.get("nodes") or ()),
+            _merged([_node_shape(group) for group in record.spec.get("nodes") or ()]),
         )
         for record in records
         if record.spec.get("nodes")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from flotilla.api.submission import SubmissionLimits
 from flotilla.runtime import LOOPBACK_NAMES
 
 Scope = MutableMapping[str, Any]
@@ -38,8 +39,9 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 @dataclass(frozen=True)
-class ServerLimits:
-    """Limits on what one request or one client may take; every one has a safe default."""
+class ServerLimits(SubmissionLimits):
+    """Limits on what one request or one client may take (and, inherited, on what one
+    submission may hold); every one has a safe default."""
 
     max_body_bytes: int = 8 * 1024 * 1024
     """A request body larger than this is refused (413) before it is read whole."""
@@ -49,16 +51,6 @@ class ServerLimits:
     """Open event streams in all; one more is refused with 503."""
     max_json_depth: int = 32
     """How deeply a JSON body may nest (a job spec needs 6)."""
-    max_count: int = 10_000
-    """Jobs one spec's ``count`` may make."""
-    max_replicas: int = 10_000
-    """Replicas of one task."""
-    max_jobs_per_submission: int = 10_000
-    """Jobs in one batch (after ``count``)."""
-    max_priority: int = 1_000_000_000
-    """The largest ``|priority|`` (the store keeps 64-bit integers; this leaves room)."""
-    max_label_bytes: int = 4096
-    """Length of one label or annotation key or value, and of a cancel reason."""
 
 
 def host_name(header: str) -> str:

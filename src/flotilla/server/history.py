@@ -11,12 +11,12 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from flotilla.api.schemas import Event, LogChunk, QuotaLevel, Why
 from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
 from flotilla.model import QuotaSpec
 from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import JobReference, pending_reason, unmet_dependencies
-from flotilla.server.schemas import Event, LogChunk, QuotaLevel, Why
 from flotilla.store import (
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,

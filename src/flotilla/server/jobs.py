@@ -9,20 +9,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
-from flotilla.model import JobSpec, PriorityClass
-from flotilla.secrets import SecretError, has_secrets
-from flotilla.server.auth import Permission, User
-from flotilla.server.context import (
-    Caller,
-    Context,
-    ServerContext,
-    find_job,
-    require,
-    require_read,
-)
-from flotilla.server.errors import ApiError
-from flotilla.server.feasibility import fleet_shapes, unfit_problems
-from flotilla.server.schemas import (
+from flotilla.api.schemas import (
     LABEL_KEY,
     MAX_REASON,
     BulkCancelBody,
@@ -36,7 +23,20 @@ from flotilla.server.schemas import (
     SubmitResult,
     SubmittedJob,
 )
-from flotilla.server.submission import parse_submission
+from flotilla.api.submission import InvalidSubmission, parse_submission
+from flotilla.model import JobSpec, PriorityClass
+from flotilla.secrets import SecretError, has_secrets
+from flotilla.server.auth import Permission, User
+from flotilla.server.context import (
+    Caller,
+    Context,
+    ServerContext,
+    find_job,
+    require,
+    require_read,
+)
+from flotilla.server.errors import ApiError
+from flotilla.server.feasibility import fleet_shapes, unfit_problems
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -156,7 +156,10 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     except ValueError as error:
         raise ApiError(400, f"the body is not valid JSON: {error}") from None
     classes = await run_in_threadpool(_priority_classes, context)
-    specs, prefixes = parse_submission(body, context.limits, classes)
+    try:
+        specs, prefixes = parse_submission(body, context.limits, classes)
+    except InvalidSubmission as error:
+        raise ApiError(422, error.message, error.problems) from None
     specs = seal_secrets(context, specs, prefixes)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)

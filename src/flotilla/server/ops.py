@@ -10,8 +10,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from flotilla.api.schemas import Health, Report
 from flotilla.server.context import Caller, Context
-from flotilla.server.schemas import Health, Report
 from flotilla.service.handle import CycleReport
 from flotilla.store import SqlStore
 

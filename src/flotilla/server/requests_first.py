@@ -1,5 +1,5 @@
-"""Requests go before scheduling: while the API handles one, a scheduling run of this process
-yields to it (``scheduler/precedence.py``).
+"""Requests go before scheduling: while the API handles one, a scheduling round of this
+process yields to it (``scheduler/precedence.py``).
 
 A request is urgent from its arrival until its response starts: a JSON body is rendered by
 then, and what follows is socket writes. An event or log stream therefore stops being

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Gauge
 
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.jobdb import ReadTxn
 from flotilla.model import ClusterSpec
 from flotilla.service.metrics import SchedulerMetrics
@@ -65,11 +66,10 @@ class CapacityGauges:
                     continue
                 requests = {task.name: task.resources for task in job.spec.tasks}
                 cluster = job.run.cluster
-                for placement in job.run.assignment.get("placements", []):
-                    request = requests.get(placement.get("task"), {})
+                for placement in AssignmentRecord.unmarshal(job.run.assignment).placements:
+                    request = requests.get(placement.task, {})
                     _add(held_by_cluster.setdefault(cluster, {}), request)
-                    node_name = str(placement.get("node"))
-                    _add(held_by_node.setdefault((cluster, node_name), {}), request)
+                    _add(held_by_node.setdefault((cluster, placement.node), {}), request)
         cluster_values: dict[Key, tuple[float, float]] = {}
         for cluster, amounts in capacity.items():
             held = held_by_cluster.get(cluster, {})

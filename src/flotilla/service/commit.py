@@ -1,28 +1,30 @@
-"""Committing a scheduling run's decisions: evictions, then leases, then dispatch.
+"""Committing a scheduling round's decisions: evictions, then leases, then dispatch.
 
 Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
 their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
-a run are recorded in one fenced transaction (``queued → leased``, one run each) and then
-dispatched. In async mode, decisions that no longer fit the current node tables are dropped
-and their jobs wait for the next run, with the reason.
+a round are recorded in one fenced transaction (``queued → leased``, one run each), with the
+transitions that wait for it (``writes.py``), and then dispatched. In async mode, decisions
+that no longer fit the current node tables are dropped and their jobs wait for the next
+round, with the reason.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
+from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
-from flotilla.service.records import assignment_from_json, assignment_to_json, job_from_record
+from flotilla.service.records import job_from_record
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
 from flotilla.service.transitions import RunTransitions
+from flotilla.service.writes import CycleWrites
 from flotilla.store import (
     ACTIVE_JOB_STATES,
-    IllegalTransitionError,
     JobRecord,
     JobState,
     RunRequest,
@@ -31,9 +33,6 @@ from flotilla.tracing import job_ids, tracer
 
 log = logging.getLogger(__name__)
 
-RECORD_ATTEMPTS = 3
-"""How often a lease batch is retried without the jobs that left the queue meanwhile."""
-
 
 class Committer:
     def __init__(
@@ -41,11 +40,10 @@ class Committer:
         context: LoopContext,
         transitions: RunTransitions,
         dispatcher: Dispatcher,
-        sync: Callable[[], None],
+        writes: CycleWrites,
     ) -> None:
         self._context = context
-        self._sync = sync
-        """The loop's JobDb sync (it also feeds the snapshot builder's change feed)."""
+        self._writes = writes
         self._transitions = transitions
         self._dispatcher = dispatcher
 
@@ -61,7 +59,7 @@ class Committer:
         context = self._context
         if requests:
             with tracer().start_as_current_span("flotilla.schedule") as span:
-                requests = self._record_runs(requests)
+                requests = self._writes.flush(requests)
                 span.set_attributes(
                     {
                         **job_ids(request.job_id for request in requests),
@@ -70,7 +68,6 @@ class Committer:
                     }
                 )
             crash_point("after-lease-commit")
-            self._sync()
             fresh = context.jobdb.read_txn()
             leased = [
                 job
@@ -94,30 +91,6 @@ class Committer:
                 waited = (job.run.created_at - job.submitted_at).total_seconds()
                 self._context.metrics.queue_wait.labels(queue=job.queue).observe(max(0.0, waited))
 
-    def _record_runs(self, requests: list[RunRequest]) -> list[RunRequest]:
-        """Record the leases in one transaction. A job the batch counted on may have left
-        ``queued`` since the snapshot (a user cancelled it while the cycle ran): the store then
-        rejects the whole batch, so catch up and record the leases of the jobs still queued —
-        one late cancel must not cost every other job its place. Returns what was recorded."""
-        context = self._context
-        for _ in range(RECORD_ATTEMPTS):
-            try:
-                context.store.record_runs(requests, fence=context.lease)
-                return requests
-            except IllegalTransitionError as error:
-                log.info("a job left the queue while the cycle committed: %s", error)
-                self._sync()
-                read = context.jobdb.read_txn()
-                requests = [
-                    request
-                    for request in requests
-                    if (job := read.get(request.job_id)) is not None
-                    and job.state is JobState.QUEUED
-                ]
-                if not requests:
-                    return []
-        return []  # still racing: the next cycle schedules these jobs again
-
     def _evict(self, result: CycleResult, state: LoopSnapshot) -> None:
         context = self._context
         read = context.jobdb.read_txn()
@@ -135,7 +108,7 @@ class Committer:
             context.metrics.preemptions.labels(queue=victim.queue).inc()
             cluster = state.clusters.get(victim.run.cluster)
             if cluster is not None:
-                held = assignment_from_json(
+                held = Assignment.from_json(
                     victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
                 )
                 for placement in held.placements if held else ():
@@ -160,7 +133,7 @@ class Committer:
                 RunRequest(
                     job_id=record.id,
                     cluster=decision.assignment.cluster,
-                    assignment=assignment_to_json(decision.assignment),
+                    assignment=decision.assignment.to_json(),
                     reason=f"scheduled on {decision.assignment.cluster}",
                 )
             )

@@ -25,6 +25,6 @@ class LoopContext:
     lease: Lease | None = None
     """The scheduling lease while this replica leads; every write is fenced by it."""
     reasons: dict[str, str] = field(default_factory=dict)
-    """Why each waiting job waits, from the last committed scheduling run."""
+    """Why each waiting job waits, from the last committed scheduling round."""
     secrets: SecretBox | None = None
     """Opens the secret env values of a payload at dispatch (``flotilla.secrets``)."""

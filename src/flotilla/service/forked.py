@@ -1,13 +1,13 @@
-"""One scheduling run in a child process, so that it cannot starve the API and the loop.
+"""One scheduling round in a child process, so that it cannot starve the API and the loop.
 
 The algorithm is pure Python: run on a thread of the service's process it holds the GIL, and
 every step of a cancel (the API's request, the loop's wake, the backend's signal, the commit)
 must wait for it to let go. On a loaded machine the holder is itself waiting for a CPU, so
 each hand-over costs a time slice, and a cancel has dozens of them (measured in
-``docs/performance.md``). In its own process the run competes for a CPU only, which the
+``docs/performance.md``). In its own process the round competes for a CPU only, which the
 kernel gives first to the threads that were sleeping: the API and the loop.
 
-``ForkedRun`` wraps the algorithm's ``schedule`` for ``AsyncSchedulingRunner``. Each run
+``ForkedRound`` wraps the algorithm's ``schedule`` for ``AsyncSchedulingRunner``. Each round
 forks the process: the child has the snapshot already (copy on write; nothing is serialised
 on the way in), runs the algorithm with the garbage collector off (a collection would touch,
 and so copy, every page), writes the pickled ``CycleResult`` to a pipe and exits. The
@@ -15,10 +15,10 @@ parent's runner thread waits on the pipe without holding the GIL. The child touc
 but the snapshot: it closes every inherited file descriptor first (database connections,
 the listening socket, run logs), never returns into the parent's code, and the kernel kills
 it if the thread that forked it dies (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the service
-leaves no run behind. A run is cancelled by killing the child.
+leaves no round behind. A round is cancelled by killing the child.
 
 The child's changes to the algorithm's caches (shapes that fit nowhere, node indexes) stay in
-the child: each run starts from the parent's caches, which costs the run some speed, not
+the child: each round starts from the parent's caches, which costs the round some speed, not
 correctness (the caches are keyed by content).
 """
 
@@ -36,19 +36,19 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
-from flotilla.scheduler.runner import RunCancelled, ScheduleFunction
+from flotilla.scheduler.runner import RoundCancelled, ScheduleFunction
 
 PR_SET_PDEATHSIG = 1
 CANCEL_CHECK_SECONDS = 0.05
-"""How often the waiting parent checks whether the run was cancelled."""
+"""How often the waiting parent checks whether the round was cancelled."""
 
 
 CHILD_NICENESS = 10
-"""The run is background work: on a busy machine the kernel gives a CPU to the API and the
-loop first, and the run takes what is left."""
+"""The round is background work: on a busy machine the kernel gives a CPU to the API and the
+loop first, and the round takes what is left."""
 
 
-class ForkedRunFailed(RuntimeError):
+class ForkedRoundFailed(RuntimeError):
     """The child died without a result (killed, out of memory); the message says how."""
 
 
@@ -65,7 +65,7 @@ def _transportable(result: CycleResult) -> CycleResult:
     return replace(result, pending=dict(result.pending))
 
 
-class ForkedRun:
+class ForkedRound:
     """A ``ScheduleFunction`` that runs ``schedule`` in a forked child process."""
 
     def __init__(self, schedule: ScheduleFunction) -> None:
@@ -84,7 +84,7 @@ class ForkedRun:
             os.close(read_end)
             _reap(pid)
         if not data:
-            raise ForkedRunFailed("the scheduling run's process ended without a result")
+            raise ForkedRoundFailed("the scheduling round's process ended without a result")
         outcome = pickle.loads(data)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -107,7 +107,7 @@ class ForkedRun:
             try:
                 data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as error:  # an unpicklable error: its text is enough
-                data = pickle.dumps(ForkedRunFailed(f"{type(error).__name__}: {error}"))
+                data = pickle.dumps(ForkedRoundFailed(f"{type(error).__name__}: {error}"))
             view = memoryview(data)
             while view:
                 view = view[os.write(write_end, view) :]
@@ -125,13 +125,13 @@ def _max_descriptors() -> int:
 
 
 def _read_all(descriptor: int, cancel: threading.Event, kill: Callable[[], None]) -> bytes:
-    """Everything the child writes, until it closes the pipe; ``RunCancelled`` (after killing
+    """Everything the child writes, until it closes the pipe; ``RoundCancelled`` (after killing
     the child) once ``cancel`` is set."""
     chunks: list[bytes] = []
     while True:
         if cancel.is_set():
             kill()
-            raise RunCancelled
+            raise RoundCancelled
         ready, _, _ = select.select([descriptor], [], [], CANCEL_CHECK_SECONDS)
         if not ready:
             continue

@@ -39,13 +39,13 @@ class CycleReport:
 class SchedulerHandle(Protocol):
     metrics: SchedulerMetrics
     precedence: Precedence
-    """The API marks the requests it serves urgent here: a scheduling run yields to them."""
+    """The API marks the requests it serves urgent here: a scheduling round yields to them."""
 
     @property
     def is_leader(self) -> bool: ...
 
     def pending_reason(self, job_id: str) -> str | None:
-        """Why a waiting job waits, from the latest scheduling run; None if unknown."""
+        """Why a waiting job waits, from the latest scheduling round; None if unknown."""
         ...
 
     def last_cycle(self) -> CycleReport: ...

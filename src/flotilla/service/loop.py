@@ -7,21 +7,21 @@ One cycle:
    applied feed the snapshot builder, which keeps the queued backlog's engine jobs.
 2. **Lead** (``leadership.py``). Take or renew the scheduling lease. Only the holder writes:
    every write it makes is fenced by the lease, so a replica that lost it cannot commit
-   anything, and it stops scheduling at once (an async run in flight is reset).
+   anything, and it stops scheduling at once (an async round in flight is reset).
 3. **Transitions** (``transitions.py``, leader). Heartbeats and run states from each
    cluster's backend become job transitions (running, succeeded, failed, lost → re-queued);
    clusters that stopped reporting become unreachable and their runs are re-queued; cancel
    requests stop runs; gangs past their timeout fail; leased runs not yet dispatched (a crash
    in between) are dispatched again (``dispatch.py``) — dispatch is idempotent by run id.
 4. **Schedule** (leader). ``mode: sync`` runs the algorithm inline on a snapshot
-   (``snapshots.py``). ``mode: async`` takes the result of the run triggered earlier,
-   reconciles it against the current state, commits it, and only then triggers the next run
+   (``snapshots.py``). ``mode: async`` takes the result of the round triggered earlier,
+   reconciles it against the current state, commits it, and only then triggers the next round
    (Armada).
 5. **Commit and dispatch** (``commit.py``). Evictions stop their runs (the job is re-queued
    when the backend confirms the stop); leases are recorded in one transaction; each new run
    is dispatched.
 
-Between full cycles, while an async run is in flight or a cancelled run has not ended yet, a
+Between full cycles, while an async round is in flight or a cancelled run has not ended yet, a
 cheap transitions pass (poll the backends, apply cancel requests) runs every few
 milliseconds; a wake from the API (a cancel, a submission) runs one at once. No step of a
 cycle walks the whole backlog, so a cancel never waits long behind one.
@@ -55,7 +55,7 @@ from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.fleet import FleetRuntime, scheduling_config
-from flotilla.service.forked import ForkedRun
+from flotilla.service.forked import ForkedRound
 from flotilla.service.handle import CycleReport
 from flotilla.service.leadership import Leadership
 from flotilla.service.metrics import SchedulerMetrics
@@ -63,13 +63,14 @@ from flotilla.service.reporting import Reporter
 from flotilla.service.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.service.snapshots import CurrentState, SnapshotBuilder
 from flotilla.service.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
-from flotilla.store import ClusterRecord, JobState, Lease, LeaseLostError, Store
+from flotilla.store import ClusterRecord, JobRecord, JobState, Lease, LeaseLostError, Store
 
 log = logging.getLogger(__name__)
 
 TRANSITION_SECONDS = 0.05
-"""How often the loop applies transitions between full cycles while an async run is in
+"""How often the loop applies transitions between full cycles while an async round is in
 flight (and so the floor of how fast a run's end is recorded)."""
 
 CANCEL_POLL_SECONDS = 0.005
@@ -81,11 +82,11 @@ ASYNC_SWITCH_SECONDS = 0.0005
 (``LoopSettings.algorithm_process=False``). The algorithm thread is pure
 Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
 from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
-dozens of such returns. The run pays a few per cent for the extra switches."""
+dozens of such returns. The extra switches cost the round little (``docs/performance.md``)."""
 
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
-the snapshot for the next run is ready when it is triggered."""
+the snapshot for the next round is ready when it is triggered."""
 
 
 def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSettings:
@@ -126,9 +127,9 @@ class LoopSettings:
         default_factory=lambda: SchedulingConfig(assignment_strategy="resource-aware")
     )
     algorithm_process: bool = False
-    """Async mode: run each scheduling run in a forked child process (``forked.py``), so that
+    """Async mode: run each scheduling round in a forked child process (``forked.py``), so that
     it cannot hold the GIL against the API and the loop; default: on a thread of this process,
-    which measured as fast or faster on the loaded 2-core machine (docs/architecture.md)."""
+    which gave cancels as fast or faster on a loaded machine (docs/architecture.md)."""
     finished_retention: float = DEFAULT_RETENTION_SECONDS
     """Seconds a finished job stays in the JobDb after it ended (the store keeps it)."""
 
@@ -157,7 +158,7 @@ class SchedulingLoop:
         self.metrics = metrics or SchedulerMetrics()
         self.precedence = Precedence()
         """Urgent work of this process (the API's requests, the passes that apply cancels and
-        follow runs) that a scheduling run on a thread of it yields to."""
+        follow runs) that a scheduling round on a thread of it yields to."""
         self._finished = FinishedJobs(self.settings.finished_retention)
         self._allocator = AllocatorTrim(glibc_malloc_trim())
         self.jobdb = self._finished.load(store)
@@ -169,13 +170,17 @@ class SchedulingLoop:
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )
+        self._writes = CycleWrites(self._context, self._absorb)
         self._transitions = RunTransitions(
             self._context,
+            self._writes,
             self.settings.heartbeat_timeout,
             **({"cluster_spec": _fleet_spec(fleet)} if fleet is not None else {}),
         )
         self._dispatcher = Dispatcher(self._context, self._transitions)
-        self._committer = Committer(self._context, self._transitions, self._dispatcher, self._sync)
+        self._committer = Committer(
+            self._context, self._transitions, self._dispatcher, self._writes
+        )
         self._snapshots = SnapshotBuilder(store, self.jobdb)
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names
@@ -187,7 +192,7 @@ class SchedulingLoop:
         self._draining = False
 
     def _async_runner(self) -> AsyncSchedulingRunner:
-        """The runner of async mode: each run in a child process (``forked.py``), or on a
+        """The runner of async mode: each round in a child process (``forked.py``), or on a
         thread of this one with ``algorithm_process=False``."""
 
         def schedule(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
@@ -197,7 +202,7 @@ class SchedulingLoop:
             return self.algorithm.schedule(snapshot, cancel)  # nothing to yield to in the child
 
         return AsyncSchedulingRunner(
-            ForkedRun(schedule_forked) if self.settings.algorithm_process else schedule,
+            ForkedRound(schedule_forked) if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -246,10 +251,10 @@ class SchedulingLoop:
         """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
 
         A wake from the API (a submission, a cancel) runs a transitions pass at once, then a
-        full cycle unless an async run is in flight (a full cycle then has nothing to
+        full cycle unless an async round is in flight (a full cycle then has nothing to
         schedule). Between full cycles, transitions passes run every ``TRANSITION_SECONDS``
-        while a run is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
-        has not ended, so cancels take effect during a long run, not a cycle later."""
+        while a round is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
+        has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
         if self.runner is not None and not self.settings.algorithm_process:
             sys.setswitchinterval(ASYNC_SWITCH_SECONDS)
@@ -270,7 +275,7 @@ class SchedulingLoop:
                 if self._wake.wait(wait):
                     self._wake.clear()
                     trace("loop-woken")
-                    if self._run_in_flight():
+                    if self._round_in_flight():
                         try:
                             self.transitions()  # a cancel: stop its run now
                         except Exception:
@@ -286,7 +291,7 @@ class SchedulingLoop:
             return None
         if self._transitions.cancelling:
             return CANCEL_POLL_SECONDS
-        if self._run_in_flight():
+        if self._round_in_flight():
             return TRANSITION_SECONDS
         return None
 
@@ -305,7 +310,7 @@ class SchedulingLoop:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()
 
-    def _run_in_flight(self) -> bool:
+    def _round_in_flight(self) -> bool:
         return self.runner is not None and self.runner.state in (
             RunnerState.RUN_REQUESTED,
             RunnerState.RUNNING,
@@ -319,10 +324,11 @@ class SchedulingLoop:
             return
         self._last_pass = time.monotonic()
         try:
-            with self.precedence.urgent():  # a cancel waits on it; a run in flight yields
+            with self.precedence.urgent():  # a cancel waits on it; a round in flight yields
                 self._sync()
                 self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
                 self._transitions.poll_all()
+                self._writes.flush()
             if not self._transitions.cancelling:
                 self._snapshots.prepare(PREPARE_SECONDS)
         except LeaseLostError:
@@ -332,11 +338,16 @@ class SchedulingLoop:
     def close(self) -> None:
         if self.runner is not None:
             self.runner.reset()
+        if self._context.lease is not None and self._writes.waiting:
+            try:
+                self._writes.flush()  # the last dispatch outcomes, before the lease goes
+            except Exception:
+                log.exception("could not record the last transitions; the next term recovers")
         self._leadership.release()
 
     def reload_fleet(self) -> bool:
         """Take up a fleet applied since the last cycle (any replica: the backends serve
-        logs everywhere); the engine's settings change between two scheduling runs."""
+        logs everywhere); the engine's settings change between two scheduling rounds."""
         if self.fleet is None or not self.fleet.sync():
             return False
         settings = _with_fleet_settings(self.settings, self.fleet)
@@ -367,15 +378,19 @@ class SchedulingLoop:
         result: CycleResult | None = None
         if self._context.lease is not None:
             try:
+                # One write per cycle as a rule (``writes.py``): what the backends report
+                # waits for the cycle's leases, unless it changes what the scheduler sees.
+                written = self._writes.flushes
                 self._transitions.observe_clusters()
-                self._sync()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
                 self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
-                self._sync()
+                if self._writes.settling:
+                    self._writes.flush()
                 self._dispatcher.dispatch_leased()
-                self._sync()
                 result = None if self._draining else self._schedule()
+                if self._writes.flushes == written:
+                    self._writes.flush()  # no leases: what waits goes now
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()
@@ -394,7 +409,12 @@ class SchedulingLoop:
 
     def _sync(self) -> None:
         """Catch the JobDb up with the store and feed what changed to the snapshot builder."""
-        changed = self.jobdb.sync_changes(self.store, keep=self._finished.keep)
+        self._writes.sync()
+
+    def _absorb(self, since: int, records: list[JobRecord]) -> None:
+        """Apply the change feed after ``since`` (read by a sync or a write) to the JobDb,
+        and what it changed to the snapshot builder and the finished jobs' retention."""
+        changed = self.jobdb.apply_feed(since, records, keep=self._finished.keep)
         if changed:
             self._snapshots.observe(changed, self.jobdb.serial)
             self._finished.observe(changed)
@@ -405,11 +425,13 @@ class SchedulingLoop:
         """A new term: forget the old one's in-flight state and recover from the store."""
         if self.runner is not None:
             self.runner.reset()
+        self._writes.forget()
         self._transitions.forget()
         self._dispatcher.forget()
         self._transitions.recover()
 
     def _lose_lease(self) -> None:
+        self._writes.forget()
         self._leadership.lose()
         if self.runner is not None:
             self.runner.reset()

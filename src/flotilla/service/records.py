@@ -1,68 +1,22 @@
-"""Between the store's records and the engine's objects: jobs, clusters, assignments.
+"""Between the store's records and the engine's objects: jobs and clusters.
 
-An assignment is stored as JSON on its run (``{"placements": [{task, replica, node, gpus,
-shares, gpu_memory}]}``) and rebuilt against the current node table, so running jobs'
-allocations can be replayed onto fresh node tables at every cycle.
+(An assignment's JSON form, stored on its run, is ``Assignment.to_json``/``from_json``:
+``framework/assignment_record.py``.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
-from flotilla.framework.interfaces import Assignment, Placement
 from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
-from flotilla.framework.nodes import GpuAllocation, NodeInfo
+from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import ClusterSpec, GpuInventory, JobSpec, NodeGroup
 from flotilla.store import ClusterRecord, JobRecord
-
-
-def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
-    return {
-        "cluster": assignment.cluster,
-        "placements": [
-            {
-                "task": p.task,
-                "replica": p.replica,
-                "node": p.node,
-                "gpus": p.gpu_ids,
-                "shares": [list(share) for share in p.gpus.shares] if p.gpus else [],
-                "gpu_memory": p.gpus.memory if p.gpus else 0.0,
-            }
-            for p in assignment.placements
-        ],
-    }
-
-
-def assignment_from_json(
-    data: Mapping[str, Any], job: SchedulingJob, cluster: Cluster
-) -> Assignment | None:
-    """The assignment on ``cluster``'s current node table; None if a node is gone."""
-    requests = {task.name: task.request for task in job.tasks}
-    placements = []
-    for item in data.get("placements", []):
-        row = cluster.nodes.row.get(item["node"])
-        request = requests.get(item["task"])
-        if row is None or request is None:
-            return None
-        shares = tuple((int(device), float(share)) for device, share in item.get("shares", []))
-        gpus = GpuAllocation(shares, float(item.get("gpu_memory", 0.0))) if shares else None
-        placements.append(
-            Placement(
-                task=item["task"],
-                replica=int(item["replica"]),
-                node=item["node"],
-                row=row,
-                request=request,
-                gpus=gpus,
-            )
-        )
-    return Assignment(cluster=cluster.name, placements=tuple(placements))
 
 
 def space_for(clusters: Sequence[ClusterSpec], jobs: Sequence[JobSpec]) -> ResourceSpace:

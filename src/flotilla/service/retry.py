@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from flotilla.backends.interface import RunState as BackendRunState
-from flotilla.backends.interface import RunStatus
+from flotilla.backends.interface import BackendRunState, RunStatus
 from flotilla.model import RetryCause
 from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 

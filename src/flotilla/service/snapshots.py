@@ -27,7 +27,6 @@ from flotilla.model import ClusterSpec
 from flotilla.service.admission import Admission
 from flotilla.service.dependencies import DependencyGate
 from flotilla.service.records import (
-    assignment_from_json,
     cluster_from_record,
     job_from_record,
     space_for,
@@ -72,7 +71,7 @@ class SnapshotBuilder:
         """Shares equal placement keys between the engine jobs (``framework.jobs``)."""
         self._unplaceable: dict[str, str] = {}
         self._space: ResourceSpace | None = None
-        self._active: dict[str, tuple[int, tuple[str, ...], SchedulingJob]] = {}
+        self._active: dict[str, tuple[str, tuple[str, ...], SchedulingJob]] = {}
         self.gangs: dict[str, JobRecord] = {}
         """Queued gang jobs (their timeout is checked every cycle without a backlog scan)."""
         self._admission = Admission()
@@ -204,7 +203,7 @@ class SnapshotBuilder:
                 continue
             cluster = clusters[job.run.cluster]
             engine_job = self._active_job(job, space)
-            assignment = assignment_from_json(job.run.assignment, engine_job, cluster)
+            assignment = Assignment.from_json(job.run.assignment, engine_job, cluster)
             if assignment is None:
                 continue
             for placement in assignment.placements:
@@ -245,12 +244,17 @@ class SnapshotBuilder:
         return LoopSnapshot(snapshot, clusters, reasons)
 
     def _active_job(self, record: JobRecord, space: ResourceSpace) -> SchedulingJob:
-        """The engine's job for an active record, built once per (serial, resource layout)."""
+        """The engine's job for an active record, built once per (run, resource layout) — a
+        run's job does not change while it moves from leased to running, and a batch of
+        starts would otherwise rebuild every one of them — or taken from its queued self."""
+        run = record.run.id if record.run is not None else ""
         cached = self._active.get(record.id)
-        if cached is not None and cached[0] == record.serial and cached[1] == space.names:
+        if cached is not None and cached[0] == run and cached[1] == space.names:
             return cached[2]
-        job = job_from_record(record, space)
-        self._active[record.id] = (record.serial, space.names, job)
+        # A job just leased was converted while it was queued (``build`` has already made
+        # ``_engine`` follow this layout).
+        job = self._engine.get(record.id) or job_from_record(record, space)
+        self._active[record.id] = (run, space.names, job)
         return job
 
 

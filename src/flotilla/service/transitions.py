@@ -3,8 +3,8 @@
 Run states become job states (running, succeeded, failed, cancelled; a lost run re-queues its
 job); clusters that stop answering become unreachable and their runs re-queue; cancel
 requests stop runs; preempted runs re-queue their job once the backend confirms the stop;
-gangs past their timeout fail. Every write is fenced by the lease. A poll's transitions are
-recorded in one transaction (thousands of runs starting at once are one write).
+gangs past their timeout fail. Every write is fenced by the lease. Transitions are gathered
+for the loop's next flush (``writes.py``): a pass's reports, however many, are one write.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from flotilla.backends.interface import (
     Backend,
     BackendError,
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
@@ -24,21 +25,19 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
-from flotilla.backends.interface import RunState as BackendRunState
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec, RetryCause
 from flotilla.service.context import LoopContext
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retry import Failure, after_failure, cause_of, counted_failures
+from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     ClusterRecord,
-    IllegalTransitionError,
     JobRecord,
     JobState,
-    StaleRunError,
     Transition,
 )
 
@@ -60,10 +59,12 @@ class RunTransitions:
     def __init__(
         self,
         context: LoopContext,
+        writes: CycleWrites,
         heartbeat_timeout: float,
         cluster_spec: ClusterSpecBuilder = spec_from_record,
     ) -> None:
         self._context = context
+        self._writes = writes
         self._heartbeat_timeout = heartbeat_timeout
         self._cluster_spec = cluster_spec
         self._inventories: dict[str, tuple[NodeInfo, ...]] = {}
@@ -108,46 +109,15 @@ class RunTransitions:
         exit_code: int | None = None,
         message: str | None = None,
     ) -> None:
-        context = self._context
-        try:
-            context.store.transition(
-                job_id,
-                state,
-                reason,
-                run=run,
-                exit_code=exit_code,
-                message=message,
-                fence=context.lease,
-            )
-            if state is JobState.CANCELLED:
-                trace("state-committed", job_id)
-        except StaleRunError:
-            log.info("ignored a report about an old run of job %s", job_id)
-        except IllegalTransitionError as error:
-            # The job moved on since this cycle read it (e.g. its run ended meanwhile).
-            log.info("skipped a transition that no longer applies: %s", error)
+        """Record one transition now (with whatever waits for the next flush, in order); one
+        that no longer applies is skipped (``writes.py``)."""
+        self.record([Transition(job_id, state, reason, run, exit_code, message)])
+        self._writes.flush()
 
     def record(self, changes: list[Transition]) -> None:
-        """Apply transitions in one transaction; if one no longer applies (the job moved on
-        meanwhile), apply the others one by one."""
-        if not changes:
-            return
-        context = self._context
-        try:
-            context.store.transition_many(changes, fence=context.lease, records=False)
-            for change in changes:
-                if change.new_state is JobState.CANCELLED:
-                    trace("state-committed", change.job_id)
-        except (StaleRunError, IllegalTransitionError):
-            for change in changes:
-                self.transition(
-                    change.job_id,
-                    change.new_state,
-                    change.reason,
-                    run=change.run,
-                    exit_code=change.exit_code,
-                    message=change.message,
-                )
+        """Transitions for the next flush of the cycle's writes (``writes.py``): the loop
+        writes what a pass gathered in one transaction."""
+        self._writes.add(changes)
 
     # --- what the backends report ---------------------------------------------------------
 
@@ -208,7 +178,9 @@ class RunTransitions:
                 continue
             if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
                 changes += self.on_run_status(status)
-        self.record(changes)
+        if changes:
+            self.record(changes)
+            self._writes.flush()
 
     def poll_all(self) -> None:
         for backend in self._context.backends.values():

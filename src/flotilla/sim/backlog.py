@@ -1,4 +1,4 @@
-"""The simulator's queued jobs, kept in the shapes a scheduling run reads them in.
+"""The simulator's queued jobs, kept in the shapes a scheduling round reads them in.
 
 Each cycle's snapshot needs every queued job in enqueue order and, per queue, the jobs in
 priority-sort order. Rebuilding and re-sorting them every cycle cost the Philly replay a

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from flotilla.framework.resources import EPSILON
-from flotilla.model.scenario import Expectation, JobState
+from flotilla.model.scenario import Expectation, ScenarioJobState
 from flotilla.sim.simulator import Simulator
 from flotilla.sim.state import SimJob
 
@@ -25,7 +25,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
     waits = []
     for job in sim.jobs:
         # The last run's placements, as the contract's example shows for a finished job.
-        assignment = job.assignment if job.state is not JobState.QUEUED else None
+        assignment = job.assignment if job.state is not ScenarioJobState.QUEUED else None
         placements = [
             {"task": p.task, "replica": p.replica, "node": p.node, "gpus": p.gpu_ids}
             for p in (assignment.placements if assignment else ())
@@ -44,14 +44,16 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "started_at": None if job.started_at is None else _number(job.started_at),
                 "finished_at": None if job.finished_at is None else _number(job.finished_at),
                 "preemptions": job.preemptions,
-                "reason": job.reason if job.waiting or job.state is JobState.FAILED else None,
+                "reason": job.reason
+                if job.waiting or job.state is ScenarioJobState.FAILED
+                else None,
                 "priority": job.job.priority,
             }
         )
     capacity = sim.capacity
     queues = []
-    # Grouped once (in job order, so every sum below adds in the same order as before):
-    # not one pass over every job per queue.
+    # Grouped once, not one pass over every job per queue; in job order, so every sum below
+    # adds in job order and the report's figures do not depend on the grouping.
     jobs_by_queue: dict[str, list[SimJob]] = {}
     for job in sim.jobs:
         jobs_by_queue.setdefault(job.job.queue, []).append(job)
@@ -59,7 +61,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
         queue_jobs = jobs_by_queue.get(queue.name, [])
         allocated = np.zeros(len(sim.space))
         for job in queue_jobs:
-            if job.state is JobState.RUNNING:
+            if job.state is ScenarioJobState.RUNNING:
                 allocated += job.job.total
         shares = np.divide(
             allocated, capacity, out=np.zeros_like(allocated), where=capacity > EPSILON
@@ -75,7 +77,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "allocated": {k: _number(v) for k, v in sim.space.as_dict(allocated).items()},
                 "dominant_share": round(float(shares.max(initial=0.0)), 4),
                 "weight": _number(queue.weight),
-                "running": sum(1 for j in queue_jobs if j.state is JobState.RUNNING),
+                "running": sum(1 for j in queue_jobs if j.state is ScenarioJobState.RUNNING),
                 "queued": sum(1 for j in queue_jobs if j.waiting),
                 "mean_wait": round(sum(queue_waits) / len(queue_waits), 3) if queue_waits else None,
             }

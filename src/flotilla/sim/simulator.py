@@ -24,7 +24,7 @@ from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
 from flotilla.model.errors import SpecError
-from flotilla.model.scenario import JobState, Mode, Scenario
+from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, InlineExecutor
@@ -131,31 +131,31 @@ class Simulator:
         job = self.job_by_name[subject]
         if kind is Timer.SUBMIT:
             self.events.append(Event(at, job.name, "submitted"))
-            self._enqueue(job, at, JobState.QUEUED)
+            self._enqueue(job, at, ScenarioJobState.QUEUED)
             return True
         if kind is Timer.GANG_TIMEOUT:
             return self._gang_timeout(job, at, run)
         if kind is Timer.RETRY:
             if run != job.run or job.terminal:
                 return False
-            self._enqueue(job, at, JobState.QUEUED)
+            self._enqueue(job, at, ScenarioJobState.QUEUED)
             return True
         if kind is Timer.CANCEL:
             if job.terminal or job.state is None:
                 return False
-            self._end(job, at, JobState.CANCELLED, "cancelled")
+            self._end(job, at, ScenarioJobState.CANCELLED, "cancelled")
             return True
-        if run != job.run or job.state is not JobState.RUNNING:
+        if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
             self._start(job, at)
             return False
-        self._end(job, at, JobState.SUCCEEDED, "succeeded")
+        self._end(job, at, ScenarioJobState.SUCCEEDED, "succeeded")
         return True
 
     # --- job transitions ------------------------------------------------------------------
 
-    def _enqueue(self, job: SimJob, at: float, state: JobState) -> None:
+    def _enqueue(self, job: SimJob, at: float, state: ScenarioJobState) -> None:
         """The job waits (again): queued, or preempted until it is rescheduled."""
         job.state = state
         job.queued_since = at
@@ -169,7 +169,7 @@ class Simulator:
         hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
         if hold is not Hold.NONE:
             if hold is Hold.NEVER:
-                self._end(job, at, JobState.FAILED, "failed", reason)
+                self._end(job, at, ScenarioJobState.FAILED, "failed", reason)
             job.reason = reason
             return
         held = self._slots.take(job)
@@ -197,7 +197,7 @@ class Simulator:
         label = gang.name or job.name
         for member in members:
             last = member.reason or "never considered"
-            self._end(member, at, JobState.FAILED, "failed")
+            self._end(member, at, ScenarioJobState.FAILED, "failed")
             member.reason = (
                 f"gang {label} could not be placed within its timeout of {gang.timeout:g}s: {last}"
             )
@@ -216,9 +216,9 @@ class Simulator:
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
 
     def _end(
-        self, job: SimJob, at: float, state: JobState, event: str, reason: str | None = None
+        self, job: SimJob, at: float, state: ScenarioJobState, event: str, reason: str | None = None
     ) -> None:
-        if job.state is JobState.RUNNING:
+        if job.state is ScenarioJobState.RUNNING:
             self._release(job, at)
         job.run += 1
         if self._queued.pop(job.name, None) is not None and not job.held:
@@ -231,7 +231,7 @@ class Simulator:
         self.events.append(Event(at, job.name, event, reason=reason))
         following = self._slots.release(job)
         if following is not None:
-            self._enqueue(following, at, JobState.QUEUED)
+            self._enqueue(following, at, ScenarioJobState.QUEUED)
         for waiter in self._dependencies.ended(job.name):
             self._admit(waiter, at)
 
@@ -255,17 +255,17 @@ class Simulator:
         for job in lost:
             delay, why = retry_after_node_failure(job, reason)
             if delay is None:
-                self._end(job, at, JobState.FAILED, "failed")
+                self._end(job, at, ScenarioJobState.FAILED, "failed")
                 job.reason = self.events[-1].reason = why
                 continue
             self._release(job, at)
             job.run += 1
             if delay > 0:
-                job.state, job.queued_since, job.assignment = JobState.QUEUED, at, None
+                job.state, job.queued_since, job.assignment = ScenarioJobState.QUEUED, at, None
                 job.held, self._queued[job.name] = True, job
                 self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
             else:
-                self._enqueue(job, at, JobState.QUEUED)
+                self._enqueue(job, at, ScenarioJobState.QUEUED)
             job.reason = why
             self.events.append(Event(at, job.name, "requeued", reason=why))
         self._capacity = sum(
@@ -278,14 +278,14 @@ class Simulator:
         self._integral_time = at
         self._allocated = self._allocated + delta
         if queue is not None:
-            # Kept incrementally and handed to each run: no summing of running jobs per cycle.
+            # Kept incrementally and handed to each round: no summing of running jobs per cycle.
             held = self._queue_allocated.get(queue)
             self._queue_allocated[queue] = delta.copy() if held is None else held + delta
 
     # --- cycles ---------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> SchedulingSnapshot:
-        """What a scheduling run at ``now`` would see."""
+        """What a scheduling round at ``now`` would see."""
         return self._snapshot(now)
 
     def _snapshot(self, now: float) -> SchedulingSnapshot:
@@ -309,9 +309,9 @@ class Simulator:
             result = self.algorithm.schedule(self._snapshot(now))
             self.decisions += result.stats.considered
             return self._apply(result, now) > 0
-        # Async (Armada): take the result of the run triggered last cycle, reconcile it
-        # against what happened since, commit, then trigger the next run on the state after
-        # the commit. The simulator's executor runs inline, so runs are deterministic.
+        # Async (Armada): take the result of the round triggered last cycle, reconcile it
+        # against what happened since, commit, then trigger the next round on the state after
+        # the commit. The simulator's executor runs inline, so rounds are deterministic.
         applied = 0
         ready = self.runner.take_result()
         if ready is not None:
@@ -322,7 +322,7 @@ class Simulator:
             self.runner.trigger(self._snapshot(now))
         upcoming = self.runner.peek()
         if upcoming is not None and not (upcoming.scheduled or upcoming.preempted):
-            # A run that decides nothing only explains the state it saw, which is the current
+            # A round that decides nothing only explains the state it saw, which is the current
             # one: apply its reasons now instead of holding it in flight, or the clock would
             # tick forever on a job that can never fit.
             self.runner.take_result()
@@ -362,7 +362,7 @@ class Simulator:
         job.preemptions += 1
         self.preemptions += 1
         self.events.append(Event(now, job.name, "preempted", reason=reason))
-        self._enqueue(job, now, JobState.PREEMPTED)
+        self._enqueue(job, now, ScenarioJobState.PREEMPTED)
         job.reason = reason
 
     # --- CurrentState, for reconciliation ---------------------------------------------------
@@ -371,7 +371,7 @@ class Simulator:
         return self.job_by_name[job].waiting
 
     def running(self, job: str) -> bool:
-        return self.job_by_name[job].state is JobState.RUNNING
+        return self.job_by_name[job].state is ScenarioJobState.RUNNING
 
     def cluster_ready(self, cluster: str) -> bool:
         return bool(self.cluster_by_name[cluster].ready)
@@ -390,7 +390,7 @@ class Simulator:
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
         self._account(now, assignment.held(len(self.space)), job.job.queue)
-        if job.state is JobState.RUNNING and job.assignment is not None:
+        if job.state is ScenarioJobState.RUNNING and job.assignment is not None:
             # A non-strict gang growing: more replicas join the running job.
             job.assignment = Assignment(
                 job.assignment.cluster, job.assignment.placements + assignment.placements
@@ -406,7 +406,7 @@ class Simulator:
         if self._queued.pop(job.name, None) is not None:
             self._backlog.remove(job.job)
         self._running[job.name] = job
-        job.state = JobState.RUNNING
+        job.state = ScenarioJobState.RUNNING
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
         job.reason = None
@@ -498,7 +498,7 @@ class Simulator:
             "reason": job.reason,
             "preemptions": job.preemptions,
             "placements": len(job.assignment.placements)
-            if job.assignment is not None and job.state is JobState.RUNNING
+            if job.assignment is not None and job.state is ScenarioJobState.RUNNING
             else 0,
         }
 

@@ -11,9 +11,9 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.snapshot import PendingReasons
 from flotilla.model.job import JobSpec
-from flotilla.model.scenario import JobState
+from flotilla.model.scenario import ScenarioJobState
 
-WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
+WAITING_STATES = frozenset((ScenarioJobState.QUEUED, ScenarioJobState.PREEMPTED))
 """States in which the scheduler considers a job."""
 
 
@@ -21,7 +21,7 @@ WAITING_STATES = frozenset((JobState.QUEUED, JobState.PREEMPTED))
 class SimJob:
     spec: JobSpec
     job: SchedulingJob
-    state: JobState | None = None
+    state: ScenarioJobState | None = None
     """``None`` until submitted."""
     assignment: Assignment | None = None
     started_at: float | None = None
@@ -53,7 +53,11 @@ class SimJob:
 
     @property
     def terminal(self) -> bool:
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self.state in (
+            ScenarioJobState.SUCCEEDED,
+            ScenarioJobState.FAILED,
+            ScenarioJobState.CANCELLED,
+        )
 
 
 @dataclass
@@ -102,7 +106,7 @@ def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str
 
     ``waiting`` holds exactly the jobs in ``WAITING_STATES``, by name (the simulator's queued
     jobs), so membership stands in for the state check. The simulator does this for every
-    waiting job every cycle: a run of jobs sharing one reason is looked up with C-level
+    waiting job every cycle: a slice of jobs sharing one reason is looked up with C-level
     ``map``/``filter`` and only the attribute store runs per job. Writes happen in the order
     recorded, so each job ends with the reason ``pending`` maps it to.
     """

@@ -18,7 +18,7 @@ from flotilla.store.errors import (
     StoreError,
 )
 from flotilla.store.observe import CommitObserver, CommittedChanges
-from flotilla.store.protocol import RunRequest, Store, Transition
+from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Store, Transition
 from flotilla.store.records import (
     ClusterRecord,
     DependencyRecord,
@@ -53,6 +53,8 @@ __all__ = [
     "CommitObserver",
     "CommittedChanges",
     "ConflictError",
+    "CycleCommit",
+    "CycleWrite",
     "DependencyRecord",
     "DuplicateJobError",
     "EventRecord",

@@ -20,8 +20,8 @@ AnyRow = Row[*tuple[Any, ...]]
 class JsonMapping(Mapping[str, Any]):
     """A JSON object column read as text and decoded on first access. The scheduler's sync
     reads every changed job's labels and its run's assignment, yet most are never looked at
-    again (decoding them was a tenth of the loop's time); a record compares equal to the
-    decoded dict."""
+    again, and decoding them all costs the loop time (``docs/performance.md``); a record
+    compares equal to the decoded dict."""
 
     __slots__ = ("_data", "_text")
 
@@ -66,7 +66,7 @@ class SpecCache:
 
     A job's spec does not change after submission (only a reprioritization rewrites it), yet
     the scheduler reads each job back several times (submitted, leased, dispatched, ...):
-    parsing and validating the spec was the largest per-job cost of a JobDb sync. A hit is an
+    parsing and validating it is the largest per-job cost of a JobDb sync. A hit is an
     exact comparison of the stored text, so a rewritten spec is parsed again. Bounded: once
     ``limit`` specs are held it starts over (a job is read back within a few cycles)."""
 
@@ -88,12 +88,6 @@ class SpecCache:
             self._specs.clear()
         self._specs[job_id] = (text, spec)
         return spec
-
-
-def run_record_from_text(row: AnyRow) -> RunRecord:
-    """From a Core row of the runs table with the assignment read as text
-    (``assignment_text``), decoded when first read."""
-    return _run_record(row, lazy_json(row.assignment_text))
 
 
 def _run_record(row: Run | AnyRow, assignment: Mapping[str, Any]) -> RunRecord:

@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.store import catalog
 from flotilla.store.errors import ConflictError
 from flotilla.store.records import FleetChange, FleetRecord
@@ -127,7 +128,7 @@ def cluster_allocations(session: Session) -> dict[str, dict[str, float]]:
     for spec, cluster, assignment in rows:
         requests = {task["name"]: task.get("resources", {}) for task in spec.get("tasks", [])}
         mine = held.setdefault(cluster, {})
-        for placement in (assignment or {}).get("placements", []):
-            for name, amount in requests.get(placement.get("task"), {}).items():
+        for placement in AssignmentRecord.unmarshal(assignment).placements:
+            for name, amount in requests.get(placement.task, {}).items():
                 mine[name] = mine.get(name, 0.0) + float(amount)
     return held

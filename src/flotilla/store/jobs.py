@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Table, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
+from flotilla.store.bulk import CHUNK, among, batches, insert_rows, update_rows
 from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
     ConflictError,
@@ -40,8 +41,9 @@ from flotilla.store.states import (
     is_allowed,
 )
 
-CHUNK = 500
-"""Rows per IN (...) list: well under every database's bound-parameter limit."""
+JOBS = cast(Table, Job.__table__)
+RUNS = cast(Table, Run.__table__)
+EVENTS = cast(Table, Event.__table__)
 
 T = TypeVar("T")
 
@@ -112,11 +114,13 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
             raise DuplicateJobError(queue, sorted(repeated))
         taken: list[str] = []
         finished = [state.value for state in TERMINAL_JOB_STATES]
-        for part in chunks(sorted(seen)):
+        for part in batches(session, sorted(seen)):
             taken.extend(
                 session.scalars(
                     select(Job.name).where(
-                        Job.queue == queue, Job.name.in_(part), Job.state.not_in(finished)
+                        Job.queue == queue,
+                        among(session, JOBS.c.name, part),
+                        Job.state.not_in(finished),
                     )
                 )
             )
@@ -131,64 +135,61 @@ def submit(
     if not expanded:
         return []
     jobs = [job for job, _, _ in expanded]
+    ids = [new_id() for _ in jobs]
+    # The rows are made before the serial counter is locked (its serials and dependencies
+    # filled in after): every other writer waits for that lock until this one commits.
+    rows: list[dict[str, Any]] = [
+        {
+            "id": job_id,
+            "name": job.name,
+            "queue": job.queue,
+            "spec": job.model_dump(mode="json"),
+            "state": JobState.QUEUED.value,
+            "priority": job.priority or 0,
+            "submitted_at": now,
+            "updated_at": now,
+            "submit_serial": 0,
+            "serial": 0,
+            "labels": dict(job.labels),
+            "owner": owner if owner is not None else job.user,
+            "cancel_requested": False,
+            "reason": "submitted",
+            "run_id": None,
+            "dependencies": None,
+            "not_before": None,
+            "array_id": array_id,
+            "array_index": array_index,
+        }
+        for job_id, (job, array_id, array_index) in zip(ids, expanded, strict=True)
+    ]
+    events: list[dict[str, Any]] = [
+        {
+            "job_id": job_id,
+            "run_id": None,
+            "time": now,
+            "kind": "submitted",
+            "from_state": None,
+            "to_state": JobState.QUEUED.value,
+            "reason": "submitted",
+        }
+        for job_id in ids
+    ]
     # The serials first: their row lock orders concurrent submissions, so two batches that
     # reuse one name cannot both find it free (names are unique among live jobs only, which
     # no constraint of the database can say).
     first = reserve_serials(session, len(jobs))
     check_batch(session, jobs)
-    ids = [new_id() for _ in jobs]
     origins = [index for index, spec in enumerate(batch) for _ in spec.job_names()]
     paths = [f"jobs[{index}]." if len(batch) > 1 else "" for index in origins]
     dependencies = resolve_dependencies(session, jobs, ids, paths)
-    rows: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    for offset, (job_id, (job, array_id, array_index)) in enumerate(
-        zip(ids, expanded, strict=True)
-    ):
-        serial = first + offset
-        rows.append(
-            {
-                "id": job_id,
-                "name": job.name,
-                "queue": job.queue,
-                "spec": job.model_dump(mode="json"),
-                "state": JobState.QUEUED.value,
-                "priority": job.priority or 0,
-                "submitted_at": now,
-                "updated_at": now,
-                "submit_serial": serial,
-                "serial": serial,
-                "labels": dict(job.labels),
-                "owner": owner if owner is not None else job.user,
-                "cancel_requested": False,
-                "reason": "submitted",
-                "run_id": None,
-                "dependencies": dependencies[offset],
-                "not_before": None,
-                "array_id": array_id,
-                "array_index": array_index,
-            }
-        )
-        events.append(
-            {
-                "job_id": job_id,
-                "run_id": None,
-                "time": now,
-                "kind": "submitted",
-                "from_state": None,
-                "to_state": JobState.QUEUED.value,
-                "reason": "submitted",
-            }
-        )
-    for part in chunks(rows):
-        session.execute(insert(Job), list(part))
+    for offset, row in enumerate(rows):
+        row["submit_serial"] = row["serial"] = first + offset
+        row["dependencies"] = dependencies[offset]
+    insert_rows(session, JOBS, rows)
     insert_events(session, events)
     tally_submitted(session, [job.queue for job in jobs])
     return ids
 
-
-JOBS = cast(Table, Job.__table__)
-RUNS = cast(Table, Run.__table__)
 
 LOCK_COLUMNS = (JOBS.c.id, JOBS.c.state, JOBS.c.run_id, JOBS.c.cancel_requested)
 """What the state machine reads of a job: locking the whole row decoded the spec and labels
@@ -211,9 +212,12 @@ def lock_jobs(session: Session, job_ids: Iterable[str]) -> dict[str, dict[str, A
     ``NotFoundError`` for unknown ids."""
     wanted = sorted(set(job_ids))
     found: dict[str, dict[str, Any]] = {}
-    for part in chunks(wanted):
+    for part in batches(session, wanted):
         for row in session.execute(
-            select(*LOCK_COLUMNS).where(JOBS.c.id.in_(part)).order_by(JOBS.c.id).with_for_update()
+            select(*LOCK_COLUMNS)
+            .where(among(session, JOBS.c.id, part))
+            .order_by(JOBS.c.id)
+            .with_for_update()
         ):
             found[row.id] = dict(row._mapping)
     missing = [job_id for job_id in wanted if job_id not in found]
@@ -244,84 +248,55 @@ def event_row(
 
 
 def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
-    """Insert a batch's events in one statement per chunk: thousands of events as ORM objects
-    were a third of a dispatch batch's time (identity map, unit of work), and nothing reads
-    them back in the same transaction. The state changes among them are tallied for the
-    commit observers (``observe.py``)."""
+    """Insert a batch's events in one statement per chunk: as ORM objects, thousands of events
+    cost a large part of a dispatch batch (identity map, unit of work; ``docs/performance.md``),
+    and nothing reads them back in the same transaction. The state changes among them are
+    tallied for the commit observers (``observe.py``)."""
     tally_events(session, events)
-    for part in chunks(events):
-        session.execute(insert(Event), list(part))
-
-
-JOB_UPDATE = (
-    update(JOBS)
-    .where(JOBS.c.id == bindparam("b_id"), JOBS.c.state == bindparam("b_expected"))
-    .values(
-        state=bindparam("b_state"),
-        run_id=bindparam("b_run_id"),
-        cancel_requested=bindparam("b_cancel_requested"),
-        reason=bindparam("b_reason"),
-        serial=bindparam("b_serial"),
-        updated_at=bindparam("b_updated_at"),
-        not_before=bindparam("b_not_before"),
-    )
-)
-"""One statement for a whole batch of job writes (executemany). ``state = expected`` re-checks
-the state the batch was validated against; the row lock makes it hold, and a mismatch means a
-broken invariant, so the batch is refused rather than half applied."""
-
-RUN_UPDATE = (
-    update(RUNS)
-    .where(RUNS.c.id == bindparam("b_id"))
-    .values(
-        state=bindparam("b_state"),
-        started_at=bindparam("b_started_at"),
-        finished_at=bindparam("b_finished_at"),
-        exit_code=bindparam("b_exit_code"),
-        message=bindparam("b_message"),
-    )
-)
+    insert_rows(session, EVENTS, events)
 
 
 def write_jobs(
     session: Session, expected: Mapping[str, str], jobs: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Write the final version of each changed job in one executemany UPDATE per chunk.
-    ``expected``: each job's state as locked."""
-    rows = [
-        {
-            "b_id": job["id"],
-            "b_expected": expected[job["id"]],
-            "b_state": job["state"],
-            "b_run_id": job["run_id"],
-            "b_cancel_requested": job["cancel_requested"],
-            "b_reason": job["reason"],
-            "b_serial": job["serial"],
-            "b_updated_at": job["updated_at"],
-            "b_not_before": job.get("not_before"),
-        }
-        for job in jobs
-    ]
-    check = session.get_bind().dialect.supports_sane_multi_rowcount
-    for part in chunks(rows):
-        result = session.execute(JOB_UPDATE, list(part))
-        if check and cast(CursorResult[Any], result).rowcount != len(part):
-            raise ConflictError("a job changed under its row lock; nothing was written")
+    """Write the final version of each changed job in one statement (``bulk.update_rows``),
+    each guarded by ``state = expected``: the row lock makes that hold, and a mismatch means a
+    broken invariant, so the batch is refused rather than half applied. ``expected``: each
+    job's state as locked."""
+    update_rows(
+        session,
+        JOBS,
+        [
+            {
+                "id": job["id"],
+                "expected_state": expected[job["id"]],
+                "state": job["state"],
+                "run_id": job["run_id"],
+                "cancel_requested": job["cancel_requested"],
+                "reason": job["reason"],
+                "serial": job["serial"],
+                "updated_at": job["updated_at"],
+                "not_before": job.get("not_before"),
+            }
+            for job in jobs
+        ],
+        key="id",
+        expected="expected_state",
+    )
 
 
-def write_runs(session: Session, runs: Sequence[Mapping[str, Any]]) -> None:
-    rows = [{f"b_{key}": value for key, value in run.items()} for run in runs]
-    for part in chunks(rows):
-        session.execute(RUN_UPDATE, list(part))
+def write_runs(session: Session, runs: Sequence[dict[str, Any]]) -> None:
+    update_rows(session, RUNS, runs, key="id")
 
 
 def apply_transitions(
     session: Session, changes: Sequence[Transition], now: datetime, serial: int | None = None
 ) -> list[str]:
     """Apply ``changes`` in order and return the ids of the jobs changed, one per change.
-    Validation runs on plain dicts; the writes are one executemany UPDATE of jobs, one of
-    runs and one INSERT of events, instead of the ORM's unit of work (a third of a scheduling
-    loop's time). ``serial``: the first of ``len(changes)`` serials the caller reserved."""
+    Validation runs on plain dicts; the writes are one UPDATE of jobs, one of runs and one
+    INSERT of events per batch (``bulk.py``), instead of the ORM's unit of work (a large
+    part of a scheduling loop's time: ``docs/performance.md``). ``serial``: the first of
+    ``len(changes)`` serials the caller reserved."""
     if not changes:
         return []
     if serial is None:
@@ -331,8 +306,8 @@ def apply_transitions(
     # One query for every active run the batch may end, instead of one per job.
     run_ids = [job["run_id"] for job in jobs.values() if job["run_id"]]
     runs: dict[str, dict[str, Any]] = {}
-    for part in chunks(run_ids):
-        for row in session.execute(select(*RUN_COLUMNS).where(RUNS.c.id.in_(part))):
+    for part in batches(session, run_ids):
+        for row in session.execute(select(*RUN_COLUMNS).where(among(session, RUNS.c.id, part))):
             runs[row.id] = dict(row._mapping)
     touched: list[str] = []
     changed_runs: dict[str, dict[str, Any]] = {}
@@ -389,19 +364,23 @@ def end_run(
         run["message"] = message
 
 
-def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime) -> list[RunRecord]:
-    """Lease queued jobs: one bulk INSERT of runs, one executemany UPDATE of jobs (guarded by
-    ``state = 'queued'``) and one INSERT of events."""
+def create_runs(
+    session: Session, requests: Sequence[RunRequest], now: datetime, serial: int | None = None
+) -> list[RunRecord]:
+    """Lease queued jobs: one bulk INSERT of runs, one UPDATE of jobs (guarded by ``state =
+    'queued'``) and one INSERT of events. ``serial``: the first of ``len(requests)`` serials
+    the caller reserved."""
     if not requests:
         return []
-    serial = reserve_serials(session, len(requests))
+    if serial is None:
+        serial = reserve_serials(session, len(requests))
     jobs = lock_jobs(session, (request.job_id for request in requests))
     expected = {job_id: job["state"] for job_id, job in jobs.items()}
     attempts: dict[str, int] = {}
-    for part in chunks(list(jobs)):
+    for part in batches(session, list(jobs)):
         for job_id, attempt in session.execute(
             select(RUNS.c.job_id, func.max(RUNS.c.attempt))
-            .where(RUNS.c.job_id.in_(part))
+            .where(among(session, RUNS.c.job_id, part))
             .group_by(RUNS.c.job_id)
         ):
             attempts[job_id] = attempt
@@ -452,8 +431,7 @@ def create_runs(session: Session, requests: Sequence[RunRequest], now: datetime)
         }
         for run in runs
     ]
-    for rows in chunks(run_rows):
-        session.execute(insert(RUNS), list(rows))
+    insert_rows(session, RUNS, run_rows)
     write_jobs(session, expected, [jobs[request.job_id] for request in requests])
     insert_events(session, events)
     return runs
@@ -485,20 +463,20 @@ def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: date
     if requested:
         # Only cancel_requested, serial and updated_at change: the reason stays the last
         # transition's.
-        for part in chunks(requested):
-            session.execute(
-                update(JOBS)
-                .where(JOBS.c.id == bindparam("b_id"))
-                .values(
-                    cancel_requested=True,
-                    serial=bindparam("b_serial"),
-                    updated_at=bindparam("b_updated_at"),
-                ),
-                [
-                    {"b_id": job["id"], "b_serial": job["serial"], "b_updated_at": now}
-                    for job in part
-                ],
-            )
+        update_rows(
+            session,
+            JOBS,
+            [
+                {
+                    "id": job["id"],
+                    "cancel_requested": True,
+                    "serial": job["serial"],
+                    "updated_at": now,
+                }
+                for job in requested
+            ],
+            key="id",
+        )
         insert_events(session, events)
     if to_cancel:
         # Serials after the whole batch's: the counter was reserved for all of them.

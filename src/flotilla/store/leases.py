@@ -10,9 +10,9 @@ check it inside their own transaction (``check_fence``).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, or_, select, update
+from sqlalchemy import Table, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -95,19 +95,21 @@ def current(session: Session, name: str, now: datetime) -> Lease | None:
     )
 
 
-def check_fence(session: Session, lease: Lease, now: datetime) -> None:
+def check_fence(session: Session, lease: Lease, now: datetime | None) -> None:
     """Raise ``LeaseLostError`` unless ``lease`` is still held. On PostgreSQL the row stays
-    share-locked until commit, so no one can take the lease between this check and the write."""
+    share-locked until commit, so no one can take the lease between this check and the write.
+    ``now=None``: the database server's clock, read in the same statement."""
+    columns: list[Any] = [TABLE.c.holder, TABLE.c.fencing_token, TABLE.c.expires_at]
+    if now is None:
+        columns.append(func.clock_timestamp().label("now"))
     row = session.execute(
-        select(TABLE.c.holder, TABLE.c.fencing_token, TABLE.c.expires_at)
-        .where(TABLE.c.name == lease.name)
-        .with_for_update(read=True)
+        select(*columns).where(TABLE.c.name == lease.name).with_for_update(read=True)
     ).one_or_none()
     if (
         row is None
         or row.holder != lease.holder
         or row.fencing_token != lease.token
-        or row.expires_at <= now
+        or row.expires_at <= (row.now if now is None else now)
     ):
         raise LeaseLostError(
             f"lease {lease.name} (token {lease.token}) is no longer held by {lease.holder}"

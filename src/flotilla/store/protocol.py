@@ -78,6 +78,29 @@ class Transition:
     every transition sets it (``None`` clears it)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CycleWrite:
+    """A scheduling cycle's job writes, for one transaction: ``transitions`` applied in order,
+    then ``runs`` leased."""
+
+    transitions: Sequence[Transition] = ()
+    runs: Sequence[RunRequest] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.transitions or self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleCommit:
+    """What ``commit_cycle`` wrote and read."""
+
+    runs: list[RunRecord]
+    """The runs created, in the order of the write's ``runs``."""
+    changes: list[JobRecord]
+    """Every job whose serial is above the ``since`` given, by serial: the change feed up to
+    and including this write."""
+
+
 class Store(Protocol):
     # Jobs ---------------------------------------------------------------------------------
     def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
@@ -135,7 +158,7 @@ class Store(Protocol):
     ) -> list[JobRecord]:
         """Several state changes in one transaction, applied in order. ``records=False``
         returns ``[]`` instead of reading the jobs back: the scheduler learns the result from
-        its next sync, and the read-back was a third of the call."""
+        its next sync, and the read-back is a large part of the call (``docs/performance.md``)."""
         ...
 
     def record_run(
@@ -157,11 +180,22 @@ class Store(Protocol):
         """A scheduling cycle's leases, all in one transaction."""
         ...
 
+    def commit_cycle(
+        self, write: CycleWrite, *, since: int, fence: Lease | None = None
+    ) -> CycleCommit:
+        """Apply ``write`` in one transaction (its transitions in order, then its leases) and
+        read the change feed after ``since`` in that same transaction: the writer's
+        incremental sync, with no round trip of its own and no window between the write and
+        the read. All or nothing, as ``transition_many`` and ``record_runs``: an illegal
+        transition, a stale run or a lease of a job no longer queued raises and writes
+        nothing. An empty write is a read of the change feed alone."""
+        ...
+
     def get_job(self, job_id: str) -> JobRecord: ...
 
-    def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
-        """Jobs whose serial is greater than ``serial``, by serial, at most ``limit``: call
-        again with the last one's serial until the answer is empty."""
+    def jobs_since(self, serial: int, limit: int | None = 1000) -> list[JobRecord]:
+        """Jobs whose serial is greater than ``serial``, by serial, at most ``limit`` (None:
+        all): call again with the last one's serial until the answer is empty."""
         ...
 
     def latest_serial(self) -> int:

@@ -23,8 +23,11 @@ class RunRecord:
     attempt: int
     cluster: str
     assignment: Mapping[str, Any]
-    """Placement as the scheduler decided it, e.g. ``{"tasks": [{"task": "worker",
-    "replica": 0, "node": "gpu-3", "gpus": [0, 1]}]}``; the store keeps it as given."""
+    """Placement as the scheduler decided it, in its one JSON form
+    (``flotilla.framework.assignment_record``), e.g. ``{"cluster": "east", "placements":
+    [{"task": "worker", "replica": 0, "node": "gpu-3", "gpus": [0, 1], "shares": [[0, 1.0],
+    [1, 1.0]], "gpu_memory": 0.0}]}``; the store keeps it as given. Read it with
+    ``AssignmentRecord.unmarshal``."""
     state: RunState
     created_at: datetime
     started_at: datetime | None = None

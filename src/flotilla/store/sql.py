@@ -7,20 +7,19 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, cast, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import catalog, fleet, jobs, leases, lookup
+from flotilla.store import catalog, feed, fleet, jobs, leases, lookup
 from flotilla.store.convert import (
     SpecCache,
     event_record,
     job_record,
-    lazy_json,
     run_record,
-    run_record_from_text,
 )
 from flotilla.store.engine import (
     DEFAULT_URL,
@@ -32,7 +31,7 @@ from flotilla.store.engine import (
 )
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.observe import CommitObserver, notify, take_changes
-from flotilla.store.protocol import RunRequest, Transition
+from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Transition
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
@@ -45,7 +44,7 @@ from flotilla.store.records import (
     RunRecord,
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
-from flotilla.store.states import TERMINAL_JOB_STATES, JobState
+from flotilla.store.states import JobState
 from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 
 Clock = Callable[[], datetime]
@@ -63,9 +62,12 @@ class SqlStore:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self._clock = clock
-        self._sessions = sessionmaker(
-            engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
-        )
+        reading: dict[str, Any] = {READ_ONLY_OPTION: True}
+        if engine.dialect.name == "postgresql":
+            # Each statement its own snapshot, as READ COMMITTED gives the statements of a
+            # transaction anyway: a read is then one round trip, not BEGIN, it and ROLLBACK.
+            reading["isolation_level"] = "AUTOCOMMIT"
+        self._sessions = sessionmaker(engine.execution_options(**reading), expire_on_commit=False)
         """Read-only sessions (never committed); on SQLite they do not take the write lock."""
         self._writers = sessionmaker(engine, expire_on_commit=False)
         self._specs = SpecCache()
@@ -103,8 +105,10 @@ class SqlStore:
         return self._now()
 
     def _fence(self, session: Session, fence: Lease | None) -> None:
-        if fence is not None:
-            leases.check_fence(session, fence, self._lease_now(session))
+        if fence is None:
+            return
+        server_clock = self._clock is None and session.get_bind().dialect.name == "postgresql"
+        leases.check_fence(session, fence, None if server_clock else self._now())
 
     # Jobs ---------------------------------------------------------------------------------
     def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
@@ -184,6 +188,26 @@ class SqlStore:
             self._fence(session, fence)
             return jobs.create_runs(session, requests, self._now())
 
+    def commit_cycle(
+        self, write: CycleWrite, *, since: int, fence: Lease | None = None
+    ) -> CycleCommit:
+        """The feed is read as rows inside the transaction (once the serial counter is locked
+        every earlier writer has committed and no later one can commit first, so the rows
+        after ``since`` are exactly the feed up to this write) and made records after the
+        commit, so the counter's lock is not held while specs are parsed."""
+        if not write:
+            return CycleCommit(runs=[], changes=self.jobs_since(since, limit=None))
+        with self._write() as session:
+            self._fence(session, fence)
+            now = self._now()
+            serial = jobs.reserve_serials(session, len(write.transitions) + len(write.runs))
+            jobs.apply_transitions(session, write.transitions, now, serial)
+            if write.runs:
+                crash_point("mid-cycle-write")
+            runs = jobs.create_runs(session, write.runs, now, serial + len(write.transitions))
+            found = feed.rows_since(session, since, None)
+        return CycleCommit(runs=runs, changes=feed.to_records(found, self._specs))
+
     def _record(self, session: Session, job: Job) -> JobRecord:
         session.flush()
         run = session.get(Run, job.run_id) if job.run_id else None
@@ -193,74 +217,27 @@ class SqlStore:
         """Core rows and the spec cache, as ``jobs_since``: clients poll this (a job's state
         while it is cancelled) and the ORM parsed the spec on every read."""
         with self._sessions() as session:
-            found = session.execute(
-                select(*self._job_columns()).where(Job.__table__.c.id == job_id)
-            ).all()
-            if not found:
-                raise NotFoundError(f"no such job: {job_id}")
-            return self._rows_to_records(session, found)[0]
+            found = session.execute(feed.select_jobs(feed.JOBS.c.id == job_id)).all()
+        if not found:
+            raise NotFoundError(f"no such job: {job_id}")
+        return feed.to_records(found, self._specs)[0]
 
-    def jobs_since(self, serial: int, limit: int = 1000) -> list[JobRecord]:
-        """The scheduler's sync path, read with Core rows rather than ORM objects (no identity
-        map: nothing here is written back), and the spec read as text and parsed through the
-        spec cache, so a job read back after each transition is not parsed again."""
+    def jobs_since(self, serial: int, limit: int | None = 1000) -> list[JobRecord]:
+        """The scheduler's sync path (``feed.py``): one query, and a job read back after each
+        transition is not parsed again."""
         with self._sessions() as session:
-            found = session.execute(
-                select(*self._job_columns())
-                .where(Job.__table__.c.serial > serial)
-                .order_by(Job.__table__.c.serial)
-                .limit(limit)
-            ).all()
-            return self._rows_to_records(session, found)
-
-    @staticmethod
-    def _job_columns() -> list[Any]:
-        jobs_table = Job.__table__
-        columns: list[Any] = [c for c in jobs_table.c if c.key not in ("spec", "labels")]
-        return [
-            *columns,
-            cast(jobs_table.c.spec, Text).label("spec_text"),
-            cast(jobs_table.c.labels, Text).label("labels_text"),
-        ]
-
-    def _rows_to_records(self, session: Session, found: Sequence[Any]) -> list[JobRecord]:
-        """Records from Core rows of ``_job_columns``, each with its latest run; labels and
-        assignments are decoded when first read."""
-        runs_table = Run.__table__
-        run_columns = [
-            *(c for c in runs_table.c if c.key != "assignment"),
-            cast(runs_table.c.assignment, Text).label("assignment_text"),
-        ]
-        run_ids = [row.run_id for row in found if row.run_id is not None]
-        runs: dict[str, RunRecord] = {}
-        for part in jobs.chunks(run_ids):
-            for run in session.execute(select(*run_columns).where(runs_table.c.id.in_(part))):
-                runs[run.id] = run_record_from_text(run)
-        return [
-            job_record(
-                row,
-                runs.get(row.run_id) if row.run_id else None,
-                self._specs.spec(
-                    row.id, row.spec_text, last=JobState(row.state) in TERMINAL_JOB_STATES
-                ),
-                lazy_json(row.labels_text),
-            )
-            for row in found
-        ]
+            found = feed.rows_since(session, serial, limit)
+        return feed.to_records(found, self._specs)
 
     def _read_records(self, session: Session, job_ids: Sequence[str]) -> list[JobRecord]:
         """The records of jobs just written in this transaction, in ``job_ids`` order (a job
         named twice appears twice, in its final version): one Core read after the bulk
         writes, the spec parsed through the cache."""
-        jobs_table = Job.__table__
-        rows: dict[str, Any] = {}
-        for part in jobs.chunks(sorted(set(job_ids))):
-            found = session.execute(
-                select(*self._job_columns()).where(jobs_table.c.id.in_(part))
-            ).all()
-            for record in self._rows_to_records(session, found):
-                rows[record.id] = record
-        return [rows[job_id] for job_id in job_ids]
+        rows = feed.rows_by_id(session, job_ids)
+        records = {
+            record.id: record for record in feed.to_records(list(rows.values()), self._specs)
+        }
+        return [records[job_id] for job_id in job_ids]
 
     def _records(self, session: Session, rows: Sequence[Job]) -> list[JobRecord]:
         run_ids = [row.run_id for row in rows if row.run_id is not None]

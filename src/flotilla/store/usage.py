@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Float, Text, and_, case, cast, func, literal, or_, select
 from sqlalchemy.orm import Session
 
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.store.jobs import chunks
 from flotilla.store.schema import Job, Run, UtcDateTime
 from flotilla.store.states import RunState
@@ -172,10 +173,10 @@ def _task_requests(session: Session, job_ids: Iterable[str]) -> dict[str, dict[s
 def _held(requests: Mapping[str, Any], assignment_text: str | None) -> dict[str, float]:
     """What one run holds: its placed replicas' task requests, summed."""
     held = {"cpu": 0.0, "memory": 0.0, "gpu": 0.0}
-    assignment = json.loads(assignment_text) if assignment_text else {}
-    for placement in assignment.get("placements", []):
+    assignment = AssignmentRecord.unmarshal(json.loads(assignment_text) if assignment_text else {})
+    for placement in assignment.placements:
         for name in held:
-            held[name] += float(requests.get(placement.get("task"), {}).get(name, 0.0))
+            held[name] += float(requests.get(placement.task, {}).get(name, 0.0))
     return held
 
 

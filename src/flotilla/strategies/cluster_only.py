@@ -9,8 +9,8 @@ elsewhere. Predictable placement, at the price of idle capacity in other cluster
 
 from __future__ import annotations
 
-from flotilla.framework.interfaces import Decision, SelectionInput
-from flotilla.strategies.common import no_cluster_reason, preferred_matches
+from flotilla.framework.interfaces import Decision, SelectionInput, no_cluster_reason
+from flotilla.strategies.common import preferred_matches
 
 
 class ClusterOnlyStrategy:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.interfaces import Decision, SelectionInput
+from flotilla.framework.interfaces import Decision, SelectionInput, no_cluster_reason
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.resources import EPSILON
 from flotilla.model.quantity import GIB
@@ -19,14 +19,6 @@ def preferred_matches(job: SchedulingJob, cluster: Cluster) -> int:
     if not preferred:
         return 0  # the common case, without building a generator per job and cluster
     return sum(1 for key, value in preferred.items() if cluster.labels.get(key) == value)
-
-
-def no_cluster_reason(job: SchedulingJob) -> str:
-    required = job.affinity.clusters.required
-    if required:
-        labels = ", ".join(f"{k}={v}" for k, v in required.items())
-        return f"no ready cluster matches required cluster affinity {labels}"
-    return "no ready cluster"
 
 
 def best_fitting(

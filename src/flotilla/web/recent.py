@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.store import Store
 
 GANTT_MAX_ROWS = 64
@@ -40,8 +41,7 @@ def recent_activity(
         if run.started_at is None:
             continue
         end = run.finished_at or now
-        nodes = {str(p.get("node")) for p in run.assignment.get("placements", [])}
-        for node in sorted(nodes):
+        for node in sorted(AssignmentRecord.unmarshal(run.assignment).nodes):
             bars.append(
                 {
                     "row": f"{run.cluster}/{node}",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.model import QuotaSpec
 from flotilla.store import ACTIVE_JOB_STATES, WAITING_JOB_STATES, JobRecord, Store
 
@@ -170,19 +171,15 @@ def fleet_usage(store: Store) -> FleetUsage:
         if job.run is None:
             continue
         resources = _task_resources(job)
-        for placement in job.run.assignment.get("placements", []):
-            amounts = resources.get(str(placement.get("task")), {})
-            node = nodes.get((job.run.cluster, str(placement.get("node"))))
+        for placement in AssignmentRecord.unmarshal(job.run.assignment).placements:
+            amounts = resources.get(placement.task, {})
+            node = nodes.get((job.run.cluster, placement.node))
             if node is not None:
                 _add(node.allocated, amounts)
                 if job.name not in node.jobs:
                     node.jobs.append(job.name)
-                for device in placement.get("gpus") or []:
-                    node.gpus_in_use.setdefault(int(device), []).append(job.name)
-                for share in placement.get("shares") or []:
-                    index = share[0] if isinstance(share, list | tuple) else share
-                    if isinstance(index, int):
-                        node.gpus_in_use.setdefault(index, []).append(job.name)
+                for device in placement.gpus:  # held whole or in part: named once
+                    node.gpus_in_use.setdefault(device, []).append(job.name)
             _add(cluster_allocated.setdefault(job.run.cluster, {}), amounts)
             if queue is not None:
                 _add(queue.allocated, amounts)

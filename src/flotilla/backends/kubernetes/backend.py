@@ -26,6 +26,7 @@ from flotilla.backends.common import ChangeLog, any_payload_of, check_request, p
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
@@ -38,7 +39,6 @@ from flotilla.backends.interface import (
     LogsRequest,
     ReplicaPlacement,
     ReplicaStatus,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -183,7 +183,7 @@ class KubernetesBackend:
         with self._lock:
             self._watch.remember_job(existing)
             if not self._changes.knows(request.run_id):
-                self._changes.observe(request.run_id, RunState.PENDING)
+                self._changes.observe(request.run_id, BackendRunState.PENDING)
         return result
 
     def cancel(self, request: CancelRequest) -> CancelResult:
@@ -363,12 +363,14 @@ class KubernetesBackend:
             return self._cancelled[run_id]
         reason = last.message.removeprefix("stopping: ")
         replicas = tuple(
-            r if r.state.terminal else ReplicaStatus(r.task, r.replica, r.node, RunState.CANCELLED)
+            r
+            if r.state.terminal
+            else ReplicaStatus(r.task, r.replica, r.node, BackendRunState.CANCELLED)
             for r in last.replicas
         )
         final = dataclasses.replace(
             last,
-            state=RunState.CANCELLED,
+            state=BackendRunState.CANCELLED,
             exit_code=None,
             message=reason,
             finished_at=max(time.time(), last.started_at or last.dispatched_at),

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from flotilla.backends.interface import ReplicaStatus, RunState, RunStatus
+from flotilla.backends.interface import BackendRunState, ReplicaStatus, RunStatus
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.cluster import Taint, TaintEffect
@@ -67,17 +67,17 @@ def waiting_reason(pod: Obj) -> str | None:
     return None
 
 
-def replica_state(pod: Obj | None) -> RunState:
+def replica_state(pod: Obj | None) -> BackendRunState:
     if pod is None:
-        return RunState.PENDING
+        return BackendRunState.PENDING
     phase = pod.get("status", {}).get("phase")
     if phase == "Succeeded":
-        return RunState.SUCCEEDED
+        return BackendRunState.SUCCEEDED
     if phase == "Failed":
-        return RunState.FAILED
+        return BackendRunState.FAILED
     if phase == "Running":
-        return RunState.RUNNING
-    return RunState.PENDING
+        return BackendRunState.RUNNING
+    return BackendRunState.PENDING
 
 
 def condition(job: Obj, kind: str) -> Obj | None:
@@ -110,7 +110,7 @@ def run_status(
         if pod is not None:
             node = pod.get("spec", {}).get("nodeName") or placement.node
             begun = timestamp(pod.get("status", {}).get("startTime"))
-            if begun is not None and state is not RunState.PENDING:
+            if begun is not None and state is not BackendRunState.PENDING:
                 started.append(begun)
             end = terminated(pod)
             if end is not None:
@@ -130,16 +130,18 @@ def run_status(
         candidates = [t for t in (end_time, *finished) if t is not None]
         if candidates:
             finished_at = max(candidates)
-        elif state is RunState.CANCELLED:
+        elif state is BackendRunState.CANCELLED:
             finished_at = time.time()  # the pods are gone, and with them their end times
         else:
             finished_at = started_at or dispatched_at
-        if started_at is None and state is not RunState.CANCELLED:
+        if started_at is None and state is not BackendRunState.CANCELLED:
             started_at = dispatched_at
         finished_at = max(finished_at, started_at or dispatched_at)
-    if state is RunState.CANCELLED:
+    if state is BackendRunState.CANCELLED:
         replicas = [
-            r if r.state.terminal else ReplicaStatus(r.task, r.replica, r.node, RunState.CANCELLED)
+            r
+            if r.state.terminal
+            else ReplicaStatus(r.task, r.replica, r.node, BackendRunState.CANCELLED)
             for r in replicas
         ]
     return RunStatus(
@@ -162,33 +164,33 @@ def _overall(
     failing: tuple[str, int, str] | None,
     cancel_reason: str | None,
     by_index: Mapping[int, Obj],
-) -> tuple[RunState, int | None, str]:
+) -> tuple[BackendRunState, int | None, str]:
     if cancel_reason is not None:
         live = [pod for pod in by_index.values() if replica_state(pod) in _LIVE]
         if live:
-            return RunState.RUNNING, None, f"stopping: {cancel_reason}"
-        return RunState.CANCELLED, None, cancel_reason
+            return BackendRunState.RUNNING, None, f"stopping: {cancel_reason}"
+        return BackendRunState.CANCELLED, None, cancel_reason
     if condition(job, "Complete"):
-        return RunState.SUCCEEDED, 0, "every replica exited 0"
+        return BackendRunState.SUCCEEDED, 0, "every replica exited 0"
     failed = condition(job, "Failed")
     if failed is not None:
         if failed.get("reason") == "DeadlineExceeded":
             limit = job["metadata"].get("annotations", {}).get(m.ANNOTATION_MAX_RUNTIME)
-            return RunState.FAILED, None, f"exceeded max_runtime of {limit}s"
+            return BackendRunState.FAILED, None, f"exceeded max_runtime of {limit}s"
         if failing is not None:
             label, code, why = failing
             detail = f" ({why})" if why and why not in ("Error", "Completed") else ""
-            return RunState.FAILED, code, f"replica {label} exited with code {code}{detail}"
-        return RunState.FAILED, None, f"job failed: {failed.get('reason', '')}".rstrip(": ")
-    if any(replica.state is RunState.RUNNING for replica in replicas):
-        return RunState.RUNNING, None, ""
+            return BackendRunState.FAILED, code, f"replica {label} exited with code {code}{detail}"
+        return BackendRunState.FAILED, None, f"job failed: {failed.get('reason', '')}".rstrip(": ")
+    if any(replica.state is BackendRunState.RUNNING for replica in replicas):
+        return BackendRunState.RUNNING, None, ""
     if job.get("spec", {}).get("suspend"):
-        return RunState.PENDING, None, "waiting for admission (the Job is suspended)"
+        return BackendRunState.PENDING, None, "waiting for admission (the Job is suspended)"
     reasons = [text for pod in by_index.values() if (text := waiting_reason(pod))]
-    return RunState.PENDING, None, reasons[0] if reasons else ""
+    return BackendRunState.PENDING, None, reasons[0] if reasons else ""
 
 
-_LIVE = (RunState.PENDING, RunState.RUNNING)
+_LIVE = (BackendRunState.PENDING, BackendRunState.RUNNING)
 
 
 def node_info(node: Obj, gpu_resource: str) -> NodeInfo:

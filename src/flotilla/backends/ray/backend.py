@@ -24,6 +24,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendRunState,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -35,7 +36,6 @@ from flotilla.backends.interface import (
     LogsRequest,
     ReplicaPlacement,
     ReplicaStatus,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -424,7 +424,7 @@ class RayBackend:
 
     def _stop_failed_gang(self, view: RunView) -> None:
         """A run whose replica failed fails as a whole: stop the replicas still going."""
-        failed = any(replica.state is RunState.FAILED for replica in view.replicas)
+        failed = any(replica.state is BackendRunState.FAILED for replica in view.replicas)
         if not failed:
             return
         for replica in view.replicas:
@@ -441,42 +441,48 @@ class RayBackend:
         # A half-dispatched run is completed by the next dispatch, unless it was cancelled.
         terminal = (view.complete or reason is not None) and all(s.terminal for s in states)
         started = [
-            r.start_time for r in replicas if r.start_time and r.state is not RunState.PENDING
+            r.start_time
+            for r in replicas
+            if r.start_time and r.state is not BackendRunState.PENDING
         ]
         started_at = max(min(started), dispatched_at) if started else None
         finished_at: float | None = None
         exit_code: int | None = None
         message = ""
         if not terminal:
-            state = RunState.RUNNING if RunState.RUNNING in states else RunState.PENDING
+            state = (
+                BackendRunState.RUNNING
+                if BackendRunState.RUNNING in states
+                else BackendRunState.PENDING
+            )
             if reason is not None:
                 message = f"stopping: {reason}"
         else:
             ends = [r.end_time for r in replicas if r.end_time]
             finished_at = max(max(ends), started_at or dispatched_at) if ends else self.clock()
             timed_out = next((r for r in replicas if r.timed_out), None)
-            failed = next((r for r in replicas if r.state is RunState.FAILED), None)
-            lost = next((r for r in replicas if r.state is RunState.LOST), None)
-            if reason is not None and RunState.CANCELLED in states:
-                state, message = RunState.CANCELLED, reason
+            failed = next((r for r in replicas if r.state is BackendRunState.FAILED), None)
+            lost = next((r for r in replicas if r.state is BackendRunState.LOST), None)
+            if reason is not None and BackendRunState.CANCELLED in states:
+                state, message = BackendRunState.CANCELLED, reason
             elif timed_out is not None:
                 state, exit_code, message = (
-                    RunState.FAILED,
+                    BackendRunState.FAILED,
                     timed_out.exit_code,
                     describe_failure(timed_out),
                 )
             elif failed is not None:
-                state, exit_code = RunState.FAILED, failed.exit_code
+                state, exit_code = BackendRunState.FAILED, failed.exit_code
                 message = describe_failure(failed)
             elif lost is not None:
-                state = RunState.LOST
+                state = BackendRunState.LOST
                 message = f"replica {lost.marker.placement.label}: Ray reports {lost.ray_status}"
-            elif RunState.CANCELLED in states:
-                stopped = next(r for r in replicas if r.state is RunState.CANCELLED)
-                state = RunState.CANCELLED
+            elif BackendRunState.CANCELLED in states:
+                stopped = next(r for r in replicas if r.state is BackendRunState.CANCELLED)
+                state = BackendRunState.CANCELLED
                 message = reason or f"stopped on Ray: {stopped.message or 'stop_job'}"
             else:
-                state, exit_code = RunState.SUCCEEDED, 0
+                state, exit_code = BackendRunState.SUCCEEDED, 0
         if started_at is not None and finished_at is not None:
             finished_at = max(finished_at, started_at)
         return RunStatus(

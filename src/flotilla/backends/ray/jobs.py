@@ -19,9 +19,9 @@ from typing import Any
 
 from flotilla.backends.common import rendezvous_env
 from flotilla.backends.interface import (
+    BackendRunState,
     DispatchRequest,
     ReplicaPlacement,
-    RunState,
 )
 from flotilla.model.payload import CommandPayload, Payload, RayPayload
 
@@ -32,11 +32,11 @@ TIMEOUT_EXIT_CODES = (124, 137)
 """``timeout`` exits 124 when it stopped the command, 137 when it had to SIGKILL it."""
 
 STATE_OF_RAY = {
-    "PENDING": RunState.PENDING,
-    "RUNNING": RunState.RUNNING,
-    "SUCCEEDED": RunState.SUCCEEDED,
-    "FAILED": RunState.FAILED,
-    "STOPPED": RunState.CANCELLED,
+    "PENDING": BackendRunState.PENDING,
+    "RUNNING": BackendRunState.RUNNING,
+    "SUCCEEDED": BackendRunState.SUCCEEDED,
+    "FAILED": BackendRunState.FAILED,
+    "STOPPED": BackendRunState.CANCELLED,
 }
 
 
@@ -229,9 +229,9 @@ class RayReplica:
     entrypoint: str = ""
 
     @property
-    def state(self) -> RunState:
+    def state(self) -> BackendRunState:
         """Ray's status as a Flotilla state (a status this version does not know: lost)."""
-        return STATE_OF_RAY.get(self.ray_status, RunState.LOST)
+        return STATE_OF_RAY.get(self.ray_status, BackendRunState.LOST)
 
     @property
     def timed_out(self) -> bool:

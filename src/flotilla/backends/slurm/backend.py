@@ -29,6 +29,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
+    BackendRunState,
     BackendUnavailable,
     CancelOutcome,
     CancelRequest,
@@ -40,7 +41,6 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaStatus,
-    RunState,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -207,17 +207,17 @@ class SlurmBackend:
                 run_id=request.run_id,
                 job=request.job,
                 cluster=self.cluster,
-                state=RunState.PENDING,
+                state=BackendRunState.PENDING,
                 dispatched_at=marker.dispatched_at,
                 replicas=tuple(
-                    ReplicaStatus(p.task, p.replica, p.node, RunState.PENDING)
+                    ReplicaStatus(p.task, p.replica, p.node, BackendRunState.PENDING)
                     for p in request.placements
                 ),
             )
             self._seen[request.run_id] = _Seen(marker, None, status)
             self._tracked.add(request.run_id)
             self._last_refresh = -math.inf  # the next call reads squeue: the job is new there
-            self._changes.observe(request.run_id, RunState.PENDING)
+            self._changes.observe(request.run_id, BackendRunState.PENDING)
             return self._result(marker)
 
     def status(self, request: StatusRequest) -> RunStatus:
@@ -388,7 +388,7 @@ class SlurmBackend:
             return _Seen(marker, job, status_of(marker, job, self.files, self._clock()))
         status = build_status(
             marker,
-            RunState.LOST,
+            BackendRunState.LOST,
             self.files,
             message=f"Slurm no longer knows job {job_id} and its completion log has no record",
         )
@@ -411,7 +411,7 @@ class SlurmBackend:
         marker = known.marker.stopping(reason, self._clock() + grace)
         self.clients.set_comment(known.job.job_id, marker.encode())
         self.files.record_stop(marker)
-        if known.status.state is RunState.PENDING:
+        if known.status.state is BackendRunState.PENDING:
             self.clients.cancel(known.job.job_id)
         else:
             self.clients.cancel(known.job.job_id, signal="TERM")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import quote, unquote
 
 from flotilla.backends.common import placements_from_json, placements_to_json
-from flotilla.backends.interface import ReplicaPlacement, RunState
+from flotilla.backends.interface import BackendRunState, ReplicaPlacement
 
 PREFIX = "flotilla"
 STOP_MAX_RUNTIME = "max_runtime"
@@ -85,33 +85,33 @@ def decode(comment: str) -> Marker | None:
 
 
 ACTIVE_STATES = {
-    "PENDING": RunState.PENDING,
-    "CONFIGURING": RunState.PENDING,
-    "REQUEUED": RunState.PENDING,
-    "REQUEUE_FED": RunState.PENDING,
-    "REQUEUE_HOLD": RunState.PENDING,
-    "RESV_DEL_HOLD": RunState.PENDING,
-    "RUNNING": RunState.RUNNING,
-    "COMPLETING": RunState.RUNNING,
-    "SUSPENDED": RunState.RUNNING,
-    "STOPPED": RunState.RUNNING,
-    "SIGNALING": RunState.RUNNING,
-    "STAGE_OUT": RunState.RUNNING,
-    "RESIZING": RunState.RUNNING,
+    "PENDING": BackendRunState.PENDING,
+    "CONFIGURING": BackendRunState.PENDING,
+    "REQUEUED": BackendRunState.PENDING,
+    "REQUEUE_FED": BackendRunState.PENDING,
+    "REQUEUE_HOLD": BackendRunState.PENDING,
+    "RESV_DEL_HOLD": BackendRunState.PENDING,
+    "RUNNING": BackendRunState.RUNNING,
+    "COMPLETING": BackendRunState.RUNNING,
+    "SUSPENDED": BackendRunState.RUNNING,
+    "STOPPED": BackendRunState.RUNNING,
+    "SIGNALING": BackendRunState.RUNNING,
+    "STAGE_OUT": BackendRunState.RUNNING,
+    "RESIZING": BackendRunState.RUNNING,
 }
 """Slurm's job states of a job that has not ended, and what Flotilla calls them."""
 
 ENDED_STATES = {
-    "COMPLETED": (RunState.SUCCEEDED, ""),
-    "FAILED": (RunState.FAILED, ""),
-    "CANCELLED": (RunState.CANCELLED, "cancelled in Slurm (scancel)"),
-    "TIMEOUT": (RunState.FAILED, "reached its Slurm time limit"),
-    "OUT_OF_MEMORY": (RunState.FAILED, "ran out of memory (Slurm OUT_OF_MEMORY)"),
-    "DEADLINE": (RunState.FAILED, "missed its Slurm deadline"),
-    "BOOT_FAIL": (RunState.LOST, "its node failed to boot (Slurm BOOT_FAIL)"),
-    "NODE_FAIL": (RunState.LOST, "its node failed (Slurm NODE_FAIL)"),
-    "PREEMPTED": (RunState.LOST, "preempted by Slurm itself (not by Flotilla)"),
-    "SPECIAL_EXIT": (RunState.FAILED, "ended in Slurm's SPECIAL_EXIT state"),
+    "COMPLETED": (BackendRunState.SUCCEEDED, ""),
+    "FAILED": (BackendRunState.FAILED, ""),
+    "CANCELLED": (BackendRunState.CANCELLED, "cancelled in Slurm (scancel)"),
+    "TIMEOUT": (BackendRunState.FAILED, "reached its Slurm time limit"),
+    "OUT_OF_MEMORY": (BackendRunState.FAILED, "ran out of memory (Slurm OUT_OF_MEMORY)"),
+    "DEADLINE": (BackendRunState.FAILED, "missed its Slurm deadline"),
+    "BOOT_FAIL": (BackendRunState.LOST, "its node failed to boot (Slurm BOOT_FAIL)"),
+    "NODE_FAIL": (BackendRunState.LOST, "its node failed (Slurm NODE_FAIL)"),
+    "PREEMPTED": (BackendRunState.LOST, "preempted by Slurm itself (not by Flotilla)"),
+    "SPECIAL_EXIT": (BackendRunState.FAILED, "ended in Slurm's SPECIAL_EXIT state"),
 }
 """Slurm's final job states: Flotilla's state and the message when Slurm gives no exit code."""
 

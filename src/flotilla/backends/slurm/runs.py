@@ -15,7 +15,7 @@ from flotilla.backends.common import (
     read_json,
     write_json_atomic,
 )
-from flotilla.backends.interface import ReplicaStatus, RunState, RunStatus
+from flotilla.backends.interface import BackendRunState, ReplicaStatus, RunStatus
 from flotilla.backends.slurm.commands import SlurmJob
 from flotilla.backends.slurm.marker import (
     ACTIVE_STATES,
@@ -102,21 +102,21 @@ def status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> Run
     """The run's status from its Slurm job (and the stop Flotilla asked for, in the marker)."""
     if job.state in ACTIVE_STATES:
         state = ACTIVE_STATES[job.state]
-        started = job.start_time if state is RunState.RUNNING else None
-        message = job.reason if state is RunState.PENDING and job.reason != "None" else ""
+        started = job.start_time if state is BackendRunState.RUNNING else None
+        message = job.reason if state is BackendRunState.PENDING and job.reason != "None" else ""
         return build_status(marker, state, files, started_at=started, message=message)
-    state, message = ENDED_STATES.get(job.state, (RunState.LOST, f"Slurm state {job.state}"))
+    state, message = ENDED_STATES.get(job.state, (BackendRunState.LOST, f"Slurm state {job.state}"))
     exit_code = exit_code_of(job.exit_code)
     if marker.stop == STOP_MAX_RUNTIME or (job.state == "TIMEOUT" and marker.max_runtime):
-        state, exit_code = RunState.FAILED, None
+        state, exit_code = BackendRunState.FAILED, None
         message = f"exceeded max_runtime of {marker.max_runtime:g}s"
     elif marker.stop is not None:
-        state, exit_code, message = RunState.CANCELLED, None, marker.stop
-    elif state is RunState.SUCCEEDED:
+        state, exit_code, message = BackendRunState.CANCELLED, None, marker.stop
+    elif state is BackendRunState.SUCCEEDED:
         exit_code = 0
     elif job.state == "FAILED":
         message = files.failure_line(marker.run_id) or f"exited with code {exit_code}"
-    elif state is not RunState.FAILED or not exit_code:
+    elif state is not BackendRunState.FAILED or not exit_code:
         exit_code = None  # TIMEOUT, OUT_OF_MEMORY…: Slurm's code says nothing more
     ran = job.nodes and job.start_time and job.start_time <= (job.end_time or now)
     return build_status(
@@ -132,7 +132,7 @@ def status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> Run
 
 def build_status(
     marker: Marker,
-    state: RunState,
+    state: BackendRunState,
     files: RunFiles,
     *,
     started_at: float | None = None,
@@ -143,8 +143,8 @@ def build_status(
     replicas = []
     for placement in marker.placements:
         code = files.replica_exit(marker.run_id, placement.task, placement.replica)
-        if state.terminal and code is not None and state is not RunState.CANCELLED:
-            replica_state = RunState.SUCCEEDED if code == 0 else RunState.FAILED
+        if state.terminal and code is not None and state is not BackendRunState.CANCELLED:
+            replica_state = BackendRunState.SUCCEEDED if code == 0 else BackendRunState.FAILED
         else:
             replica_state = state
         replicas.append(

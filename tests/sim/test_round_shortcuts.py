@@ -1,8 +1,8 @@
-"""Per-run shortcuts give the answers of the slow paths.
+"""Per-round shortcuts give the answers of the slow paths.
 
 ``may_act`` lets the engine skip PostFilter plugins that cannot act: each scenario simulated
 with the precheck is compared with the same scenario with it removed (every plugin called for
-every unplaceable job). ``BacklogView.running_by_name`` saves the run building its
+every unplaceable job). ``BacklogView.running_by_name`` saves the round building its
 running-job mapping.
 ``set_waiting_reasons`` writes each cycle's pending reasons without a per-job state check.
 """
@@ -116,7 +116,7 @@ def test_every_queue_policy_that_cannot_act_is_refused_by_post_filter() -> None:
 
 
 def test_a_run_given_running_by_name_decides_as_one_that_builds_it() -> None:
-    """The simulator hands ``backlog.running_by_name``; without it the run builds the same
+    """The simulator hands ``backlog.running_by_name``; without it the round builds the same
     mapping."""
     scenario = load_scenario(ROOT / "tests/scenarios/policies/preemption-minimal-victims.yaml")
     sim = Simulator(scenario)
@@ -154,7 +154,7 @@ def test_waiting_reasons_equal_the_per_job_loop(
     name: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """Each cycle, the fast writes leave every job with the reason the per-job loop gives, in
-    sync and async mode alike (both apply a run's reasons through ``set_waiting_reasons``)."""
+    sync and async mode alike (both apply a round's reasons through ``set_waiting_reasons``)."""
     sim = Simulator(load_scenario(_scenario(name, request)))
     calls = 0
 

@@ -1,4 +1,4 @@
-"""A scheduling run in a child process: same decisions, cancellable, nothing inherited."""
+"""A scheduling round in a child process: same decisions, cancellable, nothing inherited."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from flotilla.framework.snapshot import CycleResult, CycleStats, SchedulingSnapshot
-from flotilla.scheduler.runner import AsyncSchedulingRunner, RunCancelled, RunnerState
-from flotilla.service.forked import ForkedRun, ForkedRunFailed
+from flotilla.scheduler.runner import AsyncSchedulingRunner, RoundCancelled, RunnerState
+from flotilla.service.forked import ForkedRound, ForkedRoundFailed
 from flotilla.sim.simulator import Simulator
 from tests.builders import cluster, jobs, load, nodes, scenario
 
@@ -29,7 +29,7 @@ class ComparingSimulator(Simulator):
         snapshot = super()._snapshot(now)
         if snapshot.queued:
             here = self.algorithm.schedule(snapshot)
-            there = ForkedRun(self.algorithm.schedule)(snapshot, threading.Event())
+            there = ForkedRound(self.algorithm.schedule)(snapshot, threading.Event())
             self.compared.append((here, there))
         return snapshot
 
@@ -38,7 +38,7 @@ def decisions(result: CycleResult) -> list[tuple[str, str, list[str]]]:
     return [(s.job.name, s.assignment.cluster, s.assignment.nodes) for s in result.scheduled]
 
 
-def test_a_forked_run_decides_what_the_same_run_decides_in_this_process() -> None:
+def test_a_forked_round_decides_what_the_same_round_decides_in_this_process() -> None:
     data = scenario(
         clusters=[cluster("c", nodes(4, cpu=4))],
         jobs=[jobs("small", n=16, cpu=1), jobs("big", n=2, cpu=64)],
@@ -55,16 +55,16 @@ def test_a_forked_run_decides_what_the_same_run_decides_in_this_process() -> Non
     assert set(first_there.pending) == {"big-0", "big-1"}
 
 
-def test_the_run_happens_in_another_process() -> None:
+def test_the_round_happens_in_another_process() -> None:
     def where(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
         return CycleResult(time=float(os.getpid()))
 
-    result = ForkedRun(where)(None, threading.Event())  # type: ignore[arg-type]
+    result = ForkedRound(where)(None, threading.Event())  # type: ignore[arg-type]
     assert result.time != float(os.getpid())
 
 
 def test_the_child_holds_none_of_the_parents_descriptors() -> None:
-    """A listening socket (the API's port) must not stay open in a run that outlives us."""
+    """A listening socket (the API's port) must not stay open in a round that outlives us."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -77,7 +77,7 @@ def test_the_child_holds_none_of_the_parents_descriptors() -> None:
                 return CycleResult(time=0.0)
             return CycleResult(time=1.0)
 
-        assert ForkedRun(probe)(None, threading.Event()).time == 0.0  # type: ignore[arg-type]
+        assert ForkedRound(probe)(None, threading.Event()).time == 0.0  # type: ignore[arg-type]
 
 
 def test_cancelling_kills_the_child_at_once() -> None:
@@ -95,7 +95,7 @@ def test_cancelling_kills_the_child_at_once() -> None:
 
     def run() -> None:
         try:
-            ForkedRun(forever)(None, cancel)  # type: ignore[arg-type]
+            ForkedRound(forever)(None, cancel)  # type: ignore[arg-type]
         except BaseException as error:
             errors.append(error)
 
@@ -110,33 +110,33 @@ def test_cancelling_kills_the_child_at_once() -> None:
     cancel.set()
     thread.join(10)
     assert not thread.is_alive()
-    assert [type(error) for error in errors] == [RunCancelled]
+    assert [type(error) for error in errors] == [RoundCancelled]
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)  # killed and reaped
 
 
-def test_an_error_in_the_run_is_raised_in_the_parent() -> None:
+def test_an_error_in_the_round_is_raised_in_the_parent() -> None:
     def broken(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
         raise ValueError("plugin x: bad input")
 
     with pytest.raises(ValueError, match="plugin x: bad input"):
-        ForkedRun(broken)(None, threading.Event())  # type: ignore[arg-type]
+        ForkedRound(broken)(None, threading.Event())  # type: ignore[arg-type]
 
 
-def test_a_child_that_dies_without_a_result_is_an_error_not_an_empty_run() -> None:
+def test_a_child_that_dies_without_a_result_is_an_error_not_an_empty_round() -> None:
     def killed(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
         os.kill(os.getpid(), signal.SIGKILL)
         return CycleResult(time=0.0)
 
-    with pytest.raises(ForkedRunFailed, match="ended without a result"):
-        ForkedRun(killed)(None, threading.Event())  # type: ignore[arg-type]
+    with pytest.raises(ForkedRoundFailed, match="ended without a result"):
+        ForkedRound(killed)(None, threading.Event())  # type: ignore[arg-type]
 
 
-def test_the_async_runner_takes_a_forked_runs_result() -> None:
+def test_the_async_runner_takes_a_forked_rounds_result() -> None:
     def decide(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
         return CycleResult(time=42.0, stats=CycleStats(considered=3))
 
-    runner = AsyncSchedulingRunner(ForkedRun(decide))
+    runner = AsyncSchedulingRunner(ForkedRound(decide))
     assert runner.trigger(None)  # type: ignore[arg-type]
     deadline = time.monotonic() + 30
     while runner.state is not RunnerState.RESULT_READY:

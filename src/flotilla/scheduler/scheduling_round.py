@@ -1,6 +1,6 @@
-"""The mutable state of one scheduling run, and the preemption context it offers plugins.
+"""The mutable state of one scheduling round, and the preemption context it offers plugins.
 
-A run works on copies of the snapshot's node tables. Committing a job allocates its
+A round works on copies of the snapshot's node tables. Committing a job allocates its
 placements; evicting a job releases them and tells the running-set plugins (quota) so their
 state stays exact. With backfill there is a second, "long" view of the nodes in which the
 reservations of blocked jobs are held as if running: jobs that would still run when a
@@ -38,7 +38,6 @@ from flotilla.framework.snapshot import (
     SchedulingSnapshot,
 )
 from flotilla.model.queue import Preemption
-from flotilla.plugins.quota import quota_state
 
 
 class Outcome:
@@ -48,8 +47,8 @@ class Outcome:
     PLACEMENT = "placement"
 
 
-class SchedulingRun:
-    """One run over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
+class SchedulingRound:
+    """One round over one snapshot. Implements ``PreemptionContext`` for PostFilter plugins."""
 
     def __init__(
         self,
@@ -77,7 +76,7 @@ class SchedulingRun:
         self.scheduled: list[ScheduledJob] = []
         self.evictions: list[Eviction] = []
         self.unscheduled: dict[str, str] = {}
-        """Jobs placed by this run and then evicted in it: they never start; why they wait."""
+        """Jobs placed by this round and then evicted in it: they never start; why they wait."""
         self._running_before = frozenset(self.running)
         size = len(self.clusters[0].nodes.space) if self.clusters else 0
         self.total: Vector = sum(
@@ -188,7 +187,7 @@ class SchedulingRun:
         return decision
 
     def job_waits(self, job: SchedulingJob, reason: str) -> None:
-        """Tell the Waiting plugins that ``job`` stays queued in this run."""
+        """Tell the Waiting plugins that ``job`` stays queued in this round."""
         for plugin in self.framework.waiting:
             plugin.job_waits(WaitingInput(job=job, reason=reason, cycle=self.cycle))
 
@@ -222,8 +221,8 @@ class SchedulingRun:
     def evict(self, victims: Sequence[str], by: str, reason: str) -> list[tuple[str, Vector]]:
         """Preempt ``victims`` for real; returns each victim's queue and what it held.
 
-        A victim this run placed (or grew) loses that decision too: a job placed earlier in
-        the run never starts, and only jobs that were running before it are preempted.
+        A victim this round placed (or grew) loses that decision too: a job placed earlier in
+        the round never starts, and only jobs that were running before it are preempted.
         """
         released = []
         for name in victims:
@@ -258,7 +257,7 @@ class SchedulingRun:
                 plugin.remove_running(change)
 
     def _charge(self, queue: str, amount: Vector) -> None:
-        """In place: every allocation vector is the run's own (made or copied in ``__init__``,
+        """In place: every allocation vector is the round's own (made or copied in ``__init__``,
         or made here), and the DRF order keeps its own copy."""
         allocated = self.allocated.get(queue)
         if allocated is None:
@@ -301,35 +300,27 @@ class SchedulingRun:
         info = self.queues.get(queue)
         return info.preemption if info is not None else Preemption()
 
+    # Quota questions are answered from what the quota plugin published (``cycle.quota``).
+
     def quota_node(self, queue: str) -> int | None:
-        state = quota_state(self.cycle)
-        return state.node_of_queue.get(queue) if state else None
+        quota = self.cycle.quota
+        return quota.node(queue) if quota is not None else None
 
     def same_cohort(self, queue: str, other: str) -> bool:
-        state = quota_state(self.cycle)
-        if state is None:
-            return False
-        mine, theirs = state.node_of_queue.get(queue), state.node_of_queue.get(other)
-        if mine is None or theirs is None:
-            return False
-        tree = state.usage.tree
-        return tree.cohort_root(mine) == tree.cohort_root(theirs)
+        quota = self.cycle.quota
+        return quota is not None and quota.same_cohort(queue, other)
 
     def borrowed(self, queue: str) -> Vector | None:
         """What the queue's quota node uses above its guarantee (``None`` without a quota)."""
-        state = quota_state(self.cycle)
-        node = state.node_of_queue.get(queue) if state else None
-        if state is None or node is None:
-            return None
-        return state.usage.borrowed(node)
+        quota = self.cycle.quota
+        return quota.borrowed(queue) if quota is not None else None
 
     def within_guarantee(self, job: SchedulingJob, freed: Vector | None = None) -> bool:
-        state = quota_state(self.cycle)
-        node = state.node_of_queue.get(job.queue) if state else None
-        if state is None or node is None:
+        quota = self.cycle.quota
+        if quota is None:
             return False
         amount = job.total if freed is None else job.total - freed
-        return state.usage.within_guarantee(node, amount)
+        return quota.within_guarantee(job.queue, amount)
 
     def gang_of(self, job_name: str) -> list[str]:
         running = self.running.get(job_name)

@@ -1,10 +1,11 @@
-"""Test-only: makes every scheduling run of a ``flotilla up`` process slow, on demand.
+"""Test-only: makes every scheduling round of a ``flotilla up`` process slow, on demand.
 
 The end-to-end tests put this directory on ``PYTHONPATH`` of the server they start, so Python
-imports it at start-up. While the file named by ``FLOTILLA_E2E_SLOW_RUN`` exists, each
+imports it at start-up. While the file named by ``FLOTILLA_E2E_SLOW_ROUND`` exists, each
 ``SchedulingAlgorithm.schedule`` call first waits the number of seconds it holds, on the
-snapshot it was given, honouring the run's cancel event, and then schedules as usual. A slow
-run this way takes no CPU from the loop and the API, and the test decides which run is slow.
+snapshot it was given, honouring the round's cancel event, and then schedules as usual. A slow
+round this way takes no CPU from the loop and the API, and the test decides which round is
+slow.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-_SWITCH = os.environ.get("FLOTILLA_E2E_SLOW_RUN")
+_SWITCH = os.environ.get("FLOTILLA_E2E_SLOW_ROUND")
 
 if _SWITCH:
     from flotilla.scheduler.algorithm import SchedulingAlgorithm

@@ -1,25 +1,28 @@
 """Request and response bodies of the REST API (they make the OpenAPI schema).
 
-Responses are built from store records by the ``from_record`` helpers, so the wire format
-stays stable if a record grows a field the API does not want to expose.
+The server builds responses from store records with the ``from_record`` helpers, so the wire
+format stays stable if a record grows a field the API does not want to expose. The records
+are imported for typing only: the SDK and the CLI read these models without the store.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla.secrets import redact
-from flotilla.store import (
-    ClusterRecord,
-    DependencyRecord,
-    EventRecord,
-    JobRecord,
-    NodeRecord,
-    RunRecord,
-)
+
+if TYPE_CHECKING:
+    from flotilla.store import (
+        ClusterRecord,
+        DependencyRecord,
+        EventRecord,
+        JobRecord,
+        NodeRecord,
+        RunRecord,
+    )
 
 
 class _Closed(BaseModel):

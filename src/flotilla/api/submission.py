@@ -2,12 +2,14 @@
 
 The body is one job spec, or ``{"jobs": [spec, ...]}``. All problems of all jobs are reported
 at once (``jobs[1].tasks[0].resources.cpu: must be >= 0``) so a user fixes a file in one go;
-nothing reaches the store unless every job is valid.
+nothing reaches the store unless every job is valid. The server answers ``InvalidSubmission``
+with a 422; the SDK raises it as ``InvalidSpec`` before sending anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,8 +23,33 @@ from flotilla.model.payload import (
     parse_sim_behaviour,
 )
 from flotilla.secrets import placeholders
-from flotilla.server.errors import ApiError
-from flotilla.server.guard import ServerLimits
+
+
+class InvalidSubmission(ValueError):
+    """A submission with problems: ``message`` says what, ``problems`` name each field."""
+
+    def __init__(self, message: str, problems: Sequence[str]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class SubmissionLimits:
+    """Sizes a store and a scheduler can hold, so ``count: 10**30`` is refused rather than
+    memory growing until it runs out; every one has a safe default (the server's are
+    ``ServerLimits``, which adds limits on requests)."""
+
+    max_count: int = 10_000
+    """Jobs one spec's ``count`` may make."""
+    max_replicas: int = 10_000
+    """Replicas of one task."""
+    max_jobs_per_submission: int = 10_000
+    """Jobs in one batch (after ``count``)."""
+    max_priority: int = 1_000_000_000
+    """The largest ``|priority|`` (the store keeps 64-bit integers; this leaves room)."""
+    max_label_bytes: int = 4096
+    """Length of one label or annotation key or value, and of a cancel reason."""
 
 
 def _under(prefix: str, line: str) -> str:
@@ -54,9 +81,8 @@ def check_payload(spec: JobSpec) -> list[str]:
     return []
 
 
-def check_limits(spec: JobSpec, limits: ServerLimits) -> list[str]:
-    """The server's limits on one spec (``ServerLimits``): sizes a store and a scheduler
-    can hold, so ``count: 10**30`` is a 422 rather than memory growing until it runs out."""
+def check_limits(spec: JobSpec, limits: SubmissionLimits) -> list[str]:
+    """The limits on one spec (``SubmissionLimits``)."""
     problems: list[str] = []
     if spec.count is not None and spec.count > limits.max_count:
         problems.append(
@@ -88,13 +114,20 @@ def check_limits(spec: JobSpec, limits: ServerLimits) -> list[str]:
 def check_service_fields(
     spec: JobSpec, priority_classes: Mapping[str, PriorityClass] | None = None
 ) -> list[str]:
-    """Scenario fields that mean nothing to a running service: refused, never ignored."""
+    """Scenario fields that mean nothing to a running service: refused, never ignored.
+
+    ``priority_classes`` are the fleet's; ``None`` when they are not known here (a client
+    checking a file before sending it), and the server checks the class."""
     problems: list[str] = []
     if spec.submit_at != 0:
         problems.append("submit_at: only meaningful in a simulation scenario")
     if spec.cancel_at is not None:
         problems.append("cancel_at: only meaningful in a simulation scenario")
-    if spec.priority_class is not None and spec.priority_class not in (priority_classes or {}):
+    if (
+        priority_classes is not None
+        and spec.priority_class is not None
+        and spec.priority_class not in priority_classes
+    ):
         # An unknown class would silently mean priority 0 and preemptible, which is worse
         # than a clear refusal.
         if priority_classes:
@@ -128,7 +161,7 @@ def with_priority_class(
 def parse_job(
     data: Any,
     prefix: str,
-    limits: ServerLimits | None = None,
+    limits: SubmissionLimits | None = None,
     priority_classes: Mapping[str, PriorityClass] | None = None,
 ) -> tuple[JobSpec | None, list[str]]:
     if not isinstance(data, Mapping):
@@ -138,29 +171,31 @@ def parse_job(
     except ValidationError as error:
         return None, [_under(prefix, line) for line in from_pydantic(error).problems]
     problems = check_service_fields(spec, priority_classes) + check_payload(spec)
-    problems += check_limits(spec, limits or ServerLimits())
+    problems += check_limits(spec, limits or SubmissionLimits())
     return with_priority_class(spec, priority_classes), [_under(prefix, line) for line in problems]
 
 
 def parse_submission(
     body: Any,
-    limits: ServerLimits | None = None,
+    limits: SubmissionLimits | None = None,
     priority_classes: Mapping[str, PriorityClass] | None = None,
 ) -> tuple[list[JobSpec], list[str]]:
     """The specs and, per spec, the path prefix of its fields (``jobs[2]`` or ``""``).
 
-    Raises ``ApiError`` (422) listing every problem.
+    Raises ``InvalidSubmission`` listing every problem. Without ``priority_classes`` (a
+    client) a job's priority class is left for the server to check.
     """
-    limits = limits or ServerLimits()
+    limits = limits or SubmissionLimits()
     if isinstance(body, Mapping) and "jobs" in body:
         extra = sorted(str(key) for key in body if key != "jobs")
         problems = [f"{key}: unknown field (a batch holds only 'jobs')" for key in extra]
         items = body["jobs"]
         if not isinstance(items, list) or not items:
-            raise ApiError(422, "invalid submission", ["jobs: must be a non-empty list of jobs"])
+            raise InvalidSubmission(
+                "invalid submission", ["jobs: must be a non-empty list of jobs"]
+            )
         if len(items) > limits.max_jobs_per_submission:
-            raise ApiError(
-                422,
+            raise InvalidSubmission(
                 "invalid submission",
                 [f"jobs: more than this server's limit of {limits.max_jobs_per_submission}"],
             )
@@ -180,5 +215,5 @@ def parse_submission(
             f"{limits.max_jobs_per_submission}"
         )
     if problems:
-        raise ApiError(422, "invalid job spec", problems)
+        raise InvalidSubmission("invalid job spec", problems)
     return specs, prefixes

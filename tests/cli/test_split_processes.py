@@ -1,0 +1,90 @@
+"""API and scheduler as separate processes over one database: ``flotilla serve`` for each API,
+``flotilla up --no-api`` for the scheduler and its cluster (real processes, this machine)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+from bench.split import api_client, flotilla_process
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait(predicate: Callable[[], bool], what: str, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def job(name: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "queue": "default",
+        "tasks": [{"name": "main", "resources": {"cpu": 0.1}}],
+        "payload": {"command": ["true"]},
+    }
+
+
+def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'flotilla.db'}"
+    unused = free_port()
+    with ExitStack() as stack:
+        scheduler_log = tmp_path / "scheduler.log"
+        scheduler = stack.enter_context(
+            flotilla_process(
+                scheduler_log,
+                "up",
+                "--no-api",
+                "--db",
+                db,
+                "--port",
+                str(unused),
+                "--state-dir",
+                str(tmp_path / "runs"),
+                "--cycle-interval",
+                "0.1",
+            )
+        )
+        wait(lambda: "Flotilla is up" in scheduler_log.read_text(), "the scheduler")
+        assert "scheduler only, no API here" in scheduler_log.read_text()
+        clients = []
+        for index in range(2):
+            port, log = free_port(), tmp_path / f"api-{index}.log"
+            served = stack.enter_context(
+                flotilla_process(log, "serve", "--db", db, "--port", str(port))
+            )
+            clients.append(stack.enter_context(api_client(port, served, log)))
+
+        ids = [
+            client.post("/v1/jobs", json={"jobs": [job(f"through-{index}")]}).json()["jobs"][0][
+                "id"
+            ]
+            for index, client in enumerate(clients)
+        ]
+
+        def succeeded() -> bool:
+            """Each API reads the job the other one took, as the scheduler ran it."""
+            states = [
+                clients[1 - i].get(f"/v1/jobs/{job_id}").json()["state"]
+                for i, job_id in enumerate(ids)
+            ]
+            assert scheduler.poll() is None, scheduler_log.read_text()
+            return states == ["succeeded", "succeeded"]
+
+        wait(succeeded, "both jobs to succeed")
+        with socket.socket() as probe:  # the scheduler serves nothing, not even on --port
+            assert probe.connect_ex(("127.0.0.1", unused)) != 0
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(timeout=30) == 0, scheduler_log.read_text()
