@@ -154,15 +154,16 @@ def _philly(limit: int | None = None) -> Case:
     )
 
 
-def _service_cancel() -> Case:
+def _service_cancel(database: str = "sqlite") -> Case:
     def run() -> dict[str, Any]:
         from bench.service import run_cancel_latency
 
-        return run_cancel_latency()
+        return run_cancel_latency(database=database)
 
+    suffix, where = ("", "SQLite") if database == "sqlite" else ("-postgres", "PostgreSQL")
     return Case(
-        "service-cancel",
-        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
+        f"service-cancel{suffix}",
+        f"flotilla up --mode async ({where}): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
         "100 running jobs cancelled one by one over HTTP (so p99 is not just the maximum), then "
         "20 queued ones; submit of the "
         "backlog in batches of 1,000",
@@ -284,6 +285,7 @@ CASES: dict[str, Case] = {
         _philly(),
         _engine(TINY, quick=False),
         _service_cancel(),
+        _service_cancel("postgresql"),
         _service_throughput(),
         _service_throughput("postgresql"),
         _service_split(2),

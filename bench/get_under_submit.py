@@ -55,7 +55,8 @@ def run_get_under_submit(
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(FLEET.format(nodes=nodes))
         with _flotilla_up(Path(tmp), "--fleet", str(fleet)) as http:
-            first = http.post("/v1/jobs", json={"jobs": _batch(0)[:1]})
+            target = {**_batch(0)[0], "name": "read-me"}
+            first = http.post("/v1/jobs", json={"jobs": [target]})
             if first.status_code != 201:
                 raise RuntimeError(f"submit failed: {first.status_code} {first.text[:300]}")
             job = first.json()["ids"][0]

@@ -172,12 +172,19 @@ def _cancellable(index: int) -> dict[str, Any]:
 
 
 def run_cancel_latency(
-    backlog: int = 70_000, cancellable: int = 100, queued_cancels: int = 20
+    backlog: int = 70_000,
+    cancellable: int = 100,
+    queued_cancels: int = 20,
+    database: str = "sqlite",
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
+    """``database``: ``sqlite`` (a file) or ``postgresql`` (a fresh database at
+    ``POSTGRES_URL``)."""
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
         trace_file = Path(tmp) / "trace.jsonl"
         with _flotilla_up(
             Path(tmp),
+            "--db",
+            url,
             "--mode",
             "async",
             "--cycle-interval",
@@ -185,6 +192,7 @@ def run_cancel_latency(
             env={ENVIRONMENT: str(trace_file)},
         ) as http:
             result = _cancel_phases(http, backlog, cancellable, queued_cancels)
+            result["params"]["database"] = database
         timelines = cancel_timelines(read_trace(trace_file), result.pop("client_times"))
     result["cancel_steps"] = step_summary(timelines)
     result["cancel_traces"] = per_cancel(timelines)

@@ -77,12 +77,13 @@ CANCEL_POLL_SECONDS = 0.005
 """How often the loop polls the backends while a cancelled run has not been seen to end: the
 cancel's effect is recorded within this of the process exiting."""
 
-ASYNC_SWITCH_SECONDS = 0.0005
-"""The interpreter's thread switch interval in async mode with the algorithm on a thread
-(``LoopSettings.algorithm_process=False``). The algorithm thread is pure
-Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
-from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
-dozens of such returns. The extra switches cost the round little (``docs/performance.md``)."""
+SWITCH_SECONDS = 0.0005
+"""The interpreter's thread switch interval while the loop runs, in every mode. A round (on a
+thread in async mode, inline in sync mode), a submission being validated or a sync being
+parsed is pure Python and holds the GIL; with the default 5 ms every time the loop or the API
+comes back from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's
+path or a GET has dozens of such returns. The extra switches cost little
+(``docs/performance.md``)."""
 
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
@@ -256,8 +257,7 @@ class SchedulingLoop:
         while a round is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
         has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
-        if self.runner is not None and not self.settings.algorithm_process:
-            sys.setswitchinterval(ASYNC_SWITCH_SECONDS)
+        sys.setswitchinterval(SWITCH_SECONDS)
         try:
             while not stop.is_set():
                 try:
