@@ -12,12 +12,14 @@ from flotilla.collector import _freeze_survivors, settle_collector
 
 @pytest.fixture
 def settled() -> Iterator[None]:
+    thresholds = gc.get_threshold()
     settle_collector()
     try:
         yield
     finally:
         gc.callbacks.remove(_freeze_survivors)
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def test_what_survives_a_full_pass_is_left_out_of_the_next_one(settled: None) -> None:

@@ -11,8 +11,9 @@ unreferenced; only reference cycles wait for the collector.
 
 So what exists once start-up is done is frozen out of the collector's view (``gc.freeze``),
 and so is, after every full pass, what survived it: the next full pass walks only what was
-allocated since, and each pass stays short (tens of milliseconds, not a second). The young
-generations keep CPython's thresholds, so their passes stay short too. The price: a
+allocated since, and each pass stays short. The youngest
+generation is collected every ``YOUNG_THRESHOLD`` allocations: often enough that its passes,
+and the middle generation's (ten of them), stay short too. The price: a
 reference cycle among frozen objects that later becomes garbage is not collected. The
 server's long-lived objects (records, specs, engine jobs) hold no cycles, and the 200,000-job
 soak keeps a flat resident memory with this policy (``docs/performance.md``).
@@ -23,6 +24,11 @@ from __future__ import annotations
 import gc
 from collections.abc import Mapping
 
+YOUNG_THRESHOLD = 5_000
+"""Net allocations between two collections of the youngest generation (CPython: 700). Fewer
+collections cost less CPU; but a middle-generation pass walks up to ten times this many
+objects, so a much larger one stops the process for long (``docs/performance.md``)."""
+
 OLDEST = 2
 """The generation a full pass collects."""
 
@@ -31,6 +37,8 @@ def settle_collector() -> None:
     """Call once start-up is done: what exists by now is frozen (``gc.freeze``), and from
     now on so is what survives each full pass. Process-wide, as the collector is."""
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
     if _freeze_survivors not in gc.callbacks:
         gc.callbacks.append(_freeze_survivors)
 
