@@ -173,6 +173,22 @@ def _service_cancel(database: str = "sqlite") -> Case:
     )
 
 
+def _service_cancel_split() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.split_cancel import run_split_cancel
+
+        return run_split_cancel()
+
+    return Case(
+        "service-cancel-split-postgres",
+        "service-cancel with the API and the scheduler in separate processes (flotilla serve + "
+        "flotilla up --no-api --mode async) over PostgreSQL",
+        quick=False,
+        run=run,
+        target="cancel p99 ≤ 100 ms",
+    )
+
+
 def _service_throughput(database: str = "sqlite") -> Case:
     def run() -> dict[str, Any]:
         from bench.service import run_submit_to_scheduled
@@ -286,6 +302,7 @@ CASES: dict[str, Case] = {
         _engine(TINY, quick=False),
         _service_cancel(),
         _service_cancel("postgresql"),
+        _service_cancel_split(),
         _service_throughput(),
         _service_throughput("postgresql"),
         _service_split(2),
