@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.cancel_trace import cancel_timelines, per_cancel, read_trace, step_summary
-from bench.service import _cancel_phases, _free_port, _scratch_database, _wait
-from bench.split import api_client, flotilla_process
+from bench.service import _cancel_phases, _free_port, _scratch_database
+from bench.split import api_client, flotilla_process, scheduler_up
 from flotilla.stage_trace import ENVIRONMENT
 
 
@@ -36,10 +36,9 @@ def run_split_cancel(
         try:
             with ExitStack() as stack:
                 scheduler_log = work / "scheduler.log"
-                scheduler = stack.enter_context(
-                    flotilla_process(
+                stack.enter_context(
+                    scheduler_up(
                         scheduler_log,
-                        "up",
                         "--no-api",
                         "--db",
                         url,
@@ -53,13 +52,6 @@ def run_split_cancel(
                         str(work / "runs"),
                     )
                 )
-
-                def up() -> bool:
-                    if scheduler.poll() is not None:
-                        raise RuntimeError(scheduler_log.read_text()[-3000:])
-                    return "Flotilla is up" in scheduler_log.read_text()
-
-                _wait(up, 120, "the scheduler", 0.1)
                 port, log = _free_port(), work / "api.log"
                 served = stack.enter_context(
                     flotilla_process(log, "serve", "--db", url, "--port", str(port))
