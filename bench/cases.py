@@ -154,21 +154,38 @@ def _philly(limit: int | None = None) -> Case:
     )
 
 
-def _service_cancel() -> Case:
+def _service_cancel(database: str = "sqlite") -> Case:
     def run() -> dict[str, Any]:
         from bench.service import run_cancel_latency
 
-        return run_cancel_latency()
+        return run_cancel_latency(database=database)
 
+    suffix, where = ("", "SQLite") if database == "sqlite" else ("-postgres", "PostgreSQL")
     return Case(
-        "service-cancel",
-        "flotilla up --mode async (SQLite): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
+        f"service-cancel{suffix}",
+        f"flotilla up --mode async ({where}): 70,000 unplaceable jobs keep ≥ 5 s rounds in flight; "
         "100 running jobs cancelled one by one over HTTP (so p99 is not just the maximum), then "
         "20 queued ones; submit of the "
         "backlog in batches of 1,000",
         quick=False,
         run=run,
         target="cancel p99 ≤ 100 ms; submit ≥ 2,000 jobs/s",
+    )
+
+
+def _service_cancel_split() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.split_cancel import run_split_cancel
+
+        return run_split_cancel()
+
+    return Case(
+        "service-cancel-split-postgres",
+        "service-cancel with the API and the scheduler in separate processes (flotilla serve + "
+        "flotilla up --no-api --mode async) over PostgreSQL",
+        quick=False,
+        run=run,
+        target="cancel p99 ≤ 100 ms",
     )
 
 
@@ -231,6 +248,23 @@ def _service_soak(jobs: int) -> Case:
     )
 
 
+def _service_get_under_submit() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.get_under_submit import run_get_under_submit
+
+        return run_get_under_submit()
+
+    return Case(
+        "service-get-under-submit",
+        "flotilla up --fleet (one sim cluster of 100 × 64 CPUs, SQLite, sync 0.1 s): one client "
+        "submits 10,000 one-CPU jobs in batches of 1,000 while another reads one job back to "
+        "back (GET, 10 ms apart); the same reads on the idle server first",
+        quick=False,
+        run=run,
+        target="GET p99 ≤ 50 ms under submit",
+    )
+
+
 def _gpu_fill() -> Case:
     def run() -> dict[str, Any]:
         from bench.gpu_fill import run_fill
@@ -267,12 +301,15 @@ CASES: dict[str, Case] = {
         _philly(),
         _engine(TINY, quick=False),
         _service_cancel(),
+        _service_cancel("postgresql"),
+        _service_cancel_split(),
         _service_throughput(),
         _service_throughput("postgresql"),
         _service_split(2),
         _service_split(0),
         _service_soak(200_000),
         _service_soak(20_000),
+        _service_get_under_submit(),
         _gpu_fill(),
     )
 }

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.cancel_trace import trace_lines
+from bench.get_under_submit import get_under_submit_lines
 from bench.soak import soak_lines
 
 MIB = 2**20
@@ -205,6 +206,8 @@ def service_lines(results: Sequence[dict[str, Any]]) -> list[str]:
             lines.extend(trace_lines(r))
         elif r.get("kind") == "soak":
             lines.extend(soak_lines(r))
+        elif r.get("kind") == "get-under-submit":
+            lines.extend(get_under_submit_lines(r))
         elif r.get("kind") == "service-throughput":
             lines.append(
                 f"{r['case']}: submit {r['submit_jobs_per_s']:,.0f} jobs/s; submit → scheduled "

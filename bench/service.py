@@ -172,12 +172,19 @@ def _cancellable(index: int) -> dict[str, Any]:
 
 
 def run_cancel_latency(
-    backlog: int = 70_000, cancellable: int = 100, queued_cancels: int = 20
+    backlog: int = 70_000,
+    cancellable: int = 100,
+    queued_cancels: int = 20,
+    database: str = "sqlite",
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
+    """``database``: ``sqlite`` (a file) or ``postgresql`` (a fresh database at
+    ``POSTGRES_URL``)."""
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
         trace_file = Path(tmp) / "trace.jsonl"
         with _flotilla_up(
             Path(tmp),
+            "--db",
+            url,
             "--mode",
             "async",
             "--cycle-interval",
@@ -185,6 +192,7 @@ def run_cancel_latency(
             env={ENVIRONMENT: str(trace_file)},
         ) as http:
             result = _cancel_phases(http, backlog, cancellable, queued_cancels)
+            result["params"]["database"] = database
         timelines = cancel_timelines(read_trace(trace_file), result.pop("client_times"))
     result["cancel_steps"] = step_summary(timelines)
     result["cancel_traces"] = per_cancel(timelines)
@@ -205,8 +213,9 @@ def _cancel_phases(
     runs: dict[int, float] = {}
 
     def note_runs() -> dict[str, Any]:
-        scheduler: dict[str, Any] = http.get("/v1/scheduling/report").json()["scheduler"]
-        if scheduler and scheduler.get("algorithm_seconds") is not None:
+        """The scheduler's last cycle; empty from an API without a scheduler (``serve``)."""
+        scheduler: dict[str, Any] = http.get("/v1/scheduling/report").json()["scheduler"] or {}
+        if scheduler.get("algorithm_seconds") is not None:
             runs[scheduler["number"]] = scheduler["algorithm_seconds"]
         return scheduler
 
@@ -215,7 +224,7 @@ def _cancel_phases(
     during_run = 0
     started = time.time()
     for job in ids:
-        if note_runs()["runner_state"] in ("running", "run-requested"):
+        if note_runs().get("runner_state") in ("running", "run-requested"):
             during_run += 1
         sent, sent_at = time.perf_counter(), time.time()
         response = http.post(f"/v1/jobs/{job}/cancel", json={})
@@ -237,8 +246,9 @@ def _cancel_phases(
             raise RuntimeError(f"queued job {job} answered {answer['state']}")
     # The round in flight during the cancels, and the next: their own durations.
     seen = len(runs)
-    with suppress(RuntimeError):  # a loaded machine may not finish them: report what ran
-        _wait(lambda: bool(note_runs()) and len(runs) >= seen + 2, 300, "two more runs", 0.1)
+    if runs:  # an API without a scheduler (``serve``) reports none
+        with suppress(RuntimeError):  # a loaded machine may not finish them: report what ran
+            _wait(lambda: bool(note_runs()) and len(runs) >= seen + 2, 300, "two more runs", 0.1)
     metrics = http.get("/metrics").text
     algorithm = sorted(runs.values())
     return {

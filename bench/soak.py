@@ -125,6 +125,7 @@ def run_soak(
             "median": median,
             "max": max(after, default=0.0),
             "spread_share": (max(after) - min(after)) / median if after else None,
+            "deviation_share": max(abs(x - median) for x in after) / median if after else None,
         },
         "samples": samples,
     }
@@ -137,5 +138,6 @@ def soak_lines(result: dict[str, Any]) -> list[str]:
         f"{result.get('case', 'soak')}: {result['params']['jobs']:,} jobs submitted and finished "
         f"in {result['seconds']:.0f} s ({result['jobs_per_s']:,.0f} jobs/s); server RSS after "
         f"warm-up min {rss['min']:.0f} / median {rss['median']:.0f} / max {rss['max']:.0f} MiB"
-        + (f" (spread {spread:.1%} of the median)" if spread is not None else "")
+        + (f" (spread {spread:.1%} of the median" if spread is not None else "")
+        + (f"; all within ±{rss['deviation_share']:.1%} of it)" if spread is not None else "")
     ]

@@ -47,6 +47,20 @@ def flotilla_process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]
 
 
 @contextmanager
+def scheduler_up(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``flotilla up ARGS…``, once it says it is up."""
+    with flotilla_process(log, "up", *args) as scheduler:
+
+        def up() -> bool:
+            if scheduler.poll() is not None:
+                raise RuntimeError(log.read_text()[-3000:])
+            return "Flotilla is up" in log.read_text()
+
+        _wait(up, 120, "the scheduler", 0.1)
+        yield scheduler
+
+
+@contextmanager
 def api_client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator[httpx.Client]:
     """A client of the API ``process`` serves on ``port``, once it is ready, with its token."""
     url = f"http://127.0.0.1:{port}"
@@ -114,9 +128,8 @@ def run_split_throughput(
             scheduler_log = work / "scheduler.log"
             port = _free_port()
             scheduler = stack.enter_context(
-                flotilla_process(
+                scheduler_up(
                     scheduler_log,
-                    "up",
                     *(["--no-api"] if apis else []),
                     "--db",
                     url,
@@ -128,13 +141,6 @@ def run_split_throughput(
                     str(work / "runs"),
                 )
             )
-
-            def up() -> bool:
-                if scheduler.poll() is not None:
-                    raise RuntimeError(scheduler_log.read_text()[-3000:])
-                return "Flotilla is up" in scheduler_log.read_text()
-
-            _wait(up, 120, "the scheduler", 0.1)
             if apis:
                 clients = []
                 for index in range(apis):

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
+from flotilla.scheduler.precedence import Precedence
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
 from flotilla.store import JobState, RunState, SqlStore, Transition
@@ -18,6 +19,7 @@ class FakeScheduler:
 
     def __init__(self) -> None:
         self.metrics = SchedulerMetrics()
+        self.precedence = Precedence()
         self.reasons: dict[str, str] = {}
         self.logs_by_run: dict[str, bytes] = {}
         self.finished_runs: set[str] = set()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
+from flotilla.service.allocator import AllocatorTrim
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retention import FinishedJobs
@@ -111,7 +114,9 @@ def test_a_negative_retention_is_refused_naming_it() -> None:
         FinishedJobs(retention=-1.0)
 
 
-def test_the_loop_forgets_jobs_it_ran_to_the_end_but_keeps_running_ones(store: SqlStore) -> None:
+@pytest.fixture
+def sim_loop(store: SqlStore) -> Iterator[SchedulingLoop]:
+    """A loop over a small sim cluster that drops finished jobs at once (retention 0)."""
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}])
     store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
     loop = SchedulingLoop(
@@ -120,23 +125,65 @@ def test_the_loop_forgets_jobs_it_ran_to_the_end_but_keeps_running_ones(store: S
         LoopSettings(cycle_interval=0.05, replica="retention", finished_retention=0.0),
     )
     try:
-        short = store.submit_jobs(jobs(6, duration=0.0))
-        long = store.submit_jobs(
-            [
-                spec.model_copy(update={"name": f"long-{spec.name}"})
-                for spec in jobs(2, duration=600)
-            ]
-        )
-        for _ in range(50):
-            loop.cycle()
-            if all(store.get_job(job).state is JobState.SUCCEEDED for job in short):
-                break
-        loop.cycle()
-        read = loop.jobdb.read_txn()
-        assert [job for job in short if job in read] == []
-        assert all(store.get_job(job).state is JobState.SUCCEEDED for job in short)
-        assert {read.get(job).state for job in long if read.get(job)} == {JobState.RUNNING}
-        assert len(read) == 2
+        yield loop
     finally:
         loop.close()
         backend.close()
+
+
+def test_the_loop_forgets_jobs_it_ran_to_the_end_but_keeps_running_ones(
+    store: SqlStore, sim_loop: SchedulingLoop
+) -> None:
+    loop = sim_loop
+    short = store.submit_jobs(jobs(6, duration=0.0))
+    long = store.submit_jobs(
+        [spec.model_copy(update={"name": f"long-{spec.name}"}) for spec in jobs(2, duration=600)]
+    )
+    for _ in range(50):
+        loop.cycle()
+        if all(store.get_job(job).state is JobState.SUCCEEDED for job in short):
+            break
+    loop.cycle()
+    read = loop.jobdb.read_txn()
+    assert [job for job in short if job in read] == []
+    assert all(store.get_job(job).state is JobState.SUCCEEDED for job in short)
+    assert {read.get(job).state for job in long if read.get(job)} == {JobState.RUNNING}
+    assert len(read) == 2
+
+
+def test_no_finished_job_stays_in_the_loops_memory_once_it_left_the_jobdb(
+    store: SqlStore, sim_loop: SchedulingLoop
+) -> None:
+    """Memory follows the live jobs: once the retention dropped a finished job, nothing the
+    loop keeps (snapshot builder, engine jobs, caches, backend) still holds its spec."""
+    loop = sim_loop
+    ids = store.submit_jobs(jobs(20, duration=0.0))
+    loop.cycle()
+    read = loop.jobdb.read_txn()
+    specs = [weakref.ref(record.spec) for record in (read.get(job) for job in ids) if record]
+    assert len(specs) == len(ids)
+    del read
+    for _ in range(50):
+        loop.cycle()
+        if not len(loop.jobdb.read_txn()):
+            break
+    loop.cycle()
+    assert all(store.get_job(job).state is JobState.SUCCEEDED for job in ids)
+    gc.collect()
+    assert [ref for ref in specs if ref() is not None] == []
+
+
+def test_free_memory_is_given_back_after_jobs_left_at_most_once_per_interval() -> None:
+    trims: list[int] = []
+    clock = Clock()
+    allocator = AllocatorTrim(lambda pad: trims.append(pad) or 1, every=30.0, clock=clock)
+    clock.now += 60.0
+    assert not allocator.trim_if_due()  # nothing was dropped: nothing to give back
+    allocator.note_dropped(100)
+    assert allocator.trim_if_due() and trims == [0]
+    allocator.note_dropped(100)
+    clock.now += 10.0
+    assert not allocator.trim_if_due()  # too soon
+    clock.now += 25.0
+    assert allocator.trim_if_due() and len(trims) == 2
+    assert not AllocatorTrim(None).trim_if_due()  # not glibc: nothing to call

@@ -17,6 +17,7 @@ from flotilla.backends.interface import LogsRequest
 from flotilla.framework.snapshot import CycleResult, SchedulingSnapshot
 from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
@@ -174,12 +175,14 @@ def test_async_mode_applies_a_cancel_while_a_slow_round_is_in_flight(
         original = service.loop.algorithm.schedule
 
         def slow(
-            snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+            snapshot: SchedulingSnapshot,
+            cancel: threading.Event | None = None,
+            precedence: Precedence | None = None,
         ) -> CycleResult:
             deadline = time.monotonic() + 30
             while not release.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            return original(snapshot, cancel)
+            return original(snapshot, cancel, precedence)
 
         service.loop.algorithm.schedule = slow  # type: ignore[method-assign]
         waiting = service.submit("waiting", "true")

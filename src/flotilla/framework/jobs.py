@@ -3,6 +3,7 @@ and the ``ShapeInterner`` that lets jobs built alike share their vectors and pla
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -66,7 +67,8 @@ class SchedulingJob:
 class _Shape:
     """What every job built from one spec shares: its tasks, total and placement key."""
 
-    spec: JobSpec
+    spec: weakref.ref[JobSpec]
+    """The spec it was built from, weakly: a shape must not keep a finished job's spec."""
     tasks: tuple[TaskRequest, ...]
     total: Vector
     key: tuple[object, ...]
@@ -80,6 +82,9 @@ ShapeKey = tuple[int, int, int, int, int, tuple[str, ...]]
 SHAPES_LIMIT = 200_000
 """Shapes (and placement keys) an interner keeps before it starts afresh: a few hundred
 bytes each."""
+
+TRIM_SLACK = 1_000
+"""Shapes ``ShapeInterner.trim`` lets its owner keep beyond twice its live jobs."""
 
 
 class ShapeInterner:
@@ -102,13 +107,23 @@ class ShapeInterner:
     def __len__(self) -> int:
         return len(self._shapes)
 
+    def trim(self, live: int) -> None:
+        """Start afresh when far more shapes are held than the ``live`` jobs its owner keeps
+        can use: a spec parsed per job (the service's) shares no part with another, so each
+        job that ever passed would leave a shape behind until ``limit``. Starting afresh only
+        costs sharing."""
+        if len(self._shapes) > 2 * live + TRIM_SLACK:
+            self._shapes.clear()
+            self._keys.clear()
+
     def shape(self, spec: JobSpec, space: ResourceSpace) -> _Shape:
         """The shape of jobs built from ``spec`` in ``space`` (one per spec parts and space)."""
         # Keyed by the space's names (its vector layout), not its id: an id can be reused by
         # a new space with another layout once the old one is gone. Keyed by the identity of
         # the parts a shape is built from, not of the spec: specs copied from one template
-        # (``model_copy`` shares these objects) then share one shape. ``shape.spec`` keeps
-        # the parts alive, so the ids cannot be reused while the entry stands.
+        # (``model_copy`` shares these objects) then share one shape. An entry is used only
+        # while the spec it was built from lives (``shape.spec``, a weak reference) and
+        # still holds those very parts, so an id reused after the parts died never matches.
         cache_key = (
             id(spec.tasks),
             id(spec.affinity),
@@ -118,8 +133,10 @@ class ShapeInterner:
             space.names,
         )
         shape = self._shapes.get(cache_key)
-        if shape is not None and _same_parts(shape.spec, spec):
-            return shape
+        if shape is not None:
+            built = shape.spec()
+            if built is not None and _same_parts(built, spec):
+                return shape
         shape = _build_shape(spec, space)
         keys = self._keys
         if len(keys) > self.limit:
@@ -158,7 +175,7 @@ def _build_shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
         tuple(t.model_dump_json() for t in spec.tolerations),
     )
     return _Shape(
-        spec=spec,
+        spec=weakref.ref(spec),
         tasks=tuple(tasks),
         total=total,
         key=key,

@@ -47,6 +47,7 @@ from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
 from flotilla.scheduler.scheduling_round import Outcome, SchedulingRound
 
@@ -75,12 +76,17 @@ class SchedulingAlgorithm:
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
 
     def schedule(
-        self, snapshot: SchedulingSnapshot, cancel: threading.Event | None = None
+        self,
+        snapshot: SchedulingSnapshot,
+        cancel: threading.Event | None = None,
+        precedence: Precedence | None = None,
     ) -> CycleResult:
-        """Decide on ``snapshot``. Setting ``cancel`` stops the round with ``RoundCancelled``."""
+        """Decide on ``snapshot``. Setting ``cancel`` stops the round with ``RoundCancelled``;
+        with ``precedence``, the round pauses between jobs while urgent work of other threads
+        is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
-        loop = _Loop(self, scheduling_round, snapshot, cancel)
+        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence)
         loop.execute()
         stats = CycleStats(
             considered=loop.considered,
@@ -144,8 +150,10 @@ class _Loop:
         scheduling_round: SchedulingRound,
         snapshot: SchedulingSnapshot,
         cancel: threading.Event | None,
+        precedence: Precedence | None,
     ) -> None:
         self.cancel = cancel
+        self.precedence = precedence
         self.config = algorithm.config
         self.framework = algorithm.framework
         self.round = scheduling_round
@@ -191,10 +199,13 @@ class _Loop:
     def execute(self) -> None:
         self._grow_partial_gangs()
         strict = self.config.queueing is Queueing.STRICT_FIFO
+        precedence = self.precedence
         for job in self.order:
             self.considered += 1
             if self.cancel is not None and self.considered % 64 == 0 and self.cancel.is_set():
                 raise RoundCancelled
+            if precedence is not None and precedence.pending:
+                precedence.checkpoint()
             if job.name in self.handled:
                 self.order.skipped(job)
                 continue

@@ -23,6 +23,7 @@ from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
 from flotilla.server.guard import RequestGuard, ServerLimits
+from flotilla.server.requests_first import RequestsFirst
 from flotilla.service.handle import SchedulerHandle
 from flotilla.store import Store
 
@@ -68,6 +69,8 @@ def create_app(
     for module in (jobs, arrays, history, catalog, ops, fleet, usage):
         app.include_router(module.router)
     _count_requests(app, context)
+    if scheduler is not None:  # a scheduling round of this process yields to requests
+        app.add_middleware(RequestsFirst, precedence=scheduler.precedence)
     # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
     app.add_middleware(RequestGuard, limits=limits, allowed_hosts=allowed_hosts)
     _document_job_spec(app)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from flotilla.backends.interface import LogChunk, LogsRequest
+from flotilla.scheduler.precedence import Precedence
 from flotilla.service.metrics import SchedulerMetrics
 
 
@@ -37,6 +38,8 @@ class CycleReport:
 
 class SchedulerHandle(Protocol):
     metrics: SchedulerMetrics
+    precedence: Precedence
+    """The API marks the requests it serves urgent here: a scheduling round yields to them."""
 
     @property
     def is_leader(self) -> bool: ...

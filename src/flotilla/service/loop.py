@@ -46,9 +46,11 @@ from flotilla.framework.snapshot import CycleResult, SchedulingConfig, Schedulin
 from flotilla.model import ClusterSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
+from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.secrets import SecretBox
+from flotilla.service.allocator import AllocatorTrim, glibc_malloc_trim
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -75,12 +77,13 @@ CANCEL_POLL_SECONDS = 0.005
 """How often the loop polls the backends while a cancelled run has not been seen to end: the
 cancel's effect is recorded within this of the process exiting."""
 
-ASYNC_SWITCH_SECONDS = 0.0005
-"""The interpreter's thread switch interval in async mode with the algorithm on a thread
-(``LoopSettings.algorithm_process=False``). The algorithm thread is pure
-Python and holds the GIL; with the default 5 ms every time the loop or the API comes back
-from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's path has
-dozens of such returns. The extra switches cost the round little (``docs/performance.md``)."""
+SWITCH_SECONDS = 0.0005
+"""The interpreter's thread switch interval while the loop runs, in every mode. A round (on a
+thread in async mode, inline in sync mode), a submission being validated or a sync being
+parsed is pure Python and holds the GIL; with the default 5 ms every time the loop or the API
+comes back from I/O (a SQL round trip, a signal) it waits up to 5 ms for the GIL, and a cancel's
+path or a GET has dozens of such returns. The extra switches cost little
+(``docs/performance.md``)."""
 
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
@@ -154,7 +157,11 @@ class SchedulingLoop:
         if fleet is not None and fleet.fleet is not None:
             self.settings = _with_fleet_settings(self.settings, fleet)
         self.metrics = metrics or SchedulerMetrics()
+        self.precedence = Precedence()
+        """Urgent work of this process (the API's requests, the passes that apply cancels and
+        follow runs) that a scheduling round on a thread of it yields to."""
         self._finished = FinishedJobs(self.settings.finished_retention)
+        self._allocator = AllocatorTrim(glibc_malloc_trim())
         self.jobdb = self._finished.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
         self.runner: AsyncSchedulingRunner | None = None
@@ -190,10 +197,13 @@ class SchedulingLoop:
         thread of this one with ``algorithm_process=False``."""
 
         def schedule(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
-            return self.algorithm.schedule(snapshot, cancel)
+            return self.algorithm.schedule(snapshot, cancel, self.precedence)
+
+        def schedule_forked(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
+            return self.algorithm.schedule(snapshot, cancel)  # nothing to yield to in the child
 
         return AsyncSchedulingRunner(
-            ForkedRound(schedule) if self.settings.algorithm_process else schedule,
+            ForkedRound(schedule_forked) if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -247,8 +257,7 @@ class SchedulingLoop:
         while a round is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
         has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
-        if self.runner is not None and not self.settings.algorithm_process:
-            sys.setswitchinterval(ASYNC_SWITCH_SECONDS)
+        sys.setswitchinterval(SWITCH_SECONDS)
         try:
             while not stop.is_set():
                 try:
@@ -295,7 +304,8 @@ class SchedulingLoop:
             self.transitions()
             return
         try:
-            self._transitions.poll_cancelling()
+            with self.precedence.urgent():
+                self._transitions.poll_cancelling()
         except LeaseLostError:
             log.warning("lost the scheduling lease; stopping at once")
             self._lose_lease()
@@ -314,10 +324,11 @@ class SchedulingLoop:
             return
         self._last_pass = time.monotonic()
         try:
-            self._sync()
-            self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
-            self._transitions.poll_all()
-            self._writes.flush()
+            with self.precedence.urgent():  # a cancel waits on it; a round in flight yields
+                self._sync()
+                self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
+                self._transitions.poll_all()
+                self._writes.flush()
             if not self._transitions.cancelling:
                 self._snapshots.prepare(PREPARE_SECONDS)
         except LeaseLostError:
@@ -383,7 +394,9 @@ class SchedulingLoop:
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()
-        self._finished.sweep()
+        self._allocator.note_dropped(self._finished.sweep())
+        if not self._transitions.cancelling:  # a trim takes milliseconds: not on a cancel's path
+            self._allocator.trim_if_due()
         seconds = time.perf_counter() - started
         self.metrics.cycle_seconds.observe(seconds)
         self._report = self._reporter.report(
@@ -428,7 +441,7 @@ class SchedulingLoop:
     def _schedule(self) -> CycleResult | None:
         if self.runner is None:
             state = self._snapshots.build(self.jobdb.read_txn())
-            result = self.algorithm.schedule(state.snapshot)
+            result = self.algorithm.schedule(state.snapshot, precedence=self.precedence)
             self.metrics.algorithm_seconds.observe(result.stats.seconds)
             self._committer.commit(result, state)
             return result

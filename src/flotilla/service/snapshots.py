@@ -218,6 +218,7 @@ class SnapshotBuilder:
             self._stale.update(self._admission.released(time.time()))
             while self._stale:
                 self._convert(self._stale.pop(), space)
+            self._shapes.trim(len(self._engine))
             queued = list(self._engine.values())
             reasons = dict(self._unplaceable)
             reasons.update(self.dependencies.reasons)

@@ -24,7 +24,10 @@ if _SWITCH:
     _schedule = SchedulingAlgorithm.schedule
 
     def _slow_schedule(
-        self: SchedulingAlgorithm, snapshot: Any, cancel: threading.Event | None = None
+        self: SchedulingAlgorithm,
+        snapshot: Any,
+        cancel: threading.Event | None = None,
+        precedence: Any = None,
     ) -> Any:
         try:
             delay = float(Path(str(_SWITCH)).read_text())
@@ -33,6 +36,6 @@ if _SWITCH:
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
             time.sleep(0.02)
-        return _schedule(self, snapshot, cancel)
+        return _schedule(self, snapshot, cancel, precedence)
 
     SchedulingAlgorithm.schedule = _slow_schedule  # type: ignore[method-assign]
