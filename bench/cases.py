@@ -207,22 +207,25 @@ def _service_throughput(database: str = "sqlite") -> Case:
     )
 
 
-def _service_split(apis: int) -> Case:
+def _service_split(apis: int, database: str = "postgresql") -> Case:
     def run() -> dict[str, Any]:
         from bench.split import run_split_throughput
 
-        return run_split_throughput(apis=apis)
+        return run_split_throughput(apis=apis, database=database)
 
     where = (
         f"{apis} × flotilla serve + flotilla up --no-api (the scheduler)"
         if apis
         else "one flotilla up serving the API and scheduling"
     )
+    prefix, over = (
+        ("service-throughput-postgres", "PostgreSQL")
+        if database == "postgresql"
+        else ("service-throughput-sqlite", "SQLite")
+    )
     return Case(
-        f"service-throughput-postgres-{apis}api"
-        if apis
-        else "service-throughput-postgres-1process",
-        f"real processes over PostgreSQL, {where}; one sim cluster of 160 64-CPU nodes, sync "
+        f"{prefix}-{apis}api" if apis else f"{prefix}-1process",
+        f"real processes over {over}, {where}; one sim cluster of 160 64-CPU nodes, sync "
         "0.1 s: submit 4,000 one-CPU jobs over HTTP in batches of 1,000 from one client thread "
         "per API (two to the one process) and wait until none is queued",
         quick=False,
@@ -307,6 +310,8 @@ CASES: dict[str, Case] = {
         _service_throughput("postgresql"),
         _service_split(2),
         _service_split(0),
+        _service_split(2, "sqlite"),
+        _service_split(0, "sqlite"),
         _service_soak(200_000),
         _service_soak(20_000),
         _service_get_under_submit(),

@@ -167,15 +167,17 @@ def run(database: str, jobs: int, rounds: int) -> dict[str, list[tuple[float, fl
         return dict(meter.figures)
 
 
-def loop_cpu(database: str, jobs: int, batches: int) -> tuple[float, float]:
-    """CPU and wall seconds of the scheduling loop's cycles (no API, no other thread) over a
+def loop_cpu(database: str, jobs: int, batches: int) -> tuple[float, float, float]:
+    """CPU, wall and database server CPU seconds of the scheduling loop's cycles (no API, no
+    other thread) over a
     ``sim`` cluster of 160 × 64 CPUs: per batch, ``jobs`` jobs are submitted to the store and
     two cycles run (the first leases and dispatches them, the second records them running)."""
     from flotilla.backends.sim import SimBackend
     from flotilla.service.loop import LoopSettings, SchedulingLoop
     from flotilla.service.records import cluster_spec_from_inventory
 
-    with _store(database) as (store, _):
+    with _store(database) as (store, name):
+        server_of = name if database == "postgresql" else None
         store.put_queue(QueueSpec(name="default"))
         nodes = [{"name": "sim", "count": 160, "resources": {"cpu": 64, "memory": "256Gi"}}]
         backend = SimBackend(cluster="sim", nodes=nodes, default_duration=3600.0)
@@ -183,18 +185,20 @@ def loop_cpu(database: str, jobs: int, batches: int) -> tuple[float, float]:
         loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="bench"))
         try:
             loop.cycle()
-            cpu = wall = 0.0
+            cpu = wall = server = 0.0
             for batch in range(batches):
                 store.submit_jobs(_specs(f"b{batch}", jobs))
                 for _ in range(2):
                     started, used = time.perf_counter(), time.process_time()
+                    served = _server_seconds(server_of)
                     loop.cycle()
+                    server += _server_seconds(server_of) - served
                     cpu += time.process_time() - used
                     wall += time.perf_counter() - started
             running = store.count_jobs(states=[JobState.RUNNING])
             if running != jobs * batches:
                 raise RuntimeError(f"{running} of {jobs * batches} jobs running")
-            return cpu, wall
+            return cpu, wall, server
         finally:
             loop.close()
             backend.close()
@@ -213,11 +217,12 @@ def main() -> None:
     arguments = parser.parse_args()
     settle_collector()  # as flotilla up and serve do: the figures are the service's
     if arguments.loop:
-        cpu, wall = loop_cpu(arguments.database, arguments.jobs, arguments.rounds)
+        cpu, wall, server = loop_cpu(arguments.database, arguments.jobs, arguments.rounds)
         print(
             f"{arguments.database}: the loop's cycles for {arguments.rounds} × "
             f"{arguments.jobs:,} jobs (submitted → running): {cpu * 1000:,.0f} ms CPU, "
-            f"{wall * 1000:,.0f} ms wall; load average {os.getloadavg()[0]:.1f}"
+            f"{wall * 1000:,.0f} ms wall, {server * 1000:,.0f} ms database server CPU; "
+            f"load average {os.getloadavg()[0]:.1f}"
         )
         return
     figures = run(arguments.database, arguments.jobs, arguments.rounds)

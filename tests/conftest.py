@@ -7,6 +7,7 @@ fail: CI never silently skips them.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,17 @@ from tests.backends.engines.ray_head import RayHead, ray_executable
 from tests.builders import SHARED_DIR
 from tests.e2e.service import Services
 from tests.postgres_support import POSTGRES_URL
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Collect once, then freeze what is left, so pytest's own five collections at the end
+    (it looks for exceptions raised in finalizers) walk nothing old. A worker's heap after
+    hundreds of tests took those passes past five seconds on a loaded machine, and execnet
+    sends a worker still busy five seconds after the run ended a SIGINT: the
+    ``KeyboardInterrupt`` in Hypothesis's gc callback that ended some runs."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

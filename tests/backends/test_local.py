@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from flotilla.backends import (
     load_backend,
 )
 from flotilla.backends.local import LocalBackend
-from flotilla.backends.processes import group_alive, process_alive
+from flotilla.backends.processes import command_ended, group_alive, process_alive
 
 from .support import WAIT_LIMIT, LocalHarness, node_of, read_all, read_replica, request
 
@@ -135,6 +136,56 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(local: Loca
     assert status.replicas[0].exit_code == -signal.SIGKILL
     assert "survived" not in read_all(backend, "stubborn")
     local.assert_gone(status)
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.01)
+
+
+def test_a_cancelled_run_ends_with_its_command_not_with_its_supervisors_exit_file(
+    local: LocalHarness,
+) -> None:
+    """A cancel takes effect when the command is gone: the backend does not wait for the
+    supervisor to wake, write its exit file and exit (most of a cancel's delay on a loaded
+    machine). Here the supervisor is stopped, so it never writes one; the run still ends
+    cancelled at once — not after the grace period — leaves no process or zombie behind, and
+    a restarted backend reads it cancelled from its record."""
+    backend = local.make(grace_period=60.0)
+    backend.dispatch(request(backend, "run-1", local.long()))
+    running = local.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
+    supervisor = running.replicas[0].process_id
+    assert supervisor is not None
+    wait_until(lambda: command_ended(supervisor) == (False, None), "started the command")
+    os.kill(supervisor, signal.SIGSTOP)
+
+    backend.cancel(CancelRequest("run-1"))
+    status = local.wait_terminal(backend, "run-1")
+
+    assert status.state is BackendRunState.CANCELLED
+    assert status.replicas[0].state is BackendRunState.CANCELLED
+    assert not (local.state_dir / "runs" / "run-1" / "main-0.exit").exists()
+    wait_until(lambda: not Path(f"/proc/{supervisor}").exists(), "reaped the supervisor")
+    local.assert_gone(status)
+    local.close_leaving_runs(backend)
+    restarted = local.make()
+    assert restarted.status(StatusRequest("run-1")).state is BackendRunState.CANCELLED
+
+
+def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(
+    local: LocalHarness,
+) -> None:
+    """A limit's stop (not a cancel) reports how the command ended, so the backend waits for
+    the supervisor's exit file there."""
+    backend = local.make(grace_period=60.0)
+    command = "trap 'exit 7' TERM; echo ready; while true; do sleep 0.01; done"
+    backend.dispatch(request(backend, "run-1", {"command": command}, max_runtime=0.5))
+    local.wait_output(backend, "run-1", "ready")
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED
+    assert status.exit_code == 7
 
 
 def test_kill_9_of_the_command_is_a_failure_by_signal(local: LocalHarness) -> None:

@@ -107,6 +107,20 @@ def test_cancel_by_id_and_by_queue(tmp_path: Path, servers: list[str], store: Sq
     assert run("cancel", a, "--queue", "team-a").exit_code == 2
 
 
+def test_a_cancelled_job_reads_cancelling_until_its_run_has_ended(
+    tmp_path: Path, servers: list[str], store: SqlStore
+) -> None:
+    [job] = store.submit_jobs([job_spec("train")])
+    run_id = store.record_run(job, "east", {}).id
+    store.transition(job, JobState.PENDING, "dispatched", run=run_id)
+    store.transition(job, JobState.RUNNING, "started", run=run_id)
+    store.cancel(job, "not needed")
+    assert "running (cancelling)" in run("describe", job).output
+    store.transition(job, JobState.CANCELLED, "the run ended", run=run_id)
+    for shown in (run("describe", job).output, run("jobs").output):
+        assert "cancelled" in shown and "(cancelling)" not in shown
+
+
 def test_logs_print_and_follow_until_the_run_ends(
     servers: list[str], store: SqlStore, scheduler: FakeScheduler
 ) -> None:

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.split import api_client, flotilla_process
+from bench.split import api_client, flotilla_process, scheduler_up
+from sqlalchemy import Engine
+
+from tests.postgres_support import postgres_schema_url
 
 
 def free_port() -> int:
@@ -88,3 +91,45 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
             assert probe.connect_ex(("127.0.0.1", unused)) != 0
         scheduler.send_signal(signal.SIGTERM)
         assert scheduler.wait(timeout=30) == 0, scheduler_log.read_text()
+
+
+def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cancel(
+    tmp_path: Path, postgres_admin: tuple[Engine, str]
+) -> None:
+    """On PostgreSQL ``flotilla up --no-api`` hears what ``flotilla serve`` committed
+    (``store/wake.py``): with cycles a minute apart, a submitted job is scheduled and its
+    cancel takes effect long before the next cycle would have found them."""
+    db = postgres_schema_url(postgres_admin)
+    with ExitStack() as stack:
+        scheduler_log = tmp_path / "scheduler.log"
+        stack.enter_context(
+            scheduler_up(
+                scheduler_log,
+                "--no-api",
+                "--db",
+                db,
+                "--port",
+                str(free_port()),
+                "--state-dir",
+                str(tmp_path / "runs"),
+                "--cycle-interval",
+                "60",
+                "--lease-ttl",
+                "600",
+            )
+        )
+        port, log = free_port(), tmp_path / "api.log"
+        served = stack.enter_context(
+            flotilla_process(log, "serve", "--db", db, "--port", str(port))
+        )
+        client = stack.enter_context(api_client(port, served, log))
+        sleeper = {**job("sleeper"), "payload": {"command": ["sleep", "600"]}}
+        job_id = client.post("/v1/jobs", json={"jobs": [sleeper]}).json()["jobs"][0]["id"]
+
+        def state() -> str:
+            return str(client.get(f"/v1/jobs/{job_id}").json()["state"])
+
+        started = ("leased", "pending", "running")
+        wait(lambda: state() in started, "the job to be scheduled (woken by the submission)", 30)
+        assert client.post(f"/v1/jobs/{job_id}/cancel", json={}).status_code < 300
+        wait(lambda: state() == "cancelled", "the cancel to take effect (woken by it)", 30)

@@ -119,3 +119,86 @@ def test_a_request_that_fails_before_answering_leaves_nothing_urgent() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         asyncio.run(RequestsFirst(failing_app, precedence)({"type": "http"}, nothing, nothing))
     assert not precedence.pending
+
+
+def _paced_in_thread(precedence: Precedence) -> tuple[threading.Thread, threading.Event]:
+    passed = threading.Event()
+
+    def run() -> None:
+        precedence.pace()
+        passed.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, passed
+
+
+def test_bulk_work_waits_at_its_pace_while_a_read_is_under_way() -> None:
+    precedence = Precedence(max_pause=600.0)
+    precedence.pace()  # nothing urgent: no wait at all
+    with precedence.urgent():  # a GET, on another thread than the bulk work
+        thread, passed = _paced_in_thread(precedence)
+        assert not passed.wait(0.2)
+    thread.join(timeout=30)
+    assert passed.is_set()
+
+
+def test_bulk_work_does_not_wait_for_bulk_work_but_the_round_does() -> None:
+    precedence = Precedence(max_pause=600.0)
+    with precedence.urgent(bulk=True):  # a large submission
+        assert precedence.pending and not precedence.prompt_pending
+        thread, passed = _paced_in_thread(precedence)  # the loop's sync, another submission
+        assert passed.wait(30)
+        thread.join(timeout=30)
+        round_passed = threading.Event()
+        checkpoint = threading.Thread(target=lambda: (precedence.checkpoint(), round_passed.set()))
+        checkpoint.start()
+        assert not round_passed.wait(0.2)  # a scheduling round still yields to a submission
+    checkpoint.join(timeout=30)
+    assert round_passed.is_set() and not precedence.pending
+
+
+def test_a_thread_never_waits_at_its_pace_for_its_own_urgent_work() -> None:
+    precedence = Precedence(max_pause=600.0)
+    with precedence.urgent():  # the loop applying a cancel, then converting jobs
+        precedence.pace()  # returns at once (it would wait ten minutes otherwise)
+        thread, passed = _paced_in_thread(precedence)
+        assert not passed.wait(0.2)  # another thread does wait
+    thread.join(timeout=30)
+
+
+def test_after_a_pace_the_thread_works_at_least_as_long_before_it_paces_again() -> None:
+    clock = ScriptedClock(0.0, 0.010, 0.015, 0.020, 0.030)
+    precedence = Precedence(max_pause=0.0, clock=clock)
+    with precedence.urgent():
+        thread = threading.Thread(
+            target=lambda: [precedence.pace() for _ in range(3)]  # as the checkpoint's test
+        )
+        thread.start()
+        thread.join(timeout=30)
+    assert clock.times == []
+
+
+def _request(app: Any, precedence: Precedence, scope: dict[str, Any]) -> None:
+    async def nothing(*_: Any) -> Any:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    asyncio.run(RequestsFirst(app, precedence)({"type": "http", **scope}, nothing, nothing))
+
+
+def test_a_large_submission_is_bulk_a_small_one_and_a_read_are_not() -> None:
+    precedence = Precedence()
+    seen: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert precedence.pending  # the round yields to every request
+        seen.append(precedence.prompt_pending)
+
+    large = [(b"content-length", b"200000")]
+    _request(app, precedence, {"method": "POST", "path": "/v1/jobs", "headers": large})
+    small = [(b"content-length", b"400")]
+    _request(app, precedence, {"method": "POST", "path": "/v1/jobs", "headers": small})
+    _request(app, precedence, {"method": "GET", "path": "/v1/jobs/x", "headers": []})
+    _request(app, precedence, {"method": "POST", "path": "/v1/jobs/x/cancel", "headers": large})
+    assert seen == [False, True, True, True]
+    assert not precedence.pending and not precedence.prompt_pending

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +12,7 @@ from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
 from flotilla.scheduler.precedence import Precedence
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
-from flotilla.store import JobState, RunState, SqlStore, Transition
+from flotilla.store import JobRecord, JobState, RunState, SqlStore, Transition
 
 
 class FakeScheduler:
@@ -25,6 +26,7 @@ class FakeScheduler:
         self.finished_runs: set[str] = set()
         self.cycle = CycleReport()
         self.wakes = 0
+        self.cancelled_jobs: list[str] = []
         self.log_requests: list[LogsRequest] = []
 
     @property
@@ -51,6 +53,10 @@ class FakeScheduler:
         return LogChunk(request.run_id, request.stream, request.offset, end, data, complete)
 
     def wake(self) -> None:
+        self.wakes += 1
+
+    def cancelled(self, jobs: Sequence[JobRecord]) -> None:
+        self.cancelled_jobs.extend(job.id for job in jobs)
         self.wakes += 1
 
 

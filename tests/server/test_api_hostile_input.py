@@ -46,6 +46,21 @@ def test_nul_characters_in_a_job_are_refused_naming_the_field(
     assert any_store.list_jobs().jobs == []
 
 
+def test_a_nul_deep_in_a_large_batch_is_refused_naming_the_field(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    # A large body is checked on a worker thread, and a NUL is looked for only where the
+    # JSON escapes one: neither lets one through.
+    jobs = [spec(f"big-{index}") for index in range(200)]
+    jobs[150] = spec("nul", labels={"team": "a\u0000"})
+    body = json.dumps({"jobs": jobs})
+    assert len(body) > 16 * 1024 and "\\u0000" in body
+    response = raw(lifecycle_client, body)
+    assert response.status_code == 400
+    assert problems(response) == ["jobs[150].labels.team: NUL characters are not allowed"]
+    assert any_store.list_jobs().jobs == []
+
+
 @pytest.mark.parametrize(
     "path",
     [

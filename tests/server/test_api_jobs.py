@@ -5,6 +5,7 @@ The lifecycle tests use ``lifecycle_client`` and so run on SQLite and on Postgre
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -175,6 +176,8 @@ def test_cancel_a_queued_job_now_and_a_running_one_by_request(
     asked = lifecycle_client.post(f"/v1/jobs/{active}/cancel").json()
     assert asked["state"] == "running" and asked["cancel_requested"]
     assert scheduler.wakes == wakes + 2
+    # The local scheduler is told which jobs: it stops the run before reading the feed.
+    assert scheduler.cancelled_jobs[-2:] == [queued, active]
     events = lifecycle_client.get(f"/v1/jobs/{queued}/events").json()
     assert events[-1]["to_state"] == "cancelled" and events[-1]["reason"] == "not needed"
     assert lifecycle_client.post("/v1/jobs/nope/cancel").status_code == 404
@@ -237,3 +240,24 @@ def test_listing_an_unknown_queue_is_404_naming_it(client: TestClient) -> None:
     assert response.status_code == 404
     assert response.json()["message"] == "no such queue: NOPE"
     assert client.get("/v1/jobs", params={"queue": "team-a"}).status_code == 200
+
+
+def test_a_large_submission_waits_for_a_read_under_way_and_a_small_one_does_not(
+    client: TestClient, scheduler: FakeScheduler
+) -> None:
+    # A batch of a thousand jobs is hundreds of milliseconds of Python: while a read is
+    # under way it paces itself (``Precedence.pace``) instead of sharing the interpreter.
+    precedence = scheduler.precedence
+    precedence.max_pause = 600.0
+    large = {"jobs": [spec(f"bulk-{index}") for index in range(200)]}
+    answers: list[int] = []
+    with precedence.urgent():  # a GET, in flight on another thread
+        assert client.post("/v1/jobs", json=spec("small")).status_code == 201
+        thread = threading.Thread(
+            target=lambda: answers.append(client.post("/v1/jobs", json=large).status_code)
+        )
+        thread.start()
+        thread.join(timeout=0.5)
+        assert answers == []  # still waiting for the read
+    thread.join(timeout=60)
+    assert answers == [201]

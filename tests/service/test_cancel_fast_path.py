@@ -1,17 +1,31 @@
-"""While a cancel is pending, the loop asks only about the runs being cancelled."""
+"""While a cancel is pending, the loop asks only about the runs being cancelled; a cancel the
+API in the same process hands over is stopped before the change feed is read."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends.interface import RunStatus, StatusRequest
+from flotilla.backends.interface import (
+    BackendRunState,
+    CancelRequest,
+    CancelResult,
+    RunStatus,
+    StatusRequest,
+)
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import ACTIVE_JOB_STATES, JobState, SqlStore
+from flotilla.store import (
+    ACTIVE_JOB_STATES,
+    CycleCommit,
+    CycleWrite,
+    JobState,
+    SqlStore,
+)
 
 
 class CountingSim(SimBackend):
@@ -21,6 +35,8 @@ class CountingSim(SimBackend):
         super().__post_init__()
         self.polls = 0
         self.asked: list[str] = []
+        self.order: list[str] = []
+        """What the loop did, in order, with the store's reads (see the test below)."""
 
     def poll(self) -> list[RunStatus]:
         self.polls += 1
@@ -29,6 +45,10 @@ class CountingSim(SimBackend):
     def status(self, request: StatusRequest) -> RunStatus:
         self.asked.append(request.run_id)
         return super().status(request)
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        self.order.append(f"stop {request.run_id}")
+        return super().cancel(request)
 
 
 def long_jobs(n: int) -> list[JobSpec]:
@@ -45,22 +65,30 @@ def long_jobs(n: int) -> list[JobSpec]:
     ]
 
 
-def test_a_pending_cancel_is_settled_by_asking_about_its_run_only(tmp_path: Path) -> None:
+def running_jobs(
+    tmp_path: Path, count: int, backend_type: type[CountingSim] = CountingSim
+) -> tuple[SqlStore, CountingSim, SchedulingLoop, list[str]]:
+    """A store, a sim backend and a leading loop with ``count`` long jobs running."""
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
     store.put_queue(QueueSpec(name="default"))
     settings: dict[str, Any] = {"grace_period": 10.0}
-    backend = CountingSim(
+    backend = backend_type(
         cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 64}}], **settings
     )
     store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
     loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="fast-path"))
+    ids = store.submit_jobs(long_jobs(count))
+    for _ in range(20):
+        loop.cycle()
+        if all(store.get_job(job).state is JobState.RUNNING for job in ids):
+            break
+    assert all(store.get_job(job).state is JobState.RUNNING for job in ids)
+    return store, backend, loop, ids
+
+
+def test_a_pending_cancel_is_settled_by_asking_about_its_run_only(tmp_path: Path) -> None:
+    store, backend, loop, ids = running_jobs(tmp_path, 20)
     try:
-        ids = store.submit_jobs(long_jobs(20))
-        for _ in range(20):
-            loop.cycle()
-            if all(store.get_job(job).state is JobState.RUNNING for job in ids):
-                break
-        assert all(store.get_job(job).state is JobState.RUNNING for job in ids)
         victim = ids[7]
         store.cancel(victim, "no longer needed")
         loop.transitions()  # the wake's pass: sees the request, asks the backend to stop it
@@ -73,6 +101,73 @@ def test_a_pending_cancel_is_settled_by_asking_about_its_run_only(tmp_path: Path
         assert backend.polls == 0
         assert backend.asked == [store.get_job(victim).run.id]  # type: ignore[union-attr]
         assert all(store.get_job(job).state is JobState.RUNNING for job in ids if job != victim)
+    finally:
+        loop.close()
+        backend.close()
+        store.close()
+
+
+def test_a_cancel_handed_over_by_the_api_is_stopped_before_the_change_feed_is_read(
+    tmp_path: Path,
+) -> None:
+    """``flotilla up`` runs the API and the loop in one process: the API hands the loop the
+    job it just cancelled, and the loop's next pass signals the run without reading the
+    change feed first, then follows the run with status requests only; its end is recorded
+    by one write (a round trip that on a loaded PostgreSQL took tens of milliseconds each)."""
+    store, backend, loop, ids = running_jobs(tmp_path, 3)
+    try:
+        read = store.commit_cycle
+
+        def reading(write: CycleWrite, **options: Any) -> CycleCommit:
+            backend.order.append("read the store")
+            return read(write, **options)
+
+        store.commit_cycle = reading  # type: ignore[method-assign]
+        victim = store.cancel(ids[1], "no longer needed")
+        assert victim.run is not None
+        loop.cancelled([victim])
+        loop.transitions()  # the wake's pass
+        assert backend.order == [f"stop {victim.run.id}"]
+        time.sleep(0.6)  # it exits 0.5 s after SIGTERM
+        loop._last_pass = time.monotonic()  # a full pass ran just now: the next is a fast one
+        loop._between_pass()
+        assert store.get_job(victim.id).state is JobState.CANCELLED
+        assert backend.order == [f"stop {victim.run.id}", "read the store"]  # one write
+        loop.transitions()  # the feed brings the request too: the run is not stopped again
+        assert backend.order.count(f"stop {victim.run.id}") == 1
+        assert all(store.get_job(job).state is JobState.RUNNING for job in ids if job != victim.id)
+    finally:
+        loop.close()
+        backend.close()
+        store.close()
+
+
+class FailingOnStop(CountingSim):
+    """Reports a stopped run ``failed`` (as some engines report a SIGTERMed job)."""
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        status = super().status(request)
+        if status.state is BackendRunState.CANCELLED:
+            return replace(status, state=BackendRunState.FAILED, exit_code=-15)
+        return status
+
+
+def test_a_handed_over_cancel_ends_cancelled_although_the_backend_reports_failed(
+    tmp_path: Path,
+) -> None:
+    """The loop stops a handed-over job's run before its JobDb has the cancel request; a run
+    that then ends ``failed`` still ends the job cancelled (not failed, not retried)."""
+    store, backend, loop, ids = running_jobs(tmp_path, 2, FailingOnStop)
+    try:
+        victim = store.cancel(ids[0], "no longer needed")
+        loop.cancelled([victim])
+        loop.transitions()
+        time.sleep(0.6)
+        loop._last_pass = time.monotonic()
+        loop._between_pass()
+        done = store.get_job(victim.id)
+        assert done.state is JobState.CANCELLED
+        assert store.get_job(ids[1]).state is JobState.RUNNING
     finally:
         loop.close()
         backend.close()

@@ -198,3 +198,24 @@ def test_a_cycle_writes_its_leases_with_the_last_cycles_dispatches_in_one_transa
     finally:
         loop.close()
         backend.close()
+
+
+def test_with_cycles_far_apart_a_cycle_writes_its_dispatches_at_its_end(store: SqlStore) -> None:
+    """With ``--cycle-interval 30`` a job that started must not read ``leased`` for 30 s."""
+    backend = SimBackend(
+        cluster="sim",
+        nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}],
+        default_duration=3600.0,
+    )
+    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="t", cycle_interval=30))
+    try:
+        jobs = submit(store, 4, cpu=1)
+        loop.cycle()
+        assert {store.get_job(job_id).state for job_id in jobs} <= {
+            JobState.PENDING,
+            JobState.RUNNING,
+        }
+    finally:
+        loop.close()
+        backend.close()

@@ -112,3 +112,22 @@ def test_a_jobdb_fed_by_cycle_writes_equals_a_full_reload(store: SqlStore) -> No
     assert {r.id: r for r in jobdb.read_txn()} == {r.id: r for r in reloaded.read_txn()}
     with pytest.raises(ValueError, match="skips"):
         jobdb.apply_feed(jobdb.serial + 1, [])
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_the_feed_paces_itself_holding_no_lock(store: SqlStore, empty: bool) -> None:
+    # The loop's feed of a 1,000-job submission is tens of milliseconds of parsing: it lets a
+    # GET go first between records, so no lock may be held meanwhile — another writer (here
+    # a submission made while the loop paces) commits at once.
+    ids = store.submit_jobs([job(f"j{index}") for index in range(3)])
+    queued = store.submit_jobs([job("to-lease")])[0]
+    since = store.get_job(ids[0]).serial
+    made: list[str] = []
+
+    def pace() -> None:
+        made.extend(store.submit_jobs([job(f"meanwhile-{len(made)}")]))
+
+    write = CycleWrite() if empty else CycleWrite(runs=[RunRequest(queued, "c1", {})])
+    done = store.commit_cycle(write, since=since, pace=pace)
+    assert [record.id for record in done.changes] == [*ids[1:], queued]
+    assert len(made) == len(done.changes)  # one pace per record of the feed

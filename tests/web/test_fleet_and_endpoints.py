@@ -15,6 +15,7 @@ from flotilla.server import AuthSettings, create_app
 from flotilla.store import JobState, RunRequest, SqlStore
 from flotilla.web import mount_dashboard
 from flotilla.web.recent import recent_activity
+from flotilla.web.timeline import Timeline
 from flotilla.web.usage import fleet_usage
 from tests.server.api_support import FakeScheduler
 
@@ -174,3 +175,11 @@ def test_recent_hides_the_names_of_jobs_the_caller_may_not_read(store: SqlStore)
     stranger = recent_activity(store, may_read=lambda queue, owner: queue != "team-a")
     bars = stranger["gantt"]["bars"]
     assert len(bars) == 2 and {bar["label"] for bar in bars} == {"(hidden)"}
+
+
+def test_the_timeline_samples_less_often_when_a_sample_takes_long(store: SqlStore) -> None:
+    # A fleet with thousands of running jobs: a sample is most of a second of Python, and
+    # every two seconds it took a third of a core from the API and the scheduler.
+    timeline = Timeline(store, None, interval=2.0)
+    assert timeline.wait_after(0.01) == 2.0
+    assert timeline.wait_after(0.7) == pytest.approx(7.0)

@@ -8,7 +8,7 @@ with a 422; the SDK raises it as ``InvalidSpec`` before sending anything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,11 +179,13 @@ def parse_submission(
     body: Any,
     limits: SubmissionLimits | None = None,
     priority_classes: Mapping[str, PriorityClass] | None = None,
+    pace: Callable[[], None] | None = None,
 ) -> tuple[list[JobSpec], list[str]]:
     """The specs and, per spec, the path prefix of its fields (``jobs[2]`` or ``""``).
 
     Raises ``InvalidSubmission`` listing every problem. Without ``priority_classes`` (a
-    client) a job's priority class is left for the server to check.
+    client) a job's priority class is left for the server to check. ``pace`` is called
+    before each job (the server's ``Precedence.pace``: a large batch lets reads go first).
     """
     limits = limits or SubmissionLimits()
     if isinstance(body, Mapping) and "jobs" in body:
@@ -204,6 +206,8 @@ def parse_submission(
         problems, items, prefixes = [], [body], [""]
     specs: list[JobSpec] = []
     for item, prefix in zip(items, prefixes, strict=True):
+        if pace is not None:
+            pace()
         spec, found = parse_job(item, prefix, limits, priority_classes)
         problems.extend(found)
         if spec is not None:

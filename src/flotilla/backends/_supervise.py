@@ -15,7 +15,9 @@ It leads the replica's process group, so a SIGTERM to the group reaches the comm
 directly; the supervisor itself outlives SIGTERM to write down how the command ended. The
 file is what lets a restarted backend report the outcome of a run that finished while no
 backend was watching. A supervisor killed with SIGKILL writes nothing; the backend then knows
-the outcome from its own records (it sent the kill) or reports the run lost.
+the outcome from its own records (it sent the kill, or it stopped the run for a cancel and
+saw the command end: it then kills the supervisor without waiting for the file) or reports
+the run lost.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ import sys
 import time
 
 
-def _write(path: str, outcome: dict[str, object]) -> None:
+def _write(path: str, outcome: dict[str, object], *, durable: bool = True) -> None:
     """Write-then-rename, as ``flotilla.files`` does (this file may import nothing of
-    Flotilla): a device or FIFO at ``path`` is written in place, never replaced."""
+    Flotilla): a device or FIFO at ``path`` is written in place, never replaced. Not
+    ``durable``: no fsync (see ``main``)."""
     try:
         special = not stat.S_ISREG(os.stat(path).st_mode)
     except FileNotFoundError:
@@ -43,8 +46,9 @@ def _write(path: str, outcome: dict[str, object]) -> None:
     temporary = f"{path}.tmp"
     with open(temporary, "w", encoding="utf-8") as file:
         json.dump(outcome, file)
-        file.flush()
-        os.fsync(file.fileno())
+        if durable:
+            file.flush()
+            os.fsync(file.fileno())
     os.replace(temporary, path)
 
 
@@ -100,8 +104,9 @@ def main(arguments: list[str]) -> int:
         print("usage: _supervise.py EXIT_FILE GATE_FILE [--user NAME] -- ARGV...", file=sys.stderr)
         return 2
     # A handler (not SIG_IGN) keeps the supervisor alive; exec resets it in the command.
+    stopped: list[int] = []
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(number, lambda *_: None)
+        signal.signal(number, lambda number, _: stopped.append(number))
     if _await_gate(gate_file) != "go":
         _write(exit_file, {"exit_code": None, "abandoned": True})
         return 0
@@ -116,7 +121,12 @@ def main(arguments: list[str]) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
             continue
-    _write(exit_file, {"exit_code": code})
+    # A command someone stopped (the backend's SIGTERM for a cancel or a limit) is written
+    # without fsync: the cancel waits on it, and the outcome is already settled elsewhere —
+    # the backend ends a cancelled run as soon as its command is gone, from its own record
+    # (``local_ending.py``), and the loop ends a job whose cancel was requested cancelled even if
+    # its run is reported lost. Only a power loss in the next seconds can lose the file.
+    _write(exit_file, {"exit_code": code}, durable=not stopped)
     return code if code >= 0 else 128 - code
 
 

@@ -8,24 +8,19 @@ the ones that ended meanwhile from their exit files, and reports the others ``lo
 A monitor thread enforces ``max_runtime`` and the SIGKILL after the grace period, so neither
 depends on anyone calling.
 
-What a job gets (the submitter is not the server's operator): a clean environment — only
-``PATH``/``LANG``/``LC_ALL``/``TZ`` (``env_passthrough``), ``HOME``/``USER``/``LOGNAME`` of the
-user it runs as, what the job declares and the backend's ``FLOTILLA_*`` — never the server's
-own variables (its tokens, its database URL); a fresh scratch directory of its own as working
-dir (removed when the run ends) unless the backend's ``working_dir`` or the payload says
-otherwise; and, with ``run_as``, another user's identity (the supervisor stays the server's
-user, so the job cannot forge its outcome or touch the state dir, which is mode 0700).
+Stopping replicas and finding them over is in ``local_ending.py``; what a job gets of this
+machine (a clean environment, a scratch directory, ``run_as``) in ``local_environment.py``;
+the run records in ``local_records.py``; starting and signalling processes in
+``processes.py``.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import processes
+from flotilla.backends import local_ending, local_environment, processes
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.common import (
     ChangeLog,
@@ -41,7 +36,6 @@ from flotilla.backends.common import (
     check_same_job,
     command_payload_of,
     pick_replica,
-    read_json,
     rendezvous_env,
     run_directory,
     saved_run_ids,
@@ -59,24 +53,15 @@ from flotilla.backends.interface import (
     Inventory,
     LogChunk,
     LogsRequest,
-    ReplicaPlacement,
     RunStatus,
     StatusRequest,
     UnknownRun,
 )
+from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
-
-DEFAULT_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
-"""The only variables of the server's environment a job sees (none of them a secret)."""
-
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-REAP_SECONDS = 0.05
-"""How long a refresh waits for a SIGKILLed supervisor to be reaped (usually well under a
-millisecond) before leaving it to the next refresh."""
 
 
 def default_state_dir(cluster: str) -> Path:
@@ -147,13 +132,15 @@ class LocalBackend:
         os.chmod(self.state_dir, 0o700)  # records, logs and exit files: the server's only
         self._scratch_runs = self.working_dir is None
         self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
-        self._account = _account(self.run_as)
+        self._account = local_environment.account(self.run_as)
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()
         self._unsynced: set[Path] = set()
         """Run records rewritten without fsync since the monitor last synced them."""
+        self._reaping: list[subprocess.Popen[bytes]] = []
+        """Supervisors killed once their cancelled replica was over, not reaped yet."""
         self._closed = False
         self._load()
         self._stopping = threading.Event()
@@ -187,7 +174,9 @@ class LocalBackend:
             if payload.working_dir:
                 working_dir = self.working_dir / payload.working_dir
             elif self._scratch_runs:
-                scratch = working_dir = self._make_scratch(request.run_id)
+                scratch = working_dir = local_environment.make_scratch(
+                    self.cluster, request.run_id, self._account
+                )
             else:
                 working_dir = self.working_dir
             run = Run(
@@ -207,12 +196,12 @@ class LocalBackend:
             save_run(run)  # before any process exists: a crash now leaves a run to call lost
             for replica in run.replicas:
                 env = {
-                    **self._base_env(),
+                    **local_environment.base_env(self.env_passthrough, self._account),
                     **request.env,
                     # Every replica of a local run is on this machine.
                     **rendezvous_env(request, replica.placement, "127.0.0.1"),
                     **payload.env,
-                    **self._backend_env(request, replica.placement),
+                    **local_environment.backend_env(request, replica.placement),
                 }
                 try:
                     process = processes.start_supervised(
@@ -300,6 +289,8 @@ class LocalBackend:
         self._monitor.join()
         if self.stop_runs_on_close:
             self._stop_everything()
+        with self._lock:
+            self._reap_supervisors()
         self._sync_records()
 
     # --- internals ------------------------------------------------------------------------
@@ -318,33 +309,6 @@ class LocalBackend:
         if run is None:
             raise UnknownRun(run_id)
         return run
-
-    def _base_env(self) -> dict[str, str]:
-        """What a command gets of this process's environment: the passthrough list only,
-        and the identity of the user it runs as."""
-        env = {name: os.environ[name] for name in self.env_passthrough if name in os.environ}
-        env.setdefault("PATH", DEFAULT_PATH)
-        account = self._account or pwd.getpwuid(os.getuid())
-        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
-        return env
-
-    def _make_scratch(self, run_id: str) -> Path:
-        """A fresh directory for one run (mode 0700, owned by the user it runs as), outside
-        the server's state and folder; created by ``mkdtemp``, so nobody can plant it."""
-        scratch = Path(tempfile.mkdtemp(prefix=f"flotilla-{self.cluster}-{run_id}-"))
-        if self._account is not None:
-            os.chown(scratch, self._account.pw_uid, self._account.pw_gid)
-        return scratch
-
-    def _backend_env(self, request: DispatchRequest, placement: ReplicaPlacement) -> dict[str, str]:
-        return {
-            "FLOTILLA_JOB": request.job,
-            "FLOTILLA_RUN": request.run_id,
-            "FLOTILLA_TASK": placement.task,
-            "FLOTILLA_REPLICA": str(placement.replica),
-            "FLOTILLA_NODE": placement.node,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in placement.gpu_ids),
-        }
 
     def _load(self) -> None:
         """Adopt the runs of an earlier backend over the same state dir."""
@@ -379,6 +343,7 @@ class LocalBackend:
         while not self._stopping.wait(self.monitor_interval):
             with self._lock:
                 self._refresh_all()
+                self._reap_supervisors()
             self._sync_records()
 
     def _save_soon(self, run: Run) -> None:
@@ -412,27 +377,13 @@ class LocalBackend:
         now = self.clock()
         changed = False
         for replica in run.replicas:
-            if not replica.finished and self._reap(run, replica):
+            if not replica.finished and local_ending.reap(run, replica, self._reaping):
                 changed = True
         if run.stop is None:
-            failed = next((r for r in run.replicas if r.finished and not r.succeeded), None)
-            unfinished = any(not replica.finished for replica in run.replicas)
-            if failed is not None and unfinished:
-                message = f"replica {failed.placement.label} {failed.outcome()}"
-                grace = self.grace_period
-                halt = Stop("replica-failed", message, now, grace, exit_code=failed.exit_code)
+            halt = local_ending.stop_due(run, now, self.grace_period)
+            if halt is not None:
                 self._begin_stop(run, halt)
-            elif unfinished and self._over_time(run, now):
-                # Only a run still going can exceed its limit: one whose replicas all ended
-                # (maybe while no backend watched, found on restart) keeps its outcome.
-                message = f"exceeded max_runtime of {run.max_runtime:g}s"
-                self._begin_stop(run, Stop("max-runtime", message, now, self.grace_period))
-        stop = run.stop
-        if stop is not None and not stop.killed and now >= stop.at + stop.grace_period:
-            stop.killed = True
-            for replica in run.replicas:
-                if not replica.finished and replica.pid is not None:
-                    processes.signal_group(replica.pid, signal.SIGKILL)
+        if local_ending.kill_overdue(run, now):
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
@@ -443,68 +394,12 @@ class LocalBackend:
             self._changes.observe(run.run_id, run.state)
             self._save_soon(run)
 
-    @staticmethod
-    def _over_time(run: Run, now: float) -> bool:
-        limit, started = run.max_runtime, run.started_at
-        return limit is not None and started is not None and now - started >= limit
-
-    def _reap(self, run: Run, replica: Replica) -> bool:
-        """True when ``replica`` has just been found finished (its whole group gone)."""
-        if replica.pid is None:  # the earlier backend died between record and start
-            replica.finish(exit_code=None, vanished=True)
-            return True
-        process: subprocess.Popen[bytes] | None = replica.process
-        if process is not None:
-            code = process.poll()
-            if code is None:
-                if not self._outcome_written(run, replica, process):
-                    return False
-                code = process.returncode
-        elif processes.process_alive(replica.pid, replica.start_ticks):
-            return False
-        else:
-            code = None
-        # The supervisor is gone; leave no stragglers of the command behind.
-        if processes.group_alive(replica.pid):
-            processes.signal_group(replica.pid, signal.SIGKILL)
-            if processes.group_alive(replica.pid):
-                return False
-        outcome = read_json(run.exit_file(replica))
-        if outcome is not None and outcome.get("abandoned"):
-            replica.finish(exit_code=None, vanished=True)  # never ran: safe to run again
-        elif outcome is not None:
-            error = outcome.get("error")
-            replica.finish(int(outcome["exit_code"]), str(error) if error else None)
-        elif code is not None:
-            replica.finish(code)
-        elif run.stop is not None and run.stop.killed:
-            replica.finish(-int(signal.SIGKILL))
-        else:
-            replica.finish(exit_code=None, vanished=True)
-        return True
-
-    @staticmethod
-    def _outcome_written(run: Run, replica: Replica, process: subprocess.Popen[bytes]) -> bool:
-        """True when the supervisor, still alive, has already written the command's outcome:
-        it then only has its own exit left, and on a loaded machine an interpreter's teardown is
-        most of a cancel's delay (``docs/performance.md``). The exit file appears by rename after an
-        fsync, so it is complete; end the group now (the supervisor and any stragglers of the
-        command, as after a normal exit) and reap the supervisor."""
-        if not run.exit_file(replica).exists():
-            return False
-        assert replica.pid is not None
-        processes.signal_group(replica.pid, signal.SIGKILL)
-        try:
-            process.wait(timeout=REAP_SECONDS)
-        except subprocess.TimeoutExpired:
-            return False  # the next refresh reaps it
-        return True
+    def _reap_supervisors(self) -> None:
+        self._reaping = local_ending.reap_supervisors(self._reaping)
 
     def _begin_stop(self, run: Run, stop: Stop) -> None:
         run.stop = stop
-        for replica in run.replicas:
-            if not replica.finished and replica.pid is not None:
-                processes.signal_group(replica.pid, signal.SIGTERM)
+        local_ending.signal_replicas(run, signal.SIGTERM)
         self._changes.mark(run.run_id)
         self._save_soon(run)  # signal first, persist after: the stop starts at once
 
@@ -523,26 +418,6 @@ class LocalBackend:
                     self._refresh(run)
                 active = [run for run in active if not run.state.terminal]
             time.sleep(self.monitor_interval)
-
-
-def _account(user: str | None) -> pwd.struct_passwd | None:
-    """The account ``run_as`` names; raises ``ValueError`` naming the setting."""
-    if user is None:
-        return None
-    try:
-        account = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except KeyError:
-        raise ValueError(f"run_as: no such user {user!r} on this machine") from None
-    if account.pw_uid != os.getuid() and os.geteuid() != 0:
-        raise ValueError(
-            f"run_as: running commands as {account.pw_name!r} needs the server to run as root"
-        )
-    return account
-
-
-def check_run_as(user: str | None) -> None:
-    """Raise ``ValueError`` naming ``run_as`` when it names no account usable here."""
-    _account(user)
 
 
 def make_local_backend(**config: Any) -> LocalBackend:

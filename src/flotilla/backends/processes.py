@@ -7,6 +7,7 @@ its start time cannot), with ``kill(pid, 0)`` as the fallback elsewhere.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,13 +34,32 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def _doomed(pid: int) -> bool:
+    """True when ``pid`` has a SIGKILL pending: it never runs its own code again (the kernel
+    ends it the next time it is scheduled, which on a loaded machine can take milliseconds)."""
+    try:
+        text = (_PROC / str(pid) / "status").read_text()
+    except OSError:
+        return True  # gone meanwhile
+    for line in text.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_BIT:
+            return True
+    return False
+
+
 def process_alive(pid: int, ticks: int | None) -> bool:
-    """True when ``pid`` is still the process that was started (not a zombie, not reused)."""
+    """True when ``pid`` is still the process that was started (not a zombie, not reused)
+    and can still run (no SIGKILL pending: as ``group_alive`` counts it)."""
     if _PROC.is_dir():
         fields = _stat_fields(pid)
         if fields is None or fields[0] in ("Z", "X"):
             return False
-        return ticks is None or int(fields[19]) == ticks
+        if ticks is not None and int(fields[19]) != ticks:
+            return False
+        return not _doomed(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -50,7 +70,8 @@ def process_alive(pid: int, ticks: int | None) -> bool:
 
 
 def group_alive(group: int) -> bool:
-    """True while any non-zombie process is left in process group ``group``."""
+    """True while any process is left in process group ``group`` that can still run: not a
+    zombie, not one a SIGKILL is about to end."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -63,9 +84,57 @@ def group_alive(group: int) -> bool:
         if not entry.name.isdigit():
             continue
         fields = _stat_fields(int(entry.name))
-        if fields and int(fields[2]) == group and fields[0] not in ("Z", "X"):
+        member = fields and int(fields[2]) == group and fields[0] not in ("Z", "X")
+        if member and not _doomed(int(entry.name)):
             return True
     return False
+
+
+_EXIT_CODE_FIELD = 49
+"""Index of ``exit_code`` (field 52 of ``/proc/PID/stat``, Linux ≥ 3.5) in ``_stat_fields``."""
+
+
+def command_ended(supervisor: int) -> tuple[bool, int | None] | None:
+    """Whether the command under ``supervisor`` has exited, without waiting for the supervisor
+    to notice: every child it has is a zombie or already reaped (none: it has not started one,
+    or reaped it). With the first zombie's exit status as a ``Popen`` return code (Linux keeps
+    it in ``/proc/PID/stat`` until the reap), else ``None``. ``None`` instead of a pair: this
+    system keeps no list of a process's children (no ``/proc``), or the supervisor is gone."""
+    try:
+        children = (_PROC / str(supervisor) / "task" / str(supervisor) / "children").read_text()
+    except OSError:
+        return None
+    code: int | None = None
+    for child in children.split():
+        fields = _stat_fields(int(child))
+        if fields is None:
+            continue  # reaped meanwhile
+        if fields[0] not in ("Z", "X"):
+            return False, None
+        if code is None and len(fields) >= _EXIT_CODE_FIELD + 1:
+            code = os.waitstatus_to_exitcode(int(fields[_EXIT_CODE_FIELD]))
+    return True, code
+
+
+def wait_reaped(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``process`` (a child of this one) to exit, and reap it;
+    True once reaped. Wakes the moment it exits (a pidfd, Linux ≥ 5.3), not on the doubling
+    sleeps of ``Popen.wait``, which on a cancel's path added up to milliseconds."""
+    if process.poll() is not None:
+        return True
+    try:
+        descriptor = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux, or an old kernel
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        select.select([descriptor], [], [], timeout)
+    finally:
+        os.close(descriptor)
+    return process.poll() is not None
 
 
 def signal_group(group: int, number: signal.Signals) -> bool:

@@ -34,9 +34,15 @@ STATE_STYLES = {
 }
 
 
+ENDED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
+
 def state_text(state: str, cancel_requested: bool = False) -> str:
+    """A job's state for a table; "(cancelling)" only while a requested cancel has not yet
+    ended the job (an ended job keeps its request flag, but nothing is still happening)."""
     style = STATE_STYLES.get(state, "")
-    label = f"{state} (cancelling)" if cancel_requested else state
+    cancelling = cancel_requested and state not in ENDED_STATES
+    label = f"{state} (cancelling)" if cancelling else state
     return f"[{style}]{label}[/]" if style else label
 
 

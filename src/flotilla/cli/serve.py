@@ -29,6 +29,7 @@ def serve(
     from flotilla.collector import settle_collector
     from flotilla.secrets import SecretBox
     from flotilla.server import allowed_hosts_for, create_app, run_server
+    from flotilla.stall_probe import start_if_armed
     from flotilla.web import mount_dashboard
 
     settings, token = auth_or_fail(auth, host)
@@ -49,6 +50,7 @@ def serve(
             secrets=SecretBox.from_file(),
         )
         settle_collector()
+        start_if_armed()  # FLOTILLA_STALL_PROBE: a benchmark diagnostic, off by default
         run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
     finally:
         store.close()

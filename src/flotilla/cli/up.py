@@ -124,6 +124,7 @@ def up(
     from flotilla.server import allowed_hosts_for, create_app, run_server
     from flotilla.service.fleet import FleetRuntime
     from flotilla.service.loop import LoopSettings, SchedulingLoop, default_replica_id
+    from flotilla.stall_probe import start_if_armed
     from flotilla.web import mount_dashboard
 
     if api:
@@ -158,9 +159,13 @@ def up(
     )
     loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
     settle_collector()
+    start_if_armed()  # FLOTILLA_STALL_PROBE: a diagnostic for the benchmarks, off by default
     stop = threading.Event()
     scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
     scheduler.start()
+    # Submissions and cancels committed by other processes (``flotilla serve``, replicas)
+    # wake this loop too (PostgreSQL; ``store/wake.py``).
+    wakes = store.listen_for_wakes(loop.wake)
     scheduling = f"{loop.settings.mode.value} scheduling every {loop.settings.cycle_interval:g}s"
     if runtime.fleet is None:  # the embedded default: one line, as it always was
         lines[-1] += f"; {scheduling}"
@@ -190,7 +195,9 @@ def up(
         finally:  # Ctrl-C, or SIGTERM (SystemExit): say what becomes of the running jobs
             shut_down(store, loop, drain)
     finally:
+        wakes.close()
         stop.set()
+        loop.wake()  # not a cycle interval later
         scheduler.join(timeout=30)
         runtime.close()
         store.close()
@@ -267,7 +274,7 @@ def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
 
 def _check_run_as(run_as: str | None) -> None:
     """Exit 2 naming ``--run-as`` when it names no user here (or needs root we lack)."""
-    from flotilla.backends.local import check_run_as
+    from flotilla.backends.local_environment import check_run_as
 
     try:
         check_run_as(run_as)

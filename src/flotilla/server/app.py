@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from flotilla import __version__
 from flotilla.model import JobSpec
+from flotilla.scheduler.precedence import Precedence
 from flotilla.secrets import SecretBox
 from flotilla.server import arrays, catalog, fleet, history, jobs, ops, usage
 from flotilla.server.auth import AuthSettings
@@ -62,6 +63,7 @@ def create_app(
         poll_interval=poll_interval,
         limits=limits,
         secrets=secrets,
+        precedence=scheduler.precedence if scheduler is not None else Precedence(),
     )
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
@@ -69,8 +71,8 @@ def create_app(
     for module in (jobs, arrays, history, catalog, ops, fleet, usage):
         app.include_router(module.router)
     _count_requests(app, context)
-    if scheduler is not None:  # a scheduling round of this process yields to requests
-        app.add_middleware(RequestsFirst, precedence=scheduler.precedence)
+    # A scheduling round of this process yields to requests, a large submission to the rest.
+    app.add_middleware(RequestsFirst, precedence=context.precedence)
     # Added last, so it runs first: nothing (not even the metrics) sees a refused request.
     app.add_middleware(RequestGuard, limits=limits, allowed_hosts=allowed_hosts)
     _document_job_spec(app)

@@ -63,6 +63,6 @@ def cancel_array(
     require_cancel(user, jobs[0])
     open_jobs = [job.id for job in jobs if job.state not in TERMINAL_JOB_STATES]
     records = context.store.cancel_many(open_jobs, (body or CancelBody()).reason)
-    context.wake()
+    context.cancelled(records)
     done = [job for job in records if job.state is JobState.CANCELLED or job.cancel_requested]
     return CancelResult(cancelled=[Job.from_record(job) for job in done])

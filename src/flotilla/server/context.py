@@ -6,6 +6,7 @@ them and tests can build an app over any store and a fake handle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from flotilla.scheduler.precedence import Precedence
 from flotilla.secrets import SecretBox
 from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
@@ -77,6 +79,9 @@ class ServerContext:
     limits: ServerLimits = field(default_factory=ServerLimits)
     secrets: SecretBox | None = None
     """Seals secret env values at submission; None: such a job is refused."""
+    precedence: Precedence = field(default_factory=Precedence)
+    """Requests before scheduling, and reads before bulk submissions (the scheduler's, when
+    it runs in this process: ``scheduler/precedence.py``)."""
     streams: dict[str, int] = field(default_factory=dict)
     """Open event streams by client address (see ``open_stream``)."""
 
@@ -103,6 +108,12 @@ class ServerContext:
         """Tell a local scheduler that there is new work (or less of it)."""
         if self.scheduler is not None:
             self.scheduler.wake()
+
+    def cancelled(self, jobs: Sequence[JobRecord]) -> None:
+        """Tell a local scheduler which jobs' cancels were just committed: it stops their
+        runs at once, before its next read of the change feed (issue 14)."""
+        if self.scheduler is not None:
+            self.scheduler.cancelled(jobs)
 
 
 def get_context(request: Request) -> ServerContext:

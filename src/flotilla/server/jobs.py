@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request
@@ -37,6 +38,7 @@ from flotilla.server.context import (
 )
 from flotilla.server.errors import ApiError
 from flotilla.server.feasibility import fleet_shapes, unfit_problems
+from flotilla.server.requests_first import is_bulk
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -95,16 +97,23 @@ def _check_queues(context: ServerContext, specs: list[JobSpec], prefixes: list[s
         raise ApiError(400, "unknown queue; nothing was submitted", problems)
 
 
-def _check_fit(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+def _check_fit(
+    context: ServerContext,
+    specs: list[JobSpec],
+    prefixes: list[str],
+    pace: Callable[[], None] | None = None,
+) -> None:
     """422 for jobs no cluster of the fleet could ever hold, unless they ask to be held."""
     if all(spec.hold_if_unfit for spec in specs):
         return
     clusters = fleet_shapes(context.store.list_clusters())
-    problems = [
-        f"{prefix + '.' if prefix else ''}{line}"
-        for spec, prefix in zip(specs, prefixes, strict=True)
-        for line in unfit_problems(spec, clusters)
-    ]
+    problems: list[str] = []
+    for spec, prefix in zip(specs, prefixes, strict=True):
+        if pace is not None:
+            pace()  # a large batch lets reads go first
+        problems.extend(
+            f"{prefix + '.' if prefix else ''}{line}" for line in unfit_problems(spec, clusters)
+        )
     if problems:
         raise ApiError(
             422,
@@ -147,28 +156,40 @@ def _priority_classes(context: ServerContext) -> dict[str, PriorityClass]:
     }
 
 
+def _parse_body(
+    context: ServerContext, body: bytes, pace: Callable[[], None] | None
+) -> tuple[list[JobSpec], list[str]]:
+    """The submission's specs, validated and with their secrets sealed, and their prefixes."""
+    try:
+        document = json.loads(body)
+    except ValueError as error:
+        raise ApiError(400, f"the body is not valid JSON: {error}") from None
+    classes = _priority_classes(context)
+    try:
+        specs, prefixes = parse_submission(document, context.limits, classes, pace=pace)
+    except InvalidSubmission as error:
+        raise ApiError(422, error.message, error.problems) from None
+    return seal_secrets(context, specs, prefixes), prefixes
+
+
 @router.post("/jobs", status_code=201, openapi_extra=SUBMIT_BODY)
 async def submit_jobs(request: Request, context: Context, user: Caller) -> SubmitResult:
     """Submit one job or a batch. Every job is validated first; then all are stored in one
     transaction, or none (unknown queue: 400, name taken in its queue: 409)."""
-    try:
-        body = json.loads(await request.body())
-    except ValueError as error:
-        raise ApiError(400, f"the body is not valid JSON: {error}") from None
-    classes = await run_in_threadpool(_priority_classes, context)
-    try:
-        specs, prefixes = parse_submission(body, context.limits, classes)
-    except InvalidSubmission as error:
-        raise ApiError(422, error.message, error.problems) from None
-    specs = seal_secrets(context, specs, prefixes)
+    # Parsed and validated on a worker thread: a batch of 1,000 jobs is ~150 ms of Python,
+    # during which the event loop would answer no other request (docs/performance.md).
+    # A large batch is bulk work (``requests_first.py``): it paces itself between jobs, so a
+    # GET or a cancel is not held up by it; a small one is urgent itself and never waits.
+    pace = context.precedence.pace if is_bulk(request.scope) else None
+    specs, prefixes = await run_in_threadpool(_parse_body, context, await request.body(), pace)
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     await run_in_threadpool(_check_dependency_access, context, user, specs)
-    await run_in_threadpool(_check_fit, context, specs, prefixes)
+    await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
     owner = user.name if context.auth.enabled else None
     with tracer().start_as_current_span("flotilla.submit") as span:
-        ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner)
+        ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner, pace=pace)
         span.set_attributes(
             {**job_ids(ids), "flotilla.queues": sorted({spec.queue for spec in specs})}
         )
@@ -387,7 +408,7 @@ def cancel_jobs(body: BulkCancelBody, context: Context, user: Caller) -> CancelR
     for job in targets:
         require_cancel(user, job)
     records = context.store.cancel_many([job.id for job in targets], body.reason)
-    context.wake()
+    context.cancelled(records)
     done = [job for job in records if job.state is JobState.CANCELLED or job.cancel_requested]
     return CancelResult(cancelled=[Job.from_record(job) for job in done])
 
@@ -407,7 +428,7 @@ def cancel_job(
     reason = (body or CancelBody()).reason
     record = context.store.cancel(job.id, reason)
     trace("store-written", job.id)
-    context.wake()
+    context.cancelled([record])
     return Job.from_record(record)
 
 

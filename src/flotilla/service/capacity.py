@@ -9,7 +9,7 @@ per-cluster gauges alone). Series of clusters, nodes or resources that went away
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import Gauge
 
@@ -45,8 +45,11 @@ class CapacityGauges:
         self._cluster_series: set[Key] = set()
         self._node_series: set[Key] = set()
 
-    def publish(self, store: Store, read: ReadTxn) -> dict[str, Amounts]:
-        """Set every gauge; returns each ready cluster's capacity (for the fleet's shares)."""
+    def publish(
+        self, store: Store, read: ReadTxn, pace: Callable[[], None] = lambda: None
+    ) -> dict[str, Amounts]:
+        """Set every gauge; returns each ready cluster's capacity (for the fleet's shares).
+        ``pace`` is called between the active jobs walked (``Precedence.pace``)."""
         capacity: dict[str, Amounts] = {}
         node_count = 0
         for record in store.list_clusters():
@@ -62,6 +65,7 @@ class CapacityGauges:
         held_by_node: dict[tuple[str, str], Amounts] = {}
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
+                pace()
                 if job.run is None:
                     continue
                 requests = {task.name: task.resources for task in job.spec.tasks}

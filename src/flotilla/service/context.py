@@ -7,6 +7,7 @@ part that writes passes ``context.lease`` as the fence, and ``None`` makes the s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flotilla.backends.interface import Backend
@@ -28,3 +29,6 @@ class LoopContext:
     """Why each waiting job waits, from the last committed scheduling round."""
     secrets: SecretBox | None = None
     """Opens the secret env values of a payload at dispatch (``flotilla.secrets``)."""
+    pace: Callable[[], None] = field(default=lambda: None)
+    """Called between the items of the loop's long walks (dispatching a batch, the running
+    jobs of a snapshot): ``Precedence.pace``, so a GET or a cancel need not wait for them."""

@@ -62,6 +62,7 @@ class Dispatcher:
             "flotilla.dispatch", attributes=job_ids(job.id for job in batch)
         ):
             for index, job in enumerate(batch):
+                self._context.pace()
                 if index and index == len(batch) // 2:
                     crash_point("mid-batch")
                 if (change := self._dispatch(job)) is not None:

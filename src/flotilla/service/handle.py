@@ -8,13 +8,14 @@ the backends that hold logs — it asks through this handle. A server without a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from flotilla.backends.interface import LogChunk, LogsRequest
 from flotilla.scheduler.precedence import Precedence
 from flotilla.service.metrics import SchedulerMetrics
+from flotilla.store import JobRecord
 
 
 @dataclass(frozen=True)
@@ -57,4 +58,9 @@ class SchedulerHandle(Protocol):
 
     def wake(self) -> None:
         """Something changed (a submission, a cancel): run the next cycle now."""
+        ...
+
+    def cancelled(self, jobs: Sequence[JobRecord]) -> None:
+        """Users' cancels of ``jobs`` were just committed: stop their runs now, without
+        waiting for the change feed to bring the requests, and wake as ``wake`` does."""
         ...

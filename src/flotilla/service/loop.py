@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -72,6 +73,11 @@ log = logging.getLogger(__name__)
 TRANSITION_SECONDS = 0.05
 """How often the loop applies transitions between full cycles while an async round is in
 flight (and so the floor of how fast a run's end is recorded)."""
+
+DEFER_WRITES_SECONDS = 1.0
+"""The longest cycle interval for which a cycle's dispatch outcomes wait to be written with the
+next cycle's leases (``writes.py``). Beyond it they are written at the cycle's end: with
+cycles 30 s apart a job that started would otherwise read ``leased`` for 30 s."""
 
 CANCEL_POLL_SECONDS = 0.005
 """How often the loop polls the backends while a cancelled run has not been seen to end: the
@@ -167,7 +173,14 @@ class SchedulingLoop:
         self.runner: AsyncSchedulingRunner | None = None
         if self.settings.mode is Mode.ASYNC:
             self.runner = self._async_runner()
-        self._context = LoopContext(store, self.backends, self.jobdb, self.metrics, secrets=secrets)
+        self._context = LoopContext(
+            store,
+            self.backends,
+            self.jobdb,
+            self.metrics,
+            secrets=secrets,
+            pace=self.precedence.pace,
+        )
         self._leadership = Leadership(
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )
@@ -182,12 +195,16 @@ class SchedulingLoop:
         self._committer = Committer(
             self._context, self._transitions, self._dispatcher, self._writes
         )
-        self._snapshots = SnapshotBuilder(store, self.jobdb)
+        self._snapshots = SnapshotBuilder(store, self.jobdb, pace=self.precedence.pace)
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names
         self._reporter = Reporter(self._context)
         self._report = CycleReport()
         self._wake = threading.Event()
+        self._cancelled: deque[JobRecord] = deque()
+        """Jobs whose cancel the API in this process just committed (``cancelled``): the next
+        pass stops their runs before it reads the change feed (on PostgreSQL under load that
+        read was a cancel's largest step but one, ``docs/performance.md``)."""
         self._cycles = 0
         self._last_pass = float("-inf")
         self._draining = False
@@ -239,6 +256,18 @@ class SchedulingLoop:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def cancelled(self, jobs: Sequence[JobRecord]) -> None:
+        self._cancelled.extend(job for job in jobs if job.cancel_requested and job.run is not None)
+        self._wake.set()
+
+    def _take_cancelled(self) -> list[JobRecord]:
+        """The jobs handed over by ``cancelled`` since the last call (the API's threads add
+        while the loop takes: a deque's ``popleft`` is atomic)."""
+        taken: list[JobRecord] = []
+        while self._cancelled:
+            taken.append(self._cancelled.popleft())
+        return taken
 
     def drain(self) -> None:
         """Start no new job from now on; running ones are still followed to their end
@@ -325,6 +354,12 @@ class SchedulingLoop:
         self._last_pass = time.monotonic()
         try:
             with self.precedence.urgent():  # a cancel waits on it; a round in flight yields
+                if self._transitions.stop_for_cancels(self._take_cancelled()):
+                    # A run was just signalled for a cancel: the loop's status requests follow
+                    # it from now on; the feed read, the poll and the flush (round trips that
+                    # on a loaded PostgreSQL held the run's end back by tens of milliseconds)
+                    # wait for the next full pass, within TRANSITION_SECONDS.
+                    return
                 self._sync()
                 self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
                 self._transitions.poll_all()
@@ -381,6 +416,7 @@ class SchedulingLoop:
                 # One write per cycle as a rule (``writes.py``): what the backends report
                 # waits for the cycle's leases, unless it changes what the scheduler sees.
                 written = self._writes.flushes
+                self._transitions.stop_for_cancels(self._take_cancelled())
                 self._transitions.observe_clusters()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
@@ -389,8 +425,10 @@ class SchedulingLoop:
                     self._writes.flush()
                 self._dispatcher.dispatch_leased()
                 result = None if self._draining else self._schedule()
-                if self._writes.flushes == written:
-                    self._writes.flush()  # no leases: what waits goes now
+                if self._writes.flushes == written or (
+                    self._writes.waiting and self.settings.cycle_interval > DEFER_WRITES_SECONDS
+                ):
+                    self._writes.flush()  # no leases, or the next cycle is far: it goes now
             except LeaseLostError:
                 log.warning("lost the scheduling lease during a cycle; stopping at once")
                 self._lose_lease()

@@ -69,12 +69,13 @@ class Reporter:
         of the fleet, as gauges; returns the shares."""
         context = self._context
         capacity: dict[str, float] = {}
-        for amounts in self._capacity.publish(context.store, read).values():
+        for amounts in self._capacity.publish(context.store, read, context.pace).values():
             for name, amount in amounts.items():
                 capacity[name] = capacity.get(name, 0.0) + amount
         held: dict[str, dict[str, float]] = {}
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
+                context.pace()
                 mine = held.setdefault(job.queue, {})
                 for task in job.spec.tasks:
                     for name, amount in task.resources.items():

@@ -51,9 +51,11 @@ class LoopSnapshot:
 
 
 class SnapshotBuilder:
-    def __init__(self, store: Store, jobdb: JobDb) -> None:
+    def __init__(self, store: Store, jobdb: JobDb, pace: Callable[[], None] = lambda: None) -> None:
+        """``pace`` is called between the jobs a build walks (``Precedence.pace``)."""
         self._store = store
         self._jobdb = jobdb
+        self._pace = pace
         self.dependencies = DependencyGate(self._stored_job)
         """Queued jobs held back until their dependencies end (not in ``_queued``)."""
         self.cluster_order: Callable[[], Sequence[str]] | None = None
@@ -198,7 +200,9 @@ class SnapshotBuilder:
             for order, record in enumerate(records)
         }
         running: list[RunningJob] = []
+        pace = self._pace
         for job in active_records:
+            pace()
             if job.run is None or job.run.cluster not in clusters:
                 continue
             cluster = clusters[job.run.cluster]
@@ -217,6 +221,7 @@ class SnapshotBuilder:
         if include_queued:
             self._stale.update(self._admission.released(time.time()))
             while self._stale:
+                pace()
                 self._convert(self._stale.pop(), space)
             self._shapes.trim(len(self._engine))
             queued = list(self._engine.values())

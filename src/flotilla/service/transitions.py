@@ -279,9 +279,12 @@ class RunTransitions:
             # A short run may end between two polls (or before a crashed backend recorded its
             # start): an exit code proves it ran, so its history still shows it running.
             changes.append(Transition(job.id, JobState.RUNNING, "started", run))
-        if job.cancel_requested and state in (BackendRunState.FAILED, BackendRunState.LOST):
+        cancelled = job.cancel_requested or run in self._cancelling
+        if cancelled and state in (BackendRunState.FAILED, BackendRunState.LOST):
             # Its cancel was requested, so the run ending ends the job cancelled — also when
-            # the stop was sent by a leader killed before it could record the outcome.
+            # the stop was sent by a leader killed before it could record the outcome, and
+            # when this loop stopped it for a cancel the API handed over before the JobDb
+            # has the request (``stop_for_cancels``).
             self._cancelling.pop(run, None)
             trace("exit-observed", job.id)
             changes.append(
@@ -419,6 +422,21 @@ class RunTransitions:
             for job in read.jobs_in_state(state):
                 if job.cancel_requested and job.run is not None:
                     self._stop_for_cancel(job)
+
+    def stop_for_cancels(self, jobs: Iterable[JobRecord]) -> bool:
+        """Stop the runs of jobs whose cancel the API in this process has just committed,
+        before the change feed brings the requests (``SchedulingLoop.cancelled``). A job the
+        JobDb already holds at least as new is taken from there (it may have ended). True when
+        a run is now being stopped that was not before."""
+        stopping = len(self._cancelling)
+        read = self._context.jobdb.read_txn()
+        for handed in jobs:
+            job = read.get(handed.id)
+            if job is None or job.serial < handed.serial:
+                job = handed
+            if job.cancel_requested and job.run is not None and job.state in ACTIVE_JOB_STATES:
+                self._stop_for_cancel(job)
+        return len(self._cancelling) > stopping
 
     def _stop_for_cancel(self, job: JobRecord) -> None:
         """Ask the backend to stop the run once; the job becomes cancelled when the backend

@@ -7,9 +7,10 @@ its leases, with the previous cycle's dispatch outcomes and what the backends re
 Only transitions that change what the scheduler sees (a run ended, a job went back to the
 queue or failed: ``settling``) are written before it schedules, in a write of their own; a
 cycle that leases nothing writes what waits at its end. Dispatch outcomes (``leased →
-pending``) thus wait for the next cycle: a crash before that leaves the runs leased, and a new
-term dispatches them again (idempotent by run id), as a crash between a dispatch and its
-record always did.
+pending``) thus wait for the next cycle when it is due within ``DEFER_WRITES_SECONDS`` (else
+they are written at the cycle's end: ``SchedulingLoop.cycle``); a crash before that leaves the
+runs leased, and a new term dispatches them again (idempotent by run id), as a crash between a
+dispatch and its record always did.
 
 A write that no longer applies as a whole (a job moved on meanwhile: a user cancelled it, a
 late report about an old run) is retried in parts: the transitions together, else one at a
@@ -105,7 +106,9 @@ class CycleWrites:
     def _commit(self, write: CycleWrite) -> None:
         context = self._context
         since = context.jobdb.serial
-        done = context.store.commit_cycle(write, since=since, fence=context.lease)
+        done = context.store.commit_cycle(
+            write, since=since, fence=context.lease, pace=context.pace
+        )
         self._absorb(since, done.changes)
 
     def _apply(self, transitions: list[Transition]) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import Row
 
@@ -12,6 +12,8 @@ from flotilla.model import DependencyCondition, JobSpec
 from flotilla.store.records import DependencyRecord, EventRecord, JobRecord, RunRecord
 from flotilla.store.schema import Event, Job, Run
 from flotilla.store.states import JobState, RunState
+
+T = TypeVar("T")
 
 AnyRow = Row[*tuple[Any, ...]]
 """A Core result row of any shape (read by column name)."""
@@ -159,3 +161,12 @@ def event_record(row: Event) -> EventRecord:
         to_state=None if row.to_state is None else JobState(row.to_state),
         reason=row.reason,
     )
+
+
+def paced(items: Iterable[T], pace: Callable[[], None] | None) -> Iterator[T]:
+    """``items``, with ``pace`` called before each (if given): a long conversion lets urgent
+    work of other threads go first (``scheduler/precedence.py``)."""
+    for item in items:
+        if pace is not None:
+            pace()
+        yield item

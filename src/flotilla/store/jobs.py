@@ -1,4 +1,5 @@
-"""Job writes inside one session: submission, state changes, runs and cancels.
+"""Job writes inside one session: submission, cancels, reprioritization (a scheduler's
+state changes and leases are ``cycle.py``, which builds on this module).
 
 Every function here runs inside the caller's transaction and takes its serials from
 ``reserve_serials`` before anything else: the counter row lock then orders all job writers
@@ -9,7 +10,7 @@ deadlock.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -18,27 +19,22 @@ from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
 from flotilla.store.bulk import CHUNK, among, batches, insert_rows, update_rows
+from flotilla.store.convert import paced
 from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
     ConflictError,
     DuplicateJobError,
-    IllegalTransitionError,
     InvalidJobError,
     NotFoundError,
-    StaleRunError,
 )
 from flotilla.store.observe import tally_events, tally_submitted
-from flotilla.store.protocol import RunRequest, Transition
-from flotilla.store.records import RunRecord
+from flotilla.store.protocol import Transition
 from flotilla.store.schema import Event, Job, Queue, Run, Serial
 from flotilla.store.states import (
     ACTIVE_JOB_STATES,
-    RUN_STATE_FOR_JOB,
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     JobState,
-    RunState,
-    is_allowed,
 )
 
 JOBS = cast(Table, Job.__table__)
@@ -129,7 +125,11 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
 
 
 def submit(
-    session: Session, batch: Sequence[JobSpec], owner: str | None, now: datetime
+    session: Session,
+    batch: Sequence[JobSpec],
+    owner: str | None,
+    now: datetime,
+    pace: Callable[[], None] | None = None,
 ) -> list[str]:
     expanded = expand(batch)
     if not expanded:
@@ -137,7 +137,8 @@ def submit(
     jobs = [job for job, _, _ in expanded]
     ids = [new_id() for _ in jobs]
     # The rows are made before the serial counter is locked (its serials and dependencies
-    # filled in after): every other writer waits for that lock until this one commits.
+    # filled in after): every other writer waits for that lock until this one commits. So
+    # this is where a large batch paces itself (``pace``), holding no lock.
     rows: list[dict[str, Any]] = [
         {
             "id": job_id,
@@ -160,7 +161,7 @@ def submit(
             "array_id": array_id,
             "array_index": array_index,
         }
-        for job_id, (job, array_id, array_index) in zip(ids, expanded, strict=True)
+        for job_id, (job, array_id, array_index) in paced(zip(ids, expanded, strict=True), pace)
     ]
     events: list[dict[str, Any]] = [
         {
@@ -194,16 +195,6 @@ def submit(
 LOCK_COLUMNS = (JOBS.c.id, JOBS.c.state, JOBS.c.run_id, JOBS.c.cancel_requested)
 """What the state machine reads of a job: locking the whole row decoded the spec and labels
 JSON of every job of a batch, and no write needs them."""
-
-RUN_COLUMNS = (
-    RUNS.c.id,
-    RUNS.c.state,
-    RUNS.c.started_at,
-    RUNS.c.finished_at,
-    RUNS.c.exit_code,
-    RUNS.c.message,
-)
-"""What ending a run reads and rewrites (not its assignment JSON)."""
 
 
 def lock_jobs(session: Session, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -256,187 +247,6 @@ def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
     insert_rows(session, EVENTS, events)
 
 
-def write_jobs(
-    session: Session, expected: Mapping[str, str], jobs: Sequence[Mapping[str, Any]]
-) -> None:
-    """Write the final version of each changed job in one statement (``bulk.update_rows``),
-    each guarded by ``state = expected``: the row lock makes that hold, and a mismatch means a
-    broken invariant, so the batch is refused rather than half applied. ``expected``: each
-    job's state as locked."""
-    update_rows(
-        session,
-        JOBS,
-        [
-            {
-                "id": job["id"],
-                "expected_state": expected[job["id"]],
-                "state": job["state"],
-                "run_id": job["run_id"],
-                "cancel_requested": job["cancel_requested"],
-                "reason": job["reason"],
-                "serial": job["serial"],
-                "updated_at": job["updated_at"],
-                "not_before": job.get("not_before"),
-            }
-            for job in jobs
-        ],
-        key="id",
-        expected="expected_state",
-    )
-
-
-def write_runs(session: Session, runs: Sequence[dict[str, Any]]) -> None:
-    update_rows(session, RUNS, runs, key="id")
-
-
-def apply_transitions(
-    session: Session, changes: Sequence[Transition], now: datetime, serial: int | None = None
-) -> list[str]:
-    """Apply ``changes`` in order and return the ids of the jobs changed, one per change.
-    Validation runs on plain dicts; the writes are one UPDATE of jobs, one of runs and one
-    INSERT of events per batch (``bulk.py``), instead of the ORM's unit of work (a large
-    part of a scheduling loop's time: ``docs/performance.md``). ``serial``: the first of
-    ``len(changes)`` serials the caller reserved."""
-    if not changes:
-        return []
-    if serial is None:
-        serial = reserve_serials(session, len(changes))
-    jobs = lock_jobs(session, (change.job_id for change in changes))
-    expected = {job_id: job["state"] for job_id, job in jobs.items()}
-    # One query for every active run the batch may end, instead of one per job.
-    run_ids = [job["run_id"] for job in jobs.values() if job["run_id"]]
-    runs: dict[str, dict[str, Any]] = {}
-    for part in batches(session, run_ids):
-        for row in session.execute(select(*RUN_COLUMNS).where(among(session, RUNS.c.id, part))):
-            runs[row.id] = dict(row._mapping)
-    touched: list[str] = []
-    changed_runs: dict[str, dict[str, Any]] = {}
-    events: list[dict[str, Any]] = []
-    for change in changes:
-        job = jobs[change.job_id]
-        job_id, run_id = job["id"], job["run_id"]
-        old = JobState(job["state"])
-        new = change.new_state
-        if new is JobState.LEASED:
-            raise IllegalTransitionError(job_id, old, f"{new} (lease through record_run)")
-        if not is_allowed(old, new):
-            raise IllegalTransitionError(job_id, old, new)
-        if change.run is not None and change.run != run_id:
-            raise StaleRunError(f"job {job_id}: run {change.run} is not its latest run ({run_id})")
-        if old in ACTIVE_JOB_STATES:
-            run = runs.get(run_id) if run_id else None
-            if run is None:
-                raise StaleRunError(f"job {job_id} is {old} but has no run")
-            ended = change.run_state or RUN_STATE_FOR_JOB[new]
-            end_run(run, ended, now, change.exit_code, change.message)
-            changed_runs[run["id"]] = run
-        job.update(
-            state=new.value,
-            reason=change.reason,
-            serial=serial,
-            updated_at=now,
-            not_before=change.not_before,
-        )
-        serial += 1
-        events.append(event_row(job, now, "transition", old, new, change.reason))
-        touched.append(job_id)
-    write_runs(session, list(changed_runs.values()))
-    write_jobs(session, expected, [jobs[job_id] for job_id in dict.fromkeys(touched)])
-    insert_events(session, events)
-    return touched
-
-
-def end_run(
-    run: dict[str, Any],
-    state: RunState,
-    now: datetime,
-    exit_code: int | None,
-    message: str | None,
-) -> None:
-    run["state"] = state.value
-    if state is RunState.RUNNING and run["started_at"] is None:
-        run["started_at"] = now
-    if state not in (RunState.LEASED, RunState.PENDING, RunState.RUNNING):
-        run["finished_at"] = now
-        run["exit_code"] = exit_code
-        run["message"] = message
-    elif message is not None:
-        run["message"] = message
-
-
-def create_runs(
-    session: Session, requests: Sequence[RunRequest], now: datetime, serial: int | None = None
-) -> list[RunRecord]:
-    """Lease queued jobs: one bulk INSERT of runs, one UPDATE of jobs (guarded by ``state =
-    'queued'``) and one INSERT of events. ``serial``: the first of ``len(requests)`` serials
-    the caller reserved."""
-    if not requests:
-        return []
-    if serial is None:
-        serial = reserve_serials(session, len(requests))
-    jobs = lock_jobs(session, (request.job_id for request in requests))
-    expected = {job_id: job["state"] for job_id, job in jobs.items()}
-    attempts: dict[str, int] = {}
-    for part in batches(session, list(jobs)):
-        for job_id, attempt in session.execute(
-            select(RUNS.c.job_id, func.max(RUNS.c.attempt))
-            .where(among(session, RUNS.c.job_id, part))
-            .group_by(RUNS.c.job_id)
-        ):
-            attempts[job_id] = attempt
-    runs: list[RunRecord] = []
-    events: list[dict[str, Any]] = []
-    for request in requests:
-        job = jobs[request.job_id]
-        old = JobState(job["state"])
-        if old is not JobState.QUEUED:
-            raise IllegalTransitionError(job["id"], old, JobState.LEASED)
-        attempt = attempts.get(job["id"], 0) + 1
-        attempts[job["id"]] = attempt
-        run = RunRecord(
-            id=new_id(),
-            job_id=job["id"],
-            attempt=attempt,
-            cluster=request.cluster,
-            assignment=dict(request.assignment),
-            state=RunState.LEASED,
-            created_at=now,
-        )
-        runs.append(run)
-        job.update(
-            state=JobState.LEASED.value,
-            run_id=run.id,
-            reason=request.reason,
-            serial=serial,
-            updated_at=now,
-        )
-        serial += 1
-        events.append(
-            event_row(job, now, "transition", JobState.QUEUED, JobState.LEASED, request.reason)
-        )
-    # Every run row exists before any job points at it.
-    run_rows = [
-        {
-            "id": run.id,
-            "job_id": run.job_id,
-            "attempt": run.attempt,
-            "cluster": run.cluster,
-            "assignment": run.assignment,
-            "state": run.state.value,
-            "created_at": now,
-            "started_at": None,
-            "finished_at": None,
-            "exit_code": None,
-            "message": None,
-        }
-        for run in runs
-    ]
-    insert_rows(session, RUNS, run_rows)
-    write_jobs(session, expected, [jobs[request.job_id] for request in requests])
-    insert_events(session, events)
-    return runs
-
-
 def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: datetime) -> list[str]:
     """Cancel jobs in the caller's transaction; an unknown id raises before anything changes.
     Returns the ids, for the caller to read the records back."""
@@ -479,6 +289,8 @@ def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: date
         )
         insert_events(session, events)
     if to_cancel:
+        from flotilla.store.cycle import apply_transitions  # cycle.py builds on this module
+
         # Serials after the whole batch's: the counter was reserved for all of them.
         apply_transitions(session, to_cancel, now, reserve_serials(session, len(to_cancel)))
     return list(job_ids)

@@ -24,7 +24,7 @@ Contract and failure semantics, for every method:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -103,12 +103,20 @@ class CycleCommit:
 
 class Store(Protocol):
     # Jobs ---------------------------------------------------------------------------------
-    def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
+    def submit_jobs(
+        self,
+        batch: Sequence[JobSpec],
+        *,
+        owner: str | None = None,
+        pace: Callable[[], None] | None = None,
+    ) -> list[str]:
         """Store a batch of jobs (a spec with ``count`` N stands for N jobs name-0…name-N-1,
         one with ``array.size`` N for N elements of one new array, ``array_id`` and
         ``array_index`` set) as queued, all or nothing; returns their ids in order. Raises
         ``InvalidJobError`` if a queue does not exist, ``DuplicateJobError`` if a name is
-        taken in its queue or repeated in the batch. ``owner`` defaults to each spec's ``user``."""
+        taken in its queue or repeated in the batch. ``owner`` defaults to each spec's ``user``.
+        ``pace`` is called between jobs while their rows are made, before any lock is taken
+        (the API's ``Precedence.pace``: reads go before a large batch)."""
         ...
 
     def cancel(self, job_id: str, reason: str) -> JobRecord:
@@ -181,14 +189,21 @@ class Store(Protocol):
         ...
 
     def commit_cycle(
-        self, write: CycleWrite, *, since: int, fence: Lease | None = None
+        self,
+        write: CycleWrite,
+        *,
+        since: int,
+        fence: Lease | None = None,
+        pace: Callable[[], None] | None = None,
     ) -> CycleCommit:
         """Apply ``write`` in one transaction (its transitions in order, then its leases) and
         read the change feed after ``since`` in that same transaction: the writer's
         incremental sync, with no round trip of its own and no window between the write and
         the read. All or nothing, as ``transition_many`` and ``record_runs``: an illegal
         transition, a stale run or a lease of a job no longer queued raises and writes
-        nothing. An empty write is a read of the change feed alone."""
+        nothing. An empty write is a read of the change feed alone. ``pace`` is called
+        between the feed's jobs while they are made records, after the transaction (the
+        loop's ``Precedence.pace``)."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord: ...

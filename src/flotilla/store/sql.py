@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import catalog, feed, fleet, jobs, leases, lookup
+from flotilla.store import catalog, cycle, feed, fleet, jobs, leases, lookup, wake
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -72,6 +73,8 @@ class SqlStore:
         self._writers = sessionmaker(engine, expire_on_commit=False)
         self._specs = SpecCache()
         self._observers: list[CommitObserver] = []
+        self._origin = uuid.uuid4().hex
+        """Names this store's wake notifications, so its own listener skips them."""
 
     @classmethod
     def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
@@ -87,9 +90,22 @@ class SqlStore:
         """Tell ``observer`` what each committed write did to jobs (``observe.py``)."""
         self._observers.append(observer)
 
+    def listen_for_wakes(self, on_wake: Callable[[], None]) -> wake.WakeListener:
+        """Call ``on_wake`` when another process commits a submission or a cancel (``wake.py``:
+        its contract and what a lost notification costs)."""
+        if self.engine.dialect.name != "postgresql":
+            return wake.NoWakes()
+        return wake.PostgresWakes(self.engine, self._origin, on_wake)
+
     @contextmanager
-    def _write(self) -> Iterator[Session]:
+    def _write(self, *, announce: bool = False) -> Iterator[Session]:
+        """A write transaction; ``announce``: wake the schedulers of other processes once it
+        commits (a submission, a cancel). The notification is queued first, before the
+        write takes the serial counter, so its round trip does not lengthen the time every
+        other writer waits for that lock; the server sends it only if the write commits."""
         with self._writers.begin() as session:
+            if announce:
+                wake.announce(session, self._origin)
             yield session
             changes = take_changes(session)
         if changes is not None and self._observers:  # only once the commit succeeded
@@ -111,10 +127,16 @@ class SqlStore:
         leases.check_fence(session, fence, None if server_clock else self._now())
 
     # Jobs ---------------------------------------------------------------------------------
-    def submit_jobs(self, batch: Sequence[JobSpec], *, owner: str | None = None) -> list[str]:
+    def submit_jobs(
+        self,
+        batch: Sequence[JobSpec],
+        *,
+        owner: str | None = None,
+        pace: Callable[[], None] | None = None,
+    ) -> list[str]:
         try:
-            with self._write() as session:
-                return jobs.submit(session, batch, owner, self._now())
+            with self._write(announce=True) as session:
+                return jobs.submit(session, batch, owner, self._now(), pace)
         except IntegrityError as error:
             raise InvalidJobError(
                 f"batch conflicts with a concurrent change (nothing was submitted): {error.orig}"
@@ -124,7 +146,7 @@ class SqlStore:
         return self.cancel_many([job_id], reason)[0]
 
     def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
-        with self._write() as session:
+        with self._write(announce=True) as session:
             touched = jobs.cancel_many(session, job_ids, reason, self._now())
             return self._read_records(session, touched)
 
@@ -167,7 +189,7 @@ class SqlStore:
     ) -> list[JobRecord]:
         with self._write() as session:
             self._fence(session, fence)
-            touched = jobs.apply_transitions(session, changes, self._now())
+            touched = cycle.apply_transitions(session, changes, self._now())
             return self._read_records(session, touched) if records else []
 
     def record_run(
@@ -186,27 +208,33 @@ class SqlStore:
     ) -> list[RunRecord]:
         with self._write() as session:
             self._fence(session, fence)
-            return jobs.create_runs(session, requests, self._now())
+            return cycle.create_runs(session, requests, self._now())
 
     def commit_cycle(
-        self, write: CycleWrite, *, since: int, fence: Lease | None = None
+        self,
+        write: CycleWrite,
+        *,
+        since: int,
+        fence: Lease | None = None,
+        pace: Callable[[], None] | None = None,
     ) -> CycleCommit:
         """The feed is read as rows inside the transaction (once the serial counter is locked
         every earlier writer has committed and no later one can commit first, so the rows
         after ``since`` are exactly the feed up to this write) and made records after the
         commit, so the counter's lock is not held while specs are parsed."""
         if not write:
-            return CycleCommit(runs=[], changes=self.jobs_since(since, limit=None))
+            with self._sessions() as session:
+                found = feed.rows_since(session, since, None)
+            return CycleCommit(runs=[], changes=feed.to_records(found, self._specs, pace))
         with self._write() as session:
             self._fence(session, fence)
-            now = self._now()
-            serial = jobs.reserve_serials(session, len(write.transitions) + len(write.runs))
-            jobs.apply_transitions(session, write.transitions, now, serial)
+            applied = cycle.start(session, write.transitions, write.runs, self._now(), None)
+            applied.write_runs(session)
             if write.runs:
                 crash_point("mid-cycle-write")
-            runs = jobs.create_runs(session, write.runs, now, serial + len(write.transitions))
+            applied.write_jobs(session)
             found = feed.rows_since(session, since, None)
-        return CycleCommit(runs=runs, changes=feed.to_records(found, self._specs))
+        return CycleCommit(runs=applied.new_runs, changes=feed.to_records(found, self._specs, pace))
 
     def _record(self, session: Session, job: Job) -> JobRecord:
         session.flush()

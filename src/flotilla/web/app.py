@@ -128,7 +128,12 @@ def mount_dashboard(app: FastAPI, *, timeline_interval: float = 2.0) -> FastAPI:
     """Add ``/ui`` to an app built by ``flotilla.server.create_app``; the timeline sampler
     runs while the app is served (started and stopped with its lifespan)."""
     context: ServerContext = app.state.flotilla
-    sampler = Timeline(context.store, context.scheduler, interval=timeline_interval)
+    sampler = Timeline(
+        context.store,
+        context.scheduler,
+        interval=timeline_interval,
+        pace=context.precedence.pace,  # requests go before a sample's walk
+    )
     app.state.flotilla_timeline = sampler
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")

@@ -64,6 +64,11 @@ def sample_of(usage: FleetUsage, scheduler: SchedulerHandle | None, now: float) 
     }
 
 
+IDLE_SHARE = 10
+"""The sampler waits at least this many times as long as its last sample took, so it never
+takes more than about a tenth of the interpreter."""
+
+
 class Timeline:
     """Samples the fleet in a daemon thread; ``samples()`` is safe from any thread."""
 
@@ -75,8 +80,11 @@ class Timeline:
         interval: float = 2.0,
         capacity: int = 1800,
         clock: Callable[[], float] = time.time,
+        pace: Callable[[], None] = lambda: None,
     ) -> None:
+        """``pace``: called between the jobs a sample walks (``Precedence.pace``)."""
         self.store = store
+        self._pace = pace
         self.scheduler = scheduler
         self.interval = interval
         self._clock = clock
@@ -87,7 +95,7 @@ class Timeline:
 
     def sample(self) -> dict[str, Any]:
         """Take one sample now and keep it."""
-        point = sample_of(fleet_usage(self.store), self.scheduler, self._clock())
+        point = sample_of(fleet_usage(self.store, self._pace), self.scheduler, self._clock())
         with self._lock:
             self._samples.append(point)
         return point
@@ -114,8 +122,17 @@ class Timeline:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.perf_counter()
             try:
                 self.sample()
             except Exception:  # a database hiccup must not end the timeline
                 log.warning("dashboard timeline: sampling failed", exc_info=True)
-            self._stop.wait(self.interval)
+            self._stop.wait(self.wait_after(time.perf_counter() - started))
+
+    def wait_after(self, took: float) -> float:
+        """How long to wait after a sample that took ``took`` seconds: ``interval``, or
+        ``IDLE_SHARE`` times longer than the sample took, whichever is longer. A sample reads
+        every active job; with thousands running it is most of a second of Python, and every
+        two seconds it took a third of a core from the API and the scheduler
+        (``docs/performance.md``, *Third pass*)."""
+        return max(self.interval, took * IDLE_SHARE)

@@ -1,0 +1,155 @@
+"""How the replicas of a ``local`` run end: stopping them and finding them over.
+
+A stop (a cancel, ``max_runtime``, a failed sibling) sends SIGTERM to every replica's process
+group, and SIGKILL once the grace period is over. A replica is over when its supervisor's
+whole group is gone, or earlier when its outcome is known and the group is killed
+(``finish_early``); how it ended comes from the supervisor's exit file when there is one.
+The backend calls these under its lock and records the result (``local.py``).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from typing import Any
+
+from flotilla.backends import processes
+from flotilla.backends.common import read_json
+from flotilla.backends.local_records import Replica, Run, Stop
+
+REAP_SECONDS = 0.05
+"""How long a refresh waits for a SIGKILLed supervisor to exit (usually about a millisecond)
+before leaving it to the next refresh: a run is reported ended only once nothing of it is
+left running."""
+
+
+def signal_replicas(run: Run, signum: signal.Signals) -> None:
+    """Send ``signum`` to the process group of every replica of ``run`` still going."""
+    for replica in run.replicas:
+        if not replica.finished and replica.pid is not None:
+            processes.signal_group(replica.pid, signum)
+
+
+def stop_due(run: Run, now: float, grace_period: float) -> Stop | None:
+    """The stop ``run`` needs now that nobody asked for: a replica failed while others still
+    run, or the run exceeded its ``max_runtime``; ``None`` when it may go on."""
+    failed = next((r for r in run.replicas if r.finished and not r.succeeded), None)
+    unfinished = any(not replica.finished for replica in run.replicas)
+    if failed is not None and unfinished:
+        message = f"replica {failed.placement.label} {failed.outcome()}"
+        return Stop("replica-failed", message, now, grace_period, exit_code=failed.exit_code)
+    if unfinished and over_time(run, now):
+        # Only a run still going can exceed its limit: one whose replicas all ended (maybe
+        # while no backend watched, found on restart) keeps its outcome.
+        message = f"exceeded max_runtime of {run.max_runtime:g}s"
+        return Stop("max-runtime", message, now, grace_period)
+    return None
+
+
+def over_time(run: Run, now: float) -> bool:
+    limit, started = run.max_runtime, run.started_at
+    return limit is not None and started is not None and now - started >= limit
+
+
+def kill_overdue(run: Run, now: float) -> bool:
+    """SIGKILL what is left of a stopping run once its grace period is over; True when it did
+    (once per stop)."""
+    stop = run.stop
+    if stop is None or stop.killed or now < stop.at + stop.grace_period:
+        return False
+    stop.killed = True
+    signal_replicas(run, signal.SIGKILL)
+    return True
+
+
+def reap(run: Run, replica: Replica, reaping: list[subprocess.Popen[bytes]]) -> bool:
+    """True when ``replica`` has just been found finished (its whole group gone, or its
+    command over and the group killed: ``finish_early``, which may leave its supervisor in
+    ``reaping`` for ``reap_supervisors``)."""
+    if replica.pid is None:  # the earlier backend died between record and start
+        replica.finish(exit_code=None, vanished=True)
+        return True
+    process: subprocess.Popen[bytes] | None = replica.process
+    if process is not None:
+        code = process.poll()
+        if code is None:
+            return finish_early(run, replica, process, reaping)
+    elif processes.process_alive(replica.pid, replica.start_ticks):
+        return False
+    else:
+        code = None
+    # The supervisor is gone; leave no stragglers of the command behind.
+    if processes.group_alive(replica.pid):
+        processes.signal_group(replica.pid, signal.SIGKILL)
+        if processes.group_alive(replica.pid):
+            return False
+    outcome = read_json(run.exit_file(replica))
+    if outcome is None and code is None and run.stop is not None and run.stop.killed:
+        code = -int(signal.SIGKILL)
+    finish(replica, outcome, code)
+    return True
+
+
+def finish_early(
+    run: Run,
+    replica: Replica,
+    process: subprocess.Popen[bytes],
+    reaping: list[subprocess.Popen[bytes]],
+) -> bool:
+    """True when the replica is over although its supervisor is still alive.
+
+    For a cancel (whose outcome does not depend on the exit code): as soon as the command
+    has exited, before the supervisor notices, writes its exit file and exits — on a
+    loaded machine that was most of a cancel's delay (``docs/performance.md``, *Third
+    pass: cancel*). The group is killed (the supervisor and any stragglers: nothing in it
+    runs again) and the supervisor put in ``reaping``, for the monitor thread to reap later.
+    Otherwise: once the supervisor has written the command's outcome (the exit file appears
+    by rename, so it is complete) and has only its own exit left; the group is killed and
+    the replica reported ended once it is gone."""
+    assert replica.pid is not None
+    cancelled = run.stop is not None and run.stop.kind == "cancel"
+    if not cancelled and not run.exit_file(replica).exists():
+        return False  # still running: the common case, every refresh of every run
+    outcome = read_json(run.exit_file(replica))
+    if cancelled:
+        ended = (True, None) if outcome is not None else processes.command_ended(replica.pid)
+        if ended is None or not ended[0]:
+            return False
+        processes.signal_group(replica.pid, signal.SIGKILL)
+        reaping.append(process)
+        finish(replica, outcome, ended[1], stopped=True)
+        return True
+    if outcome is None:
+        return False
+    processes.signal_group(replica.pid, signal.SIGKILL)
+    if not processes.wait_reaped(process, REAP_SECONDS):
+        return False  # the next refresh finds it gone, and the outcome in the exit file
+    if processes.group_alive(replica.pid):
+        return False  # stragglers still running: the next refresh settles it
+    finish(replica, outcome, None)
+    return True
+
+
+def reap_supervisors(
+    reaping: list[subprocess.Popen[bytes]],
+) -> list[subprocess.Popen[bytes]]:
+    """Reap the supervisors ``finish_early`` killed (no zombies left behind); the ones still
+    to reap."""
+    return [process for process in reaping if process.poll() is None]
+
+
+def finish(
+    replica: Replica, outcome: dict[str, Any] | None, code: int | None, *, stopped: bool = False
+) -> None:
+    """Record how ``replica`` ended: from its supervisor's exit file when there is one, else
+    from the exit code known otherwise. ``None``: unknown — the replica vanished, unless
+    ``stopped`` (a cancel ended it, seen before its supervisor wrote the code down)."""
+    if outcome is not None and outcome.get("abandoned"):
+        replica.finish(exit_code=None, vanished=True)  # never ran: safe to run again
+    elif outcome is not None:
+        error = outcome.get("error")
+        replica.finish(int(outcome["exit_code"]), str(error) if error else None)
+    elif code is not None or stopped:
+        replica.finish(code)
+    else:
+        replica.finish(exit_code=None, vanished=True)
