@@ -36,10 +36,18 @@ def start_ticks(pid: int) -> int | None:
 
 _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
 
+_PF_EXITING = 0x4
+"""The kernel's flag (``/proc/PID/stat`` field 9) of a process in its exit path."""
 
-def _doomed(pid: int) -> bool:
-    """True when ``pid`` has a SIGKILL pending: it never runs its own code again (the kernel
-    ends it the next time it is scheduled, which on a loaded machine can take milliseconds)."""
+
+def _doomed(pid: int, fields: list[str]) -> bool:
+    """True when ``pid`` never runs its own code again: it is exiting, or has a SIGKILL
+    pending (a fatal signal shows as one), so the kernel ends it the next time it is
+    scheduled, which on a loaded machine can take milliseconds. Both, as the kernel clears
+    the pending bit when it takes the signal, before the process becomes a zombie: checking
+    the bit alone let a process in its exit path count as alive again."""
+    if int(fields[6]) & _PF_EXITING:
+        return True
     try:
         text = (_PROC / str(pid) / "status").read_text()
     except OSError:
@@ -59,7 +67,7 @@ def process_alive(pid: int, ticks: int | None) -> bool:
             return False
         if ticks is not None and int(fields[19]) != ticks:
             return False
-        return not _doomed(pid)
+        return not _doomed(pid, fields)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -84,8 +92,9 @@ def group_alive(group: int) -> bool:
         if not entry.name.isdigit():
             continue
         fields = _stat_fields(int(entry.name))
-        member = fields and int(fields[2]) == group and fields[0] not in ("Z", "X")
-        if member and not _doomed(int(entry.name)):
+        if fields is None or int(fields[2]) != group or fields[0] in ("Z", "X"):
+            continue
+        if not _doomed(int(entry.name), fields):
             return True
     return False
 
