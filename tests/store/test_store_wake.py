@@ -1,20 +1,21 @@
-"""Waking a scheduler in another process (``store/wake.py``), against a real PostgreSQL: a
-submission or a cancel committed by one store wakes the listener of another, a rolled-back
-one does not, the listener skips its own store's writes, and it listens again after its
-connection is killed."""
+"""Waking a scheduler in another process (``store/wake.py``), on a real PostgreSQL and on a
+SQLite file: a submission or a cancel committed by one store wakes the listener of another,
+a rolled-back one does not, the listener skips its own store's writes, and it listens again
+after its connection is killed (PostgreSQL) or its process died (SQLite)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.store import DuplicateJobError, SqlStore
-from flotilla.store.wake import NoWakes, PostgresWakes
+from flotilla.store.wake import NoWakes, PostgresWakes, SocketWakes
 
 WAIT = 10.0
 """How long a wake may take before the test fails (not a performance bound: a hung test)."""
@@ -48,19 +49,27 @@ class Wakes:
             return self._changed.wait_for(lambda: self.count > seen, timeout=WAIT)
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/flotilla.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 @pytest.fixture
-def stores(postgres_url: str) -> Iterator[tuple[SqlStore, SqlStore]]:
+def stores(database_url: str) -> Iterator[tuple[SqlStore, SqlStore]]:
     """The scheduler's store and another process's (here: another engine, as ``serve``'s)."""
-    scheduler, api = SqlStore.open(postgres_url), SqlStore.open(postgres_url)
+    scheduler, api = SqlStore.open(database_url), SqlStore.open(database_url)
     api.put_queue(QueueSpec(name="team-a"))
     yield scheduler, api
     scheduler.close()
     api.close()
 
 
-def _listen(store: SqlStore, wakes: Wakes) -> PostgresWakes:
+def _listen(store: SqlStore, wakes: Wakes) -> PostgresWakes | SocketWakes:
     listener = store.listen_for_wakes(wakes)
-    assert isinstance(listener, PostgresWakes)
+    assert isinstance(listener, PostgresWakes | SocketWakes)
     assert listener.listening.wait(WAIT)
     return listener
 
@@ -106,10 +115,9 @@ def test_only_committed_writes_of_other_stores_wake(stores: tuple[SqlStore, SqlS
         listener.close()
 
 
-def test_the_listener_reconnects_after_its_connection_is_killed(
-    stores: tuple[SqlStore, SqlStore],
-) -> None:
-    scheduler, api = stores
+def test_the_listener_reconnects_after_its_connection_is_killed(postgres_url: str) -> None:
+    scheduler, api = SqlStore.open(postgres_url), SqlStore.open(postgres_url)
+    api.put_queue(QueueSpec(name="team-a"))
     wakes = Wakes()
     listener = PostgresWakes(scheduler.engine, "scheduler", wakes, retry_seconds=0.05)
     try:
@@ -131,13 +139,38 @@ def test_the_listener_reconnects_after_its_connection_is_killed(
         assert wakes.wait_beyond(seen)
     finally:
         listener.close()
+        scheduler.close()
+        api.close()
 
 
-def test_sqlite_listens_to_nothing(tmp_path: object) -> None:
-    store = SqlStore.open(f"sqlite:///{tmp_path}/flotilla.db")
+def test_an_in_memory_sqlite_listens_to_nothing() -> None:
+    store = SqlStore.open("sqlite://")
     try:
         listener = store.listen_for_wakes(Wakes())
         assert isinstance(listener, NoWakes)
         listener.close()
     finally:
         store.close()
+
+
+def test_on_sqlite_a_dead_listener_s_socket_is_removed_and_the_live_one_still_woken(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/flotilla.db"
+    scheduler, api = SqlStore.open(url), SqlStore.open(url)
+    api.put_queue(QueueSpec(name="team-a"))
+    directory = tmp_path / "flotilla.db.wakes"
+    wakes = Wakes()
+    listener = _listen(scheduler, wakes)
+    try:
+        # A scheduler killed with -9 leaves its registration behind, bound to nobody.
+        (directory / "dead.wake").touch()
+        seen = wakes.count
+        api.submit_jobs([_job("a")])
+        assert wakes.wait_beyond(seen)
+        assert not (directory / "dead.wake").exists()
+    finally:
+        listener.close()
+        scheduler.close()
+        api.close()
+    assert list(directory.iterdir()) == []  # closed: its own socket is gone too

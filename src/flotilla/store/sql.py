@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,8 @@ from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 
 Clock = Callable[[], datetime]
 
+log = logging.getLogger(__name__)
+
 
 def system_clock() -> datetime:
     return datetime.now(UTC)
@@ -75,6 +78,15 @@ class SqlStore:
         self._observers: list[CommitObserver] = []
         self._origin = uuid.uuid4().hex
         """Names this store's wake notifications, so its own listener skips them."""
+        self._wake_sockets = (
+            wake.socket_directory(engine.url.database) if engine.dialect.name == "sqlite" else None
+        )
+        """SQLite: where the schedulers of other processes listen (``wake.py``)."""
+        self._wake_sender = (
+            wake.SocketWakeSender(self._wake_sockets, self._origin)
+            if self._wake_sockets is not None
+            else None
+        )
 
     @classmethod
     def open(cls, url: str | URL = DEFAULT_URL, *, clock: Clock | None = None) -> SqlStore:
@@ -93,9 +105,19 @@ class SqlStore:
     def listen_for_wakes(self, on_wake: Callable[[], None]) -> wake.WakeListener:
         """Call ``on_wake`` when another process commits a submission or a cancel (``wake.py``:
         its contract and what a lost notification costs)."""
-        if self.engine.dialect.name != "postgresql":
+        if self.engine.dialect.name == "postgresql":
+            return wake.PostgresWakes(self.engine, self._origin, on_wake)
+        directory = self._wake_sockets
+        if directory is None:
             return wake.NoWakes()
-        return wake.PostgresWakes(self.engine, self._origin, on_wake)
+        if not wake.can_listen(directory, self._origin):
+            log.info(
+                "%s is too long a path for a wake socket: a scheduler in another process "
+                "finds this one's submissions at its next cycle",
+                directory,
+            )
+            return wake.NoWakes()
+        return wake.SocketWakes(directory, self._origin, on_wake)
 
     @contextmanager
     def _write(self, *, announce: bool = False) -> Iterator[Session]:
@@ -108,6 +130,8 @@ class SqlStore:
                 wake.announce(session, self._origin)
             yield session
             changes = take_changes(session)
+        if announce and self._wake_sender is not None:  # SQLite: only once it committed
+            self._wake_sender.send()
         if changes is not None and self._observers:  # only once the commit succeeded
             notify(self._observers, changes)
 
