@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -152,3 +155,53 @@ def test_squeue_json_of_both_formats_is_read() -> None:
     assert (old.state, exit_code_of(old.exit_code)) == ("FAILED", 3)
     assert (new.state, exit_code_of(new.exit_code), new.start_time) == ("FAILED", 3, 10.0)
     assert BackendRunState.FAILED.terminal
+
+
+FAKE_SRUN = """#!/bin/bash
+# Stands in for an srun whose step was still being launched when its TERM came: it does
+# not pass the TERM on, and waits for its step as long as the step runs.
+trap '' TERM
+while [[ "$1" == --* ]]; do shift; done
+"$@"
+"""
+
+
+def test_a_failed_replica_s_sibling_that_ignores_its_term_is_killed_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """Slurm sometimes leaves an srun TERMed during its step's launch waiting a minute for the
+    step (seen in CI); the gang must still end, with the failed replica's code, soon after
+    the grace."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    command = 'if [ "$FLOTILLA_REPLICA" = 1 ]; then exit 3; fi; sleep 60'
+    request = DispatchRequest(
+        run_id="gang",
+        job="job-gang",
+        cluster="hpc",
+        placements=(ReplicaPlacement("main", 0, "n1"), ReplicaPlacement("main", 1, "n1")),
+        payload={"command": ["bash", "-c", command]},
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    script = batch_script(
+        request, parse_payload("command", request.payload), out, {}, sibling_grace=0.5
+    )
+    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    # stderr to a file, not a pipe: the killed srun's orphaned `sleep 60` keeps it open.
+    with (tmp_path / "batch.stderr").open("wb") as batch_stderr:
+        process = subprocess.Popen(
+            ["bash", "-c", script], env=environment, start_new_session=True, stderr=batch_stderr
+        )
+    try:
+        process.wait(timeout=20)  # the step itself would run 60 s
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # that orphan
+    stderr = (tmp_path / "batch.stderr").read_text()
+    assert process.returncode == 3, stderr
+    assert "replica main/1 exited with code 3" in stderr
+    assert (out / "main-1.exit").read_text().strip() == "3"
+    assert (out / "main-0.exit").read_text().strip() == "137"  # its srun was killed

@@ -189,7 +189,9 @@ class SlurmBackend:
             self.files.write_record(marker, job_id=None)
             try:
                 job_id = self.clients.submit(
-                    batch_script(request, payload, output, environment),
+                    batch_script(
+                        request, payload, output, environment, sibling_grace=self.grace_period
+                    ),
                     sbatch_options(
                         request,
                         comment=marker.encode(),

@@ -101,10 +101,29 @@ def memory_per_cpu(replicas: Sequence[ReplicaShape]) -> int | None:
     return max(asked) if asked else None
 
 
+SIBLING_GRACE = 30.0
+"""Seconds a failed replica's siblings get to end after SIGTERM before their ``srun`` is
+killed (the backend passes its ``grace_period``)."""
+
+
 def batch_script(
-    request: DispatchRequest, payload: CommandPayload, output: Path, environment: Mapping[str, str]
+    request: DispatchRequest,
+    payload: CommandPayload,
+    output: Path,
+    environment: Mapping[str, str],
+    *,
+    sibling_grace: float = SIBLING_GRACE,
 ) -> str:
-    """The batch script: one background ``srun`` per replica, then wait, failing fast."""
+    """The batch script: one background ``srun`` per replica, then wait, failing fast.
+
+    After the first failure the other replicas' ``srun`` get SIGTERM (srun passes it to its
+    step), and SIGKILL ``sibling_grace`` seconds later: an ``srun`` whose step was still being
+    launched when the TERM came ("aborted before step completely launched") otherwise waited
+    up to a minute for the step's I/O, and the gang read running all that time. Killing
+    ``srun`` is safe: the script then exits, which ends the job and every step left in it.
+    The grace is a ``sleep`` the script waits on with the steps (its own child, killed when
+    the steps end first, so nothing of it outlives the job); the ``srun`` it kills are
+    children not yet reaped, so their process ids cannot have been reused."""
     replicas = shapes(request)
     per_cpu = memory_per_cpu(replicas)
     lines = [
@@ -155,17 +174,25 @@ def batch_script(
     lines += [
         "status=0",
         "failed=",
+        "watchdog=  # a sleep of the grace, started at the first failure",
         'while [ "${#running[@]}" -gt 0 ]; do',
-        '  finished=; wait -n -p finished "${!running[@]}"; code=$?',
+        '  finished=; wait -n -p finished "${!running[@]}" $watchdog; code=$?',
         '  if [ -z "$finished" ]; then [ "$code" -gt 128 ] && continue; break; fi',
+        '  if [ "$finished" = "$watchdog" ]; then',
+        '    watchdog=; kill -KILL "${!running[@]}" 2>/dev/null; continue',
+        "  fi",
         '  unset "running[$finished]"; label=${label_of[$finished]}',
         '  echo "$code" > "$out/${label/\\//-}.exit"',
         '  if [ "$code" -ne 0 ] && [ -z "$failed" ]; then',
         "    failed=$label; status=$code",
         '    echo "flotilla: replica $label exited with code $code" >&2',
-        '    [ "${#running[@]}" -eq 0 ] || kill -TERM "${!running[@]}" 2>/dev/null',
+        '    if [ "${#running[@]}" -gt 0 ]; then',
+        '      kill -TERM "${!running[@]}" 2>/dev/null',
+        f"      sleep {sibling_grace:g} & watchdog=$!",
+        "    fi",
         "  fi",
         "done",
+        '[ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null',
         'exit "$status"',
         "",
     ]
