@@ -173,16 +173,17 @@ def _service_cancel(database: str = "sqlite") -> Case:
     )
 
 
-def _service_cancel_split() -> Case:
+def _service_cancel_split(database: str = "postgresql") -> Case:
     def run() -> dict[str, Any]:
         from bench.split_cancel import run_split_cancel
 
-        return run_split_cancel()
+        return run_split_cancel(database=database)
 
+    suffix, where = ("postgres", "PostgreSQL") if database == "postgresql" else ("sqlite", "SQLite")
     return Case(
-        "service-cancel-split-postgres",
+        f"service-cancel-split-{suffix}",
         "service-cancel with the API and the scheduler in separate processes (flotilla serve + "
-        "flotilla up --no-api --mode async) over PostgreSQL",
+        f"flotilla up --no-api --mode async) over {where}",
         quick=False,
         run=run,
         target="cancel p99 ≤ 100 ms",
@@ -204,6 +205,23 @@ def _service_throughput(database: str = "sqlite") -> Case:
         quick=False,
         run=run,
         target="submit ≥ 2,000 jobs/s; submit → scheduled ≥ 1,000 jobs/s",
+    )
+
+
+def _service_wake(database: str) -> Case:
+    def run() -> dict[str, Any]:
+        from bench.split_wake import run_split_wake
+
+        return run_split_wake(database=database)
+
+    suffix, where = ("postgres", "PostgreSQL") if database == "postgresql" else ("sqlite", "SQLite")
+    return Case(
+        f"service-wake-split-{suffix}",
+        "flotilla serve + flotilla up --no-api (cycles 5 s apart) over "
+        f"{where}: one job submitted at a random point of the cycle, until it is not queued",
+        quick=False,
+        run=run,
+        target="well under the cycle interval (the wake, not the next cycle)",
     )
 
 
@@ -306,6 +324,9 @@ CASES: dict[str, Case] = {
         _service_cancel(),
         _service_cancel("postgresql"),
         _service_cancel_split(),
+        _service_cancel_split("sqlite"),
+        _service_wake("sqlite"),
+        _service_wake("postgresql"),
         _service_throughput(),
         _service_throughput("postgresql"),
         _service_split(2),

@@ -15,7 +15,7 @@ from flotilla.backends.interface import (
     RunStatus,
     StatusRequest,
 )
-from flotilla.backends.sim import SimBackend
+from flotilla.backends.sim import FakeClock, SimBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
@@ -66,12 +66,18 @@ def long_jobs(n: int) -> list[JobSpec]:
 
 
 def running_jobs(
-    tmp_path: Path, count: int, backend_type: type[CountingSim] = CountingSim
+    tmp_path: Path,
+    count: int,
+    backend_type: type[CountingSim] = CountingSim,
+    clock: FakeClock | None = None,
 ) -> tuple[SqlStore, CountingSim, SchedulingLoop, list[str]]:
-    """A store, a sim backend and a leading loop with ``count`` long jobs running."""
+    """A store, a sim backend (on ``clock``, else the wall clock) and a leading loop with
+    ``count`` long jobs running."""
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
     store.put_queue(QueueSpec(name="default"))
     settings: dict[str, Any] = {"grace_period": 10.0}
+    if clock is not None:
+        settings["clock"] = clock
     backend = backend_type(
         cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 64}}], **settings
     )
@@ -110,10 +116,11 @@ def test_a_pending_cancel_is_settled_by_asking_about_its_run_only(tmp_path: Path
 def test_a_cancel_handed_over_by_the_api_is_stopped_before_the_change_feed_is_read(
     tmp_path: Path,
 ) -> None:
-    """``flotilla up`` runs the API and the loop in one process: the API hands the loop the
-    job it just cancelled, and the loop's next pass signals the run without reading the
-    change feed first, then follows the run with status requests only; its end is recorded
-    by one write (a round trip that on a loaded PostgreSQL took tens of milliseconds each)."""
+    """``flotilla up`` runs the API and the loop in one process: the API's thread stops the
+    run of the job it just cancelled itself and hands the job to the loop, whose next pass
+    neither reads the change feed first nor stops the run again: it follows the run with
+    status requests only, and records its end by one write (a round trip that on a loaded
+    PostgreSQL took tens of milliseconds each)."""
     store, backend, loop, ids = running_jobs(tmp_path, 3)
     try:
         read = store.commit_cycle
@@ -126,6 +133,7 @@ def test_a_cancel_handed_over_by_the_api_is_stopped_before_the_change_feed_is_re
         victim = store.cancel(ids[1], "no longer needed")
         assert victim.run is not None
         loop.cancelled([victim])
+        assert backend.order == [f"stop {victim.run.id}"]  # on the API's thread, at once
         loop.transitions()  # the wake's pass
         assert backend.order == [f"stop {victim.run.id}"]
         time.sleep(0.6)  # it exits 0.5 s after SIGTERM
@@ -168,6 +176,50 @@ def test_a_handed_over_cancel_ends_cancelled_although_the_backend_reports_failed
         done = store.get_job(victim.id)
         assert done.state is JobState.CANCELLED
         assert store.get_job(ids[1]).state is JobState.RUNNING
+    finally:
+        loop.close()
+        backend.close()
+        store.close()
+
+
+def test_a_standby_replica_hands_the_cancel_over_without_stopping_anything(
+    tmp_path: Path,
+) -> None:
+    """Only the leader's backends stop runs: a replica without the lease whose API took the
+    cancel leaves the run alone (its loop, should it lead, stops it then)."""
+    store, backend, loop, ids = running_jobs(tmp_path, 2)
+    try:
+        victim = store.cancel(ids[0], "no longer needed")
+        loop._context.lease = None  # this replica lost the lease
+        loop.cancelled([victim])
+        assert backend.order == []
+        assert store.get_job(victim.id).state in ACTIVE_JOB_STATES
+    finally:
+        loop.close()
+        backend.close()
+        store.close()
+
+
+def test_a_run_that_succeeded_before_its_cancel_stays_succeeded_and_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    """A cancel that races the run's own end: the backend says the run had finished; the
+    job keeps the run's outcome, and the loop stops asking about it once it has recorded it
+    (it polled it every few milliseconds forever before)."""
+    clock = FakeClock()
+    store, backend, loop, ids = running_jobs(tmp_path, 2, clock=clock)
+    try:
+        victim = store.get_job(ids[0])
+        assert victim.run is not None
+        clock.advance(601)  # the sim run reaches its 600 s duration: exited 0
+        requested = store.cancel(victim.id, "too late")
+        loop.cancelled([requested])
+        loop.transitions()
+        assert loop._transitions.cancelling
+        loop._last_pass = time.monotonic()
+        loop._between_pass()
+        assert store.get_job(victim.id).state is JobState.SUCCEEDED
+        assert not loop._transitions.cancelling
     finally:
         loop.close()
         backend.close()

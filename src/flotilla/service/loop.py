@@ -52,6 +52,7 @@ from flotilla.scheduler.reconcile import reconcile
 from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, ThreadExecutor
 from flotilla.secrets import SecretBox
 from flotilla.service.allocator import AllocatorTrim, glibc_malloc_trim
+from flotilla.service.cancel_signal import stop_runs_at_once
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -205,6 +206,9 @@ class SchedulingLoop:
         """Jobs whose cancel the API in this process just committed (``cancelled``): the next
         pass stops their runs before it reads the change feed (on PostgreSQL under load that
         read was a cancel's largest step but one, ``docs/performance.md``)."""
+        self._stopped_at_once: set[str] = set()
+        """Runs the API's threads stopped already (``cancel_signal.py``): the loop only
+        follows them. Added to by those threads, taken by the loop's (both atomic)."""
         self._cycles = 0
         self._last_pass = float("-inf")
         self._draining = False
@@ -258,7 +262,10 @@ class SchedulingLoop:
         self._wake.set()
 
     def cancelled(self, jobs: Sequence[JobRecord]) -> None:
-        self._cancelled.extend(job for job in jobs if job.cancel_requested and job.run is not None)
+        stopping = [job for job in jobs if job.cancel_requested and job.run is not None]
+        if self._context.lease is not None:  # only the leader's backends stop runs
+            self._stopped_at_once.update(stop_runs_at_once(self.backends, stopping))
+        self._cancelled.extend(stopping)
         self._wake.set()
 
     def _take_cancelled(self) -> list[JobRecord]:
@@ -354,7 +361,9 @@ class SchedulingLoop:
         self._last_pass = time.monotonic()
         try:
             with self.precedence.urgent():  # a cancel waits on it; a round in flight yields
-                if self._transitions.stop_for_cancels(self._take_cancelled()):
+                if self._transitions.stop_for_cancels(
+                    self._take_cancelled(), self._stopped_at_once
+                ):
                     # A run was just signalled for a cancel: the loop's status requests follow
                     # it from now on; the feed read, the poll and the flush (round trips that
                     # on a loaded PostgreSQL held the run's end back by tens of milliseconds)
@@ -416,7 +425,7 @@ class SchedulingLoop:
                 # One write per cycle as a rule (``writes.py``): what the backends report
                 # waits for the cycle's leases, unless it changes what the scheduler sees.
                 written = self._writes.flushes
-                self._transitions.stop_for_cancels(self._take_cancelled())
+                self._transitions.stop_for_cancels(self._take_cancelled(), self._stopped_at_once)
                 self._transitions.observe_clusters()
                 self._transitions.apply_cancel_requests()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))

@@ -178,6 +178,7 @@ class RunTransitions:
                 continue
             if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
                 changes += self.on_run_status(status)
+                self._cancelling.pop(run_id, None)  # ended (maybe succeeded first): no more polls
         if changes:
             self.record(changes)
             self._writes.flush()
@@ -423,24 +424,30 @@ class RunTransitions:
                 if job.cancel_requested and job.run is not None:
                     self._stop_for_cancel(job)
 
-    def stop_for_cancels(self, jobs: Iterable[JobRecord]) -> bool:
+    def stop_for_cancels(self, jobs: Iterable[JobRecord], stopped: set[str] | None = None) -> bool:
         """Stop the runs of jobs whose cancel the API in this process has just committed,
-        before the change feed brings the requests (``SchedulingLoop.cancelled``). A job the
-        JobDb already holds at least as new is taken from there (it may have ended). True when
-        a run is now being stopped that was not before."""
+        before the change feed brings the requests (``SchedulingLoop.cancelled``); the runs in
+        ``stopped`` the API's thread stopped itself (``cancel_signal.py``): they are only
+        followed, and taken out of it. A job the JobDb already holds at least as new is taken
+        from there (it may have ended). True when a run is now followed that was not before."""
         stopping = len(self._cancelling)
         read = self._context.jobdb.read_txn()
         for handed in jobs:
+            signalled = None
+            if handed.run is not None and stopped is not None and handed.run.id in stopped:
+                signalled = handed.run.id
+                stopped.discard(signalled)
             job = read.get(handed.id)
             if job is None or job.serial < handed.serial:
                 job = handed
             if job.cancel_requested and job.run is not None and job.state in ACTIVE_JOB_STATES:
-                self._stop_for_cancel(job)
+                self._stop_for_cancel(job, signalled=job.run.id == signalled)
         return len(self._cancelling) > stopping
 
-    def _stop_for_cancel(self, job: JobRecord) -> None:
-        """Ask the backend to stop the run once; the job becomes cancelled when the backend
-        reports the run ended (or at once if the backend never had it)."""
+    def _stop_for_cancel(self, job: JobRecord, *, signalled: bool = False) -> None:
+        """Ask the backend to stop the run once (``signalled``: it was asked already); the
+        job becomes cancelled when the backend reports the run ended (or at once if the
+        backend never had it)."""
         assert job.run is not None
         if job.run.id in self._cancelling:
             return
@@ -449,6 +456,9 @@ class RunTransitions:
         if backend is None:
             self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
+        if signalled:
+            self._cancelling[job.run.id] = job.run.cluster
+            return
         try:
             result = backend.cancel(CancelRequest(job.run.id, reason="cancelled by request"))
         except BackendUnavailable as error:
@@ -456,10 +466,13 @@ class RunTransitions:
             return  # asked again next pass
         trace("backend-signalled", job.id)
         crash_point("during-cancel")
-        if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
-            if result.outcome is CancelOutcome.UNKNOWN_RUN or job.state is JobState.LEASED:
-                self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
+        if result.outcome is CancelOutcome.UNKNOWN_RUN or (
+            result.outcome is CancelOutcome.ALREADY_FINISHED and job.state is JobState.LEASED
+        ):
+            self.transition(job.id, JobState.CANCELLED, "cancelled", run=job.run.id)
             return
+        # Followed to its end — also a run already finished: the API's thread may have stopped
+        # it before this pass (``cancel_signal.py``), and the next status request records it.
         self._cancelling[job.run.id] = job.run.cluster
 
     def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:

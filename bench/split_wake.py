@@ -1,0 +1,70 @@
+"""How soon a scheduler in another process hears of a submission (``store/wake.py``).
+
+Real processes over one database: ``flotilla up --no-api`` (the scheduler and a ``local``
+cluster) with cycles ``cycle_interval`` apart, and one ``flotilla serve``. The client submits
+one small job at a time, at a random point of the cycle, and polls the job (every 5 ms) until
+it is no longer ``queued``: without a wake that takes up to a cycle interval (half of one on
+average); with it, the wake, one cycle and the poll.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench.service import _free_port, _latency_summary, _scratch_database
+from bench.split import api_client, flotilla_process, scheduler_up
+
+JOB = {
+    "name": "woken",
+    "queue": "default",
+    "tasks": [{"name": "main", "resources": {"cpu": 0.1}}],
+    "payload": {"command": ["true"]},
+}
+
+
+def run_split_wake(
+    database: str = "sqlite", jobs: int = 20, cycle_interval: float = 5.0
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
+        work = Path(tmp)
+        with ExitStack() as stack:
+            stack.enter_context(
+                scheduler_up(
+                    work / "scheduler.log",
+                    "--no-api",
+                    "--db",
+                    url,
+                    "--port",
+                    str(_free_port()),
+                    "--cycle-interval",
+                    str(cycle_interval),
+                    "--state-dir",
+                    str(work / "runs"),
+                )
+            )
+            port, log = _free_port(), work / "api.log"
+            served = stack.enter_context(
+                flotilla_process(log, "serve", "--db", url, "--port", str(port))
+            )
+            http = stack.enter_context(api_client(port, served, log))
+            latencies = []
+            randomness = random.Random(14)
+            for index in range(jobs):
+                time.sleep(randomness.uniform(0, cycle_interval))
+                started = time.perf_counter()
+                answer = http.post("/v1/jobs", json={"jobs": [{**JOB, "name": f"woken-{index}"}]})
+                job_id = answer.json()["jobs"][0]["id"]
+                while http.get(f"/v1/jobs/{job_id}").json()["state"] == "queued":
+                    if time.perf_counter() - started > 4 * cycle_interval:
+                        raise RuntimeError(f"{job_id} still queued after four cycles")
+                    time.sleep(0.005)
+                latencies.append(time.perf_counter() - started)
+    return {
+        "params": {"database": database, "jobs": jobs, "cycle_interval_s": cycle_interval},
+        "submit_to_leased": _latency_summary(latencies),
+    }
