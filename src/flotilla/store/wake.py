@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,9 +75,60 @@ def announce(session: Session, origin: str) -> None:
         )
 
 
-class PostgresWakes:
+class _Listener:
+    """A daemon thread that listens on a channel of its own and calls ``wake`` for what it
+    hears; after an error it logs, waits ``retry_seconds`` and listens again (the contract
+    above). Subclasses open the channel and say what one wait of ``poll_seconds`` heard."""
+
+    def __init__(
+        self, wake: Callable[[], None], *, retry_seconds: float, poll_seconds: float
+    ) -> None:
+        self._wake = wake
+        self._retry_seconds = retry_seconds
+        self._poll_seconds = poll_seconds
+        self._closed = threading.Event()
+        self.listening = threading.Event()
+        """Set while listening (tests wait for it)."""
+        self._thread = threading.Thread(target=self._run, name="flotilla-wakes", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=self._poll_seconds * 4)
+
+    def _open(self) -> AbstractContextManager[Any]:
+        """The channel, connected and listening."""
+        raise NotImplementedError
+
+    def _heard(self, channel: Any) -> bool:
+        """Wait up to ``poll_seconds``: whether another process's write was heard."""
+        raise NotImplementedError
+
+    def _stopped_listening(self) -> None:
+        """After the channel is closed (an error, or ``close``)."""
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                with self._open() as channel:
+                    self.listening.set()
+                    self._wake()  # anything committed while nobody listened
+                    while not self._closed.is_set():
+                        if self._heard(channel):
+                            self._wake()
+            except Exception:  # the loop still cycles: a lost wake costs one interval
+                log.warning(
+                    "%s failed; listening again in %gs", self, self._retry_seconds, exc_info=True
+                )
+            finally:
+                self.listening.clear()
+                self._stopped_listening()
+            self._closed.wait(self._retry_seconds)
+
+
+class PostgresWakes(_Listener):
     """``LISTEN`` on a connection of its own (not the pool's: it is held for the process's
-    life), on a daemon thread."""
+    life)."""
 
     def __init__(
         self,
@@ -89,45 +141,21 @@ class PostgresWakes:
     ) -> None:
         self._engine = engine
         self._origin = origin
-        self._wake = wake
-        self._retry_seconds = retry_seconds
-        self._poll_seconds = poll_seconds
-        self._closed = threading.Event()
-        self.listening = threading.Event()
-        """Set while connected and listening (tests wait for it)."""
-        self._thread = threading.Thread(target=self._run, name="flotilla-wakes", daemon=True)
-        self._thread.start()
+        super().__init__(wake, retry_seconds=retry_seconds, poll_seconds=poll_seconds)
 
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(timeout=self._poll_seconds * 4)
+    def __str__(self) -> str:
+        return "the PostgreSQL wake listener"
 
-    def _connect(self) -> Any:
+    def _open(self) -> Any:
         dialect = self._engine.dialect
         args, params = dialect.create_connect_args(self._engine.url)
         connection = dialect.loaded_dbapi.connect(*args, **params, autocommit=True)
         connection.execute(f"LISTEN {CHANNEL}")
         return connection
 
-    def _run(self) -> None:
-        while not self._closed.is_set():
-            try:
-                with self._connect() as connection:
-                    self.listening.set()
-                    self._wake()  # anything committed while nobody listened
-                    while not self._closed.is_set():
-                        for note in connection.notifies(timeout=self._poll_seconds):
-                            if note.payload != self._origin:
-                                self._wake()
-            except Exception:  # the loop still cycles: a lost wake costs one interval
-                log.warning(
-                    "wake listener lost its PostgreSQL connection; reconnecting in %gs",
-                    self._retry_seconds,
-                    exc_info=True,
-                )
-            finally:
-                self.listening.clear()
-            self._closed.wait(self._retry_seconds)
+    def _heard(self, channel: Any) -> bool:
+        notes = channel.notifies(timeout=self._poll_seconds)
+        return any(note.payload != self._origin for note in notes)
 
 
 LISTENER_SUFFIX = ".wake"
@@ -197,10 +225,10 @@ class SocketWakeSender:
                     pass  # gone meanwhile, or its queue is full: it has wakes to read
 
 
-class SocketWakes:
-    """Registers ``<directory>/<origin>.wake``, binds its socket and wakes on every datagram,
-    on a daemon thread (datagrams queued together make one wake). The registration is
-    removed on close; one left behind by a process that died is removed by the next sender."""
+class SocketWakes(_Listener):
+    """Registers ``<directory>/<origin>.wake`` and binds its socket; datagrams queued together
+    make one wake. The registration is removed when it stops listening; one left behind by a
+    process that died is removed by the next sender."""
 
     def __init__(
         self,
@@ -212,20 +240,12 @@ class SocketWakes:
         poll_seconds: float = 0.5,
     ) -> None:
         self._file = _listener_file(directory, origin)
-        self._wake = wake
-        self._retry_seconds = retry_seconds
-        self._poll_seconds = poll_seconds
-        self._closed = threading.Event()
-        self.listening = threading.Event()
-        """Set while bound and listening (tests wait for it)."""
-        self._thread = threading.Thread(target=self._run, name="flotilla-wakes", daemon=True)
-        self._thread.start()
+        super().__init__(wake, retry_seconds=retry_seconds, poll_seconds=poll_seconds)
 
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join(timeout=self._poll_seconds * 4)
+    def __str__(self) -> str:
+        return f"the wake listener {self._file}"
 
-    def _bind(self) -> socket.socket:
+    def _open(self) -> socket.socket:
         self._file.parent.mkdir(parents=True, exist_ok=True)
         self._file.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -239,32 +259,18 @@ class SocketWakes:
         listener.settimeout(self._poll_seconds)
         return listener
 
-    def _run(self) -> None:
-        while not self._closed.is_set():
-            try:
-                with self._bind() as listener:
-                    self.listening.set()
-                    self._wake()  # anything committed while nobody listened
-                    while not self._closed.is_set():
-                        try:
-                            listener.recv(64)
-                        except TimeoutError:
-                            continue
-                        listener.setblocking(False)
-                        _drain(listener)
-                        listener.settimeout(self._poll_seconds)
-                        self._wake()
-            except Exception:  # the loop still cycles: a lost wake costs one interval
-                log.warning(
-                    "wake listener %s failed; listening again in %gs",
-                    self._file,
-                    self._retry_seconds,
-                    exc_info=True,
-                )
-            finally:
-                self.listening.clear()
-                self._file.unlink(missing_ok=True)
-            self._closed.wait(self._retry_seconds)
+    def _heard(self, channel: socket.socket) -> bool:
+        try:
+            channel.recv(64)
+        except TimeoutError:
+            return False
+        channel.setblocking(False)
+        _drain(channel)
+        channel.settimeout(self._poll_seconds)
+        return True
+
+    def _stopped_listening(self) -> None:
+        self._file.unlink(missing_ok=True)
 
 
 def _drain(listener: socket.socket) -> None:
