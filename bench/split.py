@@ -78,6 +78,31 @@ def api_client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterat
         yield http
 
 
+@contextmanager
+def scheduler_and_api(work: Path, url: str, *scheduler_args: str) -> Iterator[httpx.Client]:
+    """``flotilla up --no-api`` (its log and runs in ``work``, with ``scheduler_args``) and one
+    ``flotilla serve`` over ``url``: a client of that API."""
+    with ExitStack() as stack:
+        stack.enter_context(
+            scheduler_up(
+                work / "scheduler.log",
+                "--no-api",
+                "--db",
+                url,
+                "--port",
+                str(_free_port()),
+                "--state-dir",
+                str(work / "runs"),
+                *scheduler_args,
+            )
+        )
+        port, log = _free_port(), work / "api.log"
+        served = stack.enter_context(
+            flotilla_process(log, "serve", "--db", url, "--port", str(port))
+        )
+        yield stack.enter_context(api_client(port, served, log))
+
+
 def _specs(first: int, count: int) -> list[dict[str, Any]]:
     return [
         {

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench.cancel_trace import cancel_timelines, per_cancel, read_trace, step_summary
-from bench.service import _cancel_phases, _free_port, _scratch_database
-from bench.split import api_client, flotilla_process, scheduler_up
+from bench.service import _cancel_phases, _scratch_database
+from bench.split import scheduler_and_api
 from flotilla.stage_trace import ENVIRONMENT
 
 
@@ -34,29 +33,8 @@ def run_split_cancel(
         previous = os.environ.get(ENVIRONMENT)
         os.environ[ENVIRONMENT] = str(trace_file)  # both processes inherit it
         try:
-            with ExitStack() as stack:
-                scheduler_log = work / "scheduler.log"
-                stack.enter_context(
-                    scheduler_up(
-                        scheduler_log,
-                        "--no-api",
-                        "--db",
-                        url,
-                        "--port",
-                        str(_free_port()),
-                        "--mode",
-                        "async",
-                        "--cycle-interval",
-                        "0.1",
-                        "--state-dir",
-                        str(work / "runs"),
-                    )
-                )
-                port, log = _free_port(), work / "api.log"
-                served = stack.enter_context(
-                    flotilla_process(log, "serve", "--db", url, "--port", str(port))
-                )
-                http = stack.enter_context(api_client(port, served, log))
+            arguments = ("--mode", "async", "--cycle-interval", "0.1")
+            with scheduler_and_api(work, url, *arguments) as http:
                 result = _cancel_phases(http, backlog, cancellable, queued_cancels)
         finally:
             if previous is None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.service import _free_port, _latency_summary, _scratch_database
-from bench.split import api_client, flotilla_process, scheduler_up
+from bench.service import _latency_summary, _scratch_database
+from bench.split import scheduler_and_api
 
 JOB = {
     "name": "woken",
@@ -32,26 +31,7 @@ def run_split_wake(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
         work = Path(tmp)
-        with ExitStack() as stack:
-            stack.enter_context(
-                scheduler_up(
-                    work / "scheduler.log",
-                    "--no-api",
-                    "--db",
-                    url,
-                    "--port",
-                    str(_free_port()),
-                    "--cycle-interval",
-                    str(cycle_interval),
-                    "--state-dir",
-                    str(work / "runs"),
-                )
-            )
-            port, log = _free_port(), work / "api.log"
-            served = stack.enter_context(
-                flotilla_process(log, "serve", "--db", url, "--port", str(port))
-            )
-            http = stack.enter_context(api_client(port, served, log))
+        with scheduler_and_api(work, url, "--cycle-interval", str(cycle_interval)) as http:
             latencies = []
             randomness = random.Random(14)
             for index in range(jobs):
