@@ -215,4 +215,11 @@ def service_lines(results: Sequence[dict[str, Any]]) -> list[str]:
                 f"({r['params']['jobs']:,} jobs in {r['submit_to_scheduled_seconds']:.1f} s); "
                 f"target {r.get('target', '')}"
             )
+        elif r.get("kind") == "service-wake":
+            heard, params = r["submit_to_leased"], r["params"]
+            lines.append(
+                f"{r['case']}: submit → not queued p50 {heard['p50_ms']:.0f} ms, p99 "
+                f"{heard['p99_ms']:.0f} ms, mean {heard['mean_ms']:.0f} ms over {heard['count']} "
+                f"jobs, cycles {params['cycle_interval_s']:g} s apart; target {r.get('target', '')}"
+            )
     return lines

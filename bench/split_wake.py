@@ -45,6 +45,7 @@ def run_split_wake(
                     time.sleep(0.005)
                 latencies.append(time.perf_counter() - started)
     return {
+        "kind": "service-wake",
         "params": {"database": database, "jobs": jobs, "cycle_interval_s": cycle_interval},
         "submit_to_leased": _latency_summary(latencies),
     }
