@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 RENEW_SHARE = 0.2
 """A held lease is renewed once this share of its TTL has passed since the last renewal."""
 
+RENEW_RETRY_SECONDS = 1.0
+"""After a renewal between cycles failed (the database unreachable), the next try."""
+
 
 class Leadership:
     def __init__(self, context: LoopContext, name: str, replica: str, ttl: float) -> None:
@@ -55,6 +58,29 @@ class Leadership:
         self._renewed_at = time.monotonic()
         context.metrics.leader.set(1)
         return True
+
+    def renewal_due_in(self) -> float | None:
+        """Seconds until the held lease is due for renewal (0: now); ``None`` when not held."""
+        if self._context.lease is None:
+            return None
+        return max(0.0, self._renewed_at + self._ttl * RENEW_SHARE - time.monotonic())
+
+    def renew_between_cycles(self) -> bool:
+        """Renew the held lease if it is due, between cycles further apart than its renewal
+        period (a cycle renews it otherwise): with cycles 30 s apart and a 10 s lease, the
+        lease lapsed between cycles, and every other cycle — the one a submission's wake ran
+        — began a new term instead of scheduling. True when the lease was just lost (the
+        caller drops the term's in-flight state). A failed write is logged and tried again
+        ``RENEW_RETRY_SECONDS`` later; the lease lapses if it keeps failing."""
+        if self.renewal_due_in() != 0.0:
+            return False  # not held, or not due yet
+        try:
+            self.hold()
+        except StoreError:
+            log.warning("could not renew the scheduling lease; retrying", exc_info=True)
+            self._renewed_at = time.monotonic() - self._ttl * RENEW_SHARE + RENEW_RETRY_SECONDS
+            return False
+        return self._context.lease is None
 
     def lose(self) -> None:
         """Forget the lease without writing (it was lost, or is about to be released)."""

@@ -300,14 +300,17 @@ class SchedulingLoop:
                     if time.monotonic() >= next_cycle:
                         self.cycle()
                         next_cycle = time.monotonic() + self.settings.cycle_interval
-                    elif self._between_cycles() is not None:
-                        self._between_pass()
+                    else:
+                        if self._between_cycles() is not None:
+                            self._between_pass()
+                        if self._leadership.renew_between_cycles():
+                            self._lose_lease()
                 except Exception:
                     log.exception("scheduling cycle failed; retrying next cycle")
                 wait = max(0.0, next_cycle - time.monotonic())
-                interval = self._between_cycles()
-                if interval is not None:
-                    wait = min(wait, interval)
+                for interval in (self._between_cycles(), self._leadership.renewal_due_in()):
+                    if interval is not None:
+                        wait = min(wait, interval)
                 if self._wake.wait(wait):
                     self._wake.clear()
                     trace("loop-woken")

@@ -1,0 +1,62 @@
+"""The scheduling lease outlives cycles further apart than its TTL: the loop renews it
+between them, so a wake long after the last cycle schedules at once, in the same term."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from flotilla.backends.sim import SimBackend
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.store import JobState, SqlStore
+
+WAIT = 10.0
+"""How long the test waits for something before failing (not a performance bound)."""
+
+
+def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def job(name: str) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "name": name,
+            "queue": "default",
+            "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+            "payload": {"sim": {"duration": 600}},
+        }
+    )
+
+
+def test_a_wake_long_after_the_last_cycle_schedules_in_the_same_term(tmp_path: Path) -> None:
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+    store.put_queue(QueueSpec(name="default"))
+    backend = SimBackend(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 8}}])
+    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
+    settings = LoopSettings(replica="only", cycle_interval=30.0, lease_ttl=1.0)
+    loop = SchedulingLoop(store, {"sim": backend}, settings)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: loop.lease is not None, "the loop to lead")
+        assert loop.lease is not None
+        term = loop.lease.token
+        time.sleep(2 * settings.lease_ttl)  # no cycle since: the lease would have lapsed
+        [job_id] = store.submit_jobs([job("late")])
+        loop.wake()
+        wait_for(lambda: store.get_job(job_id).state is not JobState.QUEUED, "the job's lease")
+        assert loop.lease is not None and loop.lease.token == term
+    finally:
+        stop.set()
+        thread.join(timeout=WAIT)
+        backend.close()
+        store.close()
