@@ -41,7 +41,9 @@ def test_a_wake_long_after_the_last_cycle_schedules_in_the_same_term(tmp_path: P
     store.put_queue(QueueSpec(name="default"))
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 8}}])
     store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    settings = LoopSettings(replica="only", cycle_interval=30.0, lease_ttl=1.0)
+    # A TTL of seconds: renewed every fifth of it, the lease survives the loop's thread being
+    # kept off the CPU for most of one (a loaded CI machine did that to a 1 s lease).
+    settings = LoopSettings(replica="only", cycle_interval=30.0, lease_ttl=3.0)
     loop = SchedulingLoop(store, {"sim": backend}, settings)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)

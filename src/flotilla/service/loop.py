@@ -305,6 +305,7 @@ class SchedulingLoop:
                             self._between_pass()
                         if self._leadership.renew_between_cycles():
                             self._lose_lease()
+                            next_cycle = time.monotonic()  # try to take it back now
                 except Exception:
                     log.exception("scheduling cycle failed; retrying next cycle")
                 wait = max(0.0, next_cycle - time.monotonic())
