@@ -44,13 +44,19 @@ def first_time(service: Service, job_id: str, state: JobState) -> float:
     )
 
 
-def test_a_job_waits_for_its_dependency_to_succeed_then_runs(service: Service) -> None:
-    prep = submit(service, "prep", "sleep 0.5")
+def test_a_job_waits_for_its_dependency_to_succeed_then_runs(
+    service: Service, tmp_path: Path
+) -> None:
+    # prep runs until the test opens its gate: a fixed sleep ended before a slow loop (a
+    # loaded CI machine) had seen it running, and the test waited for a state long gone.
+    gate = tmp_path / "gate"
+    prep = submit(service, "prep", f"while [ ! -e {gate} ]; do sleep 0.05; done")
     train = submit(service, "train", "echo trained", ("prep", "succeeded"))
     service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
     assert service.state(train) is JobState.QUEUED
     reason = service.loop.pending_reason(train) or ""
     assert reason.startswith("waits for job default/prep") and "to succeed" in reason
+    gate.touch()
     service.cycle_until(lambda: service.state(train) is JobState.SUCCEEDED)
     assert first_time(service, train, JobState.LEASED) >= first_time(
         service, prep, JobState.SUCCEEDED
