@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 from tests.backends.engines.ray_head import RayHead, ray_executable
 from tests.builders import SHARED_DIR
 from tests.e2e.service import Services
-from tests.postgres_support import POSTGRES_URL
+from tests.postgres_support import POSTGRES_URL, postgres_schema_url
 
 
 @pytest.hookimpl(trylast=True)
@@ -102,3 +102,12 @@ def ray_head() -> Iterator[RayHead]:
         yield head
     finally:
         head.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each kind: an SQLite file, or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'flotilla.db'}"
+    admin: tuple[Engine, str] = request.getfixturevalue("postgres_admin")
+    return postgres_schema_url(admin)

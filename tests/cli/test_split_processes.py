@@ -10,11 +10,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-import pytest
 from bench.split import api_client, flotilla_process, scheduler_up
-from sqlalchemy import Engine
-
-from tests.postgres_support import postgres_schema_url
 
 
 def free_port() -> int:
@@ -94,23 +90,14 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
         assert scheduler.wait(timeout=30) == 0, scheduler_log.read_text()
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database for processes to share: a PostgreSQL schema, or a SQLite file."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'flotilla.db'}"
-    admin: tuple[Engine, str] = request.getfixturevalue("postgres_admin")
-    return postgres_schema_url(admin)
-
-
 def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cancel(
-    tmp_path: Path, shared_database: str
+    tmp_path: Path, db_url: str
 ) -> None:
     """``flotilla up --no-api`` hears what ``flotilla serve`` committed (``store/wake.py``:
     PostgreSQL's ``NOTIFY``, a socket beside a SQLite file): with cycles a minute apart, a
     submitted job is scheduled and its cancel takes effect long before the next cycle would
     have found them."""
-    db = shared_database
+    db = db_url
     with ExitStack() as stack:
         scheduler_log = tmp_path / "scheduler.log"
         stack.enter_context(

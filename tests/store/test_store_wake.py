@@ -49,18 +49,10 @@ class Wakes:
             return self._changed.wait_for(lambda: self.count > seen, timeout=WAIT)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/flotilla.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 @pytest.fixture
-def stores(database_url: str) -> Iterator[tuple[SqlStore, SqlStore]]:
+def stores(db_url: str) -> Iterator[tuple[SqlStore, SqlStore]]:
     """The scheduler's store and another process's (here: another engine, as ``serve``'s)."""
-    scheduler, api = SqlStore.open(database_url), SqlStore.open(database_url)
+    scheduler, api = SqlStore.open(db_url), SqlStore.open(db_url)
     api.put_queue(QueueSpec(name="team-a"))
     yield scheduler, api
     scheduler.close()
