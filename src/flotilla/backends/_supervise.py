@@ -1,9 +1,12 @@
 """The tiny parent of every local replica: records the command's exit status in a file.
 
-Run as ``python -I -S _supervise.py EXIT_FILE GATE_FILE [--user NAME] -- ARGV...`` (standard
-library only, so it starts fast and needs no environment). With ``--user`` the command runs as
-that user, with its groups (the supervisor keeps its own identity: it must write the exit
-file, which the command must not be able to forge).
+Run as ``python -I -S _supervise.py EXIT_FILE GATE_FILE [--user NAME] [--cgroup DIR]...
+[--pid-namespace] -- ARGV...`` (standard library only, so it starts fast and needs no
+environment). With ``--user`` the command runs as that user, with its groups (the supervisor
+keeps its own identity: it must write the exit file, which the command must not be able to
+forge). With ``--cgroup`` (one per hierarchy) and ``--pid-namespace`` the command runs under
+an init of its own, in those cgroups and its own PID namespace (``_job_init.py``): every
+process it starts ends with it.
 
 Start gate: the command runs only once the run's gate file says ``go``. The backend writes it
 after every replica's pid is on disk; a backend restarted after a crash in between claims
@@ -94,14 +97,46 @@ def _start(argv: list[str], user: str | None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=groups)
 
 
+USAGE = (
+    "usage: _supervise.py EXIT_FILE GATE_FILE [--user NAME] [--cgroup DIR]... "
+    "[--pid-namespace] -- ARGV..."
+)
+
+
+def _in_own_tree(
+    argv: list[str], user: str | None, cgroups: list[str], namespace: bool
+) -> dict[str, object]:
+    """Run the command under an init of its own (``_job_init.py``, next to this file: ``-I``
+    leaves this directory off ``sys.path``)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _job_init  # type: ignore[import-not-found]
+
+    outcome: dict[str, object] = _job_init.run(
+        lambda: _start(argv, user), argv[0], cgroups, namespace
+    )
+    return outcome
+
+
 def main(arguments: list[str]) -> int:
     exit_file, gate_file, *rest = arguments
     user = None
     if rest[:1] == ["--user"] and len(rest) > 1:
         user, rest = rest[1], rest[2:]
+    # --- whole-tree tracking (cgroups, PID namespace): _job_init.py ---
+    cgroups: list[str] = []
+    namespace = False
+    while rest[:1] in (["--cgroup"], ["--pid-namespace"]):
+        if rest[0] == "--pid-namespace":
+            namespace, rest = True, rest[1:]
+        elif len(rest) > 1:
+            cgroups.append(rest[1])
+            rest = rest[2:]
+        else:
+            break
+    # --- end of whole-tree tracking options ---
     separator, *argv = rest or [""]
     if separator != "--" or not argv:
-        print("usage: _supervise.py EXIT_FILE GATE_FILE [--user NAME] -- ARGV...", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     # A handler (not SIG_IGN) keeps the supervisor alive; exec resets it in the command.
     stopped: list[int] = []
@@ -110,6 +145,12 @@ def main(arguments: list[str]) -> int:
     if _await_gate(gate_file) != "go":
         _write(exit_file, {"exit_code": None, "abandoned": True})
         return 0
+    if cgroups or namespace:
+        outcome = _in_own_tree(argv, user, cgroups, namespace)
+        _write(exit_file, outcome, durable=not stopped)
+        code = outcome["exit_code"]
+        assert isinstance(code, int)
+        return code if code >= 0 else 128 - code
     try:
         command = _start(argv, user)
     except (OSError, KeyError) as error:

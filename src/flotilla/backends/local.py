@@ -30,6 +30,7 @@ from typing import Any
 
 from flotilla.backends import local_ending, local_environment, processes
 from flotilla.backends._supervise import claim_gate
+from flotilla.backends.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.common import (
     ChangeLog,
     check_request,
@@ -59,6 +60,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
+from flotilla.backends.local_tree import ProcessTrees
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
@@ -107,7 +109,8 @@ class LocalBackend:
     stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a
     successor. ``run_as``: the user (name or uid) commands run as; needs the backend to run
     as root. ``env_passthrough``: the only variables of the backend's environment a command
-    sees (see the module docstring).
+    sees (see the module docstring). ``max_pids``: processes and threads one replica may have
+    at once; ``isolate=False``: no cgroup, no PID namespace (``local_tree.py``).
     """
 
     cluster: str = "local"
@@ -119,6 +122,8 @@ class LocalBackend:
     stop_runs_on_close: bool = False
     run_as: str | None = None
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    max_pids: int = DEFAULT_MAX_PIDS
+    isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     name: str = field(default="local", init=False)
@@ -133,6 +138,7 @@ class LocalBackend:
         self._scratch_runs = self.working_dir is None
         self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
         self._account = local_environment.account(self.run_as)
+        self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
@@ -204,6 +210,11 @@ class LocalBackend:
                     **local_environment.backend_env(request, replica.placement),
                 }
                 try:
+                    joins, namespace = self._trees.prepare(run, replica, request)
+                except OSError as error:
+                    replica.finish(exit_code=None, error=f"could not make its cgroup: {error}")
+                    continue
+                try:
                     process = processes.start_supervised(
                         payload.argv(),
                         exit_file=run.exit_file(replica),
@@ -213,6 +224,8 @@ class LocalBackend:
                         env=env,
                         working_dir=working_dir,
                         user=None if self._account is None else str(self._account.pw_uid),
+                        cgroups=joins,
+                        pid_namespace=namespace,
                     )
                 except OSError as error:
                     replica.finish(exit_code=None, error=f"could not start: {error}")
@@ -291,7 +304,14 @@ class LocalBackend:
             self._stop_everything()
         with self._lock:
             self._reap_supervisors()
+            self._trees.close(runs_left=any(not run.state.terminal for run in self._runs.values()))
         self._sync_records()
+
+    @property
+    def isolation_notice(self) -> str | None:
+        """One line saying what of a job's requests this machine does not enforce (no
+        cgroups, no PID namespaces), or ``None``; ``flotilla up`` shows it at start."""
+        return self._trees.notice()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -378,6 +398,7 @@ class LocalBackend:
         changed = False
         for replica in run.replicas:
             if not replica.finished and local_ending.reap(run, replica, self._reaping):
+                self._trees.ended(run, replica)
                 changed = True
         if run.stop is None:
             halt = local_ending.stop_due(run, now, self.grace_period)
@@ -387,6 +408,7 @@ class LocalBackend:
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
+            self._trees.settled(run)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)
             changed = True

@@ -167,11 +167,15 @@ def start_supervised(
     env: Mapping[str, str],
     working_dir: Path,
     user: str | None = None,
+    cgroups: Sequence[Path] = (),
+    pid_namespace: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` under the supervisor, leading a new session (hence process group).
 
-    ``user``: run the command (not the supervisor) as this user. Raises ``OSError`` when the
-    supervisor itself cannot start (e.g. no such working dir).
+    ``user``: run the command (not the supervisor) as this user. ``cgroups`` (one directory
+    per hierarchy) and ``pid_namespace``: run it in those and a PID namespace of its own
+    (``local_tree.py``). Raises ``OSError`` when the supervisor itself cannot start (e.g. no
+    such working dir).
     """
     with stdout.open("ab") as out, stderr.open("ab") as err:
         return subprocess.Popen(
@@ -183,6 +187,8 @@ def start_supervised(
                 str(exit_file),
                 str(gate_file),
                 *(["--user", user] if user is not None else []),
+                *[word for cgroup in cgroups for word in ("--cgroup", str(cgroup))],
+                *(["--pid-namespace"] if pid_namespace else []),
                 "--",
                 *argv,
             ],
