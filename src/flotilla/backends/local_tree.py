@@ -86,8 +86,8 @@ class ProcessTrees:
         self.hierarchy, self.problem = found.cgroups, found.problem
         self.pid_namespace = pid_namespaces_work()
         notice = self.notice()
-        if notice:
-            log.warning("cluster %s: %s", self.cluster, notice)
+        if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
+            log.info("cluster %s: %s", self.cluster, notice)
 
     @property
     def scope(self) -> str:
