@@ -20,8 +20,10 @@ from flotilla.backends.cgroups import CgroupV1, CgroupV2, Limits
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_tree import ProcessTrees, pid_namespaces_work
 from flotilla.backends.processes import process_alive
-from flotilla.model import RetryCause
+from flotilla.model import JobSpec, RetryCause
 from flotilla.service.retry import cause_of
+from flotilla.store import JobState
+from tests.service.test_service_loop import Service
 
 from .support import WAIT_LIMIT, LocalHarness, read_all, request
 
@@ -113,6 +115,29 @@ def test_a_job_over_its_memory_request_is_oom_killed_and_fails_as_the_jobs_fault
     assert status.over_limit
     assert cause_of(status) is RetryCause.FAILED  # not node_failure: retry as a job failure
     isolated.assert_gone(status)
+
+
+def test_an_oom_past_the_request_fails_the_job_and_is_no_node_failure_to_retry(
+    tmp_path: Path,
+) -> None:
+    """Through the service: a retry policy for node failures does not retry it."""
+    _require_isolation()
+    service = Service(tmp_path)
+    try:
+        spec = {
+            "name": "hog",
+            "queue": "default",
+            "tasks": [{"name": "main", "resources": {"cpu": 0.1, "memory": "64Mi"}}],
+            "payload": {"command": [sys.executable, "-c", "data = b'x' * (1536 << 20)"]},
+            "retry": {"limit": 3, "backoff": "none", "on": ["node_failure"]},
+        }
+        (job,) = service.store.submit_jobs([JobSpec.model_validate(spec)])
+        service.cycle_until(lambda: service.state(job) in (JobState.SUCCEEDED, JobState.FAILED))
+        assert service.state(job) is JobState.FAILED
+        [run] = service.store.runs(job)
+        assert "exceeded its memory request of 64Mi" in (run.message or "")
+    finally:
+        service.close()
 
 
 def test_a_job_within_its_memory_request_succeeds(isolated: LocalHarness) -> None:
