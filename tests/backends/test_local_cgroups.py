@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends import BackendRunState, CancelRequest
+from flotilla.backends import BackendRunState, CancelRequest, local_tree
 from flotilla.backends import cgroups as cgroup_module
-from flotilla.backends.cgroups import CgroupV1, CgroupV2, Limits
+from flotilla.backends.cgroups import CgroupV1, CgroupV2, Detected, Limits
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_tree import ProcessTrees, pid_namespaces_work
 from flotilla.backends.processes import process_alive
@@ -298,6 +298,16 @@ def test_without_cgroups_the_notice_says_what_is_not_enforced(tmp_path: Path) ->
     assert notice is not None and "\n" not in notice
     for what in ("memory", "process count", "CPU share", "setsid"):
         assert what in notice
+
+
+def test_a_missing_controller_is_named_and_daemons_still_end_with_the_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partial = CgroupV1({"memory": tmp_path / "memory", "pids": tmp_path / "pids"})
+    monkeypatch.setattr(local_tree, "_detected", lambda: Detected(partial))
+    monkeypatch.setattr(local_tree, "pid_namespaces_work", lambda: False)
+    trees = ProcessTrees("local", tmp_path)
+    assert trees.notice() == "local jobs: not enforced: CPU share (no cpu controller in cgroup v1)"
 
 
 def test_max_pids_is_checked_naming_the_setting(tmp_path: Path) -> None:

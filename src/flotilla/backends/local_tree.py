@@ -103,12 +103,12 @@ class ProcessTrees:
         return f"{run_path}/{replica.placement.task}-{replica.placement.replica}"
 
     def not_enforced(self) -> list[str]:
-        """What a job's request does not bound here, in words."""
-        missing = []
+        """What a job's request does not bound here, in words. Daemons end with their job
+        when either the namespace or the cgroup (killed when the replica ends) is there."""
         enforced = self.hierarchy.enforced if self.hierarchy is not None else frozenset()
         names = {"memory": "memory", "pids": "process count", "cpu": "CPU share"}
-        missing += [names[name] for name in cgroups.CONTROLLERS if name not in enforced]
-        if not self.pid_namespace:
+        missing = [names[name] for name in cgroups.CONTROLLERS if name not in enforced]
+        if self.hierarchy is None and not self.pid_namespace:
             missing.append("ending setsid daemons with their job")
         return missing
 
@@ -117,9 +117,11 @@ class ProcessTrees:
         missing = self.not_enforced()
         if not missing:
             return None
-        why = self.problem or "no PID namespaces here"
-        if self.hierarchy is not None and not self.pid_namespace:
-            why = "no PID namespaces here"
+        if self.hierarchy is None:
+            why = self.problem
+        else:
+            absent = [name for name in cgroups.CONTROLLERS if name not in self.hierarchy.enforced]
+            why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
 
     def prepare(
