@@ -5,6 +5,7 @@ root, and run as root in CI, where they never skip."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -290,6 +291,38 @@ def test_v2_writes_the_limits_and_enables_the_controllers_on_the_way(tmp_path: P
         assert (level / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
     (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     assert hierarchy.memory_exceeded("local-x/run-1/main-0")
+
+
+def test_v2_in_a_cgroup_with_processes_moves_them_to_a_leaf_to_enable_controllers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server in a cgroup of its own (a systemd service): cgroup v2 refuses controllers for
+    children of a cgroup holding processes (EBUSY), so they move to a leaf first. A stand-in
+    for the kernel's rules, on a directory standing in for the hierarchy."""
+    home = tmp_path / "system.slice" / "flotilla.service"
+    home.mkdir(parents=True)
+    (home / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (home / "cgroup.procs").write_text("111\n222\n")
+
+    def enable(directory: Path, controllers: str) -> None:
+        if (directory / "cgroup.procs").read_text().strip():
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        (directory / "cgroup.subtree_control").write_text(controllers)
+
+    def move(pid: int, leaf: Path) -> None:
+        procs = (home / "cgroup.procs").read_text().split()
+        (home / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs if p != str(pid)))
+        with (leaf / "cgroup.procs").open("a") as file:
+            file.write(f"{pid}\n")
+
+    monkeypatch.setattr(cgroup_module, "_enable", enable)
+    monkeypatch.setattr(cgroup_module, "_move", move)
+    found, problem = cgroup_module._v2(tmp_path, "/system.slice/flotilla.service")
+    assert problem == "" and isinstance(found, CgroupV2)
+    assert found.base == home / "flotilla"
+    assert found.enforced == {"memory", "pids", "cpu"}
+    assert (home / "flotilla-server" / "cgroup.procs").read_text().split() == ["111", "222"]
+    assert (home / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
 
 
 def test_without_cgroups_the_notice_says_what_is_not_enforced(tmp_path: Path) -> None:

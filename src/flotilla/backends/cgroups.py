@@ -348,18 +348,46 @@ def _own_cgroups() -> dict[str, str]:
     return own
 
 
+SERVER_LEAF = "flotilla-server"
+"""Where ``_v2`` moves the processes of the server's own cgroup (see there)."""
+
+
+def _move(pid: int, leaf: Path) -> None:
+    try:
+        _write(leaf / "cgroup.procs", str(pid))
+    except ProcessLookupError:
+        pass  # exited meanwhile
+    except OSError as error:
+        if error.errno != errno.ESRCH:
+            raise
+
+
 def _v2(mount: Path, own: str) -> tuple[Cgroups | None, str]:
+    """The server's own v2 cgroup, readied to hold the runs' cgroups.
+
+    Controllers can be handed to children only from a cgroup with no process of its own (the
+    root excepted): a server in a cgroup of its own (a systemd service with ``Delegate=yes``,
+    a container) first moves that cgroup's processes — itself, supervisors of an earlier
+    start — into a leaf, ``flotilla-server``, as systemd asks of a delegated service."""
     home = mount / own.lstrip("/")
     offered = set(_read(home / "cgroup.controllers").split())
     wanted = frozenset(name for name in CONTROLLERS if name in offered)
     if not {"memory", "pids"} <= wanted:
         return None, f"cgroup v2 at {mount} offers no memory and pids controllers"
-    base = home / "flotilla"
+    enable = " ".join(f"+{name}" for name in sorted(wanted))
     try:
+        try:
+            _enable(home, enable)
+        except OSError as error:
+            if error.errno != errno.EBUSY:
+                raise
+            leaf = home / SERVER_LEAF
+            leaf.mkdir(exist_ok=True)
+            for pid in _cgroup_procs(home):
+                _move(pid, leaf)
+            _enable(home, enable)
+        base = home / "flotilla"
         base.mkdir(exist_ok=True)
-        # Controllers can be handed to children only from a cgroup without processes of its
-        # own (the root excepted): a server in a non-root cgroup needs a delegated subtree.
-        _enable(home, " ".join(f"+{name}" for name in sorted(wanted)))
     except OSError as error:
         return None, f"cannot enable {', '.join(sorted(wanted))} in {home}: {error.strerror}"
     return CgroupV2(base, wanted), ""
