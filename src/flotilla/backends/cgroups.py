@@ -230,11 +230,14 @@ class CgroupV1:
         return tuple(directories)
 
     def processes(self, path: str) -> list[int]:
-        found: set[int] = set()
-        for directory in self._all(path):
-            for cgroup in _subtree(directory):
-                found.update(_cgroup_procs(cgroup))
-        return sorted(found)
+        # A replica's processes are in every hierarchy (its init joined them all): one is
+        # enough to list them, and the freezer's is the one a kill acts on.
+        tracking = next(
+            self.bases[name] for name in ("freezer", "pids", "memory", "cpu") if name in self.bases
+        )
+        return sorted(
+            {pid for cgroup in _subtree(tracking / path) for pid in _cgroup_procs(cgroup)}
+        )
 
     def kill(self, path: str) -> None:
         if not self.processes(path):
