@@ -314,3 +314,18 @@ def test_a_fleet_with_unbounded_numbers_is_refused_naming_each_field(
         "quotas[0].max:",
     ):
         assert any(line.startswith(path) for line in found), (path, found)
+
+
+def test_a_bulk_cancel_or_filter_with_thousands_of_labels_is_a_422(
+    lifecycle_client: TestClient,
+) -> None:
+    """Issue 23: 10,000 labels made one query of 10,000 conditions, which SQLite refuses
+    (a 500)."""
+    labels = {f"k{index}": "v" for index in range(10_000)}
+    response = lifecycle_client.post("/v1/jobs/cancel", json={"labels": labels})
+    assert response.status_code == 422, response.text[:500]
+    assert problems(response)[0].startswith("labels:")
+    query = "&".join(f"label=k{index}=v" for index in range(1000))
+    assert lifecycle_client.get(f"/v1/jobs?{query}").status_code == 422
+    few = {f"k{index}": "v" for index in range(64)}
+    assert lifecycle_client.post("/v1/jobs/cancel", json={"labels": few}).status_code == 200

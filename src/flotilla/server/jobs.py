@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flotilla.api.schemas import (
     LABEL_KEY,
+    MAX_LABEL_FILTERS,
     MAX_REASON,
     BulkCancelBody,
     CancelBody,
@@ -263,7 +264,7 @@ def list_jobs(
     owner: Annotated[str | None, Query(max_length=253)] = None,
     label: Annotated[
         list[Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=MAX_REASON)]] | None,
-        Query(description="key=value; repeat: all match."),
+        Query(description="key=value; repeat: all match.", max_length=MAX_LABEL_FILTERS),
     ] = None,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_CURSOR, description="A page's next_cursor.")
