@@ -202,6 +202,16 @@ def test_logs_can_be_followed_from_an_offset(harness: Harness) -> None:
     assert b"abcdefghij" in pieces
 
 
+def test_an_offset_far_past_the_end_reads_nothing(harness: Harness) -> None:
+    """Issue 23: ``offset=2**62`` (within the API's limit) made a file seek fail (a 500)."""
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.quick(output="abc")))
+    harness.wait_terminal(backend, "run-1")
+    chunk = backend.logs(LogsRequest("run-1", offset=2**62))
+    assert (chunk.data, chunk.offset, chunk.next_offset) == (b"", 2**62, 2**62)
+    assert chunk.complete
+
+
 def test_every_replica_runs_and_has_its_own_logs(harness: Harness) -> None:
     backend = harness.make()
     backend.dispatch(request(backend, "run-1", harness.quick(output="replica-says-hi"), replicas=3))

@@ -58,3 +58,36 @@ def test_a_priority_class_is_left_for_the_server_which_knows_the_fleet() -> None
         "tasks": [{"name": "main", "resources": {"cpu": 1}}],
     }
     assert submission_body(spec) == spec
+
+
+def test_a_key_given_twice_in_a_job_file_is_refused_as_fleet_apply_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: ``flotilla submit`` kept the last of two ``queue`` keys (PyYAML's way)."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        "name: a\nqueue: team-a\nqueue: team-b\ntasks: [{name: main, resources: {cpu: 1}}]\n"
+    )
+    refused = CliRunner().invoke(app, ["submit", str(twice), "--dry-run", "--server", UNREACHABLE])
+    assert refused.exit_code == 2, refused.output
+    assert "duplicate key 'queue'" in refused.output and "line 3" in refused.output
+    as_json = tmp_path / "twice.json"
+    as_json.write_text(
+        '{"name": "a", "queue": "x", "queue": "y", "tasks": [{"name": "m", "resources": {}}]}'
+    )
+    refused = CliRunner().invoke(app, ["submit", str(as_json), "--dry-run"])
+    assert refused.exit_code == 2 and "duplicate key 'queue'" in refused.output
+
+
+def test_a_job_file_nested_thousands_deep_is_a_clean_error(tmp_path: Path) -> None:
+    """Issue 23: 5,000 levels of YAML ended in a RecursionError traceback."""
+    for name, text in (
+        ("deep.yaml", "name: " + "[" * 5000 + "]" * 5000 + "\n"),
+        ("deep.json", '{"name": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ):
+        deep = tmp_path / name
+        deep.write_text(text)
+        refused = CliRunner().invoke(app, ["submit", str(deep), "--dry-run"])
+        assert refused.exit_code == 2, refused.output
+        assert "nested more than 32 levels deep" in refused.output
+        assert "Traceback" not in refused.output and "RecursionError" not in refused.output

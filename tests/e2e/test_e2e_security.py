@@ -104,8 +104,8 @@ def test_a_submit_only_job_cannot_read_the_admin_token_another_users_secret_or_t
     assert "the-admin-token" not in seen and "bo-password" not in seen
     assert "E2E_ADMIN_TOKEN" not in seen
     assert server.logs(ana_job).split()[-1] == "nobody"
-    assert httpx.get(f"{url}/v1/jobs/{bo_job}", headers=ana).status_code == 403
-    assert httpx.get(f"{url}/v1/jobs/{bo_job}/logs", headers=ana).status_code == 403
+    assert httpx.get(f"{url}/v1/jobs/{bo_job}", headers=ana).status_code == 404
+    assert httpx.get(f"{url}/v1/jobs/{bo_job}/logs", headers=ana).status_code == 404
     detail = httpx.get(f"{url}/v1/jobs/{bo_job}", headers=ops).json()
     assert detail["spec"]["payload"]["env"] == {"PASS": {"secret": "(hidden)"}}
     assert server.logs(bo_job) == "pass=bo-password\n"  # delivered to the job, and only there

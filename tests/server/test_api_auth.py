@@ -85,17 +85,41 @@ def test_cancel_own_jobs_with_submit_others_need_cancel(api: TestClient, store: 
     (theirs,) = api.post("/v1/jobs", json=spec("theirs"), headers=as_user("bo-token")).json()["ids"]
     assert api.post(f"/v1/jobs/{mine}/cancel", headers=as_user("ana-token")).status_code == 200
     refused = api.post(f"/v1/jobs/{theirs}/cancel", headers=as_user("ana-token"))
-    assert refused.status_code == 403 and "'cancel' permission on queue 'team-a'" in refused.text
+    assert refused.status_code == 404  # ana may not read bo's job: it is not there for her
+    assert refused.json()["message"] == f"no such job: {theirs!r} is no job's id, id prefix or name"
     assert store.get_job(theirs).state is JobState.QUEUED
     assert api.post(f"/v1/jobs/{theirs}/cancel", headers=as_user("cy-token")).status_code == 200
 
 
-def test_bulk_cancel_is_all_or_nothing_on_permissions(api: TestClient, store: SqlStore) -> None:
+def test_bulk_cancel_matches_only_the_jobs_the_caller_may_see(
+    api: TestClient, store: SqlStore
+) -> None:
+    """Issue 23: a 403 for a label match in another's job told ana that it exists."""
     ana = api.post("/v1/jobs", json=spec("a", labels={"s": "1"}), headers=as_user("ana-token"))
     bo = api.post("/v1/jobs", json=spec("b", labels={"s": "1"}), headers=as_user("bo-token"))
-    refused = api.post("/v1/jobs/cancel", json={"labels": {"s": "1"}}, headers=as_user("ana-token"))
-    assert refused.status_code == 403
-    ids = [ana.json()["ids"][0], bo.json()["ids"][0]]
+    done = api.post("/v1/jobs/cancel", json={"labels": {"s": "1"}}, headers=as_user("ana-token"))
+    assert done.status_code == 200
+    assert [job["id"] for job in done.json()["cancelled"]] == ana.json()["ids"]
+    assert store.get_job(bo.json()["ids"][0]).state is JobState.QUEUED
+
+
+def test_bulk_cancel_is_all_or_nothing_on_permissions(store: SqlStore) -> None:
+    config = {
+        "users": [
+            {"name": "ana", "token_sha256": token_hash("a"), "queues": {"team-a": ["submit"]}},
+            {
+                "name": "eve",
+                "token_sha256": token_hash("e"),
+                "queues": {"team-a": ["submit", "read"]},
+            },
+        ]
+    }
+    api = TestClient(create_app(store, None, AuthSettings.from_data(config)))
+    ana = api.post("/v1/jobs", json=spec("a", labels={"s": "1"}), headers=as_user("a"))
+    eve = api.post("/v1/jobs", json=spec("e", labels={"s": "1"}), headers=as_user("e"))
+    refused = api.post("/v1/jobs/cancel", json={"labels": {"s": "1"}}, headers=as_user("e"))
+    assert refused.status_code == 403  # eve sees ana's job and may not cancel it
+    ids = [ana.json()["ids"][0], eve.json()["ids"][0]]
     assert [store.get_job(job_id).state for job_id in ids] == [JobState.QUEUED] * 2
 
 
@@ -204,8 +228,10 @@ def test_a_submitter_reads_only_their_own_jobs_without_read_on_the_queue(
     ana = as_user("ana-token")
     for path in ("", "/events", "/why", "/logs", "/events/stream"):
         refused = api.get(f"/v1/jobs/{theirs}{path}", headers=ana)
-        assert refused.status_code == 403, path
-        assert "'read' permission on queue 'team-a'" in refused.json()["message"]
+        assert refused.status_code == 404, path  # as if it did not exist (issue 23)
+        assert refused.json()["message"] == (
+            f"no such job: {theirs!r} is no job's id, id prefix or name"
+        )
     assert api.get(f"/v1/jobs/{mine}", headers=ana).status_code == 200
     listed = api.get("/v1/jobs", headers=ana).json()["jobs"]
     assert [job["id"] for job in listed] == [mine]
@@ -234,11 +260,21 @@ def test_a_dependency_on_another_queues_job_needs_read_on_it(
     api: TestClient, store: SqlStore
 ) -> None:
     [other] = store.submit_jobs([JobSpec.model_validate(spec("secret", "team-b"))])
-    for named in ("team-b/secret", other):
-        body = spec("mine", depends_on=[{"job": named}])
-        refused = api.post("/v1/jobs", json=body, headers=as_user("ana-token"))
-        assert refused.status_code == 403, refused.text
-        assert "'read' permission on queue 'team-b'" in refused.json()["message"]
+    by_name = spec("mine", depends_on=[{"job": "team-b/secret"}])
+    refused = api.post("/v1/jobs", json=by_name, headers=as_user("ana-token"))
+    assert refused.status_code == 403, refused.text  # about the queue, whose name is public
+    assert "'read' permission on queue 'team-b'" in refused.json()["message"]
+    by_id = api.post(
+        "/v1/jobs", json=spec("mine", depends_on=[{"job": other}]), headers=as_user("ana-token")
+    )
+    unknown = api.post(
+        "/v1/jobs", json=spec("mine", depends_on=[{"job": "f" * 32}]), headers=as_user("ana-token")
+    )
+    # A job she may not read is refused as an id naming no job is (issue 23).
+    assert (by_id.status_code, unknown.status_code) == (400, 400), by_id.text
+    assert by_id.json()["problems"] == [
+        line.replace("f" * 32, other) for line in unknown.json()["problems"]
+    ]
     own = api.post(
         "/v1/jobs",
         json={"jobs": [spec("first"), spec("then", depends_on=[{"job": "team-a/first"}])]},
@@ -251,3 +287,35 @@ def test_a_dependency_on_another_queues_job_needs_read_on_it(
         headers=as_user("ops-token"),
     )
     assert allowed.status_code == 201, allowed.text
+
+
+def test_another_queues_job_is_answered_as_if_it_did_not_exist(api: TestClient) -> None:
+    """Issue 23: a 403 where a made-up id is a 404 told a tenant that the job exists."""
+    bo, ana = as_user("bo-token"), as_user("ana-token")
+    submitted = api.post("/v1/jobs", json=spec("hidden", "team-b"), headers=bo).json()
+    job = submitted["ids"][0]
+    made_up = "f" * len(job)
+    array = api.post("/v1/jobs", json=spec("arr", "team-b", array={"size": 2}), headers=bo).json()[
+        "jobs"
+    ][0]["array_id"]
+    for method, path, body in (
+        ("GET", "/v1/jobs/{}", None),
+        ("GET", "/v1/jobs/{}/why", None),
+        ("GET", "/v1/jobs/{}/logs", None),
+        ("POST", "/v1/jobs/{}/cancel", None),
+        ("POST", "/v1/jobs/{}/priority", {"priority": 1}),
+    ):
+        real = api.request(method, path.format(job), json=body, headers=ana)
+        fake = api.request(method, path.format(made_up), json=body, headers=ana)
+        assert (real.status_code, fake.status_code) == (404, 404), path
+        assert real.json()["message"] == fake.json()["message"].replace(made_up, job)
+    named = api.get("/v1/queues/team-b/jobs/hidden", headers=ana)
+    unknown = api.get("/v1/queues/team-b/jobs/nothing", headers=ana)
+    assert (named.status_code, unknown.status_code) == (404, 404)
+    assert named.json()["message"] == unknown.json()["message"].replace("nothing", "hidden")
+    assert api.get(f"/v1/arrays/{array}", headers=ana).json() == {
+        "message": f"no such array: {array}",
+        "problems": [],
+    }
+    assert api.post(f"/v1/arrays/{array}/cancel", headers=ana).status_code == 404
+    assert api.get(f"/v1/jobs/{job}", headers=bo).status_code == 200

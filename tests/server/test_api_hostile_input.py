@@ -232,3 +232,100 @@ def test_event_streams_are_limited_per_client_and_in_all(any_store: SqlStore) ->
     assert in_all.value.status == 503
     context.close_stream("a")
     context.open_stream("c")
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"retry": {"limit": 1, "delay": "99999999999h"}}, "retry.delay"),
+        ({"retry": {"limit": 1, "max_delay": 1e300}}, "retry.max_delay"),
+        ({"max_runtime": 1e300}, "max_runtime"),
+        ({"duration": 1e300}, "duration"),
+        ({"gang": {"timeout": 1e300}}, "gang.timeout"),
+        ({"array": {"size": 2, "parallelism": 10**30}}, "array.parallelism"),
+        (
+            {"tasks": [{"name": "m", "resources": {"cpu": "1e300", "memory": "1e30Ei"}}]},
+            "tasks[0].resources.cpu",
+        ),
+    ],
+)
+def test_unbounded_durations_and_amounts_are_refused_naming_the_field(
+    lifecycle_client: TestClient, any_store: SqlStore, fields: dict[str, Any], path: str
+) -> None:
+    """Issue 23: a retry delay of 99999999999h was stored, then overflowed inside the
+    scheduling loop (dropping the rest of that poll for everyone)."""
+    response = lifecycle_client.post("/v1/jobs", json=spec("huge", **fields))
+    assert response.status_code == 422, response.text
+    assert any(line.startswith(f"{path}:") for line in problems(response)), problems(response)
+    assert any_store.list_jobs().jobs == []
+
+
+def test_the_longest_allowed_retry_delay_is_accepted(lifecycle_client: TestClient) -> None:
+    body = spec("patient", retry={"limit": 1, "delay": "87600h", "max_delay": "87600h"})
+    assert lifecycle_client.post("/v1/jobs", json=body).status_code == 201
+
+
+@pytest.mark.parametrize("weight", [1e308, 1e-320])
+def test_extreme_queue_and_quota_weights_are_refused(
+    lifecycle_client: TestClient, weight: float
+) -> None:
+    queue = lifecycle_client.put("/v1/queues/heavy", json={"weight": weight})
+    assert queue.status_code == 422, queue.text
+    assert problems(queue)[0].startswith("weight:")
+    quota = lifecycle_client.put("/v1/quotas/heavy", json={"weight": weight})
+    assert quota.status_code == 422, quota.text
+    assert problems(quota)[0].startswith("weight:")
+    assert [q["name"] for q in lifecycle_client.get("/v1/queues").json()] == ["team-a", "team-b"]
+    assert lifecycle_client.get("/v1/quotas").json() == []
+
+
+def test_a_quota_min_above_its_max_is_refused_naming_the_field(
+    lifecycle_client: TestClient,
+) -> None:
+    response = lifecycle_client.put(
+        "/v1/quotas/upside-down", json={"min": {"cpu": 10}, "max": {"cpu": 1, "memory": "1Gi"}}
+    )
+    assert response.status_code == 422, response.text
+    [line] = problems(response)
+    assert line.startswith("max:") and "min.cpu" in line
+    nested = lifecycle_client.put(
+        "/v1/quotas/top", json={"children": [{"name": "c", "min": {"gpu": 4}, "max": {"gpu": 2}}]}
+    )
+    assert nested.status_code == 422 and problems(nested)[0].startswith("children[0].max:")
+    assert lifecycle_client.get("/v1/quotas").json() == []
+
+
+def test_a_fleet_with_unbounded_numbers_is_refused_naming_each_field(
+    lifecycle_client: TestClient,
+) -> None:
+    fleet = {
+        "clusters": [{"name": "c", "nodes": [{"name": "n", "count": 10**12, "resources": {}}]}],
+        "priority_classes": [{"name": "high", "value": 10**30}],
+        "queues": [{"name": "q", "weight": 1e308}],
+        "quotas": [{"name": "r", "min": {"cpu": 2}, "max": {"cpu": 1}}],
+    }
+    response = lifecycle_client.put("/v1/fleet", json=fleet)
+    assert response.status_code == 422, response.text
+    found = problems(response)
+    for path in (
+        "clusters[0].nodes[0].count:",
+        "priority_classes[0].value:",
+        "queues[0].weight:",
+        "quotas[0].max:",
+    ):
+        assert any(line.startswith(path) for line in found), (path, found)
+
+
+def test_a_bulk_cancel_or_filter_with_thousands_of_labels_is_a_422(
+    lifecycle_client: TestClient,
+) -> None:
+    """Issue 23: 10,000 labels made one query of 10,000 conditions, which SQLite refuses
+    (a 500)."""
+    labels = {f"k{index}": "v" for index in range(10_000)}
+    response = lifecycle_client.post("/v1/jobs/cancel", json={"labels": labels})
+    assert response.status_code == 422, response.text[:500]
+    assert problems(response)[0].startswith("labels:")
+    query = "&".join(f"label=k{index}=v" for index in range(1000))
+    assert lifecycle_client.get(f"/v1/jobs?{query}").status_code == 422
+    few = {f"k{index}": "v" for index in range(64)}
+    assert lifecycle_client.post("/v1/jobs/cancel", json={"labels": few}).status_code == 200

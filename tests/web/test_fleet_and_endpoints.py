@@ -23,6 +23,7 @@ TOKENS = {
     "users": [
         {"name": "ana", "token_env": "ANA", "queues": {"team-a": ["cancel"]}},
         {"name": "ops", "token_env": "OPS", "admin": True},
+        {"name": "bo", "token_env": "BO", "queues": {"team-b": ["submit"]}},
     ]
 }
 
@@ -91,7 +92,9 @@ def test_allocation_per_node_cluster_queue_and_quota(store: SqlStore) -> None:
 
 @pytest.fixture
 def client(store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    auth = AuthSettings.from_data(TOKENS, environ={"ANA": "ana-token", "OPS": "ops-token"})
+    auth = AuthSettings.from_data(
+        TOKENS, environ={"ANA": "ana-token", "OPS": "ops-token", "BO": "bo-token"}
+    )
     app = mount_dashboard(create_app(store, FakeScheduler(), auth), timeline_interval=0.05)
     with TestClient(app) as client:  # runs the lifespan: the timeline samples
         yield client
@@ -115,6 +118,23 @@ def test_who_am_i_names_the_permissions(client: TestClient) -> None:
         "queues": {"team-a": ["cancel"]},
         "auth_enabled": True,
     }
+
+
+def test_the_fleet_view_hides_the_names_of_jobs_the_caller_may_not_read(
+    client: TestClient,
+) -> None:
+    """Issue 23: ``/ui/api/fleet`` named the jobs on every node, whoever asked."""
+
+    def names_on_nodes(token: str) -> set[str]:
+        response = client.get("/ui/api/fleet", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200
+        nodes = [node for cluster in response.json()["clusters"] for node in cluster["nodes"]]
+        gpus = [name for node in nodes for names in node["gpus_in_use"].values() for name in names]
+        return {name for node in nodes for name in node["jobs"]} | set(gpus)
+
+    assert names_on_nodes("ana-token") == {"train"}  # cancel on team-a includes read
+    assert names_on_nodes("bo-token") == {"(hidden)"}
+    assert names_on_nodes("ops-token") == {"train"}
 
 
 def test_the_timeline_samples_the_fleet_while_served(client: TestClient) -> None:

@@ -213,6 +213,10 @@ LABEL_KEY = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,252}$"
 
 Reason = Annotated[str, Field(max_length=MAX_REASON)]
 
+MAX_LABEL_FILTERS = 64
+"""Labels one filter or bulk cancel may match on: each is a condition of the query, and
+SQLite refuses a query of 1,000 (a 10,000-label cancel was a 500)."""
+
 
 class CancelBody(_Closed):
     reason: Reason = "cancelled by user"
@@ -232,7 +236,9 @@ class BulkCancelBody(_Closed):
     )
 
     queue: str | None = Field(default=None, max_length=253)
-    labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Reason] = {}
+    labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Reason] = Field(
+        default={}, max_length=MAX_LABEL_FILTERS
+    )
     reason: Reason = "cancelled by user"
 
 

@@ -222,6 +222,22 @@ class ChangeLog:
         yield from changed
 
 
+def read_log_slice(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of the log at ``path`` from ``offset``, and the log's size (a
+    missing log is empty). An offset past the end reads nothing: seeking there is refused by
+    the file system beyond its largest file size (``EINVAL``; an offset of 2^62, within the
+    API's limit, was a 500)."""
+    try:
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if offset >= size:
+                return b"", size
+            file.seek(offset)
+            return file.read(max(0, limit)), size
+    except FileNotFoundError:
+        return b"", 0
+
+
 def run_directory(state_dir: Path, run_id: str) -> Path:
     return state_dir / "runs" / run_id
 

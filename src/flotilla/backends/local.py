@@ -37,6 +37,7 @@ from flotilla.backends.common import (
     check_same_job,
     command_payload_of,
     pick_replica,
+    read_log_slice,
     rendezvous_env,
     run_directory,
     saved_run_ids,
@@ -282,13 +283,7 @@ class LocalBackend:
             index = pick_replica(run.result.placements, request.task, request.replica)
             path = run.log_file(run.replicas[index], request.stream.value)
             terminal = run.state.terminal
-        try:
-            with path.open("rb") as file:
-                size = os.fstat(file.fileno()).st_size
-                file.seek(request.offset)
-                data = file.read(max(0, request.limit))
-        except FileNotFoundError:
-            size, data = 0, b""
+        data, size = read_log_slice(path, request.offset, request.limit)
         next_offset = request.offset + len(data)
         complete = terminal and next_offset >= size
         return LogChunk(request.run_id, request.stream, request.offset, next_offset, data, complete)

@@ -6,7 +6,20 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from flotilla.model.base import Labels, Name, Quantity, ResourceList, Strict
+from flotilla.model.base import MAX_COUNT, Labels, Name, Quantity, ResourceList, Seconds, Strict
+
+MAX_NODES_PER_GROUP = 100_000
+MAX_PRICE = 1e9
+"""The largest price per unit-hour of a resource (a cost strategy sums them)."""
+
+
+def check_costs(cost: dict[str, float]) -> None:
+    """Prices are finite, non-negative and at most ``MAX_PRICE``."""
+    for resource, price in cost.items():
+        if price < 0:
+            raise ValueError(f"cost.{resource}: must be >= 0")
+        if not price <= MAX_PRICE:  # NaN too
+            raise ValueError(f"cost.{resource}: must be at most {MAX_PRICE:g}")
 
 
 class TaintEffect(StrEnum):
@@ -27,10 +40,10 @@ class GpuInventory(Strict):
     NUMA node k (and PCIe switch k) holds the k-th contiguous block of ids.
     """
 
-    count: int = Field(ge=0)
+    count: int = Field(ge=0, le=MAX_COUNT)
     memory: Quantity | None = None
-    numa_nodes: int = Field(default=1, ge=1)
-    pcie_switches: int | None = Field(default=None, ge=1)
+    numa_nodes: int = Field(default=1, ge=1, le=MAX_COUNT)
+    pcie_switches: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
     @model_validator(mode="after")
     def _blocks_divide(self) -> GpuInventory:
@@ -47,7 +60,7 @@ class NodeGroup(Strict):
     """One node, or with ``count`` N the nodes name-0 … name-(N-1), all alike."""
 
     name: Name
-    count: int | None = Field(default=None, ge=1)
+    count: int | None = Field(default=None, ge=1, le=MAX_NODES_PER_GROUP)
     resources: ResourceList
     labels: Labels = {}
     taints: list[Taint] = []
@@ -76,13 +89,11 @@ class ClusterSpec(Strict):
     cost: dict[str, float] = {}
     """Price per unit-hour by resource (``cpu``, ``memory_gib``, ``gpu``, …)."""
     backend: str = "sim"
-    startup_delay: float = Field(default=0, ge=0)
-    fail_at: float | None = Field(default=None, ge=0)
+    startup_delay: Seconds = 0
+    fail_at: Seconds | None = None
     nodes: list[NodeGroup] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _costs_non_negative(self) -> ClusterSpec:
-        for resource, price in self.cost.items():
-            if price < 0:
-                raise ValueError(f"cost.{resource}: must be >= 0")
+    def _costs_in_range(self) -> ClusterSpec:
+        check_costs(self.cost)
         return self

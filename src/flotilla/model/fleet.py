@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import Field, JsonValue, model_validator
 
-from flotilla.model.base import Labels, Name, Strict
-from flotilla.model.cluster import NodeGroup
+from flotilla.model.base import Labels, Name, Seconds, Strict
+from flotilla.model.cluster import NodeGroup, check_costs
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Settings
 
@@ -48,18 +48,16 @@ class FleetCluster(Strict):
     """Keyword settings of the backend's factory (``factory(cluster=name, **settings)``)."""
     labels: Labels = {}
     cost: dict[str, float] = {}
-    startup_delay: float = Field(default=0, ge=0)
+    startup_delay: Seconds = 0
     """Simulator only: seconds from dispatch to running."""
-    fail_at: float | None = Field(default=None, ge=0)
+    fail_at: Seconds | None = None
     """Simulator only: when the cluster fails."""
     nodes: list[NodeGroup] = []
     """Optional for a service cluster (its backend reports them); required to simulate."""
 
     @model_validator(mode="after")
     def _check(self) -> FleetCluster:
-        for resource, price in self.cost.items():
-            if price < 0:
-                raise ValueError(f"cost.{resource}: must be >= 0")
+        check_costs(self.cost)
         if "cluster" in self.settings:
             raise ValueError("settings.cluster: is the cluster's name; do not set it")
         for key, value in self.settings.items():

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from flotilla.model.base import Labels, Name, ResourceList, Strict
+from flotilla.model.base import MAX_COUNT, MAX_SECONDS, Labels, Name, ResourceList, Seconds, Strict
 from flotilla.model.cluster import TaintEffect
 from flotilla.model.retry import ArraySpec, RetrySpec
 
@@ -48,9 +48,9 @@ class GangMode(StrEnum):
 
 
 class GangSpec(Strict):
-    min_member: int | None = Field(default=None, ge=1)
+    min_member: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     mode: GangMode = GangMode.STRICT
-    timeout: float = Field(default=600, gt=0)
+    timeout: float = Field(default=600, gt=0, le=MAX_SECONDS)
     name: str | None = None
 
 
@@ -135,9 +135,9 @@ class JobSpec(Strict):
     name: Name
     count: int | None = Field(default=None, ge=1)
     queue: str
-    submit_at: float = Field(default=0, ge=0)
-    duration: float | None = Field(default=None, ge=0)
-    cancel_at: float | None = Field(default=None, ge=0)
+    submit_at: Seconds = 0
+    duration: Seconds | None = None
+    cancel_at: Seconds | None = None
     priority: int | None = None
     priority_class: str | None = None
     preemptible: bool | None = None
@@ -149,7 +149,7 @@ class JobSpec(Strict):
     labels: Labels = {}
     annotations: Labels = {}
     user: str | None = None
-    max_runtime: float | None = Field(default=None, gt=0)
+    max_runtime: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     payload: dict[str, Any] | None = None
     depends_on: list[Dependency] = Field(default=[], max_length=1000)
     hold_if_unfit: bool = False

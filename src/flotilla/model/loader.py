@@ -16,9 +16,33 @@ from flotilla.model.job import dependency_cycles
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Scenario
 
+MAX_DOCUMENT_DEPTH = 32
+"""How deeply a file (a job file, a fleet, a scenario, a token config) may nest, as the API
+allows of a body: a spec needs fewer than 10 levels, and PyYAML's and Python's JSON readers
+recurse, failing with a RecursionError traceback past about 1,000."""
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+    """A YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)
+    and a document nested more than ``MAX_DOCUMENT_DEPTH`` levels deep."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DOCUMENT_DEPTH + 1:  # the innermost scalar is no level
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested more than {MAX_DOCUMENT_DEPTH} levels deep",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -36,13 +60,47 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        found[key] = value
+    return found
+
+
+def _json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and mappings (without recursing)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_document(text: str, source: str) -> Any:
-    """Parse YAML (a superset of JSON) or JSON text; syntax errors become ``SpecError``."""
+    """Parse YAML (a superset of JSON) or JSON text; syntax errors, a key given twice in one
+    mapping and nesting deeper than ``MAX_DOCUMENT_DEPTH`` become ``SpecError``."""
+    deep = f"(top level): nested more than {MAX_DOCUMENT_DEPTH} levels deep"
     if source.endswith(".json"):
         try:
-            return json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
         except json.JSONDecodeError as error:
             raise SpecError([f"line {error.lineno}: {error.msg}"], source) from None
+        except _DuplicateKey as error:
+            raise SpecError([f"(top level): {error}"], source) from None
+        except RecursionError:
+            raise SpecError([deep], source) from None
+        if _json_depth(data) > MAX_DOCUMENT_DEPTH:
+            raise SpecError([deep], source)
+        return data
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:

@@ -29,6 +29,10 @@ _PATTERN = re.compile(
 
 GIB = float(2**30)
 
+MAX_QUANTITY = float(2**63)
+"""The largest amount of one resource (``8Ei`` bytes; 9.2e18 cores or GPUs): sums over
+thousands of nodes or replicas stay finite, and every store can hold it."""
+
 
 def parse_quantity(value: object) -> float:
     """Return the quantity as a float in base units; raise ``ValueError`` naming the problem."""
@@ -49,6 +53,8 @@ def parse_quantity(value: object) -> float:
         raise ValueError("must be finite")
     if number < 0:
         raise ValueError("must be >= 0")
+    if number > MAX_QUANTITY:
+        raise ValueError(f"must be at most {MAX_QUANTITY:.4g} (8Ei)")
     return number
 
 

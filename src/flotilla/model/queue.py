@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from flotilla.model.base import Name, ResourceList, Strict
+from flotilla.model.base import MAX_PRIORITY, Name, ResourceList, Strict, Weight
 
 
 class WithinQueue(StrEnum):
@@ -27,7 +27,7 @@ class BorrowPolicy(StrEnum):
 
 class BorrowWithinCohort(Strict):
     policy: BorrowPolicy = BorrowPolicy.NEVER
-    max_priority_threshold: int | None = None
+    max_priority_threshold: int | None = Field(default=None, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
 
 
 class Preemption(Strict):
@@ -41,13 +41,13 @@ class Preemption(Strict):
 class QueueSpec(Strict):
     name: Name
     quota: str | None = None
-    weight: float = Field(default=1.0, gt=0)
+    weight: Weight = 1.0
     preemption: Preemption = Preemption()
 
 
 class PriorityClass(Strict):
     name: Name
-    value: int
+    value: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     preemptible: bool = True
 
 
@@ -58,5 +58,20 @@ class QuotaSpec(Strict):
     min: ResourceList = {}
     max: ResourceList | None = None
     lending_limit: ResourceList | None = None
-    weight: float = Field(default=1.0, gt=0)
+    weight: Weight = 1.0
     children: list[QuotaSpec] = []
+
+    @field_validator("max")
+    @classmethod
+    def _max_not_below_min(
+        cls, ceiling: ResourceList | None, info: ValidationInfo
+    ) -> ResourceList | None:
+        """A guarantee above the ceiling can never be honoured (Kueue refuses it too)."""
+        for resource, guaranteed in (info.data.get("min") or {}).items():
+            limit = (ceiling or {}).get(resource)
+            if limit is not None and guaranteed > limit:
+                raise ValueError(
+                    f"{resource} {limit:g} is below min.{resource} {guaranteed:g}: a quota "
+                    "cannot guarantee more than its ceiling"
+                )
+        return ceiling

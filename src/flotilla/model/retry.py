@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from flotilla.model.base import Strict
+from flotilla.model.base import MAX_COUNT, Seconds, Strict
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -27,8 +27,8 @@ def parse_duration(value: object) -> object:
     return value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-"""Seconds; a number or ``10s``/``5m``/``1h``/``250ms``."""
+Duration = Annotated[Seconds, BeforeValidator(parse_duration)]
+"""Seconds (at most ``MAX_SECONDS``); a number or ``10s``/``5m``/``1h``/``250ms``."""
 
 
 class Backoff(StrEnum):
@@ -91,4 +91,4 @@ class ArraySpec(Strict):
     elements leased, pending or running at once (no limit when omitted)."""
 
     size: int = Field(ge=1)
-    parallelism: int | None = Field(default=None, ge=1)
+    parallelism: int | None = Field(default=None, ge=1, le=MAX_COUNT)

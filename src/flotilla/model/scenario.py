@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from flotilla.model.base import Strict
+from flotilla.model.base import MAX_SECONDS, Seconds, Strict
 from flotilla.model.cluster import ClusterSpec
 from flotilla.model.job import JobSpec
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
@@ -42,14 +42,14 @@ class PluginSettings(Strict):
 
 
 class Settings(Strict):
-    cycle_interval: float = Field(default=1, gt=0)
+    cycle_interval: float = Field(default=1, gt=0, le=MAX_SECONDS)
     mode: Mode = Mode.SYNC
     assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     fair_share_preemption: bool = False
     priority_preemption: bool = False
-    max_time: float | None = Field(default=None, ge=0)
+    max_time: Seconds | None = None
     plugins: PluginSettings = PluginSettings()
 
 

@@ -7,10 +7,11 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from flotilla.api.submission import InvalidSubmission, parse_submission
+from flotilla.model.errors import SpecError
+from flotilla.model.loader import parse_document
 from flotilla.sdk.errors import InvalidSpec
 
 Spec = Mapping[str, Any] | BaseModel
@@ -24,11 +25,15 @@ def read_job_file(path: str | PathLike[str]) -> dict[str, Any]:
     """The submission body of a job file (YAML or JSON): one job, a list, or ``{jobs:
     [...]}``. Raises ``InvalidSpec`` naming the file and every bad field."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidSpec(f"{path}: cannot read: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise InvalidSpec(f"{path}: not valid YAML or JSON: {error}") from None
+    try:
+        # As a fleet file is read: a key given twice is refused (PyYAML keeps the last one
+        # silently), and so is nesting past the API's depth (a RecursionError otherwise).
+        data = parse_document(text, str(path))
+    except SpecError as error:
+        raise InvalidSpec(f"{path}: not valid YAML or JSON", error.problems) from None
     return checked(data, f"{path}: ")
 
 

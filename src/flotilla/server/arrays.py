@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from flotilla.api.schemas import ArrayDetail, CancelBody, CancelResult, Job
-from flotilla.server.context import Caller, Context, ServerContext, require_read
+from flotilla.server.auth import User
+from flotilla.server.context import Caller, Context, ServerContext
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import require_cancel
 from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
@@ -16,8 +17,9 @@ from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
 router = APIRouter(prefix="/v1", tags=["arrays"])
 
 
-def elements(context: ServerContext, array_id: str) -> list[JobRecord]:
-    """Every element of the array, by index (404 when there is no such array)."""
+def elements(context: ServerContext, user: User, array_id: str) -> list[JobRecord]:
+    """Every element of the array, by index (404 when there is no such array, or when the
+    caller may not read its jobs: one queue, one owner, the same answer for every element)."""
     found: list[JobRecord] = []
     after: int | None = None
     while True:
@@ -26,7 +28,7 @@ def elements(context: ServerContext, array_id: str) -> list[JobRecord]:
         if page.next_cursor is None:
             break
         after = page.next_cursor
-    if not found:
+    if not found or not user.may_read(found[0].queue, found[0].owner or ""):
         raise ApiError(404, f"no such array: {array_id}")
     return sorted(found, key=lambda job: job.array_index or 0)
 
@@ -34,8 +36,7 @@ def elements(context: ServerContext, array_id: str) -> list[JobRecord]:
 @router.get("/arrays/{array_id}")
 def get_array(array_id: str, context: Context, user: Caller) -> ArrayDetail:
     """The array's elements and their counts by state; needs read access to its jobs."""
-    jobs = elements(context, array_id)
-    require_read(user, jobs[0])  # one queue, one owner: the same answer for every element
+    jobs = elements(context, user, array_id)
     first = jobs[0]
     array = first.spec.array
     suffix = f"-{first.array_index}"
@@ -59,7 +60,7 @@ def cancel_array(
 ) -> CancelResult:
     """Cancel every unfinished element: waiting ones at once, active ones when their runs
     have stopped. Idempotent."""
-    jobs = elements(context, array_id)
+    jobs = elements(context, user, array_id)
     require_cancel(user, jobs[0])
     open_jobs = [job.id for job in jobs if job.state not in TERMINAL_JOB_STATES]
     records = context.store.cancel_many(open_jobs, (body or CancelBody()).reason)

@@ -38,7 +38,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -50,6 +49,7 @@ from pydantic import (
 
 from flotilla.model.base import Name
 from flotilla.model.errors import SpecError, from_pydantic
+from flotilla.model.loader import parse_document
 from flotilla.runtime import is_loopback
 
 
@@ -156,11 +156,12 @@ class AuthSettings:
     @classmethod
     def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> AuthSettings:
         try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as error:
+            text = path.read_text()
+        except OSError as error:
             raise SpecError(
                 [f"(top level): cannot read token config: {error}"], str(path)
             ) from None
+        data = parse_document(text, str(path))  # a user given twice is an error, not the last
         return cls.from_data(data, environ, source=str(path))
 
     @classmethod

@@ -20,7 +20,7 @@ from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
 from flotilla.service.handle import SchedulerHandle
-from flotilla.store import AmbiguousJobError, CommittedChanges, JobRecord, Store
+from flotilla.store import AmbiguousJobError, CommittedChanges, JobRecord, Store, job_not_found
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -150,21 +150,20 @@ def require(user: User, permission: Permission, queue: str) -> None:
 
 
 def require_read(user: User, job: JobRecord) -> None:
-    """One's own jobs, or any with ``read`` (or ``cancel``, ``admin``) on the job's queue."""
+    """One's own jobs, or any with ``read`` (or ``cancel``, ``admin``) on the job's queue;
+    another's job is answered as if it did not exist (404), as ``find_job`` does."""
     if not user.may_read(job.queue, job.owner or ""):
-        raise ApiError(
-            403,
-            f"user {user.name!r} lacks the 'read' permission on queue {job.queue!r} "
-            "(needed to see other users' jobs)",
-        )
+        raise ApiError(404, str(job_not_found(job.id)))
 
 
 def find_job(context: ServerContext, user: User, reference: str) -> JobRecord:
     """The job a path's reference names (an id, an id prefix, a name: ``Store.find_job``);
-    the caller checks what the user may do with it. An ambiguous reference is a 409
-    listing the candidates in queues the caller may read (the others only counted)."""
+    the caller checks what the user may do with it. A job the caller may not read is a 404
+    worded as for a reference that names nothing: a 403 would tell a tenant that another
+    queue's job exists. An ambiguous reference is a 409 listing the candidates in queues the
+    caller may read (the others only counted)."""
     try:
-        return context.store.find_job(reference)
+        job = context.store.find_job(reference)
     except AmbiguousJobError as error:
         shown = [
             candidate
@@ -175,6 +174,9 @@ def find_job(context: ServerContext, user: User, reference: str) -> JobRecord:
         if hidden:
             shown.append(f"and {hidden} in queues user {user.name!r} may not read")
         raise ApiError(409, str(error), shown) from None
+    if not user.may_read(job.queue, job.owner or ""):
+        raise ApiError(404, str(job_not_found(reference)))
+    return job
 
 
 def require_admin(user: User, action: str) -> None:

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flotilla.api.schemas import (
     LABEL_KEY,
+    MAX_LABEL_FILTERS,
     MAX_REASON,
     BulkCancelBody,
     CancelBody,
@@ -44,6 +45,7 @@ from flotilla.stage_trace import trace
 from flotilla.store import (
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
+    InvalidDependencyError,
     JobRecord,
     JobState,
     NotFoundError,
@@ -124,12 +126,17 @@ def _check_fit(
         )
 
 
-def _check_dependency_access(context: ServerContext, user: User, specs: list[JobSpec]) -> None:
+def _check_dependency_access(
+    context: ServerContext, user: User, specs: list[JobSpec], prefixes: list[str]
+) -> None:
     """A dependency on a job of another queue needs read access to that job: its name and
-    state show in the dependent's ``why`` (403 naming the queue)."""
+    state show in the dependent's ``why``. ``QUEUE/NAME`` needs ``read`` on the queue (403
+    naming it; queue names are no secret); a job id the caller may not read is refused as
+    an id that names no job is (400 naming the field), so the answer does not reveal it."""
     batch = {(spec.queue, name) for spec in specs for name in spec.job_names()}
-    for spec in specs:
-        for dependency in spec.depends_on:
+    problems: list[str] = []
+    for spec, prefix in zip(specs, prefixes, strict=True):
+        for position, dependency in enumerate(spec.depends_on):
             queue, slash, _ = dependency.job.rpartition("/")
             if slash:
                 if queue != spec.queue:
@@ -141,8 +148,14 @@ def _check_dependency_access(context: ServerContext, user: User, specs: list[Job
                 record = context.store.get_job(dependency.job)  # an id, if it is one
             except NotFoundError:
                 continue
-            if record.queue != spec.queue:
-                require_read(user, record)
+            if record.queue != spec.queue and not user.may_read(record.queue, record.owner or ""):
+                problems.append(
+                    f"{prefix + '.' if prefix else ''}depends_on[{position}].job: no job named "
+                    f"{dependency.job!r} in queue {spec.queue!r}, and no job with that id (name "
+                    "a job of another queue as QUEUE/NAME)"
+                )
+    if problems:
+        raise InvalidDependencyError(list(dict.fromkeys(problems)))
 
 
 def _priority_classes(context: ServerContext) -> dict[str, PriorityClass]:
@@ -185,7 +198,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
-    await run_in_threadpool(_check_dependency_access, context, user, specs)
+    await run_in_threadpool(_check_dependency_access, context, user, specs, prefixes)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
     owner = user.name if context.auth.enabled else None
     with tracer().start_as_current_span("flotilla.submit") as span:
@@ -263,7 +276,7 @@ def list_jobs(
     owner: Annotated[str | None, Query(max_length=253)] = None,
     label: Annotated[
         list[Annotated[str, StringConstraints(pattern=LABEL_FILTER, max_length=MAX_REASON)]] | None,
-        Query(description="key=value; repeat: all match."),
+        Query(description="key=value; repeat: all match.", max_length=MAX_LABEL_FILTERS),
     ] = None,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_CURSOR, description="A page's next_cursor.")
@@ -390,8 +403,9 @@ def require_cancel(user: User, job: JobRecord) -> None:
 
 @router.post("/jobs/cancel")
 def cancel_jobs(body: BulkCancelBody, context: Context, user: Caller) -> CancelResult:
-    """Cancel every unfinished job of a queue and/or carrying all the given labels. If the
-    caller may not cancel one of them, none is cancelled (403)."""
+    """Cancel every unfinished job of a queue and/or carrying all the given labels that the
+    caller may see (jobs it may not read are not matched: a 403 would say they exist). If
+    the caller may not cancel one of them, none is cancelled (403)."""
     if body.queue is None and not body.labels:
         raise ApiError(400, "give a queue and/or labels: refusing to cancel every job")
     states = [state for state in JobState if state not in TERMINAL_JOB_STATES]
@@ -401,7 +415,11 @@ def cancel_jobs(body: BulkCancelBody, context: Context, user: Caller) -> CancelR
         page = context.store.list_jobs(
             queue=body.queue, states=states, labels=body.labels, after=after, limit=1000
         )
-        targets.extend(job for job in page.jobs if not job.cancel_requested)
+        targets.extend(
+            job
+            for job in page.jobs
+            if not job.cancel_requested and user.may_read(job.queue, job.owner or "")
+        )
         if page.next_cursor is None:
             break
         after = page.next_cursor

@@ -16,6 +16,7 @@ from flotilla.store.errors import (
     NotFoundError,
     StaleRunError,
     StoreError,
+    job_not_found,
 )
 from flotilla.store.observe import CommitObserver, CommittedChanges
 from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Store, Transition
@@ -83,6 +84,7 @@ __all__ = [
     "UsageQuery",
     "UsageReport",
     "UsageRow",
+    "job_not_found",
     "make_engine",
     "upgrade",
 ]

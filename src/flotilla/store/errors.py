@@ -11,6 +11,17 @@ class NotFoundError(StoreError, LookupError):
     """A job, run, queue, quota, cluster or node that does not exist."""
 
 
+def job_not_found(reference: str) -> NotFoundError:
+    """What a reference that names no job is told; the API tells a caller the same of a job
+    it may not read, so that the answer does not reveal that the job exists."""
+    if not reference:
+        return NotFoundError("no such job: an empty reference")
+    queue, slash, name = reference.partition("/")
+    if slash:
+        return NotFoundError(f"no job named {name!r} in queue {queue!r}")
+    return NotFoundError(f"no such job: {reference!r} is no job's id, id prefix or name")
+
+
 class AmbiguousJobError(StoreError, LookupError):
     """A job reference (a name, an id prefix) that fits several jobs; ``candidates``
     describes each as ``QUEUE/NAME (ID)``."""

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
-from flotilla.store.errors import AmbiguousJobError, NotFoundError
+from flotilla.store.errors import AmbiguousJobError, job_not_found
 from flotilla.store.schema import ID, Job
 from flotilla.store.states import JobState
 
@@ -91,14 +91,14 @@ def resolve_job(session: Session, reference: str) -> str:
     """The id of the job ``reference`` names (see the module's docstring); raises
     ``NotFoundError`` when none matches and ``AmbiguousJobError`` when several do."""
     if not reference:
-        raise NotFoundError("no such job: an empty reference")
+        raise job_not_found(reference)
     if session.get(Job, reference) is not None:
         return reference
     queue, slash, name = reference.partition("/")
     if slash:
         named = _latest_named(session, name, queue)
         if not named:
-            raise NotFoundError(f"no job named {name!r} in queue {queue!r}")
+            raise job_not_found(reference)
         return named[0][1]
     candidates: dict[str, str] = {
         job_id: f"{found_queue}/{reference} ({job_id})"
@@ -110,5 +110,5 @@ def resolve_job(session: Session, reference: str) -> str:
     if len(candidates) == 1:
         return next(iter(candidates))
     if not candidates:
-        raise NotFoundError(f"no such job: {reference!r} is no job's id, id prefix or name")
+        raise job_not_found(reference)
     raise AmbiguousJobError(reference, list(candidates.values()))

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL
@@ -52,6 +52,12 @@ from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
 Clock = Callable[[], datetime]
 
 log = logging.getLogger(__name__)
+
+
+_T = TypeVar("_T")
+
+UPSERT_TRIES = 3
+"""Tries of a write that creates rows other replicas may create at the same moment."""
 
 
 def system_clock() -> datetime:
@@ -134,6 +140,22 @@ class SqlStore:
             self._wake_sender.send()
         if changes is not None and self._observers:  # only once the commit succeeded
             notify(self._observers, changes)
+
+    def _upsert(self, write: Callable[[Session], _T]) -> _T:
+        """``write`` in a write transaction, run again when it lost a race to create a row
+        (an ``IntegrityError``: a primary key another replica inserted between this one's
+        look-up and its insert). Replicas started together on a fresh PostgreSQL database
+        registered the same cluster at once, and one crashed on ``pk_clusters``; on the
+        second try the row is there and is updated."""
+        for attempt in range(UPSERT_TRIES):
+            try:
+                with self._write() as session:
+                    return write(session)
+            except IntegrityError:
+                if attempt == UPSERT_TRIES - 1:
+                    raise
+                log.info("a concurrent writer created the same row first; writing again")
+        raise AssertionError("unreachable")
 
     def _now(self) -> datetime:
         return (self._clock or system_clock)()
@@ -378,8 +400,7 @@ class SqlStore:
 
     # Queues and quotas --------------------------------------------------------------------
     def put_queue(self, spec: QueueSpec) -> None:
-        with self._write() as session:
-            catalog.put_queue(session, spec, self._now())
+        self._upsert(lambda session: catalog.put_queue(session, spec, self._now()))
 
     def get_queue(self, name: str) -> QueueSpec:
         with self._sessions() as session:
@@ -394,8 +415,7 @@ class SqlStore:
             catalog.delete_queue(session, name)
 
     def put_quota(self, spec: QuotaSpec, *, parent: str | None = None) -> None:
-        with self._write() as session:
-            catalog.put_quota(session, spec, parent, self._now())
+        self._upsert(lambda session: catalog.put_quota(session, spec, parent, self._now()))
 
     def get_quota(self, name: str) -> QuotaSpec:
         with self._sessions() as session:
@@ -411,16 +431,20 @@ class SqlStore:
 
     # Clusters and nodes -------------------------------------------------------------------
     def upsert_cluster(self, spec: ClusterSpec, *, state: str = "ready") -> ClusterRecord:
-        with self._write() as session:
+        def write(session: Session) -> ClusterRecord:
             row = catalog.upsert_cluster(session, spec, state, self._now())
             session.flush()
             return catalog.cluster_record(row)
 
+        return self._upsert(write)
+
     def upsert_node(self, cluster: str, node: NodeGroup, *, state: str = "ready") -> NodeRecord:
-        with self._write() as session:
+        def write(session: Session) -> NodeRecord:
             row = catalog.upsert_node(session, cluster, node, state)
             session.flush()
             return catalog.node_record(row)
+
+        return self._upsert(write)
 
     def heartbeat(self, cluster: str, nodes: Sequence[str] | None = None) -> ClusterRecord:
         with self._write() as session:
@@ -470,8 +494,7 @@ class SqlStore:
             return compute_usage(session, query, self._now())
 
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
-        with self._write() as session:
-            return fleet.apply_fleet(session, change, self._now())
+        return self._upsert(lambda session: fleet.apply_fleet(session, change, self._now()))
 
     # Leader lease -------------------------------------------------------------------------
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:

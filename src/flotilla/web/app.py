@@ -57,11 +57,16 @@ def whoami(context: Context, user: Caller) -> dict[str, Any]:
 
 
 @router.get("/fleet")
-async def fleet(context: Context, _user: Caller) -> dict[str, Any]:
+async def fleet(context: Context, user: Caller) -> dict[str, Any]:
     """Clusters with nodes (allocated against capacity per resource, GPU devices in use),
     queues (running, queued, dominant share against fair share) and quotas (usage against
-    min/max, borrowing and lending), computed now."""
-    usage = await run_in_threadpool(fleet_usage, context.store)
+    min/max, borrowing and lending), computed now. The names of jobs the caller may not
+    read (``read`` permission) are hidden."""
+
+    def may_read(queue: str, owner: str | None) -> bool:
+        return user.may_read(queue, owner or "")
+
+    usage = await run_in_threadpool(partial(fleet_usage, context.store, may_read=may_read))
     return usage.as_dict()
 
 

@@ -124,15 +124,24 @@ def active_jobs(store: Store, page_size: int = _PAGE) -> Iterable[JobRecord]:
         after = page.next_cursor
 
 
+HIDDEN = "(hidden)"
+"""A job's name where the caller may not read the job."""
+
+
 def _task_resources(job: JobRecord) -> dict[str, Mapping[str, float]]:
     return {task.name: task.resources for task in job.spec.tasks}
 
 
-def fleet_usage(store: Store, pace: Callable[[], None] | None = None) -> FleetUsage:
+def fleet_usage(
+    store: Store,
+    pace: Callable[[], None] | None = None,
+    may_read: Callable[[str, str | None], bool] | None = None,
+) -> FleetUsage:
     """A consistent-enough snapshot: each list is read once, in one pass over active jobs.
     ``pace`` is called between jobs, which are then read in smaller pages (the sampler's
     ``Precedence.pace``: thousands of running jobs are a long walk, and a GET need not wait
-    for it)."""
+    for it). ``may_read(queue, owner)``: whether the caller may see a job; the nodes name
+    the others ``(hidden)``, as the API would not show them (issue 23)."""
     clusters = store.list_clusters()
     nodes: dict[tuple[str, str], NodeUsage] = {}
     capacity: Amounts = {}
@@ -180,15 +189,16 @@ def fleet_usage(store: Store, pace: Callable[[], None] | None = None) -> FleetUs
         if job.run is None:
             continue
         resources = _task_resources(job)
+        label = job.name if may_read is None or may_read(job.queue, job.owner) else HIDDEN
         for placement in AssignmentRecord.unmarshal(job.run.assignment).placements:
             amounts = resources.get(placement.task, {})
             node = nodes.get((job.run.cluster, placement.node))
             if node is not None:
                 _add(node.allocated, amounts)
-                if job.name not in node.jobs:
-                    node.jobs.append(job.name)
+                if label not in node.jobs:
+                    node.jobs.append(label)
                 for device in placement.gpus:  # held whole or in part: named once
-                    node.gpus_in_use.setdefault(device, []).append(job.name)
+                    node.gpus_in_use.setdefault(device, []).append(label)
             _add(cluster_allocated.setdefault(job.run.cluster, {}), amounts)
             if queue is not None:
                 _add(queue.allocated, amounts)

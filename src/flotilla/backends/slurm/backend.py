@@ -25,6 +25,7 @@ from flotilla.backends.common import (
     check_same_job,
     command_payload_of,
     pick_replica,
+    read_log_slice,
 )
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
@@ -283,13 +284,8 @@ class SlurmBackend:
         path = self.files.directory(request.run_id) / replica_file(
             placements[index], request.stream
         )
-        try:
-            with path.open("rb") as stream:
-                stream.seek(request.offset)
-                data = stream.read(request.limit)
-                at_end = stream.read(1) == b""
-        except FileNotFoundError:
-            data, at_end = b"", True
+        data, size = read_log_slice(path, request.offset, request.limit)
+        at_end = request.offset + len(data) >= size
         return LogChunk(
             run_id=request.run_id,
             stream=request.stream,
