@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -22,8 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-HISTORY = 2000
-"""Watch events kept; a watch from an older resourceVersion gets 410 Gone, as for real."""
+from .fake_kube_semantics import (
+    CONTROLLER_UID,
+    INDEX,
+    TRACKING_FINALIZER,
+    container_env,
+    expand,
+    pod_from_template,
+)
+
+HISTORY = 200_000
+"""Watch events kept (a bound on memory only): a watch from an old resourceVersion is served
+until the history is compacted (``expire_history``, etcd's compaction), then gets 410 Gone."""
 
 Obj = dict[str, Any]
 
@@ -74,6 +83,7 @@ class Process:
     popen: subprocess.Popen[bytes]
     log: Path
     kill_at: float | None = None
+    exited_at: float | None = None
 
 
 @dataclass
@@ -90,6 +100,13 @@ class FakeCluster:
     requests: list[tuple[str, str]] = field(default_factory=list)
     """(method, path) of every request, for tests that assert what the backend called."""
     down: bool = False
+    api_groups: set[str] = field(
+        default_factory=lambda: {"scheduling.volcano.sh", "kueue.x-k8s.io"}
+    )
+    """The API groups of installed CRDs (Volcano, Kueue); remove one to uninstall it."""
+    status_delay: float = 0.3
+    """Seconds between a container's exit and its pod's status saying so (a real kubelet's
+    sync takes a second or two), so a cancel or a timeout takes time, in the real order."""
     """When true every request is refused with 503 (the API server is unhealthy)."""
     lock: threading.Condition = field(
         default_factory=lambda: threading.Condition(threading.RLock())
@@ -252,25 +269,44 @@ class FakeCluster:
         with self.lock:
             for job in self.list("Job"):
                 self._reconcile_job(job)
+            self._collect_garbage()
             self._schedule()
             self._kubelet()
 
+    def owned_pods(self, job: Obj) -> list[Obj]:
+        """The Job's pods as its controller selects them: by controller-uid, not by name."""
+        meta = job["metadata"]
+        return self.list("Pod", meta["namespace"], f"{CONTROLLER_UID}={meta['uid']}")
+
     def _reconcile_job(self, job: Obj) -> None:
         meta, spec = job["metadata"], job["spec"]
-        namespace, name = meta["namespace"], meta["name"]
         status = job.setdefault("status", {})
-        pods = self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}")
+        pods = self.owned_pods(job)
+        for pod in pods:
+            self._track(pod)
+        pods = self.owned_pods(job)
         live = [pod for pod in pods if pod["status"].get("phase") in ("Pending", "Running")]
-        if meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):  # foreground deletion: the pods first, then the Job
             for pod in live:
                 self.delete_pod(pod, None)
-            if not self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}"):
-                self.remove("Job", namespace, name)
+            if not pods:
+                self.remove("Job", meta["namespace"], meta["name"])
             return
         conditions = status.setdefault("conditions", [])
-        if any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions):
+        if _condition(conditions, "Complete") or _condition(conditions, "Failed"):
+            return
+        target = _condition(conditions, "FailureTarget") or _condition(
+            conditions, "SuccessCriteriaMet"
+        )
+        if target is not None:
+            # Failed/Complete only once every pod has ended and been counted.
+            if not live and not any(TRACKING_FINALIZER in _finalizers(p) for p in pods):
+                final = "Failed" if target["type"] == "FailureTarget" else "Complete"
+                self._condition(job, final, target["reason"])
             return
         if spec.get("suspend"):
+            for pod in live:
+                self.delete_pod(pod, None)
             return
         changed = False
         if "startTime" not in status:
@@ -280,27 +316,29 @@ class FakeCluster:
         succeeded = {pod_index(p) for p in pods if p["status"].get("phase") == "Succeeded"}
         failed = [p for p in pods if p["status"].get("phase") == "Failed"]
         deadline = spec.get("activeDeadlineSeconds")
-        if len(failed) > spec.get("backoffLimit", 6) or (
-            deadline is not None and time.time() - status["_started"] > deadline
-        ):
+        reason = None
+        if deadline is not None and time.time() - status["_started"] > deadline:
+            reason = "DeadlineExceeded"
+        elif len(failed) > spec.get("backoffLimit", 6):
+            reason = "BackoffLimitExceeded"
+        if reason is not None:
+            # The other replicas are deleted with their own grace period.
             for pod in live:
-                self.delete_pod(pod, 0)
-            reason = "BackoffLimitExceeded" if live == [] or failed else "DeadlineExceeded"
-            if deadline is not None and time.time() - status["_started"] > deadline:
-                reason = "DeadlineExceeded"
-            if not live or reason == "BackoffLimitExceeded":
-                self._finish(job, "Failed", reason, len(failed), len(succeeded))
+                self.delete_pod(pod, None)
+            status.update(active=0, failed=len(failed), succeeded=len(succeeded))
+            self._condition(job, "FailureTarget", reason)
             return
         completions = spec.get("completions", 1)
         if len(succeeded) >= completions:
-            self._finish(job, "Complete", "CompletionsReached", len(failed), len(succeeded))
+            status.update(active=0, failed=len(failed), succeeded=len(succeeded))
+            self._condition(job, "SuccessCriteriaMet", "CompletionsReached")
             return
         have = {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
         for index in range(completions):
             if index not in have and index not in succeeded:
-                self._create_pod(job, index)
+                self.put("Pod", pod_from_template(job, index), "ADDED")
                 changed = True
-        active = sum(1 for p in pods if p["status"].get("phase") in ("Pending", "Running"))
+        active = len(live)
         if status.get("active") != active or status.get("succeeded") != len(succeeded):
             status["active"], status["succeeded"], status["failed"] = (
                 active,
@@ -311,7 +349,24 @@ class FakeCluster:
         if changed:
             self.put("Job", job)
 
-    def _finish(self, job: Obj, kind: str, reason: str, failed: int, succeeded: int) -> None:
+    def _track(self, pod: Obj) -> None:
+        """Count an ended pod: drop its job-tracking finalizer (then a deleted pod goes)."""
+        meta = pod["metadata"]
+        ended = pod["status"].get("phase") in ("Succeeded", "Failed")
+        unbound_and_deleted = meta.get("deletionTimestamp") and not pod["spec"].get("nodeName")
+        if TRACKING_FINALIZER in _finalizers(pod) and (ended or unbound_and_deleted):
+            meta["finalizers"] = [f for f in meta["finalizers"] if f != TRACKING_FINALIZER]
+            if not meta["finalizers"]:
+                del meta["finalizers"]
+            self.put("Pod", pod)
+        if (
+            meta.get("deletionTimestamp")
+            and not _finalizers(pod)
+            and (ended or unbound_and_deleted)
+        ):
+            self.remove("Pod", meta["namespace"], meta["name"])
+
+    def _condition(self, job: Obj, kind: str, reason: str) -> None:
         status = job["status"]
         status["conditions"].append(
             {
@@ -323,46 +378,22 @@ class FakeCluster:
                 "lastTransitionTime": now_rfc3339(),
             }
         )
-        status.update(active=0, failed=failed, succeeded=succeeded)
         if kind == "Complete":
             status["completionTime"] = now_rfc3339()
         self.put("Job", job)
 
-    def _create_pod(self, job: Obj, index: int) -> None:
-        template = copy.deepcopy(job["spec"]["template"])
-        meta = template.setdefault("metadata", {})
-        name = job["metadata"]["name"]
-        labels = meta.setdefault("labels", {})
-        labels.update(
-            {
-                "batch.kubernetes.io/job-name": name,
-                "job-name": name,
-                "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
-                "batch.kubernetes.io/job-completion-index": str(index),
-            }
-        )
-        meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
-        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
-        meta["namespace"] = job["metadata"]["namespace"]
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": name,
-                "uid": job["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-        pod_spec = template["spec"]
-        pod_spec.setdefault("schedulerName", "default-scheduler")
-        pod_spec["hostname"] = f"{name}-{index}"
-        for container in pod_spec["containers"]:
-            container.setdefault("env", []).append(
-                {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
-            )
-        pod = {"apiVersion": "v1", "kind": "Pod", **template, "status": {"phase": "Pending"}}
-        self.put("Pod", pod, "ADDED")
+    def _collect_garbage(self) -> None:
+        """The garbage collector: an object whose owner is gone is deleted (pods gracefully)."""
+        alive = {obj["metadata"].get("uid") for obj in self.objects.values()}
+        for (kind, namespace, name), obj in list(self.objects.items()):
+            owners = obj["metadata"].get("ownerReferences") or []
+            if not owners or any(owner["uid"] in alive for owner in owners):
+                continue
+            if kind == "Pod":
+                self.delete_pod(obj, None)
+                self._track(obj)
+            else:
+                self.remove(kind, namespace, name)
 
     def _schedule(self) -> None:
         nodes = self.list("Node")
@@ -375,33 +406,44 @@ class FakeCluster:
                 self.put("Pod", pod)
 
     def _kubelet(self) -> None:
+        nodes = {node["metadata"]["name"] for node in self.list("Node")}
         for pod in self.list("Pod"):
             meta = pod["metadata"]
             key = (meta["namespace"], meta["name"])
             process = self.processes.get(key)
+            if pod["spec"].get("nodeName") not in nodes:
+                # Unbound, or on a node that does not exist (no kubelet runs it: deleted, the
+                # pod goes as pod GC would take it).
+                if meta.get("deletionTimestamp") and pod["spec"].get("nodeName"):
+                    self._stop(pod, None)
+                continue
+            if process is not None and process.popen.poll() is not None:
+                if process.exited_at is None:
+                    process.exited_at = time.time()
+                if (
+                    pod["status"].get("phase") == "Running"
+                    and time.time() >= process.exited_at + self.status_delay
+                ):
+                    self._exited(pod, process)
             if meta.get("deletionTimestamp"):
                 self._stop(pod, process)
                 continue
-            if not self.run_processes or process is not None:
-                if (
-                    process is not None
-                    and process.popen.poll() is not None
-                    and pod["status"].get("phase") == "Running"
-                ):
-                    self._exited(pod, process)
-                continue
-            if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending":
+            if (
+                self.run_processes
+                and process is None
+                and pod["status"].get("phase") == "Pending"
+                and key not in self.logs
+            ):
                 self._start(pod)
 
     def _start(self, pod: Obj) -> None:
         container = pod["spec"]["containers"][0]
-        argv = [*container.get("command", []), *container.get("args", [])]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            elif "fieldRef" in item.get("valueFrom", {}):
-                env[item["name"]] = field_value(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
+        env = container_env(pod, container)
+        argv = [
+            expand(part, env)
+            for part in [*container.get("command", []), *container.get("args", [])]
+        ]
+        env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
         log = self.log_dir / f"{pod['metadata']['name']}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
@@ -422,18 +464,29 @@ class FakeCluster:
         self.terminate(pod, code if code >= 0 else 128 - code)
 
     def _stop(self, pod: Obj, process: Process | None) -> None:
+        """A deleted pod: SIGTERM, SIGKILL after its grace period; once its container has
+        ended (and been reported), the pod goes when no finalizer holds it."""
         meta = pod["metadata"]
-        if process is None or process.popen.poll() is not None:
-            if process is not None:
-                self.logs[(meta["namespace"], meta["name"])] = process.log.read_bytes()
-                del self.processes[(meta["namespace"], meta["name"])]
-            self.remove("Pod", meta["namespace"], meta["name"])
+        key = (meta["namespace"], meta["name"])
+        if process is not None and process.popen.poll() is None:
+            if process.kill_at is None:
+                process.kill_at = time.time() + meta.get("deletionGracePeriodSeconds", 30)
+                os.killpg(process.popen.pid, signal.SIGTERM)
+            elif time.time() >= process.kill_at:
+                os.killpg(process.popen.pid, signal.SIGKILL)
             return
-        if process.kill_at is None:
-            process.kill_at = time.time() + meta.get("deletionGracePeriodSeconds", 30)
-            os.killpg(process.popen.pid, signal.SIGTERM)
-        elif time.time() >= process.kill_at:
-            os.killpg(process.popen.pid, signal.SIGKILL)
+        if pod["status"].get("phase") == "Running":
+            if process is not None:
+                return  # exited: reported after the status delay, above
+            self.terminate(pod, 137)  # a test-driven pod: killed at once
+        if pod["status"].get("phase") == "Pending":
+            pod["status"]["phase"] = "Failed"
+            self.put("Pod", pod)
+        if process is not None:
+            self.logs[key] = process.log.read_bytes()
+            del self.processes[key]
+        if not _finalizers(pod):
+            self.remove("Pod", meta["namespace"], meta["name"])
 
     def delete_pod(self, pod: Obj, grace: int | None) -> None:
         meta = pod["metadata"]
@@ -445,16 +498,14 @@ class FakeCluster:
             return
         if grace is None:
             grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        ended = pod["status"].get("phase") in ("Succeeded", "Failed")
         meta["deletionTimestamp"] = now_rfc3339()
-        meta["deletionGracePeriodSeconds"] = grace
-        if not pod["spec"].get("nodeName") or pod["status"].get("phase") in (
-            "Succeeded",
-            "Failed",
-        ):
-            self.put("Pod", pod)
-            self.remove("Pod", meta["namespace"], meta["name"])
-            return
+        meta["deletionGracePeriodSeconds"] = (
+            0 if ended or not pod["spec"].get("nodeName") else grace
+        )
         self.put("Pod", pod)
+        if (ended or not pod["spec"].get("nodeName")) and not _finalizers(pod):
+            self.remove("Pod", meta["namespace"], meta["name"])
 
     def kill_all(self) -> None:
         for process in self.processes.values():
@@ -463,16 +514,14 @@ class FakeCluster:
                 process.popen.wait()
 
 
+def _condition(conditions: list[Obj], kind: str) -> Obj | None:
+    return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
+
+
+def _finalizers(obj: Obj) -> list[str]:
+    found: list[str] = obj["metadata"].get("finalizers") or []
+    return found
+
+
 def pod_index(pod: Obj) -> int:
-    return int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
-
-
-def field_value(pod: Obj, path: str) -> str:
-    """The downward API's fieldRef: ``spec.nodeName``, ``metadata.annotations['a.b/c']``."""
-    keyed = re.match(r"^metadata\.(annotations|labels)\['(.+)'\]$", path)
-    if keyed:
-        return str(pod["metadata"].get(keyed.group(1), {}).get(keyed.group(2), ""))
-    value: Any = pod
-    for part in path.split("."):
-        value = value.get(part, "") if isinstance(value, dict) else ""
-    return str(value)
+    return int(pod["metadata"]["labels"][INDEX])
