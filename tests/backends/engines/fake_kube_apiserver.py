@@ -95,7 +95,9 @@ LIST_KINDS["PodGroup"] = ("scheduling.volcano.sh/v1beta1", "PodGroupList")
 def public(obj: Obj) -> Obj:
     """The object as served: without the fake's private bookkeeping fields."""
     served = copy.deepcopy(obj)
-    served.get("status", {}).pop("_started", None)
+    status = served.get("status", {})
+    for key in [key for key in status if key.startswith("_")]:
+        del status[key]
     return served
 
 
@@ -351,9 +353,7 @@ class Handler(BaseHTTPRequestHandler):
             job = self._one("Job", params)
             changed = patch(copy.deepcopy(public(job)), content_type, body)
             if status:
-                job["status"].update(
-                    {k: v for k, v in changed.get("status", {}).items() if k != "_started"}
-                )
+                job["status"].update(changed.get("status", {}))
             else:
                 job["metadata"] = changed["metadata"]
                 job["spec"] = changed["spec"]

@@ -281,9 +281,8 @@ class FakeCluster:
     def _reconcile_job(self, job: Obj) -> None:
         meta, spec = job["metadata"], job["spec"]
         status = job.setdefault("status", {})
-        pods = self.owned_pods(job)
-        for pod in pods:
-            self._track(pod)
+        for pod in self.owned_pods(job):
+            self._track(pod, job)
         pods = self.owned_pods(job)
         live = [pod for pod in pods if pod["status"].get("phase") in ("Pending", "Running")]
         if meta.get("deletionTimestamp"):  # foreground deletion: the pods first, then the Job
@@ -313,48 +312,54 @@ class FakeCluster:
             status["startTime"] = now_rfc3339()
             status["_started"] = time.time()
             changed = True
-        succeeded = {pod_index(p) for p in pods if p["status"].get("phase") == "Succeeded"}
-        failed = [p for p in pods if p["status"].get("phase") == "Failed"]
+        succeeded = set(status.get("_completed", []))
+        failed = status.get("failed", 0)
         deadline = spec.get("activeDeadlineSeconds")
         reason = None
         if deadline is not None and time.time() - status["_started"] > deadline:
             reason = "DeadlineExceeded"
-        elif len(failed) > spec.get("backoffLimit", 6):
+        elif failed > spec.get("backoffLimit", 6):
             reason = "BackoffLimitExceeded"
         if reason is not None:
             # The other replicas are deleted with their own grace period.
             for pod in live:
                 self.delete_pod(pod, None)
-            status.update(active=0, failed=len(failed), succeeded=len(succeeded))
+            status["active"] = 0
             self._condition(job, "FailureTarget", reason)
             return
         completions = spec.get("completions", 1)
         if len(succeeded) >= completions:
-            status.update(active=0, failed=len(failed), succeeded=len(succeeded))
+            status["active"] = 0
             self._condition(job, "SuccessCriteriaMet", "CompletionsReached")
             return
-        have = {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
+        have = succeeded | {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
         for index in range(completions):
-            if index not in have and index not in succeeded:
+            if index not in have:
                 self.put("Pod", pod_from_template(job, index), "ADDED")
                 changed = True
-        active = len(live)
-        if status.get("active") != active or status.get("succeeded") != len(succeeded):
-            status["active"], status["succeeded"], status["failed"] = (
-                active,
-                len(succeeded),
-                len(failed),
-            )
+        if status.get("active") != len(live) or status.get("succeeded") != len(succeeded):
+            status["active"], status["succeeded"] = len(live), len(succeeded)
             changed = True
         if changed:
             self.put("Job", job)
 
-    def _track(self, pod: Obj) -> None:
-        """Count an ended pod: drop its job-tracking finalizer (then a deleted pod goes)."""
+    def _track(self, pod: Obj, job: Obj | None = None) -> None:
+        """Count an ended pod in its Job's status, then drop its job-tracking finalizer (a
+        deleted pod then goes)."""
         meta = pod["metadata"]
-        ended = pod["status"].get("phase") in ("Succeeded", "Failed")
+        phase = pod["status"].get("phase")
+        ended = phase in ("Succeeded", "Failed")
         unbound_and_deleted = meta.get("deletionTimestamp") and not pod["spec"].get("nodeName")
         if TRACKING_FINALIZER in _finalizers(pod) and (ended or unbound_and_deleted):
+            if job is not None:
+                status = job.setdefault("status", {})
+                if phase == "Succeeded":
+                    done = sorted({*status.get("_completed", []), pod_index(pod)})
+                    status["_completed"] = done
+                    status["completedIndexes"] = ",".join(str(index) for index in done)
+                else:
+                    status["failed"] = status.get("failed", 0) + 1
+                self.put("Job", job)
             meta["finalizers"] = [f for f in meta["finalizers"] if f != TRACKING_FINALIZER]
             if not meta["finalizers"]:
                 del meta["finalizers"]
