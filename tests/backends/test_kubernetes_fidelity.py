@@ -99,6 +99,10 @@ def test_a_cancelled_run_keeps_its_last_output(kube: KubernetesHarness) -> None:
 
 
 def test_a_run_ended_by_max_runtime_keeps_its_last_output(kube: KubernetesHarness) -> None:
+    """The Job controller deletes the pod at the deadline; the backend's watch sees it being
+    deleted and reads its log while the kubelet stops it (a second here; 2-4 s for real)."""
+    assert kube.fake is not None
+    kube.fake.cluster.status_delay = 1.0
     backend = kube.make()
     backend.dispatch(request(backend, "run-1", {"command": "echo step-1; sleep 60"}, max_runtime=1))
     until(lambda: "step-1" in read_all(backend, "run-1"), "the run printed")

@@ -27,7 +27,9 @@ LIMIT = 120.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
+    # A container's exit shows a second later, as on a real kubelet (2-4 s): the window in
+    # which Flotilla reads a deleted pod's last output before the pod goes.
+    server = FakeApiServer(status_delay=1.0)
     server.cluster.add_node("node-a", cpu="8", memory="32Gi")
     server.cluster.add_node("node-b", cpu="8", memory="32Gi")
     try:

@@ -473,8 +473,12 @@ class Handler(BaseHTTPRequestHandler):
 class FakeApiServer:
     """The fake API server on a free loopback port, with its controller thread."""
 
-    def __init__(self, *, run_processes: bool = True, validate: bool = True) -> None:
-        self.cluster = FakeCluster(run_processes=run_processes, validate=validate)
+    def __init__(
+        self, *, run_processes: bool = True, validate: bool = True, status_delay: float = 0.3
+    ) -> None:
+        self.cluster = FakeCluster(
+            run_processes=run_processes, validate=validate, status_delay=status_delay
+        )
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True

@@ -46,17 +46,15 @@ from flotilla.backends.interface import (
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.kept import KeptOutput
-from flotilla.backends.kubernetes.status import node_info, pods_by_index, run_status, usable
+from flotilla.backends.kubernetes.nodes import NodeReader
+from flotilla.backends.kubernetes.status import pods_by_index, run_status
 from flotilla.backends.kubernetes.watch import ClusterWatch
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model.payload import RayPayload
-from flotilla.model.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 PROPAGATION = ("Foreground", "Background")
-NODE_CACHE_SECONDS = 5.0
 CANCELLED_KEPT = 10_000
 MODE_APIS = {
     "volcano": ("scheduling.volcano.sh/v1beta1", "podgroups", "Volcano"),
@@ -127,7 +125,7 @@ class KubernetesBackend:
         self._cancelled: dict[str, RunStatus] = {}
         """Runs this object cancelled whose Job is gone: their final status (see docs)."""
         self._stopping: dict[str, RunStatus] = {}
-        self._nodes: tuple[float, list[NodeInfo]] = (0.0, [])
+        self._nodes = NodeReader(self.api, self.settings.gpu_resource, count_other_pods)
         self._closed = threading.Event()
         self._mode_api_seen = mode not in MODE_APIS
         self._kept = KeptOutput(self.api)
@@ -139,7 +137,7 @@ class KubernetesBackend:
 
     def inventory(self) -> Inventory:
         self._check_open()
-        nodes = self._node_infos(fresh=True)
+        nodes = self._nodes.read(fresh=True)
         jobs = self.api.list_jobs(self._selector)["items"]
         active = sorted(
             job["metadata"]["annotations"][m.ANNOTATION_RUN_ID]
@@ -150,9 +148,9 @@ class KubernetesBackend:
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         self._check_open()
-        nodes = self._node_infos()
+        nodes = self._nodes.read()
         if any(p.node not in {n.name for n in nodes} for p in request.placements):
-            nodes = self._node_infos(fresh=True)
+            nodes = self._nodes.read(fresh=True)
         check_request(request, self.cluster, nodes)
         payload = any_payload_of(request)
         if isinstance(payload, RayPayload):
@@ -488,55 +486,6 @@ class KubernetesBackend:
                     f"{job['metadata']['name']} (HTTP {error.code}: {error.message}); is "
                     "Volcano installed?"
                 ) from None
-
-    # --- nodes ---
-
-    def _node_infos(self, fresh: bool = False) -> list[NodeInfo]:
-        with self._lock:
-            taken, nodes = self._nodes
-            if not fresh and nodes and time.monotonic() - taken < NODE_CACHE_SECONDS:
-                return nodes
-        listed = [node for node in self.api.list_nodes()["items"] if usable(node)]
-        used = self._used_by_others() if self.count_other_pods else {}
-        infos = []
-        for node in listed:
-            info = node_info(node, self.settings.gpu_resource)
-            taken_here = used.get(info.name)
-            if taken_here:
-                capacity = {
-                    key: max(0.0, amount - taken_here.get(key, 0.0))
-                    for key, amount in info.capacity.items()
-                }
-                info = dataclasses.replace(info, capacity=capacity)
-            infos.append(info)
-        with self._lock:
-            self._nodes = (time.monotonic(), infos)
-        return infos
-
-    def _used_by_others(self) -> dict[str, dict[str, float]]:
-        """cpu/memory requested per node by running pods Flotilla did not start (other tenants),
-        which Flotilla must not count as free."""
-        used: dict[str, dict[str, float]] = {}
-        try:
-            pods = self.api.list_all_pods()["items"]
-        except ApiFailure:
-            return used  # no cluster-wide read access: count allocatable only (see docs)
-        for pod in pods:
-            node = pod.get("spec", {}).get("nodeName")
-            labels = pod["metadata"].get("labels", {})
-            if (
-                not node
-                or labels.get(m.MANAGED_BY) == "flotilla"
-                or pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
-            ):
-                continue
-            here = used.setdefault(node, {})
-            for container in pod["spec"].get("containers", []):
-                requests: Mapping[str, str] = container.get("resources", {}).get("requests", {})
-                for key in ("cpu", "memory"):
-                    if key in requests:
-                        here[key] = here.get(key, 0.0) + parse_quantity(requests[key])
-        return used
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
