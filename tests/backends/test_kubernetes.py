@@ -4,7 +4,8 @@ modes, cancel semantics, an unreachable API server, and whole jobs through a rea
 ``SchedulingLoop`` over SQLite.
 
 The API server is the fake in ``engines/fake_kube_apiserver.py`` (real HTTP, real paths); it
-refuses any Job or Binding that does not validate against the Kubernetes 1.31 schema.
+refuses a Job or Binding that does not validate against the Kubernetes 1.31 schema, and an
+unknown field under the backend's ``fieldValidation=Strict``.
 """
 
 from __future__ import annotations

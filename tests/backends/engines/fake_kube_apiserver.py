@@ -5,23 +5,30 @@ Kubernetes REST API the backend uses, with the real paths, verbs and JSON shapes
 
 * ``/api/v1/nodes`` (list), ``/api/v1/namespaces/{ns}/pods`` (list, ``watch=true`` with
   ``resourceVersion``), ``.../pods/{name}`` (get, delete with ``gracePeriodSeconds``),
-  ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``);
+  ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``,
+  ``tailLines``);
 * ``/apis/batch/v1/namespaces/{ns}/jobs`` (create, list, watch), ``.../jobs/{name}`` (get,
-  merge patch, delete with ``propagationPolicy``), ``.../jobs/{name}/status`` (merge patch);
-* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list);
+  merge, strategic-merge and JSON patch, delete with ``propagationPolicy``),
+  ``.../jobs/{name}/status`` (patch);
+* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list) and
+  API discovery (``/apis/{group}/{version}``), for the CRDs in ``FakeCluster.api_groups``;
 * ``/api/v1/namespaces/{ns}/services`` (create: the headless Service of a multi-replica run).
 
-Every Job and Binding posted is validated against the real OpenAPI schema
-(``kubernetes-validate``, strict) and refused with 422 when it does not conform, so a manifest
-the backend gets wrong fails the tests the way a real API server would.
+It answers as a real kube-apiserver v1.36 did (``fake_kube_semantics.py``; a test per point in
+``tests/backends/test_fake_kube_apiserver.py``): an unknown field is dropped with a
+``Warning: 299`` header unless ``fieldValidation=Strict`` (400); a value the 1.31 OpenAPI schema
+refuses (``kubernetes-validate``), an Indexed Job without ``completions`` or a name over 63
+characters is 422; Jobs and pods get the real defaults.
 
-Behind the API sit three tiny controllers run by one thread: a *Job controller* (Indexed Jobs:
-one pod per completion index, ``backoffLimit``, ``activeDeadlineSeconds``, suspend, foreground
-and background deletion), a *scheduler* that binds pods whose ``schedulerName`` is one the
-fake handles (``default-scheduler``, ``volcano``) to the first node, and a *kubelet* that runs
-a bound pod's container command as a real local process (the image is ignored), writes its
-merged stdout/stderr as the pod log, and stops it on deletion with SIGTERM, then SIGKILL after
-the grace period. With ``run_processes=False`` the kubelet does nothing and tests move pods
+Behind the API sit tiny controllers run by one thread: a *Job controller* (Indexed Jobs: one pod
+per completion index, counted through the job-tracking finalizer, ``backoffLimit``,
+``activeDeadlineSeconds``, suspend, ``FailureTarget``/``SuccessCriteriaMet`` before
+``Failed``/``Complete``), a *garbage collector* (owner references), a *scheduler* that binds pods
+whose ``schedulerName`` is one the fake handles (``default-scheduler``, ``volcano``) to the first
+node, and a *kubelet* that runs a bound pod's container command as a real local process (the
+image is ignored; ``$(VAR)`` expanded), writes its merged stdout/stderr as the pod log, stops it
+on deletion with SIGTERM, then SIGKILL after the grace period, and reports an exit after
+``status_delay``. With ``run_processes=False`` the kubelet runs nothing and tests move pods
 through phases themselves (``set_running``, ``terminate``, ``append_log``).
 """
 
