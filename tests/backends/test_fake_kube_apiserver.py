@@ -327,7 +327,7 @@ def test_a_job_ends_with_failure_target_first_then_failed_once_its_pods_end(
         JOBS,
         json=job(
             "late",
-            "trap 'sleep 0.5; exit 1' TERM; while :; do sleep 0.05; done",
+            "trap 'sleep 2; exit 1' TERM; while :; do sleep 0.05; done",
             activeDeadlineSeconds=1,
         ),
     ).raise_for_status()
@@ -345,7 +345,7 @@ def test_a_gangs_failure_stops_the_other_replicas_with_their_grace_period(
     server: FakeApiServer, http: httpx.Client
 ) -> None:
     script = (
-        'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then sleep 0.3; exit 3; fi; '
+        'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then sleep 1; exit 3; fi; '
         "trap 'echo terminated; exit 0' TERM; while :; do sleep 0.05; done"
     )
     http.post(JOBS, json=job("gang", script, completions=2, grace=5)).raise_for_status()
@@ -358,18 +358,18 @@ def test_a_gangs_failure_stops_the_other_replicas_with_their_grace_period(
 
 def test_endings_take_time_in_the_real_order(server: FakeApiServer, http: httpx.Client) -> None:
     """Real: a cancel of ``sleep 60`` ends in ~2 s, ``max_runtime: 1`` in ~4 s. The fake's
-    kubelet reports an exit after a delay too, so nothing ends at once and a cancel ends
-    before a one-second deadline does."""
+    kubelet reports an exit after a delay too, so nothing ends at once, and a deadline ends
+    its Job only after the deadline and that delay."""
     http.post(JOBS, json=job("cancelled", "sleep 60", grace=30)).raise_for_status()
-    http.post(JOBS, json=job("deadline", "sleep 60", activeDeadlineSeconds=1)).raise_for_status()
     (pod,) = until(
         lambda: [p for p in pods_of(server, "cancelled") if p["status"]["phase"] == "Running"],
         "running",
     )
     began = time.monotonic()
+    http.post(JOBS, json=job("deadline", "sleep 60", activeDeadlineSeconds=3)).raise_for_status()
     http.request("DELETE", f"{PODS}/{pod['metadata']['name']}", json={"gracePeriodSeconds": 30})
     until(lambda: not pods_of(server, "cancelled"), "the cancelled pod is gone")
     cancelled = time.monotonic() - began
     until(lambda: "Failed" in conditions(server, "deadline"), "the deadline ends the Job")
     deadline = time.monotonic() - began
-    assert server.cluster.status_delay <= cancelled < deadline
+    assert server.cluster.status_delay <= cancelled < 3 + server.cluster.status_delay <= deadline
