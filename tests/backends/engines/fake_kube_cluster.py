@@ -1,32 +1,26 @@
 """The state and controllers behind the fake Kubernetes API server (fake_kube_apiserver.py).
 
 Objects by kind, namespace and name with a global ``resourceVersion`` and a bounded watch
-history; a Job controller, a scheduler for the pods no external scheduler owns, and a kubelet
-that runs pods as local processes (or lets tests move them through phases). One thread calls
-``step`` every 20 ms.
+history; a Job controller, a garbage collector, a scheduler for the pods no external scheduler
+owns, and the kubelet of fake_kube_kubelet.py. One thread calls ``step`` every 20 ms.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .fake_kube_kubelet import Kubelet, Process, finalizers, now_rfc3339
 from .fake_kube_semantics import (
     CONTROLLER_UID,
     INDEX,
     TRACKING_FINALIZER,
-    container_env,
-    expand,
     pod_from_template,
 )
 
@@ -35,10 +29,6 @@ HISTORY = 200_000
 until the history is compacted (``expire_history``, etcd's compaction), then gets 410 Gone."""
 
 Obj = dict[str, Any]
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_object(code: int, reason: str, message: str) -> Obj:
@@ -79,15 +69,7 @@ def matches(selector: str | None, labels: dict[str, str]) -> bool:
 
 
 @dataclass
-class Process:
-    popen: subprocess.Popen[bytes]
-    log: Path
-    kill_at: float | None = None
-    exited_at: float | None = None
-
-
-@dataclass
-class FakeCluster:
+class FakeCluster(Kubelet):
     """The state behind the API: objects by (kind, namespace, name) and the watch history."""
 
     run_processes: bool = True
@@ -204,65 +186,6 @@ class FakeCluster:
             ),
         )
 
-    def set_running(self, pod: Obj) -> None:
-        with self.lock:
-            pod["status"] = {
-                "phase": "Running",
-                "startTime": now_rfc3339(),
-                "containerStatuses": [
-                    {
-                        "name": pod["spec"]["containers"][0]["name"],
-                        "ready": True,
-                        "restartCount": 0,
-                        "image": pod["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "state": {"running": {"startedAt": now_rfc3339()}},
-                    }
-                ],
-            }
-            self.put("Pod", pod)
-
-    def terminate(self, pod: Obj, exit_code: int, reason: str | None = None) -> None:
-        with self.lock:
-            started = (
-                pod["status"]
-                .get("containerStatuses", [{}])[0]
-                .get("state", {})
-                .get("running", {})
-                .get("startedAt", now_rfc3339())
-            )
-            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
-            pod["status"]["containerStatuses"] = [
-                {
-                    "name": pod["spec"]["containers"][0]["name"],
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": pod["spec"]["containers"][0]["image"],
-                    "imageID": "",
-                    "state": {
-                        "terminated": {
-                            "exitCode": exit_code,
-                            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-                            "startedAt": started,
-                            "finishedAt": now_rfc3339(),
-                        }
-                    },
-                }
-            ]
-            self.put("Pod", pod)
-
-    def append_log(self, pod: Obj, text: str) -> None:
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-        with self.lock:
-            self.logs[key] = self.logs.get(key, b"") + text.encode()
-
-    def pod_log(self, namespace: str, name: str) -> bytes:
-        with self.lock:
-            process = self.processes.get((namespace, name))
-            if process is not None:
-                return process.log.read_bytes()
-            return self.logs.get((namespace, name), b"")
-
     # --- controllers: one step, run by the controller thread ---
 
     def step(self) -> None:
@@ -299,7 +222,7 @@ class FakeCluster:
         )
         if target is not None:
             # Failed/Complete only once every pod has ended and been counted.
-            if not live and not any(TRACKING_FINALIZER in _finalizers(p) for p in pods):
+            if not live and not any(TRACKING_FINALIZER in finalizers(p) for p in pods):
                 final = "Failed" if target["type"] == "FailureTarget" else "Complete"
                 self._condition(job, final, target["reason"])
             return
@@ -350,7 +273,7 @@ class FakeCluster:
         phase = pod["status"].get("phase")
         ended = phase in ("Succeeded", "Failed")
         unbound_and_deleted = meta.get("deletionTimestamp") and not pod["spec"].get("nodeName")
-        if TRACKING_FINALIZER in _finalizers(pod) and (ended or unbound_and_deleted):
+        if TRACKING_FINALIZER in finalizers(pod) and (ended or unbound_and_deleted):
             if job is not None:
                 status = job.setdefault("status", {})
                 if phase == "Succeeded":
@@ -364,11 +287,7 @@ class FakeCluster:
             if not meta["finalizers"]:
                 del meta["finalizers"]
             self.put("Pod", pod)
-        if (
-            meta.get("deletionTimestamp")
-            and not _finalizers(pod)
-            and (ended or unbound_and_deleted)
-        ):
+        if meta.get("deletionTimestamp") and not finalizers(pod) and (ended or unbound_and_deleted):
             self.remove("Pod", meta["namespace"], meta["name"])
 
     def _condition(self, job: Obj, kind: str, reason: str) -> None:
@@ -410,89 +329,6 @@ class FakeCluster:
                 spec["nodeName"] = nodes[0]["metadata"]["name"]
                 self.put("Pod", pod)
 
-    def _kubelet(self) -> None:
-        nodes = {node["metadata"]["name"] for node in self.list("Node")}
-        for pod in self.list("Pod"):
-            meta = pod["metadata"]
-            key = (meta["namespace"], meta["name"])
-            process = self.processes.get(key)
-            if pod["spec"].get("nodeName") not in nodes:
-                # Unbound, or on a node that does not exist (no kubelet runs it: deleted, the
-                # pod goes as pod GC would take it).
-                if meta.get("deletionTimestamp") and pod["spec"].get("nodeName"):
-                    self._stop(pod, None)
-                continue
-            if process is not None and process.popen.poll() is not None:
-                if process.exited_at is None:
-                    process.exited_at = time.time()
-                if (
-                    pod["status"].get("phase") == "Running"
-                    and time.time() >= process.exited_at + self.status_delay
-                ):
-                    self._exited(pod, process)
-            if meta.get("deletionTimestamp"):
-                self._stop(pod, process)
-                continue
-            if (
-                self.run_processes
-                and process is None
-                and pod["status"].get("phase") == "Pending"
-                and key not in self.logs
-            ):
-                self._start(pod)
-
-    def _start(self, pod: Obj) -> None:
-        container = pod["spec"]["containers"][0]
-        env = container_env(pod, container)
-        argv = [
-            expand(part, env)
-            for part in [*container.get("command", []), *container.get("args", [])]
-        ]
-        env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
-        log = self.log_dir / f"{pod['metadata']['name']}.log"
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=container.get("workingDir") or self.log_dir,
-                start_new_session=True,
-            )
-        self.processes[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = Process(
-            popen, log
-        )
-        self.set_running(pod)
-
-    def _exited(self, pod: Obj, process: Process) -> None:
-        code = process.popen.returncode
-        self.terminate(pod, code if code >= 0 else 128 - code)
-
-    def _stop(self, pod: Obj, process: Process | None) -> None:
-        """A deleted pod: SIGTERM, SIGKILL after its grace period; once its container has
-        ended (and been reported), the pod goes when no finalizer holds it."""
-        meta = pod["metadata"]
-        key = (meta["namespace"], meta["name"])
-        if process is not None and process.popen.poll() is None:
-            if process.kill_at is None:
-                process.kill_at = time.time() + meta.get("deletionGracePeriodSeconds", 30)
-                os.killpg(process.popen.pid, signal.SIGTERM)
-            elif time.time() >= process.kill_at:
-                os.killpg(process.popen.pid, signal.SIGKILL)
-            return
-        if pod["status"].get("phase") == "Running":
-            if process is not None:
-                return  # exited: reported after the status delay, above
-            self.terminate(pod, 137)  # a test-driven pod: killed at once
-        if pod["status"].get("phase") == "Pending":
-            pod["status"]["phase"] = "Failed"
-            self.put("Pod", pod)
-        if process is not None:
-            self.logs[key] = process.log.read_bytes()
-            del self.processes[key]
-        if not _finalizers(pod):
-            self.remove("Pod", meta["namespace"], meta["name"])
-
     def delete_pod(self, pod: Obj, grace: int | None) -> None:
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
@@ -509,23 +345,12 @@ class FakeCluster:
             0 if ended or not pod["spec"].get("nodeName") else grace
         )
         self.put("Pod", pod)
-        if (ended or not pod["spec"].get("nodeName")) and not _finalizers(pod):
+        if (ended or not pod["spec"].get("nodeName")) and not finalizers(pod):
             self.remove("Pod", meta["namespace"], meta["name"])
-
-    def kill_all(self) -> None:
-        for process in self.processes.values():
-            if process.popen.poll() is None:
-                os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait()
 
 
 def _condition(conditions: list[Obj], kind: str) -> Obj | None:
     return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
-
-
-def _finalizers(obj: Obj) -> list[str]:
-    found: list[str] = obj["metadata"].get("finalizers") or []
-    return found
 
 
 def pod_index(pod: Obj) -> int:
