@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from .engines.fake_kube_apiserver import FakeApiServer
 from .engines.slurm_cluster import SlurmCluster, slurm_installed
+from .kube_support import Manual
 from .ray_support import RayHarness
 from .support import Harness, KubernetesHarness, LocalHarness, SimHarness, SlurmHarness
 
@@ -81,3 +83,21 @@ def sim(tmp_path: Path) -> Iterator[SimHarness]:
 def kube(tmp_path: Path) -> Iterator[KubernetesHarness]:
     with KubernetesHarness(*_directories(tmp_path)) as made:
         yield made
+
+
+@pytest.fixture
+def manual(tmp_path: Path) -> Iterator[Manual]:
+    """The kubernetes backend over a fake API server whose kubelet runs nothing: the test moves
+    pods through phases (two nodes: gpu-1 with 4 GPUs, cpu-1 tainted spot)."""
+    server = FakeApiServer(run_processes=False)
+    server.cluster.add_node("gpu-1", cpu="16", memory="64Gi", gpus=4, labels={"pool": "a100"})
+    server.cluster.add_node(
+        "cpu-1", cpu="4", memory="8Gi", taints=[{"key": "spot", "effect": "NoSchedule"}]
+    )
+    setup = Manual(server, server.kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        yield setup
+    finally:
+        for backend in setup.made:
+            backend.close()
+        server.close()

@@ -4,16 +4,15 @@ modes, cancel semantics, an unreachable API server, and whole jobs through a rea
 ``SchedulingLoop`` over SQLite.
 
 The API server is the fake in ``engines/fake_kube_apiserver.py`` (real HTTP, real paths); it
-refuses any Job or Binding that does not validate against the Kubernetes 1.31 schema.
+refuses a Job or Binding that does not validate against the Kubernetes 1.31 schema, and an
+unknown field under the backend's ``fieldValidation=Strict``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -28,9 +27,7 @@ from flotilla.backends import (
     ReplicaPlacement,
     StatusRequest,
     UnknownRun,
-    load_backend,
 )
-from flotilla.backends.kubernetes import KubernetesBackend
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
@@ -39,7 +36,7 @@ from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 
 from .engines.fake_kube_apiserver import FakeApiServer
-from .engines.fake_kube_cluster import FakeCluster
+from .kube_support import Manual, gpu_request, make, only_job, until
 from .support import WAIT_LIMIT, KubernetesHarness, read_all, request
 
 pytestmark = pytest.mark.skipif(
@@ -47,80 +44,6 @@ pytestmark = pytest.mark.skipif(
     reason="these tests drive the fake API server's kubelet; the contract suite runs on a "
     "real cluster",
 )
-
-
-def until(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.02)
-    return value
-
-
-def make(kubeconfig: Path, **settings: Any) -> KubernetesBackend:
-    backend = load_backend(
-        "kubernetes", cluster="gpu-cluster", kubeconfig=str(kubeconfig), **settings
-    )
-    assert isinstance(backend, KubernetesBackend)
-    return backend
-
-
-@dataclass
-class Manual:
-    """A fake API server whose kubelet runs nothing (the test moves pods through phases), and
-    the backends a test made over it, closed when the test ends."""
-
-    server: FakeApiServer
-    kubeconfig: Path
-    made: list[KubernetesBackend] = field(default_factory=list)
-
-    @property
-    def cluster(self) -> FakeCluster:
-        return self.server.cluster
-
-    def backend(self, **settings: Any) -> KubernetesBackend:
-        backend = make(self.kubeconfig, **settings)
-        self.made.append(backend)
-        return backend
-
-
-@pytest.fixture
-def manual(tmp_path: Path) -> Iterator[Manual]:
-    server = FakeApiServer(run_processes=False)
-    server.cluster.add_node("gpu-1", cpu="16", memory="64Gi", gpus=4, labels={"pool": "a100"})
-    server.cluster.add_node(
-        "cpu-1", cpu="4", memory="8Gi", taints=[{"key": "spot", "effect": "NoSchedule"}]
-    )
-    setup = Manual(server, server.kubeconfig(tmp_path / "kubeconfig"))
-    try:
-        yield setup
-    finally:
-        for backend in setup.made:
-            backend.close()
-        server.close()
-
-
-def gpu_request(run_id: str, replicas: int = 2, **fields: Any) -> Any:
-    from flotilla.backends import DispatchRequest
-
-    return DispatchRequest(
-        run_id=run_id,
-        job="team-a/train-7",
-        cluster="gpu-cluster",
-        placements=tuple(ReplicaPlacement("worker", i, "gpu-1", (i,)) for i in range(replicas)),
-        payload={"image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["torchrun", "x.py"]},
-        job_type="container",
-        resources={"worker": {"cpu": 2.5, "memory": 8 * 2**30, "gpu": 1}},
-        labels={"team": "a", "not a valid key!": "x"},
-        tolerations=({"key": "spot", "operator": "Exists", "effect": "NoSchedule"},),
-        **fields,
-    )
-
-
-def only_job(cluster: FakeCluster) -> dict[str, Any]:
-    jobs = cluster.list("Job")
-    assert len(jobs) == 1
-    return jobs[0]
 
 
 # --- manifests ---

@@ -5,23 +5,30 @@ Kubernetes REST API the backend uses, with the real paths, verbs and JSON shapes
 
 * ``/api/v1/nodes`` (list), ``/api/v1/namespaces/{ns}/pods`` (list, ``watch=true`` with
   ``resourceVersion``), ``.../pods/{name}`` (get, delete with ``gracePeriodSeconds``),
-  ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``);
+  ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``,
+  ``tailLines``);
 * ``/apis/batch/v1/namespaces/{ns}/jobs`` (create, list, watch), ``.../jobs/{name}`` (get,
-  merge patch, delete with ``propagationPolicy``), ``.../jobs/{name}/status`` (merge patch);
-* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list);
+  merge, strategic-merge and JSON patch, delete with ``propagationPolicy``),
+  ``.../jobs/{name}/status`` (patch);
+* ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list) and
+  API discovery (``/apis/{group}/{version}``), for the CRDs in ``FakeCluster.api_groups``;
 * ``/api/v1/namespaces/{ns}/services`` (create: the headless Service of a multi-replica run).
 
-Every Job and Binding posted is validated against the real OpenAPI schema
-(``kubernetes-validate``, strict) and refused with 422 when it does not conform, so a manifest
-the backend gets wrong fails the tests the way a real API server would.
+It answers as a real kube-apiserver v1.36 did (``fake_kube_semantics.py``; a test per point in
+``tests/backends/test_fake_kube_apiserver.py``): an unknown field is dropped with a
+``Warning: 299`` header unless ``fieldValidation=Strict`` (400); a value the 1.31 OpenAPI schema
+refuses (``kubernetes-validate``), an Indexed Job without ``completions`` or a name over 63
+characters is 422; Jobs and pods get the real defaults.
 
-Behind the API sit three tiny controllers run by one thread: a *Job controller* (Indexed Jobs:
-one pod per completion index, ``backoffLimit``, ``activeDeadlineSeconds``, suspend, foreground
-and background deletion), a *scheduler* that binds pods whose ``schedulerName`` is one the
-fake handles (``default-scheduler``, ``volcano``) to the first node, and a *kubelet* that runs
-a bound pod's container command as a real local process (the image is ignored), writes its
-merged stdout/stderr as the pod log, and stops it on deletion with SIGTERM, then SIGKILL after
-the grace period. With ``run_processes=False`` the kubelet does nothing and tests move pods
+Behind the API sit tiny controllers run by one thread: a *Job controller* (Indexed Jobs: one pod
+per completion index, counted through the job-tracking finalizer, ``backoffLimit``,
+``activeDeadlineSeconds``, suspend, ``FailureTarget``/``SuccessCriteriaMet`` before
+``Failed``/``Complete``), a *garbage collector* (owner references), a *scheduler* that binds pods
+whose ``schedulerName`` is one the fake handles (``default-scheduler``, ``volcano``) to the first
+node, and a *kubelet* that runs a bound pod's container command as a real local process (the
+image is ignored; ``$(VAR)`` expanded), writes its merged stdout/stderr as the pod log, stops it
+on deletion with SIGTERM, then SIGKILL after the grace period, and reports an exit after
+``status_delay``. With ``run_processes=False`` the kubelet runs nothing and tests move pods
 through phases themselves (``set_running``, ``terminate``, ``append_log``).
 """
 
@@ -38,8 +45,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import kubernetes_validate
-
 from .fake_kube_cluster import (
     ApiError,
     FakeCluster,
@@ -48,10 +53,17 @@ from .fake_kube_cluster import (
     now_rfc3339,
     status_object,
 )
-
-SCHEMA_VERSION = "1.31"
+from .fake_kube_semantics import (
+    Invalid,
+    check_schema,
+    default_job,
+    drop_unknown_fields,
+    patch,
+    validate_job,
+)
 
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
+    ("discovery", re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)$")),
     ("nodes", re.compile(r"^/api/v1/nodes$")),
     ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")),
     ("pods", re.compile(r"^/api/v1/pods$")),
@@ -87,32 +99,12 @@ LIST_KINDS = {"Node": ("v1", "NodeList"), "Pod": ("v1", "PodList"), "Job": ("bat
 LIST_KINDS["PodGroup"] = ("scheduling.volcano.sh/v1beta1", "PodGroupList")
 
 
-def merge_patch(target: Obj, patch: Obj) -> Obj:
-    """RFC 7386 JSON merge patch."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
-
-
-def check_schema(manifest: Obj) -> None:
-    try:
-        kubernetes_validate.validate(manifest, SCHEMA_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as error:
-        path = ".".join(str(part) for part in error.path)
-        raise ApiError(
-            422, "Invalid", f"{manifest.get('kind')} is invalid: {path}: {error.message}"
-        ) from None
-
-
 def public(obj: Obj) -> Obj:
     """The object as served: without the fake's private bookkeeping fields."""
     served = copy.deepcopy(obj)
-    served.get("status", {}).pop("_started", None)
+    status = served.get("status", {})
+    for key in [key for key in status if key.startswith("_")]:
+        del status[key]
     return served
 
 
@@ -124,15 +116,23 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
-    def _send(self, code: int, body: Obj | bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        code: int,
+        body: Obj | bytes,
+        content_type: str = "application/json",
+        warnings: list[str] = [],  # noqa: B006 (read only)
+    ) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        for warning in warnings:
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> Obj:
+    def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}") if length else {}
 
@@ -160,6 +160,8 @@ class Handler(BaseHTTPRequestHandler):
             handler(params, query)
         except ApiError as error:
             self._send(error.code, error.body)
+        except Invalid as error:
+            self._send(error.code, status_object(error.code, error.reason, str(error)))
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -252,6 +254,7 @@ class Handler(BaseHTTPRequestHandler):
         self._collection("Job", params, query)
 
     def _get_podgroups(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._require_group("scheduling.volcano.sh")
         self._collection("PodGroup", params, query)
 
     # --- single objects ---
@@ -270,14 +273,31 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, public(self._one("Job", params)))
 
     def _get_podgroup(self, params: dict[str, str], query: dict[str, str]) -> None:
+        self._require_group("scheduling.volcano.sh")
         self._send(200, public(self._one("PodGroup", params)))
 
-    def _create(self, kind: str, params: dict[str, str], api_version: str) -> None:
+    def _create(
+        self, kind: str, params: dict[str, str], api_version: str, query: dict[str, str]
+    ) -> None:
         body = self._body()
         if body.get("kind") != kind or body.get("apiVersion") != api_version:
             raise ApiError(400, "BadRequest", f"expected {api_version} {kind}")
+        warnings: list[str] = []
         if self.cluster.validate and kind != "PodGroup":
+            unknown = drop_unknown_fields(body)
+            if unknown and query.get("fieldValidation") == "Strict":
+                version = api_version.split("/")[-1]
+                fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'{kind} in version "{version}" cannot be handled as a {kind}: strict '
+                    f"decoding error: {fields}",
+                )
+            warnings = [f'unknown field "{path}"' for path in unknown]
             check_schema(body)
+            if kind == "Job":
+                validate_job(body)
         meta = body.setdefault("metadata", {})
         namespace = meta.setdefault("namespace", params["ns"])
         if namespace != params["ns"]:
@@ -289,37 +309,61 @@ class Handler(BaseHTTPRequestHandler):
                 ]
                 raise ApiError(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
             if kind == "Job":
-                body["spec"].setdefault("backoffLimit", 6)
-                body["spec"].setdefault("completions", 1)
-                body["spec"]["template"]["spec"].setdefault("schedulerName", "default-scheduler")
-                body["status"] = {}
+                default_job(body)
             created = self.cluster.put(kind, body, "ADDED")
-            self._send(201, public(created))
+            self._send(201, public(created), warnings=warnings)
 
     def _post_jobs(self, params: dict[str, str], query: dict[str, str]) -> None:
-        self._create("Job", params, "batch/v1")
+        self._create("Job", params, "batch/v1", query)
 
     def _post_services(self, params: dict[str, str], query: dict[str, str]) -> None:
-        self._create("Service", params, "v1")
+        self._create("Service", params, "v1", query)
 
     def _post_podgroups(self, params: dict[str, str], query: dict[str, str]) -> None:
-        self._create("PodGroup", params, "scheduling.volcano.sh/v1beta1")
+        self._require_group("scheduling.volcano.sh")
+        self._create("PodGroup", params, "scheduling.volcano.sh/v1beta1", query)
+
+    def _require_group(self, group: str) -> None:
+        if group not in self.cluster.api_groups:
+            raise ApiError(404, "NotFound", "404 page not found\n")
+
+    def _get_discovery(self, params: dict[str, str], query: dict[str, str]) -> None:
+        group, version = params["group"], params["version"]
+        served = {
+            ("batch", "v1"): ["jobs", "jobs/status"],
+            ("scheduling.volcano.sh", "v1beta1"): ["podgroups", "queues"],
+            ("kueue.x-k8s.io", "v1beta1"): ["clusterqueues", "localqueues", "workloads"],
+        }
+        resources = served.get((group, version))
+        if resources is None or (group != "batch" and group not in self.cluster.api_groups):
+            self._send(404, b"404 page not found\n", "text/plain")
+            return
+        self._send(
+            200,
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}",
+                "resources": [
+                    {"name": name, "singularName": "", "namespaced": True, "kind": "", "verbs": []}
+                    for name in resources
+                ],
+            },
+        )
 
     def _patch_job(
         self, params: dict[str, str], query: dict[str, str], status: bool = False
     ) -> None:
         content_type = self.headers.get("Content-Type", "")
-        if content_type != "application/merge-patch+json":
-            raise ApiError(
-                415, "UnsupportedMediaType", f"the fake takes merge patches, not {content_type}"
-            )
-        patch = self._body()
+        body = self._body()
         with self.cluster.lock:
             job = self._one("Job", params)
+            changed = patch(copy.deepcopy(public(job)), content_type, body)
             if status:
-                merge_patch(job.setdefault("status", {}), patch.get("status", {}))
+                job["status"].update(changed.get("status", {}))
             else:
-                merge_patch(job, {key: patch[key] for key in ("metadata", "spec") if key in patch})
+                job["metadata"] = changed["metadata"]
+                job["spec"] = changed["spec"]
             self.cluster.put("Job", job)
             self._send(200, public(job))
 
@@ -327,7 +371,7 @@ class Handler(BaseHTTPRequestHandler):
         self._patch_job(params, query, status=True)
 
     def _delete_options(self, query: dict[str, str]) -> Obj:
-        options = self._body()
+        options: Obj = self._body()
         if "propagationPolicy" in query:
             options.setdefault("propagationPolicy", query["propagationPolicy"])
         if "gracePeriodSeconds" in query:
@@ -338,22 +382,43 @@ class Handler(BaseHTTPRequestHandler):
         options = self._delete_options(query)
         policy = options.get("propagationPolicy", "Background")
         if policy not in ("Foreground", "Background", "Orphan"):
-            raise ApiError(400, "BadRequest", f"unknown propagationPolicy {policy!r}")
+            raise ApiError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
+                f'"{policy}": supported values: "Foreground", "Background", "Orphan"',
+            )
         with self.cluster.lock:
             job = self._one("Job", params)
-            pods = self.cluster.list(
-                "Pod", params["ns"], f"batch.kubernetes.io/job-name={params['name']}"
-            )
             if policy == "Foreground":
+                # The Job stays, with a deletion timestamp, until its pods are gone.
                 job["metadata"].setdefault("deletionTimestamp", now_rfc3339())
                 job["metadata"]["finalizers"] = ["foregroundDeletion"]
                 self.cluster.put("Job", job)
-            else:
-                self.cluster.remove("Job", params["ns"], params["name"])
-            if policy != "Orphan":
-                for pod in pods:
-                    self.cluster.delete_pod(pod, None)
-            self._send(200, public(job))
+                self._send(200, public(job))
+                return
+            if policy == "Orphan":
+                for pod in self.cluster.owned_pods(job):
+                    pod["metadata"]["ownerReferences"] = []
+                    self.cluster.put("Pod", pod)
+            # Background: the Job goes now; the garbage collector deletes what it owned.
+            self.cluster.remove("Job", params["ns"], params["name"])
+            meta = job["metadata"]
+            self._send(
+                200,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": meta["name"],
+                        "group": "batch",
+                        "kind": "jobs",
+                        "uid": meta["uid"],
+                    },
+                },
+            )
 
     def _delete_pod(self, params: dict[str, str], query: dict[str, str]) -> None:
         options = self._delete_options(query)
@@ -374,16 +439,39 @@ class Handler(BaseHTTPRequestHandler):
                     "Conflict",
                     f'pod {params["name"]} is already assigned to node "{pod["spec"]["nodeName"]}"',
                 )
-            node = body["target"]["name"]
-            if self.cluster.get("Node", "", node) is None:
-                raise ApiError(404, "NotFound", f'nodes "{node}" not found')
-            pod["spec"]["nodeName"] = node
+            # A node that does not exist is not checked: the pod sits there until pod GC.
+            pod["spec"]["nodeName"] = body["target"]["name"]
             self.cluster.put("Pod", pod)
         self._send(201, status_object(201, "", "") | {"status": "Success"})
 
     def _get_log(self, params: dict[str, str], query: dict[str, str]) -> None:
-        self._one("Pod", params)
-        data = self.cluster.pod_log(params["ns"], params["name"])
+        with self.cluster.lock:
+            pod = self._one("Pod", params)
+            container = query.get("container", pod["spec"]["containers"][0]["name"])
+            node = pod["spec"].get("nodeName")
+            if container not in [c["name"] for c in pod["spec"]["containers"]]:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"container {container} is not valid for pod {params['name']}",
+                )
+            if not node:
+                self._send(204, b"", "text/plain")
+                return
+            if self.cluster.get("Node", "", node) is None:
+                raise ApiError(404, "NotFound", f'nodes "{node}" not found')
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            if "waiting" in statuses[0].get("state", {"waiting": {}}):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'container "{container}" in pod "{params["name"]}" is waiting to start: '
+                    "ContainerCreating",
+                )
+            data = self.cluster.pod_log(params["ns"], params["name"])
+        if "tailLines" in query:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else b""
         if "limitBytes" in query:
             data = data[: int(query["limitBytes"])]
         self._send(200, data, "text/plain")
@@ -392,8 +480,12 @@ class Handler(BaseHTTPRequestHandler):
 class FakeApiServer:
     """The fake API server on a free loopback port, with its controller thread."""
 
-    def __init__(self, *, run_processes: bool = True, validate: bool = True) -> None:
-        self.cluster = FakeCluster(run_processes=run_processes, validate=validate)
+    def __init__(
+        self, *, run_processes: bool = True, validate: bool = True, status_delay: float = 0.3
+    ) -> None:
+        self.cluster = FakeCluster(
+            run_processes=run_processes, validate=validate, status_delay=status_delay
+        )
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True

@@ -1,35 +1,34 @@
 """The state and controllers behind the fake Kubernetes API server (fake_kube_apiserver.py).
 
 Objects by kind, namespace and name with a global ``resourceVersion`` and a bounded watch
-history; a Job controller, a scheduler for the pods no external scheduler owns, and a kubelet
-that runs pods as local processes (or lets tests move them through phases). One thread calls
-``step`` every 20 ms.
+history; a Job controller, a garbage collector, a scheduler for the pods no external scheduler
+owns, and the kubelet of fake_kube_kubelet.py. One thread calls ``step`` every 20 ms.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import re
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-HISTORY = 2000
-"""Watch events kept; a watch from an older resourceVersion gets 410 Gone, as for real."""
+from .fake_kube_kubelet import Kubelet, Process, finalizers, now_rfc3339
+from .fake_kube_semantics import (
+    CONTROLLER_UID,
+    INDEX,
+    TRACKING_FINALIZER,
+    pod_from_template,
+)
+
+HISTORY = 200_000
+"""Watch events kept (a bound on memory only): a watch from an old resourceVersion is served
+until the history is compacted (``expire_history``, etcd's compaction), then gets 410 Gone."""
 
 Obj = dict[str, Any]
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_object(code: int, reason: str, message: str) -> Obj:
@@ -70,14 +69,7 @@ def matches(selector: str | None, labels: dict[str, str]) -> bool:
 
 
 @dataclass
-class Process:
-    popen: subprocess.Popen[bytes]
-    log: Path
-    kill_at: float | None = None
-
-
-@dataclass
-class FakeCluster:
+class FakeCluster(Kubelet):
     """The state behind the API: objects by (kind, namespace, name) and the watch history."""
 
     run_processes: bool = True
@@ -90,6 +82,13 @@ class FakeCluster:
     requests: list[tuple[str, str]] = field(default_factory=list)
     """(method, path) of every request, for tests that assert what the backend called."""
     down: bool = False
+    api_groups: set[str] = field(
+        default_factory=lambda: {"scheduling.volcano.sh", "kueue.x-k8s.io"}
+    )
+    """The API groups of installed CRDs (Volcano, Kueue); remove one to uninstall it."""
+    status_delay: float = 0.3
+    """Seconds between a container's exit and its pod's status saying so (a real kubelet's
+    sync takes a second or two), so a cancel or a timeout takes time, in the real order."""
     """When true every request is refused with 503 (the API server is unhealthy)."""
     lock: threading.Condition = field(
         default_factory=lambda: threading.Condition(threading.RLock())
@@ -187,131 +186,111 @@ class FakeCluster:
             ),
         )
 
-    def set_running(self, pod: Obj) -> None:
-        with self.lock:
-            pod["status"] = {
-                "phase": "Running",
-                "startTime": now_rfc3339(),
-                "containerStatuses": [
-                    {
-                        "name": pod["spec"]["containers"][0]["name"],
-                        "ready": True,
-                        "restartCount": 0,
-                        "image": pod["spec"]["containers"][0]["image"],
-                        "imageID": "",
-                        "state": {"running": {"startedAt": now_rfc3339()}},
-                    }
-                ],
-            }
-            self.put("Pod", pod)
-
-    def terminate(self, pod: Obj, exit_code: int, reason: str | None = None) -> None:
-        with self.lock:
-            started = (
-                pod["status"]
-                .get("containerStatuses", [{}])[0]
-                .get("state", {})
-                .get("running", {})
-                .get("startedAt", now_rfc3339())
-            )
-            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
-            pod["status"]["containerStatuses"] = [
-                {
-                    "name": pod["spec"]["containers"][0]["name"],
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": pod["spec"]["containers"][0]["image"],
-                    "imageID": "",
-                    "state": {
-                        "terminated": {
-                            "exitCode": exit_code,
-                            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-                            "startedAt": started,
-                            "finishedAt": now_rfc3339(),
-                        }
-                    },
-                }
-            ]
-            self.put("Pod", pod)
-
-    def append_log(self, pod: Obj, text: str) -> None:
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-        with self.lock:
-            self.logs[key] = self.logs.get(key, b"") + text.encode()
-
-    def pod_log(self, namespace: str, name: str) -> bytes:
-        with self.lock:
-            process = self.processes.get((namespace, name))
-            if process is not None:
-                return process.log.read_bytes()
-            return self.logs.get((namespace, name), b"")
-
     # --- controllers: one step, run by the controller thread ---
 
     def step(self) -> None:
         with self.lock:
             for job in self.list("Job"):
                 self._reconcile_job(job)
+            self._collect_garbage()
             self._schedule()
             self._kubelet()
 
+    def owned_pods(self, job: Obj) -> list[Obj]:
+        """The Job's pods as its controller selects them: by controller-uid, not by name."""
+        meta = job["metadata"]
+        return self.list("Pod", meta["namespace"], f"{CONTROLLER_UID}={meta['uid']}")
+
     def _reconcile_job(self, job: Obj) -> None:
         meta, spec = job["metadata"], job["spec"]
-        namespace, name = meta["namespace"], meta["name"]
         status = job.setdefault("status", {})
-        pods = self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}")
+        for pod in self.owned_pods(job):
+            self._track(pod, job)
+        pods = self.owned_pods(job)
         live = [pod for pod in pods if pod["status"].get("phase") in ("Pending", "Running")]
-        if meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):  # foreground deletion: the pods first, then the Job
             for pod in live:
                 self.delete_pod(pod, None)
-            if not self.list("Pod", namespace, f"batch.kubernetes.io/job-name={name}"):
-                self.remove("Job", namespace, name)
+            if not pods:
+                self.remove("Job", meta["namespace"], meta["name"])
             return
         conditions = status.setdefault("conditions", [])
-        if any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions):
+        if _condition(conditions, "Complete") or _condition(conditions, "Failed"):
+            return
+        target = _condition(conditions, "FailureTarget") or _condition(
+            conditions, "SuccessCriteriaMet"
+        )
+        if target is not None:
+            # Failed/Complete only once every pod has ended and been counted.
+            if not live and not any(TRACKING_FINALIZER in finalizers(p) for p in pods):
+                final = "Failed" if target["type"] == "FailureTarget" else "Complete"
+                self._condition(job, final, target["reason"])
             return
         if spec.get("suspend"):
+            for pod in live:
+                self.delete_pod(pod, None)
             return
         changed = False
         if "startTime" not in status:
             status["startTime"] = now_rfc3339()
             status["_started"] = time.time()
             changed = True
-        succeeded = {pod_index(p) for p in pods if p["status"].get("phase") == "Succeeded"}
-        failed = [p for p in pods if p["status"].get("phase") == "Failed"]
+        succeeded = set(status.get("_completed", []))
+        failed = status.get("failed", 0)
         deadline = spec.get("activeDeadlineSeconds")
-        if len(failed) > spec.get("backoffLimit", 6) or (
-            deadline is not None and time.time() - status["_started"] > deadline
-        ):
+        reason = None
+        if deadline is not None and time.time() - status["_started"] > deadline:
+            reason = "DeadlineExceeded"
+        elif failed > spec.get("backoffLimit", 6):
+            reason = "BackoffLimitExceeded"
+        if reason is not None:
+            # The other replicas are deleted with their own grace period.
             for pod in live:
-                self.delete_pod(pod, 0)
-            reason = "BackoffLimitExceeded" if live == [] or failed else "DeadlineExceeded"
-            if deadline is not None and time.time() - status["_started"] > deadline:
-                reason = "DeadlineExceeded"
-            if not live or reason == "BackoffLimitExceeded":
-                self._finish(job, "Failed", reason, len(failed), len(succeeded))
+                self.delete_pod(pod, None)
+            status["active"] = 0
+            self._condition(job, "FailureTarget", reason)
             return
         completions = spec.get("completions", 1)
         if len(succeeded) >= completions:
-            self._finish(job, "Complete", "CompletionsReached", len(failed), len(succeeded))
+            status["active"] = 0
+            self._condition(job, "SuccessCriteriaMet", "CompletionsReached")
             return
-        have = {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
+        have = succeeded | {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
         for index in range(completions):
-            if index not in have and index not in succeeded:
-                self._create_pod(job, index)
+            if index not in have:
+                self.put("Pod", pod_from_template(job, index), "ADDED")
                 changed = True
-        active = sum(1 for p in pods if p["status"].get("phase") in ("Pending", "Running"))
-        if status.get("active") != active or status.get("succeeded") != len(succeeded):
-            status["active"], status["succeeded"], status["failed"] = (
-                active,
-                len(succeeded),
-                len(failed),
-            )
+        if status.get("active") != len(live) or status.get("succeeded") != len(succeeded):
+            status["active"], status["succeeded"] = len(live), len(succeeded)
             changed = True
         if changed:
             self.put("Job", job)
 
-    def _finish(self, job: Obj, kind: str, reason: str, failed: int, succeeded: int) -> None:
+    def _track(self, pod: Obj, job: Obj | None = None) -> None:
+        """Count an ended pod in its Job's status, then drop its job-tracking finalizer (a
+        deleted pod then goes)."""
+        meta = pod["metadata"]
+        phase = pod["status"].get("phase")
+        ended = phase in ("Succeeded", "Failed")
+        unbound_and_deleted = meta.get("deletionTimestamp") and not pod["spec"].get("nodeName")
+        if TRACKING_FINALIZER in finalizers(pod) and (ended or unbound_and_deleted):
+            if job is not None:
+                status = job.setdefault("status", {})
+                if phase == "Succeeded":
+                    done = sorted({*status.get("_completed", []), pod_index(pod)})
+                    status["_completed"] = done
+                    status["completedIndexes"] = ",".join(str(index) for index in done)
+                else:
+                    status["failed"] = status.get("failed", 0) + 1
+                self.put("Job", job)
+            meta["finalizers"] = [f for f in meta["finalizers"] if f != TRACKING_FINALIZER]
+            if not meta["finalizers"]:
+                del meta["finalizers"]
+            self.put("Pod", pod)
+        if meta.get("deletionTimestamp") and not finalizers(pod) and (ended or unbound_and_deleted):
+            self.remove("Pod", meta["namespace"], meta["name"])
+
+    def _condition(self, job: Obj, kind: str, reason: str) -> None:
         status = job["status"]
         status["conditions"].append(
             {
@@ -323,46 +302,22 @@ class FakeCluster:
                 "lastTransitionTime": now_rfc3339(),
             }
         )
-        status.update(active=0, failed=failed, succeeded=succeeded)
         if kind == "Complete":
             status["completionTime"] = now_rfc3339()
         self.put("Job", job)
 
-    def _create_pod(self, job: Obj, index: int) -> None:
-        template = copy.deepcopy(job["spec"]["template"])
-        meta = template.setdefault("metadata", {})
-        name = job["metadata"]["name"]
-        labels = meta.setdefault("labels", {})
-        labels.update(
-            {
-                "batch.kubernetes.io/job-name": name,
-                "job-name": name,
-                "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
-                "batch.kubernetes.io/job-completion-index": str(index),
-            }
-        )
-        meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
-        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
-        meta["namespace"] = job["metadata"]["namespace"]
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": name,
-                "uid": job["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-        pod_spec = template["spec"]
-        pod_spec.setdefault("schedulerName", "default-scheduler")
-        pod_spec["hostname"] = f"{name}-{index}"
-        for container in pod_spec["containers"]:
-            container.setdefault("env", []).append(
-                {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
-            )
-        pod = {"apiVersion": "v1", "kind": "Pod", **template, "status": {"phase": "Pending"}}
-        self.put("Pod", pod, "ADDED")
+    def _collect_garbage(self) -> None:
+        """The garbage collector: an object whose owner is gone is deleted (pods gracefully)."""
+        alive = {obj["metadata"].get("uid") for obj in self.objects.values()}
+        for (kind, namespace, name), obj in list(self.objects.items()):
+            owners = obj["metadata"].get("ownerReferences") or []
+            if not owners or any(owner["uid"] in alive for owner in owners):
+                continue
+            if kind == "Pod":
+                self.delete_pod(obj, None)
+                self._track(obj)
+            else:
+                self.remove(kind, namespace, name)
 
     def _schedule(self) -> None:
         nodes = self.list("Node")
@@ -374,67 +329,6 @@ class FakeCluster:
                 spec["nodeName"] = nodes[0]["metadata"]["name"]
                 self.put("Pod", pod)
 
-    def _kubelet(self) -> None:
-        for pod in self.list("Pod"):
-            meta = pod["metadata"]
-            key = (meta["namespace"], meta["name"])
-            process = self.processes.get(key)
-            if meta.get("deletionTimestamp"):
-                self._stop(pod, process)
-                continue
-            if not self.run_processes or process is not None:
-                if (
-                    process is not None
-                    and process.popen.poll() is not None
-                    and pod["status"].get("phase") == "Running"
-                ):
-                    self._exited(pod, process)
-                continue
-            if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending":
-                self._start(pod)
-
-    def _start(self, pod: Obj) -> None:
-        container = pod["spec"]["containers"][0]
-        argv = [*container.get("command", []), *container.get("args", [])]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            elif "fieldRef" in item.get("valueFrom", {}):
-                env[item["name"]] = field_value(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
-        log = self.log_dir / f"{pod['metadata']['name']}.log"
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=container.get("workingDir") or self.log_dir,
-                start_new_session=True,
-            )
-        self.processes[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = Process(
-            popen, log
-        )
-        self.set_running(pod)
-
-    def _exited(self, pod: Obj, process: Process) -> None:
-        code = process.popen.returncode
-        self.terminate(pod, code if code >= 0 else 128 - code)
-
-    def _stop(self, pod: Obj, process: Process | None) -> None:
-        meta = pod["metadata"]
-        if process is None or process.popen.poll() is not None:
-            if process is not None:
-                self.logs[(meta["namespace"], meta["name"])] = process.log.read_bytes()
-                del self.processes[(meta["namespace"], meta["name"])]
-            self.remove("Pod", meta["namespace"], meta["name"])
-            return
-        if process.kill_at is None:
-            process.kill_at = time.time() + meta.get("deletionGracePeriodSeconds", 30)
-            os.killpg(process.popen.pid, signal.SIGTERM)
-        elif time.time() >= process.kill_at:
-            os.killpg(process.popen.pid, signal.SIGKILL)
-
     def delete_pod(self, pod: Obj, grace: int | None) -> None:
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
@@ -445,34 +339,19 @@ class FakeCluster:
             return
         if grace is None:
             grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        ended = pod["status"].get("phase") in ("Succeeded", "Failed")
         meta["deletionTimestamp"] = now_rfc3339()
-        meta["deletionGracePeriodSeconds"] = grace
-        if not pod["spec"].get("nodeName") or pod["status"].get("phase") in (
-            "Succeeded",
-            "Failed",
-        ):
-            self.put("Pod", pod)
-            self.remove("Pod", meta["namespace"], meta["name"])
-            return
+        meta["deletionGracePeriodSeconds"] = (
+            0 if ended or not pod["spec"].get("nodeName") else grace
+        )
         self.put("Pod", pod)
+        if (ended or not pod["spec"].get("nodeName")) and not finalizers(pod):
+            self.remove("Pod", meta["namespace"], meta["name"])
 
-    def kill_all(self) -> None:
-        for process in self.processes.values():
-            if process.popen.poll() is None:
-                os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait()
+
+def _condition(conditions: list[Obj], kind: str) -> Obj | None:
+    return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
 
 
 def pod_index(pod: Obj) -> int:
-    return int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
-
-
-def field_value(pod: Obj, path: str) -> str:
-    """The downward API's fieldRef: ``spec.nodeName``, ``metadata.annotations['a.b/c']``."""
-    keyed = re.match(r"^metadata\.(annotations|labels)\['(.+)'\]$", path)
-    if keyed:
-        return str(pod["metadata"].get(keyed.group(1), {}).get(keyed.group(2), ""))
-    value: Any = pod
-    for part in path.split("."):
-        value = value.get(part, "") if isinstance(value, dict) else ""
-    return str(value)
+    return int(pod["metadata"]["labels"][INDEX])

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import urllib3
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
@@ -84,6 +85,10 @@ class KubeApi:
                 f"Kubernetes API server at {self.address} does not answer ({what}): "
                 f"{type(error).__name__}"
             ) from None
+        except pydantic.ValidationError as error:
+            # The client checks a body against its models before sending it: an unknown field
+            # is refused here, named, as the server would refuse it under Strict.
+            raise ApiFailure(400, _client_refusal(error)) from None
 
     def _json(self, what: str, method: Any, *args: Any, **kwargs: Any) -> Obj:
         response = self._call(what, method, *args, **kwargs)
@@ -121,7 +126,9 @@ class KubeApi:
                 return None
             raise
 
-    def pod_log(self, pod: str, limit_bytes: int) -> bytes:
+    def pod_log(self, pod: str, limit_bytes: int, tail_lines: int | None = None) -> bytes:
+        """The first ``limit_bytes`` of the main container's log (of its last ``tail_lines``
+        lines when given). Empty for a pod not started (204, 400) or gone (404)."""
         try:
             response = self._call(
                 "reading a pod log",
@@ -130,13 +137,28 @@ class KubeApi:
                 self.namespace,
                 container="main",
                 limit_bytes=limit_bytes,
+                **({"tail_lines": tail_lines} if tail_lines is not None else {}),
             )
         except ApiFailure as error:
             if error.code in (400, 404):
                 return b""  # not started yet, or gone: no output to show
             raise
-        data: bytes = response.data
+        data: bytes = response.data or b""
         return data
+
+    def serves(self, group_version: str, resource: str) -> bool:
+        """Whether the server serves ``resource`` of ``group/version`` (API discovery, which
+        every authenticated identity may read): a CRD's API exists once it is installed."""
+        group, version = group_version.split("/")
+        try:
+            listed = self._json(
+                f"discovering {group_version}", self.custom.get_api_resources, group, version
+            )
+        except ApiFailure as error:
+            if error.code == 404:
+                return False
+            raise
+        return any(item.get("name") == resource for item in listed.get("resources", []))
 
     def watch(self, kind: str, selector: str, resource_version: str, timeout: int) -> Iterator[Obj]:
         """The events of one watch request (``ERROR`` events included), until it times out."""
@@ -172,12 +194,20 @@ class KubeApi:
 
     def create_job(self, manifest: Obj) -> Obj:
         return self._json(
-            "creating a job", self.batch.create_namespaced_job, self.namespace, manifest
+            "creating a job",
+            self.batch.create_namespaced_job,
+            self.namespace,
+            manifest,
+            field_validation="Strict",
         )
 
     def create_service(self, manifest: Obj) -> Obj:
         return self._json(
-            "creating a service", self.core.create_namespaced_service, self.namespace, manifest
+            "creating a service",
+            self.core.create_namespaced_service,
+            self.namespace,
+            manifest,
+            field_validation="Strict",
         )
 
     def create_pod_group(self, manifest: Obj) -> Obj:
@@ -189,6 +219,7 @@ class KubeApi:
             self.namespace,
             "podgroups",
             manifest,
+            field_validation="Strict",
         )
 
     def bind(self, manifest: Obj) -> None:
@@ -234,10 +265,31 @@ class KubeApi:
 
 
 def _message(body: Any) -> str:
+    """The server's message on one line (a plain-text body such as ``404 page not found\\n``
+    included)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
     try:
-        return str(json.loads(body).get("message", body))
+        text = str(json.loads(body).get("message", body))
     except (ValueError, TypeError, AttributeError):
-        return str(body)
+        text = str(body)
+    return " ".join(text.split())
+
+
+def _client_refusal(error: pydantic.ValidationError) -> str:
+    """The client's refusal of a body, one line: ``unknown field "spec.x"`` for each field its
+    models do not know, else the first problem with its field's path."""
+    problems = []
+    for item in error.errors():
+        # loc: the argument's position, then the path in the body ("2", "spec", "template"…).
+        path = ""
+        for part in item["loc"][1:]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if item["type"] == "extra_forbidden":
+            problems.append(f'unknown field "{path}"')
+        else:
+            problems.append(f"{path}: {item['msg']}")
+    return "the client's models refused it: " + ", ".join(problems)
 
 
 def _context_namespace(kubeconfig: Path | None, context: str | None) -> str | None:

@@ -45,18 +45,22 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
-from flotilla.backends.kubernetes.status import node_info, pods_by_index, run_status, usable
+from flotilla.backends.kubernetes.kept import KeptOutput
+from flotilla.backends.kubernetes.nodes import NodeReader
+from flotilla.backends.kubernetes.status import pods_by_index, run_status
 from flotilla.backends.kubernetes.watch import ClusterWatch
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model.payload import RayPayload
-from flotilla.model.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 PROPAGATION = ("Foreground", "Background")
-NODE_CACHE_SECONDS = 5.0
 CANCELLED_KEPT = 10_000
+MODE_APIS = {
+    "volcano": ("scheduling.volcano.sh/v1beta1", "podgroups", "Volcano"),
+    "kueue": ("kueue.x-k8s.io/v1beta1", "workloads", "Kueue"),
+}
+"""The API a mode's objects need, checked by discovery before a run creates anything."""
 
 
 class KubernetesBackend:
@@ -121,15 +125,19 @@ class KubernetesBackend:
         self._cancelled: dict[str, RunStatus] = {}
         """Runs this object cancelled whose Job is gone: their final status (see docs)."""
         self._stopping: dict[str, RunStatus] = {}
-        self._nodes: tuple[float, list[NodeInfo]] = (0.0, [])
+        self._nodes = NodeReader(self.api, self.settings.gpu_resource, count_other_pods)
         self._closed = threading.Event()
-        self._watch = ClusterWatch(self.api, self._selector, self.settings, watch_timeout)
+        self._mode_api_seen = mode not in MODE_APIS
+        self._kept = KeptOutput(self.api)
+        self._watch = ClusterWatch(
+            self.api, self._selector, self.settings, watch_timeout, on_deleting=self._kept.keep
+        )
 
     # --- the contract ---
 
     def inventory(self) -> Inventory:
         self._check_open()
-        nodes = self._node_infos(fresh=True)
+        nodes = self._nodes.read(fresh=True)
         jobs = self.api.list_jobs(self._selector)["items"]
         active = sorted(
             job["metadata"]["annotations"][m.ANNOTATION_RUN_ID]
@@ -140,9 +148,9 @@ class KubernetesBackend:
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         self._check_open()
-        nodes = self._node_infos()
+        nodes = self._nodes.read()
         if any(p.node not in {n.name for n in nodes} for p in request.placements):
-            nodes = self._node_infos(fresh=True)
+            nodes = self._nodes.read(fresh=True)
         check_request(request, self.cluster, nodes)
         payload = any_payload_of(request)
         if isinstance(payload, RayPayload):
@@ -155,6 +163,7 @@ class KubernetesBackend:
         if existing is None and request.run_id in self._cancelled:
             return self._result_of(self._cancelled[request.run_id], request)
         if existing is None:
+            self._check_mode_api()
             manifest = m.job_manifest(request, payload, self.settings, time.time())
             try:
                 existing = self.api.create_job(manifest)
@@ -228,6 +237,7 @@ class KubernetesBackend:
         grace = self.settings.grace_period if request.grace_period is None else request.grace_period
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
+                self._kept.keep(pod)  # its log goes with it; the watch reads it again as it ends
                 try:
                     self.api.delete_pod(pod["metadata"]["name"], max(0, round(grace)))
                 except ApiFailure as error:
@@ -255,7 +265,7 @@ class KubernetesBackend:
         pods_of: dict[str, list[Obj]] = {}
         for pod in pods:
             pods_of.setdefault(
-                pod["metadata"].get("labels", {}).get(m.JOB_NAME_LABEL, ""), []
+                pod["metadata"].get("labels", {}).get(m.CONTROLLER_UID_LABEL, ""), []
             ).append(pod)
         current: dict[str, RunStatus] = {}
         for job in jobs:
@@ -263,7 +273,8 @@ class KubernetesBackend:
             run_id = annotations.get(m.ANNOTATION_RUN_ID)
             if run_id is None or m.ANNOTATION_PLACEMENTS not in annotations:
                 continue  # carries our labels but was not made by a Flotilla backend
-            current[run_id] = self._status_of(run_id, job, pods_of.get(job["metadata"]["name"], []))
+            pods_here = pods_of.get(job["metadata"].get("uid", ""), [])
+            current[run_id] = self._status_of(run_id, job, pods_here)
         with self._lock:
             for run_id in list(self._stopping):
                 if run_id not in current:
@@ -286,27 +297,30 @@ class KubernetesBackend:
             raise ValueError("offset must be >= 0 and limit > 0")
         job, pods = self._read(request.run_id)
         if job is None:
-            # Cancelled and deleted: the pods, and so their logs, are gone.
+            # Cancelled and deleted: the pods are gone; their output read before is kept.
             status = self._cancelled[request.run_id]
-            pick_replica(
+            index = pick_replica(
                 [ReplicaPlacement(r.task, r.replica, r.node) for r in status.replicas],
                 request.task,
                 request.replica,
             )
-            return LogChunk(
-                request.run_id, request.stream, request.offset, request.offset, b"", True
+            data = self._kept.get(request.run_id, index) or b""
+            terminal = True
+        else:
+            placements = m.placements_from_annotation(
+                job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS]
             )
-        placements = m.placements_from_annotation(
-            job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS]
-        )
-        index = pick_replica(placements, request.task, request.replica)
-        pod = pods_by_index(pods).get(index)
-        data = b""
-        if pod is not None:
-            data = self.api.pod_log(pod["metadata"]["name"], request.offset + request.limit + 1)
+            index = pick_replica(placements, request.task, request.replica)
+            pod = pods_by_index(pods).get(index)
+            data = b""
+            if pod is not None:
+                data = self.api.pod_log(pod["metadata"]["name"], request.offset + request.limit + 1)
+            if not data:
+                # A pod deleted (cancel, max_runtime, a gang's failure): its last output.
+                data = self._kept.get(request.run_id, index) or b""
+            terminal = self._status_of(request.run_id, job, pods).state.terminal
         chunk = data[request.offset : request.offset + request.limit]
         at_end = len(data) <= request.offset + request.limit
-        terminal = self._status_of(request.run_id, job, pods).state.terminal
         return LogChunk(
             request.run_id,
             request.stream,
@@ -342,7 +356,8 @@ class KubernetesBackend:
                 if run_id in self._cancelled:
                     return None, []
             raise UnknownRun(run_id)
-        pods = self.api.list_pods(f"{m.JOB_NAME_LABEL}={job['metadata']['name']}")["items"]
+        # By the Job's uid: a Job of the same name still being deleted may have pods too.
+        pods = self.api.list_pods(f"{m.CONTROLLER_UID_LABEL}={job['metadata']['uid']}")["items"]
         return job, pods
 
     def _status_of(self, run_id: str, job: Obj, pods: Sequence[Obj]) -> RunStatus:
@@ -427,6 +442,19 @@ class KubernetesBackend:
 
     # --- writing ---
 
+    def _check_mode_api(self) -> None:
+        """``volcano`` and ``kueue`` mode need their CRDs: asked by discovery before a run
+        creates anything, so a cluster without them refuses the dispatch and keeps nothing."""
+        if self._mode_api_seen:
+            return
+        group_version, resource, product = MODE_APIS[self.settings.mode]
+        if not self.api.serves(group_version, resource):
+            raise DispatchRejected(
+                f"mode {self.settings.mode}: the Kubernetes API server at {self.api.address} "
+                f"does not serve {group_version} {resource}; is {product} installed?"
+            )
+        self._mode_api_seen = True
+
     def _delete_job(self, name: str) -> None:
         try:
             self.api.delete_job(name, self.propagation)
@@ -458,55 +486,6 @@ class KubernetesBackend:
                     f"{job['metadata']['name']} (HTTP {error.code}: {error.message}); is "
                     "Volcano installed?"
                 ) from None
-
-    # --- nodes ---
-
-    def _node_infos(self, fresh: bool = False) -> list[NodeInfo]:
-        with self._lock:
-            taken, nodes = self._nodes
-            if not fresh and nodes and time.monotonic() - taken < NODE_CACHE_SECONDS:
-                return nodes
-        listed = [node for node in self.api.list_nodes()["items"] if usable(node)]
-        used = self._used_by_others() if self.count_other_pods else {}
-        infos = []
-        for node in listed:
-            info = node_info(node, self.settings.gpu_resource)
-            taken_here = used.get(info.name)
-            if taken_here:
-                capacity = {
-                    key: max(0.0, amount - taken_here.get(key, 0.0))
-                    for key, amount in info.capacity.items()
-                }
-                info = dataclasses.replace(info, capacity=capacity)
-            infos.append(info)
-        with self._lock:
-            self._nodes = (time.monotonic(), infos)
-        return infos
-
-    def _used_by_others(self) -> dict[str, dict[str, float]]:
-        """cpu/memory requested per node by running pods Flotilla did not start (other tenants),
-        which Flotilla must not count as free."""
-        used: dict[str, dict[str, float]] = {}
-        try:
-            pods = self.api.list_all_pods()["items"]
-        except ApiFailure:
-            return used  # no cluster-wide read access: count allocatable only (see docs)
-        for pod in pods:
-            node = pod.get("spec", {}).get("nodeName")
-            labels = pod["metadata"].get("labels", {})
-            if (
-                not node
-                or labels.get(m.MANAGED_BY) == "flotilla"
-                or pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
-            ):
-                continue
-            here = used.setdefault(node, {})
-            for container in pod["spec"].get("containers", []):
-                requests: Mapping[str, str] = container.get("resources", {}).get("requests", {})
-                for key in ("cpu", "memory"):
-                    if key in requests:
-                        here[key] = here.get(key, 0.0) + parse_quantity(requests[key])
-        return used
 
 
 def _finished(job: Mapping[str, Any]) -> bool:

@@ -32,6 +32,9 @@ ANNOTATION_CANCEL_REASON = "flotilla.io/cancel-reason"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+"""Set by the Job controller on its pods: the Job's uid. Pods are selected by it, since a
+Job of the same name (one still being deleted) may have pods with the same job-name label."""
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 CONTAINER = "main"
@@ -188,7 +191,9 @@ def environment(
             "FLOTILLA_PLACEMENTS": placements_json(request.placements),
         }
     )
-    env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in values.items()]
+    env: list[dict[str, Any]] = [
+        {"name": name, "value": literal(value)} for name, value in values.items()
+    ]
     env.append(
         {
             "name": "FLOTILLA_INDEX",
@@ -206,6 +211,13 @@ def environment(
             }
         )
     return env
+
+
+def literal(text: str) -> str:
+    """``text`` as the kubelet will pass it on: it expands ``$(NAME)`` and turns ``$$`` into
+    ``$`` in a container's command, args and env values, so every ``$`` is doubled and the
+    process sees exactly what the user wrote (as on every other backend)."""
+    return text.replace("$", "$$")
 
 
 def placements_json(placements: Sequence[ReplicaPlacement]) -> str:
@@ -229,14 +241,14 @@ def container(
         spec["image"] = payload.image
         argv = payload.argv()
         if argv is not None:
-            spec["command"] = argv
+            spec["command"] = [literal(part) for part in argv]
         if payload.args:
-            spec["args"] = list(payload.args)
+            spec["args"] = [literal(part) for part in payload.args]
         if payload.image_pull_policy:
             spec["imagePullPolicy"] = payload.image_pull_policy
     else:
         spec["image"] = settings.default_image
-        spec["command"] = payload.argv()
+        spec["command"] = [literal(part) for part in payload.argv()]
     if payload.working_dir:
         spec["workingDir"] = payload.working_dir
     spec["env"] = environment(request, payload)

@@ -101,7 +101,7 @@ def run_status(
     replicas = []
     started: list[float] = []
     finished: list[float] = []
-    failing: tuple[str, int, str] | None = None
+    failures: list[tuple[bool, float, int, str, int, str]] = []
     for index, placement in enumerate(placements):
         pod = by_index.get(index)
         state = replica_state(pod)
@@ -118,9 +118,22 @@ def run_status(
                 done = timestamp(end.get("finishedAt"))
                 if done is not None:
                     finished.append(done)
-                if code != 0 and failing is None:
-                    failing = (placement.label, code, str(end.get("reason", "")))
+                if code != 0:
+                    # A replica the Job controller stopped (deleted, as the others of a failed
+                    # gang are) did not cause the failure: the one that failed on its own did.
+                    stopped = bool(pod["metadata"].get("deletionTimestamp"))
+                    failures.append(
+                        (
+                            stopped,
+                            done or 0.0,
+                            index,
+                            placement.label,
+                            code,
+                            str(end.get("reason", "")),
+                        )
+                    )
         replicas.append(ReplicaStatus(placement.task, placement.replica, node, state, code))
+    failing = min(failures)[3:] if failures else None
     reason = cancelled_reason or annotations.get(m.ANNOTATION_CANCEL_REASON)
     state, code, message = _overall(job, replicas, failing, reason, by_index)
     started_at = max(dispatched_at, min(started)) if started else None

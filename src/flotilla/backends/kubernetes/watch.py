@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from flotilla.backends.interface import BackendUnavailable
@@ -28,9 +29,16 @@ class ClusterWatch:
     """A cache of the cluster's Jobs and pods, and the binder of new pods."""
 
     def __init__(
-        self, api: KubeApi, selector: str, settings: m.JobSettings, watch_timeout: int
+        self,
+        api: KubeApi,
+        selector: str,
+        settings: m.JobSettings,
+        watch_timeout: int,
+        on_deleting: Callable[[Obj], None] = lambda pod: None,
     ) -> None:
         self.api = api
+        self.on_deleting = on_deleting
+        """Called with each pod seen with a deletion timestamp (its output is read then)."""
         self.selector = selector
         self.settings = settings
         self.watch_timeout = watch_timeout
@@ -85,8 +93,9 @@ class ClusterWatch:
             job = self._cache["jobs"].get(job_name)
         if job is None:
             job = self.api.get_job(job_name)
-        if job is None:
-            return
+        owner = meta.get("labels", {}).get(m.CONTROLLER_UID_LABEL)
+        if job is None or (owner is not None and owner != job["metadata"].get("uid")):
+            return  # a pod of another Job of that name (one being deleted): not ours to place
         placements = m.placements_from_annotation(
             job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS]
         )
@@ -117,7 +126,7 @@ class ClusterWatch:
                     self._synced[kind].set()
                 if kind == "pods":
                     for pod in listed["items"]:
-                        self.bind(pod)
+                        self._pod_seen(pod)
                 version = listed["metadata"]["resourceVersion"]
                 while not self.closed.is_set():
                     version = self._watch_once(kind, version)
@@ -155,8 +164,14 @@ class ClusterWatch:
                 else:
                     self._cache[kind][name] = item
             if kind == "pods" and kind_of_event in ("ADDED", "MODIFIED"):
-                self.bind(item)
+                self._pod_seen(item)
         return version
+
+    def _pod_seen(self, pod: Obj) -> None:
+        if pod["metadata"].get("deletionTimestamp"):
+            self.on_deleting(pod)
+        else:
+            self.bind(pod)
 
 
 class _Resync(Exception):
