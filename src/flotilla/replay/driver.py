@@ -44,6 +44,9 @@ class Observed:
     """Wall time (epoch seconds) of scenario time 0."""
     end_time: float
     """Scenario time the replay ended at."""
+    cutoff: float
+    """Wall time (epoch seconds) the replay ended at: what the service did later (while the
+    replay read its records back) is not part of the report."""
     end_reason: str
     wall_seconds: float
     ids: dict[str, str]
@@ -108,10 +111,14 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             progress(now, done, len(plan.jobs))
         wake = plan.wall(steps[0].at) - (time.monotonic() - start) if steps else 1.0
         time.sleep(max(0.0, min(wake, _poll_interval(plan))))
+    cutoff = time.time()
+    if end_reason == "settings.max_time":
+        cutoff = epoch + plan.wall(end_time)
     observed = Observed(
         plan=plan,
         started_at=epoch,
         end_time=end_time,
+        cutoff=cutoff,
         end_reason=end_reason,
         wall_seconds=time.monotonic() - start,
         ids=ids,

@@ -148,6 +148,11 @@ def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
     payload = dict(body.get("payload") or {})
     payload["sim"] = {**payload.get("sim", {}), "duration": duration}
     body["payload"] = payload
+    # A scenario job no cluster can ever hold stays queued in the simulator (with its reason);
+    # the service refuses such a job unless told to keep it.
+    body["hold_if_unfit"] = True
+    if spec.max_runtime is not None:
+        body["max_runtime"] = spec.max_runtime / speed
     if spec.gang is not None:
         body["gang"]["timeout"] = spec.gang.timeout / speed
     if spec.retry is not None:

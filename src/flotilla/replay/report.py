@@ -27,13 +27,36 @@ def _number(value: float) -> float | int:
     return int(rounded) if rounded.is_integer() else rounded
 
 
-def scenario_state(detail: JobDetail) -> str:
-    """The job's state in the scenario's words."""
-    if detail.state in RUNNING:
+def scenario_state(detail: JobDetail, events: list[Event]) -> str:
+    """The job's state in the scenario's words, after its last transition in ``events``."""
+    transitions = [e for e in events if e.kind == "transition" and e.to_state]
+    state = transitions[-1].to_state if transitions else "queued"
+    if state in RUNNING:
         return "running"
-    if detail.state == "queued" and detail.runs and detail.runs[-1].state == "preempted":
-        return "preempted"
-    return detail.state
+    if state == "queued" and any(e.to_state == "preempted" for e in transitions):
+        # Preempted and not yet rescheduled: nothing was leased since the preemption.
+        after = transitions[-1 - [e.to_state for e in reversed(transitions)].index("preempted") :]
+        if not any(e.to_state == "leased" for e in after):
+            return "preempted"
+    return str(state)
+
+
+def _as_of(detail: JobDetail, events: list[Event], cutoff: float) -> tuple[JobDetail, list[Event]]:
+    """The job and its events as they stood at wall time ``cutoff``: later runs left out,
+    later starts and ends not yet happened."""
+    runs = []
+    for run in detail.runs:
+        if run.created_at.timestamp() > cutoff:
+            continue
+        started = (
+            run.started_at if run.started_at and run.started_at.timestamp() <= cutoff else None
+        )
+        finished = (
+            run.finished_at if run.finished_at and run.finished_at.timestamp() <= cutoff else None
+        )
+        runs.append(run.model_copy(update={"started_at": started, "finished_at": finished}))
+    earlier = [event for event in events if event.time.timestamp() <= cutoff]
+    return detail.model_copy(update={"runs": runs}), earlier
 
 
 def build_replay_report(observed: Observed) -> dict[str, Any]:
@@ -47,18 +70,18 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = {}
     totals = _job_totals(observed)
     for planned in plan.jobs:
-        detail = observed.details.get(planned.name)
+        found = observed.details.get(planned.name)
         queue_counts = counts.setdefault(planned.queue, {"running": 0, "queued": 0})
-        if detail is None:
+        if found is None:
             jobs.append(_unsubmitted(planned.name, planned.queue, planned.submit_at))
             continue
-        state = scenario_state(detail)
+        detail, job_events = _as_of(found, observed.events.get(planned.name, []), observed.cutoff)
+        state = scenario_state(detail, job_events)
         run = detail.runs[-1] if detail.runs else None
         waiting = state in WAITING
-        first_scheduled = next((r for r in detail.runs), None)
-        if first_scheduled is not None:
+        if detail.runs:
             waits.setdefault(planned.queue, []).append(
-                at(first_scheduled.created_at.timestamp()) - at(detail.submitted_at.timestamp())
+                at(detail.runs[0].created_at.timestamp()) - at(detail.submitted_at.timestamp())
             )
         if state == "running":
             queue_counts["running"] += 1
@@ -67,7 +90,6 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
                 held[resource] = held.get(resource, 0.0) + amount
         elif waiting:
             queue_counts["queued"] += 1
-        job_events = observed.events.get(planned.name, [])
         ended = next((e for e in reversed(job_events) if e.to_state in ENDS), None)
         jobs.append(
             {
@@ -81,7 +103,7 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
                 "finished_at": _number(at(ended.time.timestamp()))
                 if ended is not None and state in ENDS
                 else None,
-                "preemptions": sum(1 for r in detail.runs if r.state == "preempted"),
+                "preemptions": sum(1 for e in job_events if e.to_state == "preempted"),
                 "reason": (detail.pending_reason or detail.reason)
                 if waiting or state == "failed"
                 else None,
@@ -89,7 +111,9 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
             }
         )
         events += _events(planned.name, detail, job_events, at)
-    events.sort(key=lambda event: event["time"])
+    # By time, then in the order the service wrote them (one cycle's leases are written in
+    # the order the round decided them, as the simulator lists them).
+    events.sort(key=lambda event: (event["time"], event.pop("_id")))
     capacity = _capacity(observed)
     queues = []
     for queue in plan.scenario.queues:
@@ -192,7 +216,7 @@ def _events(name: str, detail: JobDetail, events: list[Event], at: Any) -> list[
     found: list[dict[str, Any]] = []
     for event in events:
         time = _number(at(event.time.timestamp()))
-        record: dict[str, Any] = {"time": time, "job": name}
+        record: dict[str, Any] = {"time": time, "job": name, "_id": event.id}
         run = runs.get(event.run_id or "")
         if event.kind == "submitted":
             found.append({**record, "event": "submitted"})
