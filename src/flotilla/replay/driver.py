@@ -1,0 +1,223 @@
+"""Play a ``ReplayPlan`` against a live service through the SDK client.
+
+The fleet is applied and the replay waits until every cluster of it is ready; then the clock
+starts (scenario time 0) and each step is taken when its wall time comes. The replay ends as
+a simulation does: every job terminal, ``settings.max_time`` reached, or nothing that can
+change any more (every step taken, no job running that will end by itself, no queued job
+with a timer — a gang timeout or a retry backoff — and the scheduler has run cycles since
+the last change without changing anything). What the service recorded is then read back
+(``Observed``) and the jobs the replay left unfinished are cancelled, so the service is
+ready for the next replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flotilla.api.schemas import Cluster, Event, JobDetail
+from flotilla.replay.plan import PlannedJob, ReplayPlan
+from flotilla.sdk import Client
+from flotilla.sdk.calls import JobFilter
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+READY_LIMIT = 120.0
+"""Wall seconds the applied fleet's clusters may take to become ready."""
+QUIET_CYCLES = 3
+"""Scheduler cycles without a change after which nothing can change any more."""
+Progress = Callable[[float, int, int], None]
+
+
+class ReplayError(RuntimeError):
+    """The service did not do what a replay needs (a cluster never ready, a job id
+    missing from a submission's answer)."""
+
+
+@dataclass
+class Observed:
+    """What the service recorded, read back at the end of the replay."""
+
+    plan: ReplayPlan
+    started_at: float
+    """Wall time (epoch seconds) of scenario time 0."""
+    end_time: float
+    """Scenario time the replay ended at."""
+    cutoff: float
+    """Wall time (epoch seconds) the replay ended at: what the service did later (while the
+    replay read its records back) is not part of the report."""
+    end_reason: str
+    wall_seconds: float
+    ids: dict[str, str]
+    """Job name → job id, for every job submitted."""
+    details: dict[str, JobDetail] = field(default_factory=dict)
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    clusters: list[Cluster] = field(default_factory=list)
+    cycles: int = 0
+
+    def scenario_time(self, epoch: float) -> float:
+        return (epoch - self.started_at) * self.plan.speed
+
+
+def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -> Observed:
+    """Apply, play, wait, read back, clean up."""
+    apply_fleet(client, plan)
+    newest = client.page(JobFilter(newest_first=True), limit=1).jobs
+    after = newest[0].cursor if newest else None
+    ids: dict[str, str] = {}
+    by_name = {job.name: job for job in plan.jobs}
+    epoch = time.time()
+    start = time.monotonic()
+    steps = list(plan.steps)
+    limit = plan.max_time
+    quiet_since: tuple[int, tuple[Any, ...]] | None = None
+    last_progress = start
+    end_reason = ""
+    end_time = 0.0
+    while True:
+        now = (time.monotonic() - start) * plan.speed
+        if limit is not None and now > limit:
+            end_reason, end_time = "settings.max_time", limit
+            break
+        while steps and steps[0].at <= now:
+            step = steps.pop(0)
+            if step.submit:
+                submitted = client.submit(step.submit)
+                for job in submitted.jobs:
+                    ids[job.name] = job.id
+            for job in step.cancel:
+                if job.name in ids:
+                    client.cancel(ids[job.name], reason="cancelled by the scenario")
+        states = _states(client, ids, after)
+        done = sum(1 for state in states.values() if state in TERMINAL)
+        if done == len(plan.jobs) and not steps:
+            end_reason = "every job is terminal"
+            end_time = _last_change(client, ids, epoch, plan)
+            break
+        if not steps and _nothing_pending(client, ids, states, by_name):
+            cycle = _cycle_number(client)
+            fingerprint = tuple(sorted(states.items()))
+            if quiet_since is None or quiet_since[1] != fingerprint:
+                quiet_since = (cycle, fingerprint)
+            elif cycle - quiet_since[0] >= QUIET_CYCLES:
+                end_reason = "nothing can change any more"
+                end_time = _last_change(client, ids, epoch, plan)
+                break
+        else:
+            quiet_since = None
+        if progress is not None and time.monotonic() - last_progress > 0.5:
+            last_progress = time.monotonic()
+            progress(now, done, len(plan.jobs))
+        wake = plan.wall(steps[0].at) - (time.monotonic() - start) if steps else 1.0
+        time.sleep(max(0.0, min(wake, _poll_interval(plan))))
+    cutoff = time.time()
+    if end_reason == "settings.max_time":
+        cutoff = epoch + plan.wall(end_time)
+    observed = Observed(
+        plan=plan,
+        started_at=epoch,
+        end_time=end_time,
+        cutoff=cutoff,
+        end_reason=end_reason,
+        wall_seconds=time.monotonic() - start,
+        ids=ids,
+    )
+    for name, job_id in ids.items():
+        observed.details[name] = client.get(job_id)
+        observed.events[name] = list(client.events(job_id))
+    observed.clusters = client.clusters()
+    observed.cycles = _cycle_number(client)
+    cancel_leftovers(client, ids, observed.details)
+    return observed
+
+
+def apply_fleet(client: Client, plan: ReplayPlan) -> None:
+    """Apply the scenario's fleet, keeping the queues of the fleet in force it does not name
+    (without their quota): a queue that holds jobs cannot be removed, and a service that
+    ran an earlier replay holds them."""
+    document = dict(plan.fleet)
+    try:
+        current = client.fleet()["fleet"]
+    except Exception:  # no fleet applied yet (404): nothing to keep
+        current = {}
+    named = {queue["name"] for queue in document["queues"]}
+    kept = [
+        {key: value for key, value in queue.items() if key != "quota"}
+        for queue in current.get("queues", [])
+        if queue["name"] not in named
+    ]
+    document["queues"] = [*kept, *document["queues"]]
+    client.apply_fleet(document)
+    wanted = {cluster["name"] for cluster in document["clusters"]}
+    deadline = time.monotonic() + READY_LIMIT
+    while True:
+        states = {cluster.name: cluster.state for cluster in client.clusters()}
+        if all(states.get(name) == "ready" for name in wanted):
+            return
+        if time.monotonic() > deadline:
+            waiting = ", ".join(f"{n} ({states.get(n, 'absent')})" for n in sorted(wanted))
+            raise ReplayError(f"the fleet's clusters did not become ready: {waiting}")
+        time.sleep(0.05)
+
+
+def cancel_leftovers(client: Client, ids: Mapping[str, str], details: Mapping[str, Any]) -> None:
+    """Cancel every job the replay left unfinished and wait until each has ended."""
+    left = [ids[name] for name, detail in details.items() if detail.state not in TERMINAL]
+    for job_id in left:
+        client.cancel(job_id, reason="the replay ended")
+    if left:
+        client.wait_all(left, timeout=READY_LIMIT)
+
+
+def _poll_interval(plan: ReplayPlan) -> float:
+    """Often enough to see a cycle's changes, never a busy loop."""
+    return min(0.25, max(0.02, plan.wall(plan.scenario.settings.cycle_interval) / 2))
+
+
+def _states(client: Client, ids: Mapping[str, str], after: int | None) -> dict[str, str]:
+    """Each submitted job's state: the jobs submitted after ``after``, page by page."""
+    if not ids:
+        return {}
+    wanted = set(ids.values())
+    states: dict[str, str] = {}
+    while True:
+        page = client.page(after=after, limit=500)
+        states.update((job.id, job.state) for job in page.jobs if job.id in wanted)
+        if page.next_cursor is None:
+            return states
+        after = page.next_cursor
+
+
+def _nothing_pending(
+    client: Client, ids: Mapping[str, str], states: Mapping[str, str], jobs: Mapping[str, Any]
+) -> bool:
+    """No job can change by itself: none runs with a duration (it will end), none queued
+    waits out a gang timeout or a retry backoff."""
+    by_id = {job_id: jobs[name] for name, job_id in ids.items()}
+    for job_id, state in states.items():
+        if state in TERMINAL:
+            continue
+        planned: PlannedJob = by_id[job_id]
+        if state in ("leased", "pending", "running"):
+            if planned.duration is not None:
+                return False
+            continue
+        detail = client.get(job_id)
+        if detail.not_before is not None or (detail.spec.get("gang") or None) is not None:
+            return False
+    return True
+
+
+def _cycle_number(client: Client) -> int:
+    scheduler = client.report().scheduler or {}
+    return int(scheduler.get("number", 0))
+
+
+def _last_change(client: Client, ids: Mapping[str, str], epoch: float, plan: ReplayPlan) -> float:
+    """Scenario time of the last job event: where the simulation would have stopped."""
+    latest = 0.0
+    for job_id in ids.values():
+        for event in client.events(job_id):
+            latest = max(latest, event.time.timestamp())
+    return max(0.0, (latest - epoch) * plan.speed) if latest else 0.0

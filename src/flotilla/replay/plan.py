@@ -1,0 +1,161 @@
+"""A scenario as something a live service can be given: a fleet of ``sim`` clusters and a
+timeline of submissions and cancels, every time divided by the replay's speed.
+
+The service runs in wall time; a scenario speaks in its own seconds. At speed N one wall
+second is N scenario seconds: the fleet's ``cycle_interval`` and each cluster's
+``startup_delay`` are divided by N, and so is each job's ``duration``, which travels in the
+job's payload (``{"sim": {"duration": …}}``) for the ``sim`` backend to end the run after it.
+Gang timeouts and retry delays are durations of the job spec the service reads as wall
+seconds: they are divided by N too, so that every clock of the scenario runs at one speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flotilla.model.job import JobSpec
+from flotilla.model.scenario import Scenario
+
+FOREVER = 10.0**9
+"""Wall seconds a job without ``duration`` runs: past the end of any replay, as a scenario
+job without ``duration`` runs past the end of its simulation."""
+
+SCENARIO_ONLY_CLUSTER_FIELDS = ("fail_at",)
+"""Cluster fields a service cannot be given (``docs/scenarios.md``, *Replay*)."""
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of the scenario (``count`` expanded, as the report lists them)."""
+
+    name: str
+    queue: str
+    submit_at: float
+    duration: float | None
+    cancel_at: float | None
+    priority: int
+
+
+@dataclass
+class Step:
+    """Something to do at scenario time ``at``: submit jobs (one request, file order, as
+    the simulator's submissions of one time are sequenced) or cancel jobs."""
+
+    at: float
+    submit: list[dict[str, Any]] = field(default_factory=list)
+    cancel: list[PlannedJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    scenario: Scenario
+    speed: float
+    fleet: dict[str, Any]
+    steps: list[Step]
+    jobs: list[PlannedJob]
+    unsupported: list[str]
+    """Scenario fields the replay cannot give a service, each with why (shown as warnings)."""
+
+    def wall(self, scenario_seconds: float) -> float:
+        return scenario_seconds / self.speed
+
+    def scenario_time(self, wall_seconds: float) -> float:
+        return wall_seconds * self.speed
+
+    @property
+    def max_time(self) -> float | None:
+        return self.scenario.settings.max_time
+
+
+def plan_replay(scenario: Scenario, speed: float) -> ReplayPlan:
+    """The fleet document and timeline of ``scenario`` at ``speed`` (> 0)."""
+    if speed <= 0:
+        raise ValueError("speed must be > 0")
+    unsupported = [
+        f"clusters[{index}].fail_at: a service's cluster cannot be made to fail on cue; "
+        f"cluster {cluster.name} stays reachable"
+        for index, cluster in enumerate(scenario.clusters)
+        if cluster.fail_at is not None
+    ]
+    steps: dict[float, Step] = {}
+    jobs: list[PlannedJob] = []
+    classes = {pc.name: pc.value for pc in scenario.priority_classes}
+    for spec in scenario.jobs:
+        steps.setdefault(spec.submit_at, Step(spec.submit_at)).submit.append(
+            submission(spec, speed)
+        )
+        priority = spec.priority if spec.priority is not None else 0
+        if spec.priority_class is not None:
+            priority = classes.get(spec.priority_class, priority)
+        for name in spec.job_names():
+            job = PlannedJob(
+                name, spec.queue, spec.submit_at, spec.duration, spec.cancel_at, priority
+            )
+            jobs.append(job)
+            if spec.cancel_at is not None:
+                steps.setdefault(spec.cancel_at, Step(spec.cancel_at)).cancel.append(job)
+    return ReplayPlan(
+        scenario=scenario,
+        speed=speed,
+        fleet=fleet_document(scenario, speed),
+        steps=[steps[at] for at in sorted(steps)],
+        jobs=jobs,
+        unsupported=unsupported,
+    )
+
+
+def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
+    """The scenario's fleet part as a fleet file whose clusters are ``sim`` clusters
+    simulating the scenario's nodes."""
+    settings = scenario.settings.model_dump(mode="json")
+    settings["cycle_interval"] = scenario.settings.cycle_interval / speed
+    settings.pop("max_time", None)  # the replay stops there itself
+    clusters = []
+    for cluster in scenario.clusters:
+        clusters.append(
+            {
+                "name": cluster.name,
+                "backend": "sim",
+                "settings": {
+                    "startup_delay": cluster.startup_delay / speed,
+                    # Named here too, so that a cluster whose nodes change between two
+                    # replays gets a new backend (settings are what a reload compares).
+                    "nodes": [group.model_dump(mode="json") for group in cluster.nodes],
+                },
+                "labels": dict(cluster.labels),
+                "cost": dict(cluster.cost),
+                "nodes": [group.model_dump(mode="json") for group in cluster.nodes],
+            }
+        )
+    return {
+        "name": scenario.name,
+        "settings": settings,
+        "priority_classes": [pc.model_dump(mode="json") for pc in scenario.priority_classes],
+        "clusters": clusters,
+        "quotas": [quota.model_dump(mode="json") for quota in scenario.quotas],
+        "queues": [queue.model_dump(mode="json") for queue in scenario.queues],
+    }
+
+
+def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
+    """The job as the service's API takes it: the scenario-only fields gone, its duration
+    in the payload for the ``sim`` backend, its wall-clock durations scaled."""
+    body = spec.model_dump(mode="json", exclude_none=True)
+    for scenario_only in ("submit_at", "duration", "cancel_at"):
+        body.pop(scenario_only, None)
+    duration = FOREVER if spec.duration is None else spec.duration / speed
+    payload = dict(body.get("payload") or {})
+    payload["sim"] = {**payload.get("sim", {}), "duration": duration}
+    body["payload"] = payload
+    # A scenario job no cluster can ever hold stays queued in the simulator (with its reason);
+    # the service refuses such a job unless told to keep it.
+    body["hold_if_unfit"] = True
+    if spec.max_runtime is not None:
+        body["max_runtime"] = spec.max_runtime / speed
+    if spec.gang is not None:
+        body["gang"]["timeout"] = spec.gang.timeout / speed
+    if spec.retry is not None:
+        body["retry"]["delay"] = spec.retry.delay / speed
+        body["retry"]["max_delay"] = spec.retry.max_delay / speed
+    return body

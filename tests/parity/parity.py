@@ -1,0 +1,89 @@
+"""Compare a ``flotilla simulate`` report with a ``flotilla replay`` report of one scenario.
+
+What must match, per job: the final state, the number of runs (``scheduled`` events), the
+cluster, and the order in which the jobs of one queue first started; its submit, start and
+finish times must agree within a tolerance (``tolerance``). Each difference is one line
+naming the job, the field, and both values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+WALL_SLACK = 0.6
+"""Wall seconds a service may lag the simulator's clock: a dispatch, a poll and a commit on
+a loaded 2-core machine."""
+
+
+def tolerance(cycle_interval: float, speed: float) -> float:
+    """Scenario seconds two times may differ by: the service sees a run end at its next
+    cycle (one interval), and acts one more cycle later at worst; plus the wall-clock
+    slack, scaled by the speed."""
+    return 2 * cycle_interval + WALL_SLACK * speed
+
+
+@dataclass(frozen=True)
+class Difference:
+    job: str
+    field: str
+    simulated: Any
+    replayed: Any
+
+    def __str__(self) -> str:
+        return f"{self.job}: {self.field}: simulate {self.simulated!r}, replay {self.replayed!r}"
+
+
+def runs(report: Mapping[str, Any]) -> dict[str, int]:
+    """Each job's number of runs: how often it was scheduled."""
+    counts = {job["name"]: 0 for job in report["jobs"]}
+    for event in report["events"]:
+        if event["event"] == "scheduled":
+            counts[event["job"]] += 1
+    return counts
+
+
+def start_order(report: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Per queue, its jobs in the order they were first scheduled."""
+    queue_of = {job["name"]: job["queue"] for job in report["jobs"]}
+    order: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for event in report["events"]:
+        if event["event"] == "scheduled" and event["job"] not in seen:
+            seen.add(event["job"])
+            order.setdefault(queue_of[event["job"]], []).append(event["job"])
+    return order
+
+
+def compare(
+    simulated: Mapping[str, Any], replayed: Mapping[str, Any], slack: float
+) -> list[Difference]:
+    """Every difference between the two reports beyond ``slack`` scenario seconds."""
+    differences: list[Difference] = []
+    replay_jobs = {job["name"]: job for job in replayed["jobs"]}
+    sim_runs, replay_runs = runs(simulated), runs(replayed)
+    for job in simulated["jobs"]:
+        name = job["name"]
+        other = replay_jobs.get(name)
+        if other is None:
+            differences.append(Difference(name, "job", "present", "absent"))
+            continue
+        for field in ("state", "cluster"):
+            if job[field] != other[field]:
+                differences.append(Difference(name, field, job[field], other[field]))
+        if sim_runs[name] != replay_runs.get(name, 0):
+            differences.append(Difference(name, "runs", sim_runs[name], replay_runs.get(name)))
+        for field in ("submitted_at", "started_at", "finished_at"):
+            a, b = job[field], other[field]
+            if (a is None) != (b is None) or (
+                a is not None and b is not None and abs(a - b) > slack
+            ):
+                differences.append(Difference(name, field, a, b))
+    sim_order, replay_order = start_order(simulated), start_order(replayed)
+    for queue, order in sim_order.items():
+        if replay_order.get(queue, []) != order:
+            differences.append(
+                Difference(f"queue {queue}", "start order", order, replay_order.get(queue, []))
+            )
+    return differences
