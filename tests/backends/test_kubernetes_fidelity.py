@@ -170,3 +170,24 @@ def test_a_run_reads_only_the_pods_of_its_own_job(manual: Manual) -> None:
         lambda: [s for s in backend.poll() if s.state is BackendRunState.RUNNING],
         "poll reports the run running",
     )
+
+
+def test_a_failed_gangs_stopped_replicas_keep_their_last_output(kube: KubernetesHarness) -> None:
+    """One replica fails; the Job controller deletes the others (with their grace period), and
+    their output stays readable."""
+    assert kube.fake is not None
+    kube.fake.cluster.status_delay = 1.0
+    backend = kube.make()
+    script = (
+        'echo "replica-$FLOTILLA_INDEX"; '
+        'if [ "$FLOTILLA_INDEX" = 1 ]; then sleep 1; exit 3; fi; while :; do sleep 0.05; done'
+    )
+    backend.dispatch(request(backend, "run-1", {"command": script}, replicas=2))
+    status = kube.wait_terminal(backend, "run-1")
+    assert (status.state, status.exit_code) == (BackendRunState.FAILED, 3)
+    assert status.message.startswith("replica main/1 exited with code 3")
+    assert (
+        kube.fake.cluster.pods_of(m.job_name("run-1"))[0]["metadata"]["labels"][m.INDEX_LABEL]
+        == "1"
+    )  # replica 0's pod was deleted
+    assert backend.logs(LogsRequest("run-1", replica=0)).text == "replica-0\n"
