@@ -80,6 +80,19 @@ def test_an_unknown_manifest_field_fails_the_dispatch_naming_it(
         backend.dispatch(gpu_request("run-1"))
     assert 'unknown field "spec.template.spec.containers[0].comand"' in str(error.value)
     assert manual.cluster.list("Job") == []
+    # The client's models know that field is wrong; a field they know and the server does not
+    # (a newer client, an older server) is refused by the server, as every create asks it to.
+    monkeypatch.setattr(m, "job_manifest", made)
+    backend.dispatch(gpu_request("run-2"))
+    creates = [
+        path.split("?")
+        for method, path in manual.cluster.requests
+        if method == "POST" and "/binding" not in path
+    ]
+    assert [(path.rsplit("/", 1)[1], query) for path, query in creates] == [
+        ("jobs", "fieldValidation=Strict"),
+        ("services", "fieldValidation=Strict"),
+    ]
 
 
 def test_a_cancelled_run_keeps_its_last_output(kube: KubernetesHarness) -> None:
