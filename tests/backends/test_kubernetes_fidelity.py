@@ -80,6 +80,19 @@ def test_an_unknown_manifest_field_fails_the_dispatch_naming_it(
         backend.dispatch(gpu_request("run-1"))
     assert 'unknown field "spec.template.spec.containers[0].comand"' in str(error.value)
     assert manual.cluster.list("Job") == []
+    # The client's models know that field is wrong; a field they know and the server does not
+    # (a newer client, an older server) is refused by the server, as every create asks it to.
+    monkeypatch.setattr(m, "job_manifest", made)
+    backend.dispatch(gpu_request("run-2"))
+    creates = [
+        path.split("?")
+        for method, path in manual.cluster.requests
+        if method == "POST" and "/binding" not in path
+    ]
+    assert [(path.rsplit("/", 1)[1], query) for path, query in creates] == [
+        ("jobs", "fieldValidation=Strict"),
+        ("services", "fieldValidation=Strict"),
+    ]
 
 
 def test_a_cancelled_run_keeps_its_last_output(kube: KubernetesHarness) -> None:
@@ -170,3 +183,22 @@ def test_a_run_reads_only_the_pods_of_its_own_job(manual: Manual) -> None:
         lambda: [s for s in backend.poll() if s.state is BackendRunState.RUNNING],
         "poll reports the run running",
     )
+
+
+def test_a_failed_gangs_stopped_replicas_keep_their_last_output(kube: KubernetesHarness) -> None:
+    """One replica fails; the Job controller deletes the others (with their grace period), and
+    their output stays readable."""
+    assert kube.fake is not None
+    kube.fake.cluster.status_delay = 1.0
+    backend = kube.make()
+    script = (
+        'echo "replica-$FLOTILLA_INDEX"; '
+        'if [ "$FLOTILLA_INDEX" = 1 ]; then sleep 1; exit 3; fi; while :; do sleep 0.05; done'
+    )
+    backend.dispatch(request(backend, "run-1", {"command": script}, replicas=2))
+    status = kube.wait_terminal(backend, "run-1")
+    assert (status.state, status.exit_code) == (BackendRunState.FAILED, 3)
+    assert status.message.startswith("replica main/1 exited with code 3")
+    left = kube.fake.cluster.pods_of(m.job_name("run-1"))
+    assert [pod["metadata"]["labels"][m.INDEX_LABEL] for pod in left] == ["1"]  # 0 was deleted
+    assert backend.logs(LogsRequest("run-1", replica=0)).text == "replica-0\n"

@@ -289,7 +289,7 @@ def _client_refusal(error: pydantic.ValidationError) -> str:
             problems.append(f'unknown field "{path}"')
         else:
             problems.append(f"{path}: {item['msg']}")
-    return "the client's models refused it: " + ", ".join(problems)
+    return "by the client's models (before sending): " + ", ".join(problems)
 
 
 def _context_namespace(kubeconfig: Path | None, context: str | None) -> str | None:

@@ -171,9 +171,7 @@ class KubernetesBackend:
                 if error.code == 409:
                     existing = self.api.get_job(name)
                 elif error.code in (400, 422):
-                    raise DispatchRejected(
-                        f"the API server refused the Job: {error.message}"
-                    ) from None
+                    raise DispatchRejected(f"the Job was refused: {error.message}") from None
                 else:
                     raise BackendUnavailable(
                         f"Kubernetes API server at {self.api.address} refused to create Job "
