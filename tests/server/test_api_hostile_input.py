@@ -123,6 +123,7 @@ def test_out_of_range_cursors_and_bad_label_filters_are_422(
 def test_a_huge_log_offset_and_priority_are_4xx(lifecycle_client: TestClient) -> None:
     (job,) = lifecycle_client.post("/v1/jobs", json=spec("a")).json()["ids"]
     assert lifecycle_client.get(f"/v1/jobs/{job}/logs?offset={10**18 * 10}").status_code == 422
+    assert lifecycle_client.get(f"/v1/jobs/{job}/logs?replica={10**30}").status_code == 422
     assert (
         lifecycle_client.post(f"/v1/jobs/{job}/priority", json={"priority": 2**63}).status_code
         == 422
