@@ -244,6 +244,7 @@ def test_event_streams_are_limited_per_client_and_in_all(any_store: SqlStore) ->
         ({"duration": 1e300}, "duration"),
         ({"gang": {"timeout": 1e300}}, "gang.timeout"),
         ({"array": {"size": 2, "parallelism": 10**30}}, "array.parallelism"),
+        ({"payload": {"sim": {"duration": 1e300}}}, "payload.sim.duration"),
         (
             {"tasks": [{"name": "m", "resources": {"cpu": "1e300", "memory": "1e30Ei"}}]},
             "tasks[0].resources.cpu",
