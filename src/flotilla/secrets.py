@@ -164,7 +164,9 @@ def _map_env(payload: Any, where: str, change: Any) -> Any:
 
 # --- secrets kept out of logs -------------------------------------------------------------
 
-_hidden: set[str] = set()
+_hidden: tuple[str, ...] = ()
+"""What ``hide_in_logs`` was given, longest first; replaced whole (never changed in place), so
+a thread logging meanwhile reads one consistent tuple."""
 _hidden_lock = threading.Lock()
 _original_factory: Callable[..., logging.LogRecord] | None = None
 
@@ -173,7 +175,7 @@ def hide_in_logs(values: Iterable[str]) -> None:
     """From now on, every log record of this process shows each of ``values`` (and each
     line of one, as a ``repr`` in an error message escapes the newlines between them) as
     ``(hidden)``. A backend that quotes a setting in its own error cannot leak it so."""
-    global _original_factory
+    global _hidden, _original_factory
     parts = {
         part.strip()
         for value in values
@@ -183,7 +185,7 @@ def hide_in_logs(values: Iterable[str]) -> None:
     if not parts:
         return
     with _hidden_lock:
-        _hidden.update(parts)
+        _hidden = tuple(sorted(parts | set(_hidden), key=len, reverse=True))
         if _original_factory is None:
             _original_factory = logging.getLogRecordFactory()
             logging.setLogRecordFactory(_hiding_record)
@@ -191,7 +193,7 @@ def hide_in_logs(values: Iterable[str]) -> None:
 
 def hidden_in_logs(text: str) -> str:
     """``text`` with every value given to ``hide_in_logs`` replaced by ``(hidden)``."""
-    for part in sorted(_hidden, key=len, reverse=True):
+    for part in _hidden:
         if part in text:
             text = text.replace(part, HIDDEN)
     return text
@@ -200,7 +202,10 @@ def hidden_in_logs(text: str) -> str:
 def _hiding_record(*args: object, **kwargs: object) -> logging.LogRecord:
     assert _original_factory is not None
     record = _original_factory(*args, **kwargs)
-    message = record.getMessage()
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: the handler reports it, as without this factory
+        return record
     hidden = hidden_in_logs(message)
     if hidden != message:
         record.msg, record.args = hidden, None
