@@ -147,3 +147,24 @@ def test_a_secret_fed_setting_takes_the_type_the_backend_declares(
         "which this setting takes (its content is not shown)"
     ]
     assert resolved.scrub(f"error: {text!r}") in ("error: '(hidden)'", f"error: {text!r}")
+
+
+def test_applying_a_secret_that_does_not_fit_its_setting_is_a_422_without_its_value(
+    tmp_path: Path, shadow: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    service = FleetService(sqlite_url(tmp_path))
+    try:
+        api = TestClient(create_app(service.store, None, AuthSettings.disabled()))
+        settings = {"grace_period": {"file": str(shadow)}, "startup_delay": {"env": "NOT_SET_X"}}
+        response = api.put("/v1/fleet", json=fleet_data(sim_cluster("c1", settings=settings)))
+        assert response.status_code == 422, response.text
+        assert response.json()["problems"] == [
+            f"clusters[0].settings.grace_period: secret file {shadow} does not hold a number, "
+            "which this setting takes (its content is not shown)",
+            "clusters[0].settings.startup_delay: environment variable NOT_SET_X is not set",
+        ]
+        assert leaked(response.text) == [] and leaked(caplog.text) == []
+        assert service.store.get_fleet() is None
+    finally:
+        service.close()
