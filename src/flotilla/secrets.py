@@ -16,19 +16,29 @@ The key is a file (``FLOTILLA_SECRET_KEY_FILE``, default ``~/.local/state/flotil
 made on first use, mode 0600. Every server and scheduler replica of one database needs the
 same key file; a replica with another key fails such a job at dispatch, saying so.
 
+Secret values a process resolves for itself (a fleet's ``{env: NAME}``/``{file: PATH}``
+setting references) are also kept out of its logs: ``hide_in_logs`` registers them, and every
+log record made afterwards has them replaced by ``(hidden)``, in its message and its traceback.
+
 This module depends on nothing else in Flotilla, so the server and the scheduler share it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
 HIDDEN = "(hidden)"
+
+MIN_HIDDEN_LENGTH = 6
+"""A shorter secret (or line of one) is not hidden in logs: hiding ``8`` or ``true`` would
+mangle every message that holds one, and reveals nothing worth keeping."""
 
 
 class SecretError(ValueError):
@@ -150,3 +160,56 @@ def _map_env(payload: Any, where: str, change: Any) -> Any:
     if problems:
         raise SecretError(problems)
     return {**payload, "env": changed}
+
+
+# --- secrets kept out of logs -------------------------------------------------------------
+
+_hidden: tuple[str, ...] = ()
+"""What ``hide_in_logs`` was given, longest first; replaced whole (never changed in place), so
+a thread logging meanwhile reads one consistent tuple."""
+_hidden_lock = threading.Lock()
+_original_factory: Callable[..., logging.LogRecord] | None = None
+
+
+def hide_in_logs(values: Iterable[str]) -> None:
+    """From now on, every log record of this process shows each of ``values`` (and each
+    line of one, as a ``repr`` in an error message escapes the newlines between them) as
+    ``(hidden)``. A backend that quotes a setting in its own error cannot leak it so."""
+    global _hidden, _original_factory
+    parts = {
+        part.strip()
+        for value in values
+        for part in (value, *value.splitlines())
+        if len(part.strip()) >= MIN_HIDDEN_LENGTH
+    }
+    if not parts:
+        return
+    with _hidden_lock:
+        _hidden = tuple(sorted(parts | set(_hidden), key=len, reverse=True))
+        if _original_factory is None:
+            _original_factory = logging.getLogRecordFactory()
+            logging.setLogRecordFactory(_hiding_record)
+
+
+def hidden_in_logs(text: str) -> str:
+    """``text`` with every value given to ``hide_in_logs`` replaced by ``(hidden)``."""
+    for part in _hidden:
+        if part in text:
+            text = text.replace(part, HIDDEN)
+    return text
+
+
+def _hiding_record(*args: object, **kwargs: object) -> logging.LogRecord:
+    assert _original_factory is not None
+    record = _original_factory(*args, **kwargs)
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: the handler reports it, as without this factory
+        return record
+    hidden = hidden_in_logs(message)
+    if hidden != message:
+        record.msg, record.args = hidden, None
+    if record.exc_info and record.exc_info[1] is not None:
+        text = logging.Formatter().formatException(record.exc_info)
+        record.exc_text = hidden_in_logs(text)
+    return record

@@ -36,7 +36,9 @@ def quota_specs(draw: st.DrawFn, depth: int = 0) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["min"] = resource_lists(draw)
     if draw(st.booleans()):
-        spec["max"] = resource_lists(draw)
+        # A max below the min is refused (issue 23): raise it to the min where it would be.
+        floor = spec.get("min", {})
+        spec["max"] = {r: max(v, floor.get(r, 0)) for r, v in resource_lists(draw).items()}
     if draw(st.integers(0, 3)) == 0:
         spec["lending_limit"] = resource_lists(draw)
     spec["weight"] = draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))

@@ -6,11 +6,13 @@ can find it without reading the engine.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from flotilla.model import SpecError
+from flotilla.model import RetrySpec, SpecError
+from flotilla.model.base import MAX_SECONDS
 from tests.builders import (
     Data,
     cluster,
@@ -288,3 +290,14 @@ def test_dependencies_name_jobs_of_the_scenario_without_cycles() -> None:
         "jobs[4].depends_on[0].job: unknown job 'r/a'",
         "jobs[0].depends_on: dependency cycle a → c → b → a",
     ]
+
+
+def test_a_retry_delay_stored_before_delays_were_bounded_still_gives_a_date() -> None:
+    """Issue 23: ``99999999999h`` overflowed ``now + delay`` inside the scheduling loop."""
+    for backoff in ("fixed", "exponential"):
+        stored = RetrySpec.model_construct(
+            limit=1, backoff=backoff, delay=3.6e14, max_delay=3.6e14, on=[]
+        )
+        delay = stored.delay_after(3)
+        assert delay == MAX_SECONDS
+        assert datetime.now(UTC) + timedelta(seconds=delay) > datetime.now(UTC)

@@ -319,3 +319,21 @@ def test_another_queues_job_is_answered_as_if_it_did_not_exist(api: TestClient) 
     }
     assert api.post(f"/v1/arrays/{array}/cancel", headers=ana).status_code == 404
     assert api.get(f"/v1/jobs/{job}", headers=bo).status_code == 200
+
+
+def test_a_name_is_resolved_among_the_jobs_the_caller_may_read(api: TestClient) -> None:
+    """Issue 23: a 409 counting the candidates in unreadable queues told a tenant that
+    another queue has a job of that name."""
+    ana, bo, ops = as_user("ana-token"), as_user("bo-token"), as_user("ops-token")
+    (mine,) = api.post("/v1/jobs", json=spec("train"), headers=ana).json()["ids"]
+    (theirs,) = api.post("/v1/jobs", json=spec("train", "team-b"), headers=bo).json()["ids"]
+    assert api.get("/v1/jobs/train", headers=ana).json()["id"] == mine
+    assert api.get("/v1/jobs/train", headers=bo).json()["id"] == theirs
+    both = api.get("/v1/jobs/train", headers=ops)
+    assert both.status_code == 409 and len(both.json()["problems"]) == 2
+    api.post("/v1/jobs", json=spec("dup", "team-b"), headers=bo)
+    api.post("/v1/jobs", json=spec("dup"), headers=ops)
+    hidden = api.get("/v1/jobs/dup", headers=ana)
+    unknown = api.get("/v1/jobs/nothing", headers=ana)
+    assert (hidden.status_code, unknown.status_code) == (404, 404)
+    assert hidden.json()["message"] == unknown.json()["message"].replace("nothing", "dup")

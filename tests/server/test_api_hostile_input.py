@@ -123,6 +123,7 @@ def test_out_of_range_cursors_and_bad_label_filters_are_422(
 def test_a_huge_log_offset_and_priority_are_4xx(lifecycle_client: TestClient) -> None:
     (job,) = lifecycle_client.post("/v1/jobs", json=spec("a")).json()["ids"]
     assert lifecycle_client.get(f"/v1/jobs/{job}/logs?offset={10**18 * 10}").status_code == 422
+    assert lifecycle_client.get(f"/v1/jobs/{job}/logs?replica={10**30}").status_code == 422
     assert (
         lifecycle_client.post(f"/v1/jobs/{job}/priority", json={"priority": 2**63}).status_code
         == 422
@@ -243,6 +244,7 @@ def test_event_streams_are_limited_per_client_and_in_all(any_store: SqlStore) ->
         ({"duration": 1e300}, "duration"),
         ({"gang": {"timeout": 1e300}}, "gang.timeout"),
         ({"array": {"size": 2, "parallelism": 10**30}}, "array.parallelism"),
+        ({"payload": {"sim": {"duration": 1e300}}}, "payload.sim.duration"),
         (
             {"tasks": [{"name": "m", "resources": {"cpu": "1e300", "memory": "1e30Ei"}}]},
             "tasks[0].resources.cpu",

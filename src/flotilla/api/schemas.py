@@ -300,10 +300,16 @@ class Cluster(BaseModel):
     """Sum over its nodes, per resource in base units (``gpu`` counts devices)."""
     allocated: dict[str, float] = {}
     """What its active runs hold, per resource in base units."""
+    reason: str | None = None
+    """Why an unreachable cluster is so, when this server knows (its backend could not be
+    built here: a secret reference that does not resolve, a setting of the wrong type)."""
 
     @classmethod
     def from_record(
-        cls, cluster: ClusterRecord, allocated: dict[str, float] | None = None
+        cls,
+        cluster: ClusterRecord,
+        allocated: dict[str, float] | None = None,
+        reason: str | None = None,
     ) -> Cluster:
         capacity: dict[str, float] = {}
         count = 0
@@ -326,6 +332,7 @@ class Cluster(BaseModel):
             nodes=count,
             capacity=capacity,
             allocated=dict(allocated or {}),
+            reason=reason,
         )
 
 

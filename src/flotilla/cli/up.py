@@ -188,7 +188,12 @@ def up(
         try:
             if api:
                 app = create_app(
-                    store, loop, settings, allowed_hosts=allowed_hosts_for(host), secrets=secrets
+                    store,
+                    loop,
+                    settings,
+                    allowed_hosts=allowed_hosts_for(host),
+                    secrets=secrets,
+                    cluster_problems=runtime.problems,
                 )
                 run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
             else:

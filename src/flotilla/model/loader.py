@@ -38,7 +38,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None,
                     None,
                     f"nested more than {MAX_DOCUMENT_DEPTH} levels deep",
-                    self.peek_event().start_mark,
+                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]
                 )
             return super().compose_node(parent, index)
         finally:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from flotilla.model.base import Strict
+from flotilla.model.base import Seconds, Strict
 from flotilla.model.errors import from_pydantic
 
 
@@ -41,11 +41,11 @@ class SimBehaviour(StrictPayload):
     on a real backend.
     """
 
-    duration: float = Field(default=1.0, ge=0)
-    exit_code: int = 0
+    duration: Seconds = 1.0
+    exit_code: int = Field(default=0, ge=-255, le=255)
     output: list[str] = []
     """Lines the fake run writes to stdout when it starts."""
-    sigterm_delay: float = Field(default=0.0, ge=0)
+    sigterm_delay: Seconds = 0.0
     """How long the fake process takes to exit after SIGTERM (beyond the grace period: killed)."""
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from flotilla.model.base import MAX_COUNT, Seconds, Strict
+from flotilla.model.base import MAX_COUNT, MAX_SECONDS, Seconds, Strict
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -76,12 +76,14 @@ class RetrySpec(Strict):
         return data
 
     def delay_after(self, attempt: int) -> float:
-        """Seconds to wait after attempt ``attempt`` (1 for the first) before the next."""
+        """Seconds to wait after attempt ``attempt`` (1 for the first) before the next: at
+        most ``MAX_SECONDS`` even for a spec stored before delays were bounded, so that the
+        moment computed from it is one a date can hold."""
         if self.backoff is Backoff.NONE:
             return 0.0
         if self.backoff is Backoff.FIXED:
-            return self.delay
-        return min(self.max_delay, self.delay * 2.0 ** min(attempt - 1, 64))
+            return min(self.delay, MAX_SECONDS)
+        return min(self.max_delay, self.delay * 2.0 ** min(attempt - 1, 64), MAX_SECONDS)
 
 
 class ArraySpec(Strict):

@@ -6,7 +6,7 @@ them and tests can build an app over any store and a fake handle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -20,7 +20,14 @@ from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
 from flotilla.service.handle import SchedulerHandle
-from flotilla.store import AmbiguousJobError, CommittedChanges, JobRecord, Store, job_not_found
+from flotilla.store import (
+    AmbiguousJobError,
+    CommittedChanges,
+    JobRecord,
+    NotFoundError,
+    Store,
+    job_not_found,
+)
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -79,6 +86,8 @@ class ServerContext:
     limits: ServerLimits = field(default_factory=ServerLimits)
     secrets: SecretBox | None = None
     """Seals secret env values at submission; None: such a job is refused."""
+    cluster_problems: Mapping[str, str] = field(default_factory=dict)
+    """Cluster → why its backend could not be built in this process (never a secret)."""
     precedence: Precedence = field(default_factory=Precedence)
     """Requests before scheduling, and reads before bulk submissions (the scheduler's, when
     it runs in this process: ``scheduler/precedence.py``)."""
@@ -158,25 +167,40 @@ def require_read(user: User, job: JobRecord) -> None:
 
 def find_job(context: ServerContext, user: User, reference: str) -> JobRecord:
     """The job a path's reference names (an id, an id prefix, a name: ``Store.find_job``);
-    the caller checks what the user may do with it. A job the caller may not read is a 404
-    worded as for a reference that names nothing: a 403 would tell a tenant that another
-    queue's job exists. An ambiguous reference is a 409 listing the candidates in queues the
-    caller may read (the others only counted)."""
+    the caller checks what the user may do with it. Jobs the caller may not read do not
+    exist for it: such a job is a 404 worded as for a reference that names nothing (a 403
+    would tell a tenant that another queue's job exists), and a reference that fits several
+    jobs is resolved among the ones the caller may read — one: that job; none: 404; several:
+    a 409 listing them."""
     try:
         job = context.store.find_job(reference)
     except AmbiguousJobError as error:
-        shown = [
-            candidate
-            for candidate in error.candidates
-            if user.can(Permission.READ, candidate.partition("/")[0])
-        ]
-        hidden = len(error.candidates) - len(shown)
-        if hidden:
-            shown.append(f"and {hidden} in queues user {user.name!r} may not read")
-        raise ApiError(409, str(error), shown) from None
+        visible = _readable_candidates(context, user, error.candidates)
+        if len(visible) == 1:
+            return visible[0][1]
+        if not visible:
+            raise ApiError(404, str(job_not_found(reference))) from None
+        shown = [candidate for candidate, _ in visible]
+        raise ApiError(409, str(AmbiguousJobError(reference, shown)), shown) from None
     if not user.may_read(job.queue, job.owner or ""):
         raise ApiError(404, str(job_not_found(reference)))
     return job
+
+
+def _readable_candidates(
+    context: ServerContext, user: User, candidates: Sequence[str]
+) -> list[tuple[str, JobRecord]]:
+    """The candidates (``QUEUE/NAME (ID)``) the caller may read, with their jobs."""
+    found: list[tuple[str, JobRecord]] = []
+    for candidate in candidates:
+        job_id = candidate.rpartition(" (")[2].removesuffix(")")
+        try:
+            record = context.store.get_job(job_id)
+        except NotFoundError:
+            continue
+        if user.may_read(record.queue, record.owner or ""):
+            found.append((candidate, record))
+    return found
 
 
 def require_admin(user: User, action: str) -> None:

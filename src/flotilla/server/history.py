@@ -113,8 +113,8 @@ def job_logs(
     user: Caller,
     stream: LogStream = LogStream.STDOUT,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    task: str | None = None,
-    replica: Annotated[int | None, Query(ge=0)] = None,
+    task: Annotated[str | None, Query(max_length=253)] = None,
+    replica: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
     limit: Annotated[int, Query(ge=1, le=1 << 20)] = 1 << 16,
     attempt: Annotated[
         int | None, Query(ge=1, le=1_000_000, description="The run's attempt (default: latest).")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,53 +35,20 @@ from flotilla.backends import (
 from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.snapshot import SchedulingConfig, scheduling_config
 from flotilla.model import ClusterSpec, PriorityClass, format_quantity
-from flotilla.model.fleet import Fleet, FleetCluster, secret_reference
+from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
+from flotilla.service.fleet_settings import resolve, resolve_settings
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FleetRuntime", "scheduling_config"]
+__all__ = ["FleetRuntime", "resolve_settings", "scheduling_config"]
 
 OWNER_LABEL = "flotilla.io/owner"
 """On a ``local`` cluster: ``HOST:STATE_DIR``, the one place its runs can be seen from."""
 
 LOCAL_LABEL = "flotilla.io/local"
-
-
-# --- secrets ------------------------------------------------------------------------------
-
-
-def resolve_settings(
-    cluster: FleetCluster, index: int, environ: Mapping[str, str] | None = None
-) -> tuple[dict[str, Any], list[str]]:
-    """The cluster's backend settings with every secret reference replaced by its value,
-    and the problems (``clusters[1].settings.token: environment variable … is not set``).
-    A problem never quotes a value."""
-    environ = os.environ if environ is None else environ
-    resolved: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in cluster.settings.items():
-        path = f"clusters[{index}].settings.{key}"
-        reference = secret_reference(value)
-        if reference is None:
-            resolved[key] = value
-            continue
-        kind, target = reference
-        if kind == "env":
-            if target not in environ:
-                problems.append(f"{path}: environment variable {target} is not set")
-            else:
-                resolved[key] = environ[target]
-        else:
-            try:
-                resolved[key] = Path(target).read_text(encoding="utf-8").rstrip("\n")
-            except OSError as error:
-                problems.append(f"{path}: cannot read secret file {target}: {error.strerror}")
-            except UnicodeDecodeError:
-                problems.append(f"{path}: secret file {target} is not UTF-8 text")
-    return resolved, problems
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -111,6 +77,14 @@ def _forwarded_class(factory: Callable[..., Backend]) -> Any:
     return target if inspect.isclass(target) else None
 
 
+def _known_factory(backend: str) -> Callable[..., Backend] | None:
+    """The backend's factory, whose signature types its settings (None: not installed)."""
+    try:
+        return backend_factory(backend)
+    except UnknownBackend:
+        return None
+
+
 def check_fleet(
     fleet: Fleet,
     *,
@@ -137,7 +111,7 @@ def check_fleet(
             problems.append(
                 f"clusters[{index}].settings.{name}: not a setting of the {cluster.backend} backend"
             )
-        problems += resolve_settings(cluster, index, environ)[1]
+        problems += resolve_settings(cluster, index, environ, factory)[1]
         if cluster.backend == "local":
             state_dir = local_state_dir_of(cluster, local_state_dir)
             if state_dir in local_dirs:
@@ -302,16 +276,30 @@ class FleetRuntime:
                 self._fingerprints[cluster.name] = fingerprint
             except (FleetError, TypeError, ValueError, OSError, UnknownBackend) as error:
                 problem = "; ".join(error.problems) if isinstance(error, FleetError) else error
-                self.problems[cluster.name] = str(problem)
-                log.error("cluster %s: cannot build its backend: %s", cluster.name, problem)
+                self.problems[cluster.name] = self._secrets_hidden(cluster, index, str(problem))
+                self._unreachable(cluster.name)
         self.fleet, self.version = fleet, version
+
+    def _secrets_hidden(self, cluster: FleetCluster, index: int, text: str) -> str:
+        """``text`` (a factory's own error may quote a setting) without any secret of the
+        cluster's settings in it."""
+        return resolve(cluster, index, self.environ).scrub(text)
+
+    def _unreachable(self, cluster: str) -> None:
+        """A cluster whose backend cannot be built here is ``unreachable`` (said once, here,
+        not every cycle): nothing is leased to it, whatever it was before. A replica that can
+        build it (its own secrets) marks it ready again when it answers."""
+        log.error("cluster %s: cannot build its backend: %s", cluster, self.problems[cluster])
+        if any(record.name == cluster for record in self.store.list_clusters()):
+            self.store.set_cluster_state(cluster, "unreachable")
 
     def build(self, cluster: FleetCluster, index: int) -> Backend:
         """A new backend for ``cluster``; raises ``FleetError`` naming the field, or the
         factory's own ``TypeError``/``ValueError``."""
-        settings, problems = resolve_settings(cluster, index, self.environ)
-        if problems:
-            raise FleetError(problems)
+        resolved = resolve(cluster, index, self.environ, _known_factory(cluster.backend))
+        if resolved.problems:
+            raise FleetError(resolved.problems)
+        settings = resolved.values
         if cluster.backend == "local":
             settings["state_dir"] = str(local_state_dir_of(cluster, self.local_state_dir))
             if self.local_run_as is not None:
