@@ -365,6 +365,7 @@ class LocalBackend:
                 self._refresh_all()
                 self._reap_supervisors()
             self._sync_records()
+            self._trees.sweep()  # ended runs' cgroups, outside the lock
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,8 @@ class ProcessTrees:
     problem: str = field(init=False, default="")
     """Why there are no cgroups (empty when there are)."""
     pid_namespace: bool = field(init=False, default=False)
+    _removable: list[str] = field(init=False, default_factory=list)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_pids, bool) or not isinstance(self.max_pids, int):
@@ -156,11 +159,23 @@ class ProcessTrees:
             replica.error, replica.over_memory = memory_message(request), True
 
     def settled(self, run: Run) -> None:
-        """The run is over: remove its cgroups."""
+        """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
+        (removing a memory cgroup takes the kernel milliseconds)."""
         if self.hierarchy is not None:
-            self.hierarchy.remove(self.path(run))
+            with self._lock:
+                self._removable.append(self.path(run))
+
+    def sweep(self) -> None:
+        """Remove the cgroups of the runs settled since the last sweep (the monitor thread,
+        outside the backend's lock)."""
+        with self._lock:
+            paths, self._removable = self._removable, []
+        if self.hierarchy is not None:
+            for path in paths:
+                self.hierarchy.remove(path)
 
     def close(self, runs_left: bool) -> None:
         """Remove this backend's own cgroup unless runs are left for a successor."""
+        self.sweep()
         if self.hierarchy is not None and not runs_left:
             self.hierarchy.remove(self.scope)
