@@ -199,8 +199,9 @@ def test_each_replica_is_in_a_cgroup_of_its_own_with_its_requests(
     status = isolated.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.CANCELLED
     assert hierarchy.processes(f"{scope}/run-1") == []
-    assert not any((base / scope / "run-1").exists() for base in _bases(hierarchy)), (
-        "the run's cgroups were left behind"
+    wait_until(  # by the monitor thread, off the cancel's path
+        lambda: not any((base / scope / "run-1").exists() for base in _bases(hierarchy)),
+        "removed the run's cgroups",
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -97,7 +98,8 @@ class ProcessTrees:
         """This backend's cgroup, below the server's ``flotilla`` one: the cluster and a hash
         of the state dir (two backends of one cluster name never share it)."""
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
-        return f"{self.cluster}-{digest}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.cluster)[:64]  # one directory, whatever
+        return f"{name}-{digest}"
 
     def path(self, run: Run, replica: Replica | None = None) -> str:
         run_path = f"{self.scope}/{run.run_id}"
