@@ -188,19 +188,19 @@ def test_each_replica_is_in_a_cgroup_of_its_own_with_its_requests(
     trees = ProcessTrees(backend.cluster, backend.state_dir or Path())
     hierarchy = trees.hierarchy
     assert hierarchy is not None
-    scope = trees.scope
+    run_path = trees.run_path("run-1")
     cpu = "2048" if hierarchy.version == "v1" else "200"  # 2 cores: twice the default
     for index in range(2):
-        path = f"{scope}/run-1/main-{index}"
+        path = f"{run_path}/main-{index}"
         wait_until(lambda path=path: len(hierarchy.processes(path)) >= 2, "joined its cgroup")
         limits = {name: text.strip() for name, text in limits_of(hierarchy, path).items()}
         assert limits == {"memory": str(128 * 2**20), "pids": "100", "cpu": cpu}
     backend.cancel(CancelRequest("run-1", grace_period=0.5))
     status = isolated.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.CANCELLED
-    assert hierarchy.processes(f"{scope}/run-1") == []
+    assert hierarchy.processes(run_path) == []
     wait_until(  # by the monitor thread, off the cancel's path
-        lambda: not any((base / scope / "run-1").exists() for base in _bases(hierarchy)),
+        lambda: not any((base / run_path).exists() for base in _bases(hierarchy)),
         "removed the run's cgroups",
     )
 

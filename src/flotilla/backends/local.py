@@ -304,7 +304,7 @@ class LocalBackend:
             self._stop_everything()
         with self._lock:
             self._reap_supervisors()
-            self._trees.close(runs_left=any(not run.state.terminal for run in self._runs.values()))
+            self._trees.close()
         self._sync_records()
 
     @property
