@@ -141,6 +141,30 @@ def test_an_oom_past_the_request_fails_the_job_and_is_no_node_failure_to_retry(
         service.close()
 
 
+def test_a_run_oom_killed_while_no_backend_watched_still_says_why(
+    isolated: LocalHarness,
+) -> None:
+    first = isolated.make()
+    gate = isolated.scratch / "gate"
+    allocate = (
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+        "data = b'x' * (1536 << 20)\n"
+    )
+    resources = {"main": {"memory": 64 * 2**20}}
+    payload = {"command": [sys.executable, "-c", allocate]}
+    first.dispatch(request(first, "hog", payload, resources=resources))
+    isolated.close_leaving_runs(first)
+    gate.touch()
+    wait_for = isolated.state_dir / "runs" / "hog" / "main-0.exit"
+    wait_until(wait_for.exists, "the supervisor wrote the outcome")
+
+    second = isolated.make()
+    status = isolated.wait_terminal(second, "hog")
+    assert status.state is BackendRunState.FAILED
+    assert "exceeded its memory request of 64Mi" in status.message, status
+    assert status.over_limit
+
+
 def test_a_job_within_its_memory_request_succeeds(isolated: LocalHarness) -> None:
     backend = isolated.make()
     allocate = "data = b'x' * (16 << 20); print('allocated', len(data))"
