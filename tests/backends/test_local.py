@@ -181,7 +181,9 @@ def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(
     the supervisor's exit file there."""
     backend = local.make(grace_period=60.0)
     command = "trap 'exit 7' TERM; echo ready; while true; do sleep 0.01; done"
-    backend.dispatch(request(backend, "run-1", {"command": command}, max_runtime=0.5))
+    # Long enough for the shell to set its trap on a loaded machine (a stop that comes before
+    # it ends the shell by SIGTERM instead).
+    backend.dispatch(request(backend, "run-1", {"command": command}, max_runtime=2.0))
     local.wait_output(backend, "run-1", "ready")
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.FAILED

@@ -299,7 +299,7 @@ class LocalBackend:
             self._stop_everything()
         with self._lock:
             self._reap_supervisors()
-            self._trees.close(runs_left=any(not run.state.terminal for run in self._runs.values()))
+            self._trees.close()
         self._sync_records()
 
     @property
@@ -360,6 +360,7 @@ class LocalBackend:
                 self._refresh_all()
                 self._reap_supervisors()
             self._sync_records()
+            self._trees.sweep()  # ended runs' cgroups, outside the lock
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or

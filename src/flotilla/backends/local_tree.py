@@ -16,8 +16,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +75,8 @@ class ProcessTrees:
     problem: str = field(init=False, default="")
     """Why there are no cgroups (empty when there are)."""
     pid_namespace: bool = field(init=False, default=False)
+    _removable: list[str] = field(init=False, default_factory=list)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_pids, bool) or not isinstance(self.max_pids, int):
@@ -89,15 +93,16 @@ class ProcessTrees:
         if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
             log.info("cluster %s: %s", self.cluster, notice)
 
-    @property
-    def scope(self) -> str:
-        """This backend's cgroup, below the server's ``flotilla`` one: the cluster and a hash
-        of the state dir (two backends of one cluster name never share it)."""
+    def run_path(self, run_id: str) -> str:
+        """The run's cgroup, right below the server's ``flotilla`` one: the cluster, a hash of
+        the state dir (two backends of one cluster name never share it) and the run id. No
+        level of the backend's own, which a backend that dies would leave behind empty."""
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
-        return f"{self.cluster}-{digest}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.cluster)[:64]  # one directory, whatever
+        return f"{name}-{digest}.{run_id}"
 
     def path(self, run: Run, replica: Replica | None = None) -> str:
-        run_path = f"{self.scope}/{run.run_id}"
+        run_path = self.run_path(run.run_id)
         if replica is None:
             return run_path
         return f"{run_path}/{replica.placement.task}-{replica.placement.replica}"
@@ -156,11 +161,22 @@ class ProcessTrees:
             replica.error, replica.over_memory = memory_message(request), True
 
     def settled(self, run: Run) -> None:
-        """The run is over: remove its cgroups."""
+        """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
+        (removing a memory cgroup takes the kernel milliseconds)."""
         if self.hierarchy is not None:
-            self.hierarchy.remove(self.path(run))
+            with self._lock:
+                self._removable.append(self.path(run))
 
-    def close(self, runs_left: bool) -> None:
-        """Remove this backend's own cgroup unless runs are left for a successor."""
-        if self.hierarchy is not None and not runs_left:
-            self.hierarchy.remove(self.scope)
+    def sweep(self) -> None:
+        """Remove the cgroups of the runs settled since the last sweep (the monitor thread,
+        outside the backend's lock)."""
+        with self._lock:
+            paths, self._removable = self._removable, []
+        if self.hierarchy is not None:
+            for path in paths:
+                self.hierarchy.remove(path)
+
+    def close(self) -> None:
+        """Remove what is left to remove (the runs still going keep theirs, for a
+        successor)."""
+        self.sweep()
