@@ -16,6 +16,7 @@ the run records in ``local_records.py``; starting and signalling processes in
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -23,12 +24,12 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import local_ending, local_environment, processes
+from flotilla.backends import local_ending, local_environment, local_identity, processes
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.common import (
     ChangeLog,
@@ -58,10 +59,50 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
+from flotilla.backends.local_identity import (
+    Identity,
+    IdentityPool,
+    fixed_identity,
+    parse_uid_range,
+)
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.framework.nodes import NodeInfo
+from flotilla.model.payload import CommandPayload
+from flotilla.model.quantity import parse_quantity
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
+
+DEFAULT_LOG_LIMIT = "1Gi"
+"""What a run may write to its logs, all replicas and streams together (``log_limit``)."""
+
+STALE_CLAIM_SECONDS = 60.0
+
+SWEEP_SECONDS = 5.0
+"""How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
+backend over the state dir."""
+
+log = logging.getLogger(__name__)
+
+
+def _bytes_text(size: int) -> str:
+    """``1 GiB``, ``1.5 MiB``, ``1000 bytes``: how the log cap is stated in a capped log."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g} {unit}"
+    return f"{size} bytes"
+
+
+def _log_limit(value: float | str | None) -> int | None:
+    """The ``log_limit`` setting in bytes (``None``: no limit); ``ValueError`` naming it."""
+    if value is None:
+        return None
+    try:
+        limit = parse_quantity(value)
+    except ValueError as error:
+        raise ValueError(f"log_limit: {error}") from None
+    if limit < 1:
+        raise ValueError(f"log_limit: {value!r} must be at least 1 byte (or null: no limit)")
+    return int(limit)
 
 
 def default_state_dir(cluster: str) -> Path:
@@ -118,7 +159,10 @@ class LocalBackend:
     working_dir: Path | None = None
     stop_runs_on_close: bool = False
     run_as: str | None = None
+    uid_range: str | Sequence[int] | None = None
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    log_limit: float | str | None = DEFAULT_LOG_LIMIT
+    allowed_working_dirs: Sequence[str | Path] = ()
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     name: str = field(default="local", init=False)
@@ -128,11 +172,34 @@ class LocalBackend:
         # and exit files by the paths it is given (a relative one would point into the
         # command's working dir).
         self.state_dir = Path(self.state_dir or default_state_dir(self.cluster)).absolute()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.state_dir, 0o700)  # records, logs and exit files: the server's only
+        # Records, logs and exit files: the server's only (a job's working dir may not lead
+        # into them, and the runs of others are not its business).
+        for directory in (self.state_dir, self.state_dir / "runs"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
         self._scratch_runs = self.working_dir is None
         self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
-        self._account = local_environment.account(self.run_as)
+        if self.run_as is not None and self.uid_range is not None:
+            raise ValueError(
+                "uid_range: set either run_as (every run as that account) or uid_range (a uid "
+                "of its own per run), not both"
+            )
+        self._account = fixed_identity(self.run_as)
+        self._pool = (
+            None
+            if self.uid_range is None
+            else IdentityPool(self.state_dir, parse_uid_range(self.uid_range))
+        )
+        self._log_limit = _log_limit(self.log_limit)
+        self._log_note = (
+            "[log capped]"
+            if self._log_limit is None
+            else f"[log capped at {_bytes_text(self._log_limit)} for this run "
+            "(the cluster's log_limit): the rest of its output was dropped]"
+        )
+        self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
+        self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
+        """Runs whose uid is being swept of processes, to be released when the sweep ends."""
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
@@ -169,65 +236,119 @@ class LocalBackend:
                 return existing.result
             check_request(request, self.cluster, (self._node,))
             payload = command_payload_of(request, "local")
+            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+            identity = self._pool.claim(request.run_id) if self._pool else self._account
+            try:
+                run = self._record(request, identity)
+            except BaseException:
+                if self._pool is not None and identity is not None:
+                    self._pool.release(identity.uid, request.run_id)  # no process ran as it
+                raise
             assert self.working_dir is not None
-            scratch = None
-            if payload.working_dir:
-                working_dir = self.working_dir / payload.working_dir
-            elif self._scratch_runs:
-                scratch = working_dir = local_environment.make_scratch(
-                    self.cluster, request.run_id, self._account
-                )
-            else:
-                working_dir = self.working_dir
-            run = Run(
-                result=DispatchResult(
-                    run_id=request.run_id,
-                    job=request.job,
-                    cluster=self.cluster,
-                    dispatched_at=self.clock(),
-                    placements=request.placements,
-                ),
-                directory=run_directory(self._state, request.run_id),
-                max_runtime=request.max_runtime,
-                replicas=[Replica(placement) for placement in request.placements],
-                scratch=scratch,
-            )
-            run.directory.mkdir(parents=True, exist_ok=True)
-            save_run(run)  # before any process exists: a crash now leaves a run to call lost
-            for replica in run.replicas:
-                env = {
-                    **local_environment.base_env(self.env_passthrough, self._account),
-                    **request.env,
-                    # Every replica of a local run is on this machine.
-                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                    **payload.env,
-                    **local_environment.backend_env(request, replica.placement),
-                }
-                try:
-                    process = processes.start_supervised(
-                        payload.argv(),
-                        exit_file=run.exit_file(replica),
-                        gate_file=run.gate_file(),
-                        stdout=run.log_file(replica, "stdout"),
-                        stderr=run.log_file(replica, "stderr"),
-                        env=env,
-                        working_dir=working_dir,
-                        user=None if self._account is None else str(self._account.pw_uid),
-                    )
-                except OSError as error:
-                    replica.finish(exit_code=None, error=f"could not start: {error}")
-                    continue
-                replica.attach(process, processes.start_ticks(process.pid))
-                save_run(run)  # the pid on disk before the next start: no untracked process
-            # Every pid is on disk: only now may the commands run (a crash before this line
-            # leaves supervisors waiting, and the next backend abandons them).
-            claim_gate(str(run.gate_file()), "go")
+            base = run.scratch or self.working_dir
+            working_dir = base if relative is None else base / relative
+            self._start(run, request, payload, working_dir, make=run.scratch is not None)
+            # Every pid is on disk and the gate open: the commands run.
             run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
             save_run(run)
             self._changes.observe(run.run_id, run.state)
             return run.result
+
+    def _record(self, request: DispatchRequest, identity: Identity | None) -> Run:
+        """The run's record, on disk before any process exists (a crash after this leaves a
+        run to call lost), with its scratch dir when it gets one."""
+        scratch = None
+        if self._scratch_runs:
+            scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
+        run = Run(
+            result=DispatchResult(
+                run_id=request.run_id,
+                job=request.job,
+                cluster=self.cluster,
+                dispatched_at=self.clock(),
+                placements=request.placements,
+            ),
+            directory=run_directory(self._state, request.run_id),
+            max_runtime=request.max_runtime,
+            replicas=[Replica(placement) for placement in request.placements],
+            scratch=scratch,
+            identity=identity,
+        )
+        try:
+            run.directory.mkdir(mode=0o700, exist_ok=True)
+            save_run(run)
+        except BaseException:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        return run
+
+    def _start(
+        self,
+        run: Run,
+        request: DispatchRequest,
+        payload: CommandPayload,
+        working_dir: Path,
+        *,
+        make: bool,
+    ) -> None:
+        """Start a supervisor per replica, record every pid (once: linear in the replicas,
+        issue 23), then open the gate. A crash before the gate opens leaves supervisors whose
+        gate pipe ends: they abandon the run, and the next backend reports it lost."""
+        identity = run.identity
+        shared_env = {
+            **local_environment.base_env(self.env_passthrough, identity, run.scratch),
+            **request.env,
+        }
+        common: dict[str, Any] = {
+            "argv": payload.argv(),
+            "uid": None if identity is None else identity.uid,
+            "gid": None if identity is None else identity.gid,
+            "groups": None if identity is None else list(identity.groups),
+            "working_dir": str(working_dir),
+            "make_working_dir": make,
+            "shown_working_dir": payload.working_dir or ".",
+            "gate_file": str(run.gate_file()),
+            "log_usage_file": str(run.log_usage_file()),
+            "log_limit": self._log_limit,
+            "log_note": self._log_note,
+        }
+        gate_read, gate_write = os.pipe()
+        try:
+            try:
+                for replica in run.replicas:
+                    env = {
+                        **shared_env,
+                        # Every replica of a local run is on this machine.
+                        **rendezvous_env(request, replica.placement, "127.0.0.1"),
+                        **payload.env,
+                        **local_environment.backend_env(request, replica.placement),
+                    }
+                    spec = {
+                        **common,
+                        "env": env,
+                        "exit_file": str(run.exit_file(replica)),
+                        "gate_fd": gate_read,
+                    }
+                    try:
+                        process = processes.start_supervised(
+                            spec,
+                            stdout=run.log_file(replica, "stdout"),
+                            stderr=run.log_file(replica, "stderr"),
+                            gate_fd=gate_read,
+                        )
+                    except OSError as error:  # its strerror only: no path of the server's
+                        replica.finish(None, error=f"could not start: {error.strerror or error}")
+                        continue
+                    replica.attach(process, processes.start_ticks(process.pid))
+            finally:
+                os.close(gate_read)
+            save_run(run)  # every pid durable before the gate opens: no untracked command
+            claim_gate(str(run.gate_file()), "go")
+        finally:
+            os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
@@ -291,6 +412,7 @@ class LocalBackend:
             self._stop_everything()
         with self._lock:
             self._reap_supervisors()
+            self._finish_sweeps(wait=SWEEP_SECONDS)
         self._sync_records()
 
     # --- internals ------------------------------------------------------------------------
@@ -314,6 +436,25 @@ class LocalBackend:
         """Adopt the runs of an earlier backend over the same state dir."""
         for run_id in saved_run_ids(self._state):
             self._adopt(run_id)
+        if self._pool is not None:
+            used = [run for run in self._runs.values() if run.identity is not None]
+            for run in sorted(used, key=lambda run: run.finished_at or float("inf")):
+                assert run.identity is not None
+                self._pool.note_used(run.identity.uid)
+            self._release_stale_claims(self._pool)
+
+    def _release_stale_claims(self, pool: IdentityPool) -> None:
+        """Give back uids claimed by a backend that died before the run's record was written
+        (no process ever ran as them); a minute old, so as not to race a live dispatch."""
+        for uid, run_id in pool.held().items():
+            if run_id is not None and RUN_ID_PATTERN.match(run_id) and self._known(run_id):
+                continue  # the run's own end gives it back
+            try:
+                age = time.time() - os.stat(pool.directory / str(uid)).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > STALE_CLAIM_SECONDS:
+                pool.release(uid, run_id)
 
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
@@ -321,7 +462,9 @@ class LocalBackend:
         if run is None:
             return None
         self._runs[run_id] = run
-        if not run.state.terminal:
+        if run.state.terminal:
+            self._give_back_identity(run)  # the earlier backend may have died before
+        else:
             if not run.gate_file().exists():
                 # The earlier backend died while starting this run: let it run only if
                 # every replica's process is on record, else make sure none ever does.
@@ -344,7 +487,39 @@ class LocalBackend:
             with self._lock:
                 self._refresh_all()
                 self._reap_supervisors()
+                self._finish_sweeps()
             self._sync_records()
+
+    def _give_back_identity(self, run: Run) -> None:
+        """A run that ended and holds a uid of its own: kill whatever still runs as that uid
+        (daemons that left the run's process group), then release it (``_finish_sweeps``)."""
+        if not run.holds_identity or run.run_id in self._sweeps:
+            return
+        assert run.identity is not None
+        try:
+            self._sweeps[run.run_id] = local_identity.sweep(run.identity)
+        except OSError as error:  # kept, never reused: a uid with processes left is unsafe
+            log.error("run %s: cannot sweep uid %d: %s", run.run_id, run.identity.uid, error)
+
+    def _finish_sweeps(self, wait: float = 0.0) -> None:
+        """Release the uid of every run whose sweep ended (waiting up to ``wait`` for each)."""
+        for run_id, sweeper in list(self._sweeps.items()):
+            if not processes.wait_reaped(sweeper, wait):
+                continue
+            del self._sweeps[run_id]
+            run = self._runs[run_id]
+            assert run.identity is not None
+            if self._pool is not None:
+                self._pool.release(run.identity.uid, run_id)
+            else:  # the cluster stopped giving uids of their own: still give this one back
+                local_identity.release_claim(
+                    local_identity.claims_directory(self._state),
+                    local_identity.claim_owner(self._state),
+                    run.identity.uid,
+                    run_id,
+                )
+            run.identity_released = True
+            self._save_soon(run)
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or
@@ -389,6 +564,7 @@ class LocalBackend:
             run.settle(now)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)
+            self._give_back_identity(run)
             changed = True
         if changed:
             self._changes.observe(run.run_id, run.state)
