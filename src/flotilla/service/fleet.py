@@ -16,6 +16,7 @@ nor stop the runs the other one started.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import logging
@@ -46,7 +47,9 @@ log = logging.getLogger(__name__)
 __all__ = ["FleetRuntime", "scheduling_config"]
 
 OWNER_LABEL = "flotilla.io/owner"
-"""On a ``local`` cluster: ``HOST:STATE_DIR``, the one place its runs can be seen from."""
+"""On a ``local`` cluster: ``HOST:DIGEST`` of its state dir, the one place its runs can be
+seen from. A digest, not the path: every token sees a cluster's labels, and the state dir
+holds every run's logs (issue 23)."""
 
 LOCAL_LABEL = "flotilla.io/local"
 
@@ -157,7 +160,18 @@ def local_state_dir_of(cluster: FleetCluster, default: Path | None) -> Path:
 
 
 def local_owner(state_dir: Path) -> str:
-    return f"{socket.gethostname()}:{state_dir.expanduser().resolve()}"
+    return _owner(socket.gethostname(), str(state_dir.expanduser().resolve()))
+
+
+def _owner(host: str, state_dir: str) -> str:
+    return f"{host}:{hashlib.sha256(state_dir.encode()).hexdigest()[:16]}"
+
+
+def _recorded_owner(recorded: str) -> str:
+    """A recorded owner label as ``local_owner`` writes it now: one written before issue 23
+    held the state dir's path (``HOST:/PATH``), taken as its digest."""
+    host, _, place = recorded.partition(":")
+    return _owner(host, place) if place.startswith("/") else recorded
 
 
 def check_local_owner(store: Store, cluster: str, owner: str) -> str | None:
@@ -165,10 +179,11 @@ def check_local_owner(store: Store, cluster: str, owner: str) -> str | None:
     for record in store.list_clusters():
         if record.name == cluster and record.backend == "local":
             recorded = record.labels.get(OWNER_LABEL)
-            if recorded is not None and recorded != owner:
+            if recorded is not None and _recorded_owner(recorded) != owner:
                 return (
-                    f"cluster {cluster}: this local cluster is {recorded} (host:state dir); "
-                    f"this replica's would be {owner}. Replicas share a local cluster only on "
+                    f"cluster {cluster}: this local cluster is {_recorded_owner(recorded)} "
+                    f"(host:digest of its state dir); this replica's would be {owner}. "
+                    "Replicas share a local cluster only on "
                     "that host with that state dir (--state-dir), where they see its runs; "
                     "replicas on several hosts need remote backends (ray, slurm, kubernetes)"
                 )
