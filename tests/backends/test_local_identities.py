@@ -171,3 +171,46 @@ def test_a_bad_uid_range_is_refused_naming_the_setting(
 def test_run_as_and_uid_range_exclude_each_other(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"uid_range: set either run_as .* or uid_range"):
         LocalBackend(state_dir=tmp_path, uid_range="62000-62009", run_as="nobody")
+
+
+def test_a_local_cluster_of_a_root_server_gives_each_run_a_uid_unless_its_settings_say(
+    tmp_path: Path,
+) -> None:
+    """``flotilla up`` as root hands its uid range to every local cluster whose settings name
+    nobody to run as (it used to make every job ``nobody``); a cluster's own ``run_as`` or
+    ``uid_range`` wins."""
+    from flotilla.model.fleet_loader import fleet_from_data
+    from flotilla.service.fleet import FleetRuntime
+    from flotilla.store import SqlStore
+    from tests.fleet.support import fleet_data
+
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'f.db'}")
+    uid_range = uids_in_range(57500, 5)
+    runtime = FleetRuntime(store, {}, local_state_dir=tmp_path / "state", local_uid_range=uid_range)
+    fleet = fleet_from_data(
+        fleet_data(
+            {"name": "here", "backend": "local", "settings": {"stop_runs_on_close": True}},
+            {
+                "name": "fixed",
+                "backend": "local",
+                "settings": {"run_as": "nobody", "state_dir": str(tmp_path / "fixed")},
+            },
+        )
+    )
+    try:
+        runtime.install(fleet, 1)
+        assert runtime.problems == {}
+        here, fixed = runtime.backends["here"], runtime.backends["fixed"]
+        assert isinstance(here, LocalBackend) and isinstance(fixed, LocalBackend)
+        assert (here.uid_range, here.run_as) == (uid_range, None)
+        assert (fixed.uid_range, fixed.run_as) == (None, "nobody")
+        here.dispatch(request(here, "run-1", {"command": "id -u"}))
+        deadline = time.monotonic() + WAIT_LIMIT
+        while not here.status(StatusRequest("run-1")).state.terminal:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        first, last = parse_uid_range(uid_range)
+        assert first <= int(read_all(here, "run-1")) <= last
+    finally:
+        runtime.close()
+        store.close()

@@ -262,7 +262,10 @@ class FleetRuntime:
     local_state_dir: Path | None = None
     local_run_as: str | None = None
     """``flotilla up --run-as``: the user a local cluster's jobs run as, unless its own
-    ``settings.run_as`` says otherwise."""
+    settings say who (``run_as`` or ``uid_range``)."""
+    local_uid_range: str | None = None
+    """``flotilla up --uid-range`` (as root, its default): each run of a local cluster whose
+    settings say nobody runs as a uid of its own from this range."""
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
@@ -329,8 +332,11 @@ class FleetRuntime:
             raise FleetError(problems)
         if cluster.backend == "local":
             settings["state_dir"] = str(local_state_dir_of(cluster, self.local_state_dir))
-            if self.local_run_as is not None:
-                settings.setdefault("run_as", self.local_run_as)
+            if "run_as" not in settings and "uid_range" not in settings:
+                if self.local_run_as is not None:
+                    settings["run_as"] = self.local_run_as
+                elif self.local_uid_range is not None:
+                    settings["uid_range"] = self.local_uid_range
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])
