@@ -245,12 +245,13 @@ def _apply_fleet(
     store: SqlStore, runtime: FleetRuntime, fleet: Fleet, path: Path | None
 ) -> list[str]:
     """Make ``fleet`` the fleet in force (as ``flotilla fleet apply`` does), then connect."""
-    from flotilla.service.fleet import fleet_change
+    from flotilla.service.fleet import fleet_change, local_state_dir_of
     from flotilla.store import ConflictError
 
     for cluster in fleet.clusters:
         if cluster.backend == "local":
-            _refuse_foreign_owner(store, cluster.name, runtime.local_owner_of(cluster))
+            state_dir = local_state_dir_of(cluster, runtime.local_state_dir)
+            _refuse_foreign_owner(store, cluster.name, state_dir)
     # Build every backend before writing anything: a factory refusing its settings is a
     # configuration error (a constructor never fails for an engine being down).
     runtime.install(fleet, runtime.version)
@@ -273,12 +274,14 @@ def _apply_fleet(
     ]
 
 
-def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
-    from flotilla.service.fleet import check_local_owner
+def _refuse_foreign_owner(store: SqlStore, cluster: str, state_dir: Path) -> None:
+    """Exit 2 when another host or state dir drives ``cluster``; the operator is told this
+    replica's state dir (the cluster's label holds only a digest of the other's)."""
+    from flotilla.service.fleet import check_local_owner, local_owner
 
-    problem = check_local_owner(store, cluster, owner)
+    problem = check_local_owner(store, cluster, local_owner(state_dir))
     if problem is not None:
-        fail(problem, code=2)
+        fail(f"{problem} (this replica's state dir: {state_dir.expanduser().resolve()})", code=2)
 
 
 def _identities(run_as: str | None, uid_range: str | None) -> str | None:
@@ -324,7 +327,7 @@ def _default_cluster(
     from flotilla.service.records import cluster_spec_from_inventory
 
     owner = local_owner(state_dir)
-    _refuse_foreign_owner(store, cluster, owner)
+    _refuse_foreign_owner(store, cluster, state_dir)
     backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as, uid_range=uid_range)
     runtime.backends[cluster] = backend
     nodes = backend.inventory().nodes
