@@ -112,3 +112,12 @@ def process_gone(pid: int) -> bool:
 
 def read_pids(path: Path) -> list[int]:
     return [int(word) for word in path.read_text().split()] if path.exists() else []
+
+
+def sleeper_writing_pids(path: Path) -> str:
+    """A shell command that starts a child ``sleep 600``, appends its own and the child's pid
+    to ``path`` and waits. The pids as the server sees them: a local job runs in a PID
+    namespace of its own, where ``$$`` and ``$!`` are its own small numbers, while ``/proc``
+    is the server's (``/proc/self/stat`` starts with the server's pid)."""
+    mine = f"read -r pid _ </proc/self/stat; echo $pid >> {path}"
+    return f"sh -c '{mine}; exec sleep 600' & {mine}; wait"

@@ -186,7 +186,9 @@ def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(
     the supervisor's exit file there."""
     backend = local.make(grace_period=60.0)
     command = "trap 'exit 7' TERM; echo ready; while true; do sleep 0.01; done"
-    backend.dispatch(request(backend, "run-1", {"command": command}, max_runtime=0.5))
+    # Long enough for the shell to set its trap on a loaded machine (a stop that comes before
+    # it ends the shell by SIGTERM instead).
+    backend.dispatch(request(backend, "run-1", {"command": command}, max_runtime=2.0))
     local.wait_output(backend, "run-1", "ready")
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.FAILED
@@ -196,7 +198,9 @@ def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(
 def test_kill_9_of_the_command_is_a_failure_by_signal(local: LocalHarness) -> None:
     backend = local.make()
     pid_file = local.scratch / "pid"
-    backend.dispatch(request(backend, "run-1", {"command": f"echo $$ > {pid_file}; exec sleep 60"}))
+    # The pid as this process sees it ($$ is the job's own, in its PID namespace).
+    command = f"read -r pid _ </proc/self/stat; echo $pid > {pid_file}; exec sleep 60"
+    backend.dispatch(request(backend, "run-1", {"command": command}))
     os.kill(int(wait_for_file(pid_file)), signal.SIGKILL)
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.FAILED
@@ -218,7 +222,9 @@ def test_a_failed_replica_stops_its_siblings(local: LocalHarness) -> None:
 def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarness) -> None:
     backend = local.make()
     pid_file = local.scratch / "straggler"
-    backend.dispatch(request(backend, "run-1", {"command": f"sleep 60 & echo $! > {pid_file}"}))
+    straggle = f"sh -c 'read -r pid _ </proc/self/stat; echo $pid > {pid_file}; exec sleep 60'"
+    command = f"{straggle} & while [ ! -s {pid_file} ]; do sleep 0.01; done"
+    backend.dispatch(request(backend, "run-1", {"command": command}))
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.SUCCEEDED
     local.assert_gone(status)

@@ -76,7 +76,7 @@ def test_runs_get_uids_of_their_own_and_cannot_read_write_or_kill_each_other(
     first, last = parse_uid_range(uid_range)
     backend = dynamic(local, uid_range)
     victim = {
-        "command": "echo $$; pwd; exec sleep 60",
+        "command": "read -r pid _ </proc/self/stat; echo $pid; pwd; exec sleep 60",
         "env": {"B_SECRET": "b-secret-value"},
     }
     backend.dispatch(request(backend, "run-b", victim))

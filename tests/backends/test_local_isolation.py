@@ -100,13 +100,40 @@ def needs_root() -> None:
         pytest.skip("switching users needs root")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the replica's init, when it has one, and the command)."""
+    found, waiting = [], [pid]
+    while waiting:
+        parent = waiting.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        found += [int(child) for child in children]
+        waiting += [int(child) for child in children]
+    return found
+
+
+def ancestors(pid: int, up_to: int) -> list[int]:
+    """The processes from ``pid``'s parent up to and including ``up_to``."""
+    chain = []
+    while pid != up_to:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        chain.append(pid)
+    return chain
+
+
 def command_of(supervisor: int) -> int:
-    """The pid of the ``sh`` command a supervisor started (its only child), once it runs."""
+    """The pid of the ``sh`` command a supervisor started (below it, or below the replica's
+    init in its own PID namespace), once it runs."""
     deadline = time.monotonic() + WAIT_LIMIT
     while True:
-        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
-        if children and Path(f"/proc/{children[0]}/cmdline").read_bytes().startswith(b"sh\0"):
-            return int(children[0])
+        for pid in descendants(supervisor):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sh\0"):
+                    return pid
+            except FileNotFoundError:
+                continue
         assert time.monotonic() < deadline, "the supervisor never started its command"
         time.sleep(0.02)
 
@@ -129,11 +156,12 @@ def test_the_supervisor_takes_neither_the_jobs_environment_arguments_nor_working
     assert supervisor is not None
     command = command_of(supervisor)
 
-    proc = Path(f"/proc/{supervisor}")
-    assert b"s3cret-of-the-job" not in (proc / "environ").read_bytes()
-    assert b"JOB_SECRET" not in (proc / "environ").read_bytes()
-    assert b"an-argument-of-the-job" not in (proc / "cmdline").read_bytes()
-    assert os.readlink(proc / "cwd") == "/"
+    for privileged in ancestors(command, up_to=supervisor):
+        proc = Path(f"/proc/{privileged}")  # the supervisor, and the init it forked
+        assert b"s3cret-of-the-job" not in (proc / "environ").read_bytes()
+        assert b"JOB_SECRET" not in (proc / "environ").read_bytes()
+        assert b"an-argument-of-the-job" not in (proc / "cmdline").read_bytes()
+        assert os.readlink(proc / "cwd") == "/"
     mine = Path(f"/proc/{command}")
     assert b"JOB_SECRET=s3cret-of-the-job" in (mine / "environ").read_bytes().split(b"\0")
     assert b"an-argument-of-the-job" in (mine / "cmdline").read_bytes()

@@ -19,7 +19,13 @@ from typer.testing import CliRunner, Result
 
 from flotilla.cli import client as cli_client
 from flotilla.cli.main import app
-from tests.live_service import LiveService, live_service, process_gone, read_pids
+from tests.live_service import (
+    LiveService,
+    live_service,
+    process_gone,
+    read_pids,
+    sleeper_writing_pids,
+)
 
 
 @pytest.fixture
@@ -81,7 +87,7 @@ def test_why_and_watch_show_what_the_loop_decided(live: LiveService) -> None:
 
 def test_cancel_from_the_cli_ends_the_running_process(live: LiveService, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    job_id = live.submit("sleeper", f"sleep 600 & echo $$ $! > {pids}; wait")
+    job_id = live.submit("sleeper", sleeper_writing_pids(pids))
     live.wait_until(lambda: len(read_pids(pids)) == 2, "the job to start")
     live.wait_until(lambda: live.state(job_id).value == "running", "running")
     result = run("cancel", job_id)

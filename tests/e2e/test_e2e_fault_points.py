@@ -83,7 +83,9 @@ def setup_store(url: str, tmp_path: Path) -> tuple[SqlStore, list[str], str]:
             }
         )
 
-    victim = spec("victim", f"echo $$ > {victim_pid}; exec sleep 600")
+    # Its pid as this process sees it: in the job's own PID namespace, $$ is a small number.
+    mine = f"read -r pid _ </proc/self/stat; echo $pid > {victim_pid}"
+    victim = spec("victim", f"{mine}; exec sleep 600")
     work = [
         spec(f"job-{index}", f'echo "$FLOTILLA_JOB_NAME" >> {marks}; sleep 0.3')
         for index in range(WORKLOAD)

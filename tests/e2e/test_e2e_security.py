@@ -90,7 +90,9 @@ def test_a_submit_only_job_cannot_read_the_admin_token_another_users_secret_or_t
     with_secret["payload"]["env"] = {"PASS": {"secret": "bo-password"}}
     bo_job = httpx.post(f"{url}/v1/jobs", json=with_secret, headers=bo).json()["ids"][0]
     snoop = (
-        f"env; cat /proc/$PPID/environ /proc/{server.process.pid}/environ; "
+        # Its parent as the server sees it ($PPID is 1 in the job's own PID namespace).
+        "env; read -r _ _ _ parent _ </proc/self/stat; "
+        f"cat /proc/$parent/environ /proc/{server.process.pid}/environ; "
         f"cat {db} | head -c 100000; ls {tmp_path / 'server' / 'runs'}; id -un"
     )
     ana_job = httpx.post(f"{url}/v1/jobs", json=job_spec("snoop", snoop), headers=ana).json()[

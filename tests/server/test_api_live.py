@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.live_service import LiveService, live_service, process_gone, read_pids
+from tests.live_service import (
+    LiveService,
+    live_service,
+    process_gone,
+    read_pids,
+    sleeper_writing_pids,
+)
 
 
 @pytest.fixture
@@ -95,7 +101,7 @@ def test_cancel_of_a_running_job_ends_its_process_and_children(
     live: LiveService, api: TestClient, tmp_path: Path
 ) -> None:
     pids = tmp_path / "pids"
-    command = f"sleep 600 & echo $$ $! > {pids}; wait"
+    command = sleeper_writing_pids(pids)
     [job_id] = api.post("/v1/jobs", json=live.spec("sleeper", command)).json()["ids"]
     live.wait_until(lambda: len(read_pids(pids)) == 2, "the job to start its processes")
     live.wait_until(lambda: live.state(job_id).value == "running", "running")

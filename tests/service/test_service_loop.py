@@ -21,7 +21,7 @@ from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RunnerState
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
-from tests.live_service import local_loop, process_gone, read_pids
+from tests.live_service import local_loop, process_gone, read_pids, sleeper_writing_pids
 
 
 class Service:
@@ -132,7 +132,7 @@ def test_a_run_past_its_max_runtime_is_stopped_and_fails(service: Service) -> No
 
 def test_cancelling_a_running_job_stops_its_process(service: Service, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    job = service.submit("sleeper", f"sleep 600 & echo $$ $! > {pids}; wait")
+    job = service.submit("sleeper", sleeper_writing_pids(pids))
     service.cycle_until(
         lambda: service.state(job) is JobState.RUNNING and len(read_pids(pids)) == 2
     )

@@ -170,7 +170,9 @@ def _write_all(descriptor: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _pump(command: subprocess.Popen[bytes], streams: list[_Stream], spec: dict[str, Any]) -> int:
+def _pump(
+    command: subprocess.Popen[bytes] | _Init, streams: list[_Stream], spec: dict[str, Any]
+) -> int:
     """Copy the command's output into the logs until it exits; its return code."""
     budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
     note = str(spec.get("log_note") or "[log capped]")
@@ -249,6 +251,81 @@ def _start(spec: dict[str, Any], stdout: int, stderr: int) -> subprocess.Popen[b
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
 
 
+class _Refused(Exception):
+    """The command could not be started; ``refusal`` is the whole message."""
+
+    def __init__(self, refusal: str) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
+
+
+def _refusal(spec: dict[str, Any], error: BaseException) -> str:
+    if isinstance(error, subprocess.SubprocessError):  # the preexec step: the working dir
+        shown = spec.get("shown_working_dir") or spec["working_dir"]
+        return f"could not start: cannot enter working_dir {shown!r} as the job's user"
+    argv0 = spec["argv"][0] if spec.get("argv") else ""
+    return f"could not start {argv0!r}: {error}"
+
+
+class _Init:
+    """The replica's init (``_job_init.py``) seen as ``_pump`` sees a command."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.status: int | None = None
+
+    def poll(self) -> int | None:
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.status = status
+        return None if self.status is None else os.waitstatus_to_exitcode(self.status)
+
+    def wait(self) -> int:
+        while self.status is None:
+            try:
+                _, self.status = os.waitpid(self.pid, 0)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+        return os.waitstatus_to_exitcode(self.status)
+
+
+def _in_own_tree(
+    spec: dict[str, Any], cgroups: list[str], pipes: tuple[int, int, int, int]
+) -> dict[str, object]:
+    """Run the command under an init of its own (``_job_init.py``, next to this file: ``-I``
+    leaves this directory off ``sys.path``), in ``cgroups`` and, when the spec says so, its
+    own PID namespace, copying its output into the logs as ``main`` does; its outcome."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _job_init  # type: ignore[import-not-found]
+
+    out_read, out_write, err_read, err_write = pipes
+
+    def start() -> subprocess.Popen[bytes]:  # in the init: its copies of the pipes go after
+        try:
+            return _start(spec, out_write, err_write)
+        except (OSError, KeyError, subprocess.SubprocessError) as error:
+            raise _Refused(_refusal(spec, error)) from error
+        finally:
+            for descriptor in pipes:
+                os.close(descriptor)
+
+    argv0 = str(spec["argv"][0]) if spec.get("argv") else ""
+    started = _job_init.spawn(start, argv0, cgroups, bool(spec.get("pid_namespace")))
+    os.close(out_write)
+    os.close(err_write)
+    if isinstance(started, dict):
+        os.close(out_read)
+        os.close(err_read)
+        return started
+    child, reading = started
+    init = _Init(child)
+    _pump(init, [_Stream(out_read, 1), _Stream(err_read, 2)], spec)
+    assert init.status is not None
+    outcome: dict[str, object] = _job_init.finish(reading, init.status)
+    return outcome
+
+
 def main() -> int:
     try:
         spec = json.loads(_read_stdin())
@@ -268,16 +345,18 @@ def main() -> int:
         return 0
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    cgroups = [str(directory) for directory in spec.get("cgroups") or ()]
+    if cgroups or spec.get("pid_namespace"):
+        # --- whole-tree tracking (cgroups, PID namespace): _job_init.py ---
+        outcome = _in_own_tree(spec, cgroups, (out_read, out_write, err_read, err_write))
+        _write(exit_file, outcome, durable=not stopped)
+        code = outcome["exit_code"]
+        assert isinstance(code, int)
+        return code if code >= 0 else 128 - code
     try:
         command = _start(spec, out_write, err_write)
-    except subprocess.SubprocessError:  # the preexec step: the working dir
-        shown = spec.get("shown_working_dir") or spec["working_dir"]
-        problem = f"could not start: cannot enter working_dir {shown!r} as the job's user"
-        _write(exit_file, {"exit_code": 127, "error": problem})
-        return 127
-    except (OSError, KeyError) as error:
-        argv0 = spec["argv"][0] if spec.get("argv") else ""
-        _write(exit_file, {"exit_code": 127, "error": f"could not start {argv0!r}: {error}"})
+    except (OSError, KeyError, subprocess.SubprocessError) as error:
+        _write(exit_file, {"exit_code": 127, "error": _refusal(spec, error)})
         return 127
     finally:
         os.close(out_write)

@@ -219,6 +219,9 @@ class RunStatus:
     exit_code: int | None = None
     message: str = ""
     replicas: tuple[ReplicaStatus, ...] = ()
+    over_limit: bool = False
+    """The backend ended it for exceeding a limit the job itself set (its ``max_runtime``, its
+    memory request): the job's failure even when a signal ended it, never the node's."""
 
 
 class LogStream(StrEnum):

@@ -31,6 +31,7 @@ from typing import Any
 
 from flotilla.backends import local_ending, local_environment, local_identity, processes
 from flotilla.backends._supervise import claim_gate
+from flotilla.backends.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.common import (
     ChangeLog,
     check_request,
@@ -66,6 +67,7 @@ from flotilla.backends.local_identity import (
     parse_uid_range,
 )
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
+from flotilla.backends.local_tree import ProcessTrees
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model.payload import CommandPayload
 from flotilla.model.quantity import parse_quantity
@@ -148,7 +150,8 @@ class LocalBackend:
     stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a
     successor. ``run_as``: the user (name or uid) commands run as; needs the backend to run
     as root. ``env_passthrough``: the only variables of the backend's environment a command
-    sees (see the module docstring).
+    sees (see the module docstring). ``max_pids``: processes and threads one replica may have
+    at once; ``isolate=False``: no cgroup, no PID namespace (``local_tree.py``).
     """
 
     cluster: str = "local"
@@ -163,6 +166,8 @@ class LocalBackend:
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     log_limit: float | str | None = DEFAULT_LOG_LIMIT
     allowed_working_dirs: Sequence[str | Path] = ()
+    max_pids: int = DEFAULT_MAX_PIDS
+    isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     name: str = field(default="local", init=False)
@@ -200,6 +205,7 @@ class LocalBackend:
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
         self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
         """Runs whose uid is being swept of processes, to be released when the sweep ends."""
+        self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
@@ -326,11 +332,18 @@ class LocalBackend:
                         **payload.env,
                         **local_environment.backend_env(request, replica.placement),
                     }
+                    try:
+                        joins, namespace = self._trees.prepare(run, replica, request)
+                    except OSError as error:
+                        replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
+                        continue
                     spec = {
                         **common,
                         "env": env,
                         "exit_file": str(run.exit_file(replica)),
                         "gate_fd": gate_read,
+                        "cgroups": [str(join) for join in joins],
+                        "pid_namespace": namespace,
                     }
                     try:
                         process = processes.start_supervised(
@@ -413,7 +426,14 @@ class LocalBackend:
         with self._lock:
             self._reap_supervisors()
             self._finish_sweeps(wait=SWEEP_SECONDS)
+            self._trees.close(runs_left=any(not run.state.terminal for run in self._runs.values()))
         self._sync_records()
+
+    @property
+    def isolation_notice(self) -> str | None:
+        """One line saying what of a job's requests this machine does not enforce (no
+        cgroups, no PID namespaces), or ``None``; ``flotilla up`` shows it at start."""
+        return self._trees.notice()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -489,6 +509,7 @@ class LocalBackend:
                 self._reap_supervisors()
                 self._finish_sweeps()
             self._sync_records()
+            self._trees.sweep()  # ended runs' cgroups, outside the lock
 
     def _give_back_identity(self, run: Run) -> None:
         """A run that ended and holds a uid of its own: kill whatever still runs as that uid
@@ -553,6 +574,7 @@ class LocalBackend:
         changed = False
         for replica in run.replicas:
             if not replica.finished and local_ending.reap(run, replica, self._reaping):
+                self._trees.ended(run, replica)
                 changed = True
         if run.stop is None:
             halt = local_ending.stop_due(run, now, self.grace_period)
@@ -562,6 +584,7 @@ class LocalBackend:
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
+            self._trees.settled(run)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)
             self._give_back_identity(run)

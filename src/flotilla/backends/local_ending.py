@@ -115,9 +115,14 @@ def finish_early(
         ended = (True, None) if outcome is not None else processes.command_ended(replica.pid)
         if ended is None or not ended[0]:
             return False
+        code = ended[1]
+        if code is None and outcome is None and run.stop is not None and run.stop.killed:
+            # Its SIGKILL took the supervisor and the command's init at once: the init was
+            # re-parented and reaped elsewhere before the supervisor showed it as a zombie.
+            code = -int(signal.SIGKILL)
         processes.signal_group(replica.pid, signal.SIGKILL)
         reaping.append(process)
-        finish(replica, outcome, ended[1], stopped=True)
+        finish(replica, outcome, code, stopped=True)
         return True
     if outcome is None:
         return False

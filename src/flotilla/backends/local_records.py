@@ -57,6 +57,10 @@ class Replica:
     exit_code: int | None = None
     error: str | None = None
     vanished: bool = False
+    memory_request: float | None = None
+    """Bytes its cgroup limits it to (``None``: not limited); see ``local_tree.py``."""
+    over_memory: bool = False
+    """It failed for exceeding ``memory_request`` (the OOM killer ended it)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
@@ -97,6 +101,8 @@ class Replica:
             "exit_code": self.exit_code,
             "error": self.error,
             "vanished": self.vanished,
+            "memory_request": self.memory_request,
+            "over_memory": self.over_memory,
         }
 
     @classmethod
@@ -109,6 +115,8 @@ class Replica:
             exit_code=data["exit_code"],
             error=data["error"],
             vanished=data["vanished"],
+            memory_request=data.get("memory_request"),
+            over_memory=data.get("over_memory", False),
         )
 
 
@@ -203,6 +211,11 @@ class Run:
                     process_id=replica.pid,
                 )
                 for replica in self.replicas
+            ),
+            over_limit=self.state is BackendRunState.FAILED
+            and (
+                (self.stop is not None and self.stop.kind == "max-runtime")
+                or any(replica.over_memory for replica in self.replicas)
             ),
         )
 

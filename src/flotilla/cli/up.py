@@ -180,6 +180,7 @@ def up(
         lines[-1] += f"; {scheduling}"
     else:
         lines.append(scheduling)
+    lines += _isolation_notices(runtime)  # what of a job's requests is not enforced here
     serving = (
         f"API http://{host}:{port} (dashboard /ui, OpenAPI /docs)"
         if api
@@ -210,6 +211,19 @@ def up(
         scheduler.join(timeout=30)
         runtime.close()
         store.close()
+
+
+def _isolation_notices(runtime: FleetRuntime) -> list[str]:
+    """One line per distinct notice of the local clusters: what of a job's requests this
+    machine does not enforce (no cgroups, no PID namespaces; ``backends/local_tree.py``)."""
+    from flotilla.backends.local import LocalBackend
+
+    notices = {
+        backend.isolation_notice
+        for backend in runtime.backends.values()
+        if isinstance(backend, LocalBackend)
+    }
+    return sorted(notice for notice in notices if notice)
 
 
 def _until_stopped(scheduler: threading.Thread) -> None:

@@ -22,13 +22,14 @@ from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 def cause_of(status: RunStatus) -> RetryCause:
     """The retry cause of a run its backend reports ended badly (failed or lost).
 
-    Killed by a signal (a negative exit code) that was not Flotilla's own ``max_runtime``
-    stop is a node failure: the OOM killer, a node shutting down, ``kill -9`` from outside.
+    Killed by a signal (a negative exit code) that was not Flotilla's own stop for a limit
+    the job set (``max_runtime``, its memory request: ``RunStatus.over_limit``) is a node
+    failure: the machine's OOM killer, a node shutting down, ``kill -9`` from outside.
     """
     if status.state is BackendRunState.LOST:
         return RetryCause.LOST
     killed = status.exit_code is not None and status.exit_code < 0
-    if killed and "max_runtime" not in status.message:
+    if killed and not status.over_limit and "max_runtime" not in status.message:
         return RetryCause.NODE_FAILURE
     return RetryCause.FAILED
 

@@ -1,0 +1,181 @@
+"""Whole-tree tracking and limits of the ``local`` backend's replicas.
+
+Each replica runs in a cgroup of its own (``cgroups.py``: its memory, pids and CPU share
+limited to what its job asked for) and in a PID namespace of its own, under an init that ends
+every process of the namespace when the command ends or is killed (``_job_init.py``). So
+cancel, finish and ``max_runtime`` end every process a job started, ``setsid`` daemons
+included, and a job asking ``memory: 64Mi`` that allocates more is OOM-killed and fails with
+"exceeded its memory request of 64Mi" — a failure of the job, not of the node, for retries.
+
+Where this machine allows neither (the server is not root, no cgroup controllers mounted), the
+backend runs jobs as before and ``notice()`` says, in one line, what is then not enforced.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flotilla.backends import cgroups
+from flotilla.backends.interface import DispatchRequest
+from flotilla.backends.local_records import Replica, Run
+from flotilla.model.quantity import format_quantity
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def pid_namespaces_work() -> bool:
+    """True when a process of this server may make a PID namespace (root, a kernel with
+    them): tried once, in a child process."""
+    probe = (
+        "import ctypes; "
+        "raise SystemExit(ctypes.CDLL(None, use_errno=True).unshare(0x20000000) != 0)"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", probe],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@functools.cache
+def _detected() -> cgroups.Detected:
+    return cgroups.detect()
+
+
+def memory_message(request: float) -> str:
+    """The reason a replica OOM-killed in its cgroup fails with."""
+    return f"exceeded its memory request of {format_quantity('memory', request)}"
+
+
+@dataclass
+class ProcessTrees:
+    """The local backend's cgroups and PID namespaces (``isolate=False``: neither)."""
+
+    cluster: str
+    state_dir: Path
+    max_pids: int = cgroups.DEFAULT_MAX_PIDS
+    isolate: bool = True
+    hierarchy: cgroups.Cgroups | None = field(init=False, default=None)
+    problem: str = field(init=False, default="")
+    """Why there are no cgroups (empty when there are)."""
+    pid_namespace: bool = field(init=False, default=False)
+    _removable: list[str] = field(init=False, default_factory=list)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_pids, bool) or not isinstance(self.max_pids, int):
+            raise ValueError(f"max_pids: must be a whole number, not {self.max_pids!r}")
+        if not 1 <= self.max_pids <= 4_194_304:
+            raise ValueError(f"max_pids: must be between 1 and 4194304, not {self.max_pids}")
+        if not self.isolate:
+            self.problem = "isolation is off for this cluster"
+            return
+        found = _detected()
+        self.hierarchy, self.problem = found.cgroups, found.problem
+        self.pid_namespace = pid_namespaces_work()
+        notice = self.notice()
+        if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
+            log.info("cluster %s: %s", self.cluster, notice)
+
+    @property
+    def scope(self) -> str:
+        """This backend's cgroup, below the server's ``flotilla`` one: the cluster and a hash
+        of the state dir (two backends of one cluster name never share it)."""
+        digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
+        return f"{self.cluster}-{digest}"
+
+    def path(self, run: Run, replica: Replica | None = None) -> str:
+        run_path = f"{self.scope}/{run.run_id}"
+        if replica is None:
+            return run_path
+        return f"{run_path}/{replica.placement.task}-{replica.placement.replica}"
+
+    def not_enforced(self) -> list[str]:
+        """What a job's request does not bound here, in words. Daemons end with their job
+        when either the namespace or the cgroup (killed when the replica ends) is there."""
+        enforced = self.hierarchy.enforced if self.hierarchy is not None else frozenset()
+        names = {"memory": "memory", "pids": "process count", "cpu": "CPU share"}
+        missing = [names[name] for name in cgroups.CONTROLLERS if name not in enforced]
+        if self.hierarchy is None and not self.pid_namespace:
+            missing.append("ending setsid daemons with their job")
+        return missing
+
+    def notice(self) -> str | None:
+        """One line for ``flotilla up`` when something is not enforced, else ``None``."""
+        missing = self.not_enforced()
+        if not missing:
+            return None
+        if self.hierarchy is None:
+            why = self.problem
+        else:
+            absent = [name for name in cgroups.CONTROLLERS if name not in self.hierarchy.enforced]
+            why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
+        return f"local jobs: not enforced: {', '.join(missing)} ({why})"
+
+    def prepare(
+        self, run: Run, replica: Replica, request: DispatchRequest
+    ) -> tuple[tuple[Path, ...], bool]:
+        """The cgroup directories the replica joins (made now, with its limits) and whether it
+        gets a PID namespace. Raises ``OSError`` when its cgroup cannot be made."""
+        if self.hierarchy is None:
+            return (), self.pid_namespace
+        wanted = request.resources.get(replica.placement.task, {})
+        memory = wanted.get("memory")
+        cpu = wanted.get("cpu")
+        limits = cgroups.Limits(
+            memory=int(memory) if memory else None,
+            cpu=float(cpu) if cpu else None,
+            pids=self.max_pids,
+        )
+        if memory and "memory" in self.hierarchy.enforced:
+            replica.memory_request = float(memory)
+        return self.hierarchy.create(self.path(run, replica), limits), self.pid_namespace
+
+    def ended(self, run: Run, replica: Replica) -> None:
+        """``replica`` was just found over: kill whatever of it is left in its cgroup (the
+        namespace's end already did, unless there is none), and say so when it failed for
+        exceeding its memory request."""
+        if self.hierarchy is None:
+            return
+        path = self.path(run, replica)
+        self.hierarchy.kill(path)
+        request = replica.memory_request
+        if request is not None and not replica.succeeded and self.hierarchy.memory_exceeded(path):
+            replica.error, replica.over_memory = memory_message(request), True
+
+    def settled(self, run: Run) -> None:
+        """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
+        (removing a memory cgroup takes the kernel milliseconds)."""
+        if self.hierarchy is not None:
+            with self._lock:
+                self._removable.append(self.path(run))
+
+    def sweep(self) -> None:
+        """Remove the cgroups of the runs settled since the last sweep (the monitor thread,
+        outside the backend's lock)."""
+        with self._lock:
+            paths, self._removable = self._removable, []
+        if self.hierarchy is not None:
+            for path in paths:
+                self.hierarchy.remove(path)
+
+    def close(self, runs_left: bool) -> None:
+        """Remove this backend's own cgroup unless runs are left for a successor."""
+        self.sweep()
+        if self.hierarchy is not None and not runs_left:
+            self.hierarchy.remove(self.scope)

@@ -1,0 +1,60 @@
+"""``flotilla up`` says in one line, at start, what of a job's requests this machine does not
+enforce for its local cluster (no cgroups, no PID namespaces), and runs anyway."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import flotilla.server
+from flotilla.backends import local_tree
+from flotilla.backends.cgroups import Detected
+from flotilla.cli.main import app
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Replace the server loop: ``up`` does everything else, then returns at once."""
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_server(application: object, host: str, port: int, **options: Any) -> None:
+        calls.append({"host": host, "port": port, **options})
+        options["listener"].close()
+
+    monkeypatch.setattr(flotilla.server, "run_server", fake_run_server)
+    return calls
+
+
+def up(tmp_path: Path) -> Result:
+    arguments = ["up", "--port", "0", "--db", f"sqlite:///{tmp_path}/flotilla.db"]
+    return CliRunner().invoke(app, [*arguments, "--state-dir", str(tmp_path / "state")])
+
+
+def test_without_cgroups_up_says_what_is_not_enforced_in_one_line_and_runs(
+    served: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        local_tree, "_detected", lambda: Detected(None, "the server does not run as root")
+    )
+    monkeypatch.setattr(local_tree, "pid_namespaces_work", lambda: False)
+    result = up(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert served, "up did not go on to serve"
+    [line] = [line for line in result.output.splitlines() if "not enforced" in line]
+    assert "memory" in line and "process count" in line and "CPU share" in line
+    assert "setsid" in line and "the server does not run as root" in line
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 and os.environ.get("CI") != "true", reason="isolating jobs needs root"
+)
+def test_as_root_on_a_machine_with_cgroups_up_has_nothing_to_confess(
+    served: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    result = up(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "not enforced" not in result.output
