@@ -275,7 +275,7 @@ def main() -> int:
         problem = f"could not start: cannot enter working_dir {shown!r} as the job's user"
         _write(exit_file, {"exit_code": 127, "error": problem})
         return 127
-    except (OSError, KeyError) as error:
+    except (OSError, KeyError, ValueError) as error:  # e.g. a NUL in an argument
         argv0 = spec["argv"][0] if spec.get("argv") else ""
         _write(exit_file, {"exit_code": 127, "error": f"could not start {argv0!r}: {error}"})
         return 127
