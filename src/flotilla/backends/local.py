@@ -338,13 +338,14 @@ class LocalBackend:
             for run in sorted(used, key=lambda run: run.finished_at or float("inf")):
                 assert run.identity is not None
                 self._pool.note_used(run.identity.uid)
-            # Claims of runs that have no record: the backend died between the claim and the
-            # record, before any process ran as the uid.
-            self._pool.release_stale(
-                lambda run_id: (
-                    RUN_ID_PATTERN.match(run_id) is not None and self._known(run_id) is not None
-                )
-            )
+            self._pool.release_stale(self._holds)
+
+    def _holds(self, run_id: str, uid: int) -> bool:
+        """Whether the run ``run_id`` of this state dir holds ``uid`` (not released yet)."""
+        run = self._known(run_id) if RUN_ID_PATTERN.match(run_id) else None
+        if run is None or run.identity is None:
+            return False
+        return run.identity.uid == uid and run.holds_identity
 
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
@@ -386,6 +387,12 @@ class LocalBackend:
         if not run.holds_identity or run.run_id in self._sweeps:
             return
         assert run.identity is not None
+        if not local_identity.claimed(self._state, run.identity.uid, run.run_id):
+            # Released already (by a backend that died before recording it): the uid may be
+            # another run's now, whose processes a sweep would kill.
+            run.identity_released = True
+            self._save_soon(run)
+            return
         try:
             self._sweeps[run.run_id] = local_identity.sweep(run.identity)
         except OSError as error:  # kept, never reused: a uid with processes left is unsafe

@@ -202,12 +202,13 @@ class IdentityPool:
                 claims[int(entry.name)] = names[0].split(".", 1)[1]
         return claims
 
-    def release_stale(self, known: Callable[[str], bool]) -> None:
-        """Give back the uids of this state dir claimed for a run without a record (not
-        ``known``): the backend died between claim and record, before any process ran as
-        the uid. Only claims a minute old: a live dispatch may be between the two."""
+    def release_stale(self, holds: Callable[[str, int], bool]) -> None:
+        """Give back the uids of this state dir claimed for a run that does not hold them
+        (``holds(run_id, uid)`` false): the backend died between claim and record (before
+        any process ran as the uid), or between recording a release and removing the claim.
+        Only claims a minute old: a live dispatch may be between the two."""
         for uid, run_id in self.held().items():
-            if run_id is not None and known(run_id):
+            if run_id is not None and holds(run_id, uid):
                 continue  # the run's own end gives it back
             try:
                 age = time.time() - os.stat(self.directory / str(uid)).st_mtime
@@ -221,6 +222,12 @@ class IdentityPool:
         if release_claim(self.directory, self.owner, uid, run_id):
             self._free[uid] = None
             self._free.move_to_end(uid)
+
+
+def claimed(state_dir: Path, uid: int, run_id: str) -> bool:
+    """Whether ``run_id`` of ``state_dir`` still holds its claim of ``uid``."""
+    name = f"{claim_owner(state_dir)}.{run_id}"
+    return (claims_directory(state_dir) / str(uid) / name).exists()
 
 
 def release_claim(directory: Path, owner: str, uid: int, run_id: str | None) -> bool:
