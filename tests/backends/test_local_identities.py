@@ -4,6 +4,7 @@ gone, across restarts of the backend. These switch users: they run as root (CI m
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -214,3 +215,34 @@ def test_a_local_cluster_of_a_root_server_gives_each_run_a_uid_unless_its_settin
     finally:
         runtime.close()
         store.close()
+
+
+def test_a_uid_released_before_a_crash_is_never_swept_again_once_another_run_has_it(
+    local: LocalHarness,
+) -> None:
+    """The backend gave a run's uid back but died before recording it; another run has that
+    uid now. The restarted backend must not sweep the uid again (it would kill the new run):
+    the claim is gone, so it only records the release."""
+    uid_range = uids_in_range(58500, 1)
+    first = dynamic(local, uid_range)
+    first.dispatch(request(first, "run-1", {"command": "true"}))
+    assert local.wait_terminal(first, "run-1").state is BackendRunState.SUCCEEDED
+    uid = uid_range.split("-")[0]
+    wait_until(lambda: not (CLAIMS / uid).exists(), "gave the uid back")
+    first.dispatch(
+        request(
+            first, "run-2", {"command": "read -r pid _ </proc/self/stat; echo $pid; exec sleep 60"}
+        )
+    )
+    local.wait(first, "run-2", lambda _: read_all(first, "run-2").strip() != "", "started")
+    pid = int(read_all(first, "run-2"))
+    local.close_leaving_runs(first)
+    record = local.state_dir / "runs" / "run-1" / "run.json"
+    data = json.loads(record.read_text())
+    data["identity_released"] = False  # as if the backend died before recording it
+    record.write_text(json.dumps(data))
+
+    second = dynamic(local, uid_range)
+    wait_until(lambda: json.loads(record.read_text())["identity_released"], "recorded it")
+    assert second.status(StatusRequest("run-2")).state is BackendRunState.RUNNING
+    assert os.path.exists(f"/proc/{pid}") and uid_of(pid) == int(uid)

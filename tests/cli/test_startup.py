@@ -110,6 +110,25 @@ def test_a_new_sqlite_database_is_readable_by_the_servers_user_alone(tmp_path: P
         store.close()
 
 
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--uid-range", "9-3"], "--uid-range: '9-3' must satisfy 1 <= FIRST <= LAST"),
+        (["--uid-range", "lots"], "--uid-range: 'lots' must be FIRST-LAST"),
+        (["--uid-range", "60000-60009", "--run-as", "nobody"], "--uid-range: give either"),
+        (["--run-as", "no-such-user-x"], "--run-as: no such user 'no-such-user-x'"),
+    ],
+)
+def test_up_refuses_who_jobs_cannot_run_as_in_one_line_naming_the_option(
+    tmp_path: Path, options: list[str], problem: str
+) -> None:
+    db = f"sqlite:///{tmp_path}/flotilla.db"
+    result = run("up", "--port", "0", "--db", db, *options)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {problem}")
+    assert not (tmp_path / "flotilla.db").exists(), "a refused start touched the database"
+
+
 def test_serve_on_a_fresh_database_makes_a_default_queue_once(
     served: list[dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -304,7 +304,7 @@ def _in_own_tree(
     def start() -> subprocess.Popen[bytes]:  # in the init: its copies of the pipes go after
         try:
             return _start(spec, out_write, err_write)
-        except (OSError, KeyError, subprocess.SubprocessError) as error:
+        except (OSError, KeyError, ValueError, subprocess.SubprocessError) as error:
             raise _Refused(_refusal(spec, error)) from error
         finally:
             for descriptor in pipes:
@@ -355,7 +355,7 @@ def main() -> int:
         return code if code >= 0 else 128 - code
     try:
         command = _start(spec, out_write, err_write)
-    except (OSError, KeyError, subprocess.SubprocessError) as error:
+    except (OSError, KeyError, ValueError, subprocess.SubprocessError) as error:
         _write(exit_file, {"exit_code": 127, "error": _refusal(spec, error)})
         return 127
     finally:

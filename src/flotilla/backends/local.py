@@ -1,17 +1,20 @@
 """The ``local`` backend: runs each replica as a process group on this machine.
 
-Every run has a directory under ``state_dir/runs/RUN_ID`` holding ``run.json`` (its record,
-rewritten atomically on every change) and, per replica, ``TASK-REPLICA.stdout``, ``.stderr``
-and ``.exit`` (written by the supervisor when the command ends). A new ``LocalBackend`` over
+Every run has a directory under ``state_dir/runs/RUN_ID`` (0700, like the state dir: the
+server's alone) holding ``run.json`` (its record, rewritten atomically on every change), its
+``gate`` and ``log-usage``, and, per replica, ``TASK-REPLICA.stdout``, ``.stderr`` and
+``.exit`` (written by the supervisor when the command ends). A new ``LocalBackend`` over
 the same state dir reads the records, adopts the processes still alive, takes the outcome of
 the ones that ended meanwhile from their exit files, and reports the others ``lost``.
 A monitor thread enforces ``max_runtime`` and the SIGKILL after the grace period, so neither
 depends on anyone calling.
 
-Stopping replicas and finding them over is in ``local_ending.py``; what a job gets of this
-machine (a clean environment, a scratch directory, ``run_as``) in ``local_environment.py``;
-the run records in ``local_records.py``; starting and signalling processes in
-``processes.py``.
+Starting a run is in ``local_starting.py``; stopping replicas and finding them over in
+``local_ending.py``; what a job gets of this machine (a clean environment, a scratch
+directory, a working dir inside it) in ``local_environment.py``; who it runs as (``run_as``,
+or a uid of its own per run from ``uid_range``, given back once every process of the run is
+gone) in ``local_identity.py``; the run records in ``local_records.py``; starting and
+signalling processes in ``processes.py`` and ``_supervise.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import local_ending, local_environment, local_identity, processes
+from flotilla.backends import (
+    local_ending,
+    local_environment,
+    local_identity,
+    local_starting,
+    processes,
+)
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.common import (
@@ -38,7 +47,6 @@ from flotilla.backends.common import (
     check_same_job,
     command_payload_of,
     pick_replica,
-    rendezvous_env,
     run_directory,
     saved_run_ids,
     sync_file,
@@ -61,50 +69,21 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_identity import (
-    Identity,
     IdentityPool,
     fixed_identity,
     parse_uid_range,
 )
-from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
+from flotilla.backends.local_records import Run, Stop, record_path, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.framework.nodes import NodeInfo
-from flotilla.model.payload import CommandPayload
-from flotilla.model.quantity import parse_quantity
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
-
-DEFAULT_LOG_LIMIT = "1Gi"
-"""What a run may write to its logs, all replicas and streams together (``log_limit``)."""
-
-STALE_CLAIM_SECONDS = 60.0
 
 SWEEP_SECONDS = 5.0
 """How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
 backend over the state dir."""
 
 log = logging.getLogger(__name__)
-
-
-def _bytes_text(size: int) -> str:
-    """``1 GiB``, ``1.5 MiB``, ``1000 bytes``: how the log cap is stated in a capped log."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.4g} {unit}"
-    return f"{size} bytes"
-
-
-def _log_limit(value: float | str | None) -> int | None:
-    """The ``log_limit`` setting in bytes (``None``: no limit); ``ValueError`` naming it."""
-    if value is None:
-        return None
-    try:
-        limit = parse_quantity(value)
-    except ValueError as error:
-        raise ValueError(f"log_limit: {error}") from None
-    if limit < 1:
-        raise ValueError(f"log_limit: {value!r} must be at least 1 byte (or null: no limit)")
-    return int(limit)
 
 
 def default_state_dir(cluster: str) -> Path:
@@ -144,14 +123,17 @@ def _memory_bytes() -> int:
 class LocalBackend:
     """Runs on this machine. One cluster, one node; see the module docstring for the layout.
 
-    ``working_dir``: where commands run, and what a relative payload ``working_dir`` is
-    relative to (default: each run gets a fresh scratch directory, and a relative payload
-    ``working_dir`` is relative to the backend's current directory). ``stop_runs_on_close``:
-    stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a
-    successor. ``run_as``: the user (name or uid) commands run as; needs the backend to run
-    as root. ``env_passthrough``: the only variables of the backend's environment a command
-    sees (see the module docstring). ``max_pids``: processes and threads one replica may have
-    at once; ``isolate=False``: no cgroup, no PID namespace (``local_tree.py``).
+    ``working_dir``: where commands run, and what a payload ``working_dir`` is relative to
+    (default: each run's own fresh scratch directory). ``allowed_working_dirs``: absolute
+    paths a payload ``working_dir`` may name (else it must stay inside, without ``..``).
+    ``stop_runs_on_close``: stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of
+    leaving it to a successor. ``run_as``: the user (name or uid) every command runs as;
+    ``uid_range`` (``"FIRST-LAST"``): a uid of its own per run instead; both need the backend
+    to run as root, neither: the backend's own user. ``log_limit``: bytes of log per run (a
+    quantity; ``None``: no limit). ``env_passthrough``: the only variables of the backend's
+    environment a command sees (see ``local_environment.py``).
+    ``max_pids``: processes and threads one replica may have at once; ``isolate=False``: no
+    cgroup, no PID namespace (``local_tree.py``).
     """
 
     cluster: str = "local"
@@ -164,7 +146,7 @@ class LocalBackend:
     run_as: str | None = None
     uid_range: str | Sequence[int] | None = None
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
-    log_limit: float | str | None = DEFAULT_LOG_LIMIT
+    log_limit: float | str | None = local_starting.DEFAULT_LOG_LIMIT
     allowed_working_dirs: Sequence[str | Path] = ()
     max_pids: int = DEFAULT_MAX_PIDS
     isolate: bool = True
@@ -195,13 +177,7 @@ class LocalBackend:
             if self.uid_range is None
             else IdentityPool(self.state_dir, parse_uid_range(self.uid_range))
         )
-        self._log_limit = _log_limit(self.log_limit)
-        self._log_note = (
-            "[log capped]"
-            if self._log_limit is None
-            else f"[log capped at {_bytes_text(self._log_limit)} for this run "
-            "(the cluster's log_limit): the rest of its output was dropped]"
-        )
+        self._log_limit = local_starting.log_limit_of(self.log_limit)
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
         self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
         """Runs whose uid is being swept of processes, to be released when the sweep ends."""
@@ -245,15 +221,32 @@ class LocalBackend:
             relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
             identity = self._pool.claim(request.run_id) if self._pool else self._account
             try:
-                run = self._record(request, identity)
+                scratch = None
+                if self._scratch_runs:
+                    scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
+                run = local_starting.record_run(
+                    request,
+                    run_directory(self._state, request.run_id),
+                    identity,
+                    scratch,
+                    self.clock(),
+                )
             except BaseException:
                 if self._pool is not None and identity is not None:
                     self._pool.release(identity.uid, request.run_id)  # no process ran as it
                 raise
             assert self.working_dir is not None
             base = run.scratch or self.working_dir
-            working_dir = base if relative is None else base / relative
-            self._start(run, request, payload, working_dir, make=run.scratch is not None)
+            local_starting.start_replicas(
+                run,
+                request,
+                payload,
+                base if relative is None else base / relative,
+                make_working_dir=run.scratch is not None,
+                passthrough=self.env_passthrough,
+                log_limit=self._log_limit,
+                trees=self._trees,
+            )
             # Every pid is on disk and the gate open: the commands run.
             run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
@@ -261,107 +254,6 @@ class LocalBackend:
             save_run(run)
             self._changes.observe(run.run_id, run.state)
             return run.result
-
-    def _record(self, request: DispatchRequest, identity: Identity | None) -> Run:
-        """The run's record, on disk before any process exists (a crash after this leaves a
-        run to call lost), with its scratch dir when it gets one."""
-        scratch = None
-        if self._scratch_runs:
-            scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
-        run = Run(
-            result=DispatchResult(
-                run_id=request.run_id,
-                job=request.job,
-                cluster=self.cluster,
-                dispatched_at=self.clock(),
-                placements=request.placements,
-            ),
-            directory=run_directory(self._state, request.run_id),
-            max_runtime=request.max_runtime,
-            replicas=[Replica(placement) for placement in request.placements],
-            scratch=scratch,
-            identity=identity,
-        )
-        try:
-            run.directory.mkdir(mode=0o700, exist_ok=True)
-            save_run(run)
-        except BaseException:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            raise
-        return run
-
-    def _start(
-        self,
-        run: Run,
-        request: DispatchRequest,
-        payload: CommandPayload,
-        working_dir: Path,
-        *,
-        make: bool,
-    ) -> None:
-        """Start a supervisor per replica, record every pid (once: linear in the replicas,
-        issue 23), then open the gate. A crash before the gate opens leaves supervisors whose
-        gate pipe ends: they abandon the run, and the next backend reports it lost."""
-        identity = run.identity
-        shared_env = {
-            **local_environment.base_env(self.env_passthrough, identity, run.scratch),
-            **request.env,
-        }
-        common: dict[str, Any] = {
-            "argv": payload.argv(),
-            "uid": None if identity is None else identity.uid,
-            "gid": None if identity is None else identity.gid,
-            "groups": None if identity is None else list(identity.groups),
-            "working_dir": str(working_dir),
-            "make_working_dir": make,
-            "shown_working_dir": payload.working_dir or ".",
-            "gate_file": str(run.gate_file()),
-            "log_usage_file": str(run.log_usage_file()),
-            "log_limit": self._log_limit,
-            "log_note": self._log_note,
-        }
-        gate_read, gate_write = os.pipe()
-        try:
-            try:
-                for replica in run.replicas:
-                    env = {
-                        **shared_env,
-                        # Every replica of a local run is on this machine.
-                        **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                        **payload.env,
-                        **local_environment.backend_env(request, replica.placement),
-                    }
-                    try:
-                        joins, namespace = self._trees.prepare(run, replica, request)
-                    except OSError as error:
-                        replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
-                        continue
-                    spec = {
-                        **common,
-                        "env": env,
-                        "exit_file": str(run.exit_file(replica)),
-                        "gate_fd": gate_read,
-                        "cgroups": [str(join) for join in joins],
-                        "pid_namespace": namespace,
-                    }
-                    try:
-                        process = processes.start_supervised(
-                            spec,
-                            stdout=run.log_file(replica, "stdout"),
-                            stderr=run.log_file(replica, "stderr"),
-                            gate_fd=gate_read,
-                        )
-                    except OSError as error:  # its strerror only: no path of the server's
-                        replica.finish(None, error=f"could not start: {error.strerror or error}")
-                        continue
-                    replica.attach(process, processes.start_ticks(process.pid))
-            finally:
-                os.close(gate_read)
-            save_run(run)  # every pid durable before the gate opens: no untracked command
-            claim_gate(str(run.gate_file()), "go")
-        finally:
-            os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
@@ -461,20 +353,14 @@ class LocalBackend:
             for run in sorted(used, key=lambda run: run.finished_at or float("inf")):
                 assert run.identity is not None
                 self._pool.note_used(run.identity.uid)
-            self._release_stale_claims(self._pool)
+            self._pool.release_stale(self._holds)
 
-    def _release_stale_claims(self, pool: IdentityPool) -> None:
-        """Give back uids claimed by a backend that died before the run's record was written
-        (no process ever ran as them); a minute old, so as not to race a live dispatch."""
-        for uid, run_id in pool.held().items():
-            if run_id is not None and RUN_ID_PATTERN.match(run_id) and self._known(run_id):
-                continue  # the run's own end gives it back
-            try:
-                age = time.time() - os.stat(pool.directory / str(uid)).st_mtime
-            except FileNotFoundError:
-                continue
-            if age > STALE_CLAIM_SECONDS:
-                pool.release(uid, run_id)
+    def _holds(self, run_id: str, uid: int) -> bool:
+        """Whether the run ``run_id`` of this state dir holds ``uid`` (not released yet)."""
+        run = self._known(run_id) if RUN_ID_PATTERN.match(run_id) else None
+        if run is None or run.identity is None:
+            return False
+        return run.identity.uid == uid and run.holds_identity
 
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
@@ -517,6 +403,12 @@ class LocalBackend:
         if not run.holds_identity or run.run_id in self._sweeps:
             return
         assert run.identity is not None
+        if not local_identity.claimed(self._state, run.identity.uid, run.run_id):
+            # Released already (by a backend that died before recording it): the uid may be
+            # another run's now, whose processes a sweep would kill.
+            run.identity_released = True
+            self._save_soon(run)
+            return
         try:
             self._sweeps[run.run_id] = local_identity.sweep(run.identity)
         except OSError as error:  # kept, never reused: a uid with processes left is unsafe

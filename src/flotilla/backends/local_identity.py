@@ -25,7 +25,9 @@ import hashlib
 import os
 import pwd
 import subprocess
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +108,8 @@ def parse_uid_range(value: object) -> tuple[int, int]:
         raise ValueError(f"uid_range: {value!r} must satisfy 1 <= FIRST <= LAST < 2147483647")
     return first, last
 
+
+STALE_CLAIM_SECONDS = 60.0
 
 CLAIMS = Path("/run/flotilla/uids")
 """Where uids are claimed, machine-wide (without ``/run``: under the state dir)."""
@@ -198,11 +202,32 @@ class IdentityPool:
                 claims[int(entry.name)] = names[0].split(".", 1)[1]
         return claims
 
+    def release_stale(self, holds: Callable[[str, int], bool]) -> None:
+        """Give back the uids of this state dir claimed for a run that does not hold them
+        (``holds(run_id, uid)`` false): the backend died between claim and record (before
+        any process ran as the uid), or between recording a release and removing the claim.
+        Only claims a minute old: a live dispatch may be between the two."""
+        for uid, run_id in self.held().items():
+            if run_id is not None and holds(run_id, uid):
+                continue  # the run's own end gives it back
+            try:
+                age = time.time() - os.stat(self.directory / str(uid)).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > STALE_CLAIM_SECONDS:
+                self.release(uid, run_id)
+
     def release(self, uid: int, run_id: str | None) -> None:
         """Give ``uid`` back, if ``run_id`` (``None``: nobody) still holds it."""
         if release_claim(self.directory, self.owner, uid, run_id):
             self._free[uid] = None
             self._free.move_to_end(uid)
+
+
+def claimed(state_dir: Path, uid: int, run_id: str) -> bool:
+    """Whether ``run_id`` of ``state_dir`` still holds its claim of ``uid``."""
+    name = f"{claim_owner(state_dir)}.{run_id}"
+    return (claims_directory(state_dir) / str(uid) / name).exists()
 
 
 def release_claim(directory: Path, owner: str, uid: int, run_id: str | None) -> bool:
