@@ -13,7 +13,7 @@ legacy per-controller hierarchies (``memory``, ``pids``, ``cpu``, ``freezer``) o
 ``detect()`` picks one, or says why there is none (not root, nothing mounted).
 
 Layout (relative to the server's own cgroup in each hierarchy, so jobs stay inside whatever
-limits the server itself runs under): ``flotilla/CLUSTER-HASH/RUN_ID/TASK-REPLICA``. ``HASH``
+limits the server itself runs under): ``flotilla/CLUSTER-HASH.RUN_ID/TASK-REPLICA``. ``HASH``
 is of the backend's state dir, so two backends of the same cluster name (tests, two servers)
 never share a cgroup.
 """

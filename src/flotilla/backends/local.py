@@ -318,7 +318,7 @@ class LocalBackend:
         with self._lock:
             self._reap_supervisors()
             self._finish_sweeps(wait=SWEEP_SECONDS)
-            self._trees.close(runs_left=any(not run.state.terminal for run in self._runs.values()))
+            self._trees.close()
         self._sync_records()
 
     @property

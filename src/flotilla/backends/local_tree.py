@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -92,15 +93,16 @@ class ProcessTrees:
         if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
             log.info("cluster %s: %s", self.cluster, notice)
 
-    @property
-    def scope(self) -> str:
-        """This backend's cgroup, below the server's ``flotilla`` one: the cluster and a hash
-        of the state dir (two backends of one cluster name never share it)."""
+    def run_path(self, run_id: str) -> str:
+        """The run's cgroup, right below the server's ``flotilla`` one: the cluster, a hash of
+        the state dir (two backends of one cluster name never share it) and the run id. No
+        level of the backend's own, which a backend that dies would leave behind empty."""
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
-        return f"{self.cluster}-{digest}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.cluster)[:64]  # one directory, whatever
+        return f"{name}-{digest}.{run_id}"
 
     def path(self, run: Run, replica: Replica | None = None) -> str:
-        run_path = f"{self.scope}/{run.run_id}"
+        run_path = self.run_path(run.run_id)
         if replica is None:
             return run_path
         return f"{run_path}/{replica.placement.task}-{replica.placement.replica}"
@@ -174,8 +176,7 @@ class ProcessTrees:
             for path in paths:
                 self.hierarchy.remove(path)
 
-    def close(self, runs_left: bool) -> None:
-        """Remove this backend's own cgroup unless runs are left for a successor."""
+    def close(self) -> None:
+        """Remove what is left to remove (the runs still going keep theirs, for a
+        successor)."""
         self.sweep()
-        if self.hierarchy is not None and not runs_left:
-            self.hierarchy.remove(self.scope)
