@@ -90,15 +90,20 @@ def test_backend_owned_variables_win_over_the_users(local: LocalHarness) -> None
 
 
 def test_working_dir_is_where_the_command_runs(local: LocalHarness) -> None:
+    """Relative to the backend's ``working_dir`` (here: the harness's scratch), or absolute
+    under one of the admin's ``allowed_working_dirs``."""
     (local.scratch / "data").mkdir()
-    backend = local.make()
+    shared = local.scratch / "shared"
+    (shared / "inside").mkdir(parents=True)
+    backend = local.make(allowed_working_dirs=[str(shared)])
     backend.dispatch(request(backend, "relative", {"command": ["pwd"], "working_dir": "data"}))
-    backend.dispatch(request(backend, "absolute", {"command": ["pwd"], "working_dir": "/"}))
+    absolute = {"command": ["pwd"], "working_dir": str(shared / "inside")}
+    backend.dispatch(request(backend, "absolute", absolute))
     backend.dispatch(request(backend, "default", {"command": ["pwd"]}))
     for run_id in ("relative", "absolute", "default"):
         local.wait_terminal(backend, run_id)
     assert read_all(backend, "relative").strip() == str((local.scratch / "data").resolve())
-    assert read_all(backend, "absolute").strip() == "/"
+    assert read_all(backend, "absolute").strip() == str((shared / "inside").resolve())
     assert read_all(backend, "default").strip() == str(local.scratch.resolve())
 
 
@@ -269,7 +274,14 @@ def test_records_are_json_files_in_the_state_dir(local: LocalHarness) -> None:
     backend.dispatch(request(backend, "run-1", local.quick()))
     local.wait_terminal(backend, "run-1")
     files = sorted(path.name for path in (local.state_dir / "runs" / "run-1").iterdir())
-    assert files == ["gate", "main-0.exit", "main-0.stderr", "main-0.stdout", "run.json"]
+    assert files == [
+        "gate",
+        "log-usage",
+        "main-0.exit",
+        "main-0.stderr",
+        "main-0.stdout",
+        "run.json",
+    ]
     assert (local.state_dir / "runs" / "run-1" / "gate").read_text() == "go"
 
 

@@ -4,6 +4,7 @@ a fresh database's ``default`` queue, the hint to reach the server, and what a s
 from __future__ import annotations
 
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -18,7 +19,7 @@ from typer.testing import CliRunner, Result
 import flotilla.server
 from flotilla.cli.draining import shut_down
 from flotilla.cli.main import app
-from flotilla.cli.startup import submit_hint
+from flotilla.cli.startup import open_store_or_fail, submit_hint
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.store import JobState, SqlStore
 from tests.server.api_support import spec
@@ -92,6 +93,40 @@ def test_an_sqlite_path_that_cannot_be_a_database_is_one_line(tmp_path: Path) ->
     (line,) = result.output.splitlines()
     assert line.startswith(f"error: --db {a_directory}: cannot open the SQLite file {tmp_path}")
     assert line.endswith("(is its directory writable?)")
+
+
+def test_a_new_sqlite_database_is_readable_by_the_servers_user_alone(tmp_path: Path) -> None:
+    """Issue 23: ``--db`` made a world-readable file (and so its ``-wal``)."""
+    path = tmp_path / "new" / "flotilla.db"
+    store = open_store_or_fail(f"sqlite:///{path}")
+    try:
+        store.put_queue(QueueSpec(name="q"))
+        files = [path, *path.parent.glob("flotilla.db-*")]
+        assert {file.name: stat.S_IMODE(file.stat().st_mode) for file in files} == {
+            file.name: 0o600 for file in files
+        }
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--uid-range", "9-3"], "--uid-range: '9-3' must satisfy 1 <= FIRST <= LAST"),
+        (["--uid-range", "lots"], "--uid-range: 'lots' must be FIRST-LAST"),
+        (["--uid-range", "60000-60009", "--run-as", "nobody"], "--uid-range: give either"),
+        (["--run-as", "no-such-user-x"], "--run-as: no such user 'no-such-user-x'"),
+    ],
+)
+def test_up_refuses_who_jobs_cannot_run_as_in_one_line_naming_the_option(
+    tmp_path: Path, options: list[str], problem: str
+) -> None:
+    db = f"sqlite:///{tmp_path}/flotilla.db"
+    result = run("up", "--port", "0", "--db", db, *options)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {problem}")
+    assert not (tmp_path / "flotilla.db").exists(), "a refused start touched the database"
 
 
 def test_serve_on_a_fresh_database_makes_a_default_queue_once(

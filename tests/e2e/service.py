@@ -245,7 +245,7 @@ class Services:
             str(state_dir),
             # Jobs here write to the test's own (private) temporary dir: run them as this
             # user unless the test is about who they run as.
-            *([] if "--run-as" in extra else ["--run-as", str(os.getuid())]),
+            *([] if {"--run-as", "--uid-range"} & set(extra) else ["--run-as", str(os.getuid())]),
             *extra,
         ]
         self.state_dirs.add(state_dir)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from flotilla.runtime import server_file
-from tests.e2e.service import FLOTILLA, Services, job_spec
+from tests.e2e.service import FLOTILLA, Services, job_spec, wait_for
 
 
 def test_the_loopback_default_refuses_a_cross_origin_page_and_the_cli_still_works(
@@ -113,3 +113,55 @@ def test_a_submit_only_job_cannot_read_the_admin_token_another_users_secret_or_t
     assert server.logs(bo_job) == "pass=bo-password\n"  # delivered to the job, and only there
     assert "bo-password" not in server.output() and "the-admin-token" not in server.output()
     assert b"bo-password" not in db.read_bytes()
+
+
+def test_as_root_one_tenants_job_cannot_read_write_or_kill_anothers(
+    services: Services, tmp_path: Path
+) -> None:
+    """Issue 23: every job ran as ``nobody``, so a submit-only tenant's job read another
+    tenant's decrypted secret from ``/proc/PID/environ``, wrote into its scratch dir and
+    killed it with ``kill -9 -1``. As root, ``flotilla up`` now gives each run a uid of its
+    own."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("this test must run as root in CI (per-run uids need root)")
+        pytest.skip("per-run uids need the server to run as root")
+    base = 56000 + (os.getpid() % 50) * 20
+    server = services.start(
+        db=f"sqlite:///{tmp_path / 'f.db'}",
+        state_dir=tmp_path / "runs",
+        extra=["--auth", str(_tokens(tmp_path)), "--uid-range", f"{base}-{base + 19}"],
+        env={
+            "E2E_ADMIN_TOKEN": "the-admin-token",
+            "FLOTILLA_SECRET_KEY_FILE": str(tmp_path / "secret.key"),
+        },
+    )
+    url = server.url
+    ana, bo = {"Authorization": "Bearer ana-t"}, {"Authorization": "Bearer bo-t"}
+    victim = job_spec("bo-job", "echo $$; pwd; exec sleep 120")
+    victim["payload"]["env"] = {"PASS": {"secret": "bo-password"}}
+    bo_job = httpx.post(f"{url}/v1/jobs", json=victim, headers=bo).json()["ids"][0]
+    server.token = "the-admin-token"
+    server.http.headers["Authorization"] = "Bearer the-admin-token"
+
+    def bo_ready() -> list[str]:
+        response = httpx.get(f"{url}/v1/jobs/{bo_job}/logs", headers=bo)
+        return response.json()["data"].split() if response.status_code == 200 else []
+
+    wait_for(lambda: len(bo_ready()) == 2, 60, "bo's job to start")
+    pid, scratch = bo_ready()
+    attack = (
+        f"cat /proc/{pid}/environ && echo read-environ; "
+        f"touch {scratch}/from-ana && echo wrote-scratch; kill -9 -1; echo still-here"
+    )
+    ana_job = httpx.post(f"{url}/v1/jobs", json=job_spec("snoop", attack), headers=ana).json()[
+        "ids"
+    ][0]
+    assert server.wait_states([ana_job]) == {ana_job: "succeeded"}
+    seen = server.logs(ana_job) + server.logs(ana_job, "stderr")
+    assert "bo-password" not in seen and "read-environ" not in seen
+    assert "wrote-scratch" not in seen and not (Path(scratch) / "from-ana").exists()
+    assert "still-here" in seen
+    assert server.state(bo_job) == "running", "ana's kill -9 -1 reached bo's job"
+    assert httpx.post(f"{url}/v1/jobs/{bo_job}/cancel", json={}, headers=bo).status_code == 200
+    assert server.wait_states([bo_job]) == {bo_job: "cancelled"}

@@ -80,8 +80,9 @@ def _init(start: Callable[[], Any], name: str, cgroups: Sequence[str], descripto
         return 127
     try:
         command = start()
-    except (OSError, KeyError) as error:
-        _report(descriptor, {"exit_code": 127, "error": f"could not start {name!r}: {error}"})
+    except Exception as error:
+        refusal = getattr(error, "refusal", None) or f"could not start {name!r}: {error}"
+        _report(descriptor, {"exit_code": 127, "error": refusal})
         return 127
     _protect_from_oom()  # after the start: the command keeps the default score
     for early_signal in dict.fromkeys(early):
@@ -99,13 +100,15 @@ def _init(start: Callable[[], Any], name: str, cgroups: Sequence[str], descripto
     return code if code >= 0 else 128 - code
 
 
-def run(
+def spawn(
     start: Callable[[], Any], name: str, cgroups: Sequence[str], namespace: bool
-) -> dict[str, Any]:
-    """Run the command ``start`` starts (a ``Popen``; raises ``OSError``/``KeyError`` when it
-    cannot; ``name`` is its program, for that message) in ``cgroups`` and, with
-    ``namespace``, its own PID namespace; its outcome as the supervisor writes it down. Call
-    from a single-threaded process (it forks)."""
+) -> tuple[int, int] | dict[str, Any]:
+    """Fork the replica's init, which runs the command ``start`` starts (a ``Popen``; an
+    exception it raises is the outcome, its ``refusal`` attribute the message when it has
+    one; ``name`` is its program, for that message) in ``cgroups`` and, with ``namespace``,
+    its own PID namespace. Returns the init's pid and the read end of its outcome pipe (for
+    ``finish``), or the outcome itself when the init could not be forked. Call from a
+    single-threaded process."""
     if namespace and not new_pid_namespace():
         namespace = False  # the backend probed it; a refusal now runs without, as before
     reading, writing = os.pipe()
@@ -113,14 +116,10 @@ def run(
     try:
         child = os.fork()
     except OSError as error:
-        child = -1
-        refused = {"exit_code": 127, "error": f"could not start {name!r}: {error}"}
-    if child != 0:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    if child < 0:
         os.close(reading)
         os.close(writing)
-        return refused
+        return {"exit_code": 127, "error": f"could not start {name!r}: {error}"}
     if child == 0:  # pragma: no cover - runs in the child, which coverage does not follow
         os.close(reading)
         code = 127
@@ -128,18 +127,37 @@ def run(
             code = _init(start, name, cgroups, writing)
         finally:
             os._exit(code & 0xFF)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     os.close(writing)
+    return child, reading
+
+
+def finish(reading: int, status: int) -> dict[str, Any]:
+    """The outcome the init reported on ``reading`` (closed here), once it has exited with
+    wait ``status``; the status itself when the init was killed before reporting."""
     chunks = []
     while chunk := os.read(reading, 65536):
         chunks.append(chunk)
     os.close(reading)
+    if chunks:
+        outcome: dict[str, Any] = json.loads(b"".join(chunks))
+        return outcome
+    return {"exit_code": os.waitstatus_to_exitcode(status)}  # the init itself was killed
+
+
+def run(
+    start: Callable[[], Any], name: str, cgroups: Sequence[str], namespace: bool
+) -> dict[str, Any]:
+    """``spawn`` then wait for the init and ``finish``: the command's outcome as the
+    supervisor writes it down."""
+    started = spawn(start, name, cgroups, namespace)
+    if isinstance(started, dict):
+        return started
+    child, reading = started
     while True:
         try:
             _, status = os.waitpid(child, 0)
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries
             continue
-    if chunks:
-        outcome: dict[str, Any] = json.loads(b"".join(chunks))
-        return outcome
-    return {"exit_code": os.waitstatus_to_exitcode(status)}  # the init itself was killed
+    return finish(reading, status)

@@ -1,21 +1,25 @@
 """The ``local`` backend: runs each replica as a process group on this machine.
 
-Every run has a directory under ``state_dir/runs/RUN_ID`` holding ``run.json`` (its record,
-rewritten atomically on every change) and, per replica, ``TASK-REPLICA.stdout``, ``.stderr``
-and ``.exit`` (written by the supervisor when the command ends). A new ``LocalBackend`` over
+Every run has a directory under ``state_dir/runs/RUN_ID`` (0700, like the state dir: the
+server's alone) holding ``run.json`` (its record, rewritten atomically on every change), its
+``gate`` and ``log-usage``, and, per replica, ``TASK-REPLICA.stdout``, ``.stderr`` and
+``.exit`` (written by the supervisor when the command ends). A new ``LocalBackend`` over
 the same state dir reads the records, adopts the processes still alive, takes the outcome of
 the ones that ended meanwhile from their exit files, and reports the others ``lost``.
 A monitor thread enforces ``max_runtime`` and the SIGKILL after the grace period, so neither
 depends on anyone calling.
 
-Stopping replicas and finding them over is in ``local_ending.py``; what a job gets of this
-machine (a clean environment, a scratch directory, ``run_as``) in ``local_environment.py``;
-the run records in ``local_records.py``; starting and signalling processes in
-``processes.py``.
+Starting a run is in ``local_starting.py``; stopping replicas and finding them over in
+``local_ending.py``; what a job gets of this machine (a clean environment, a scratch
+directory, a working dir inside it) in ``local_environment.py``; who it runs as (``run_as``,
+or a uid of its own per run from ``uid_range``, given back once every process of the run is
+gone) in ``local_identity.py``; the run records in ``local_records.py``; starting and
+signalling processes in ``processes.py`` and ``_supervise.py``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -23,12 +27,18 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import local_ending, local_environment, processes
+from flotilla.backends import (
+    local_ending,
+    local_environment,
+    local_identity,
+    local_starting,
+    processes,
+)
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.common import (
@@ -38,7 +48,6 @@ from flotilla.backends.common import (
     command_payload_of,
     pick_replica,
     read_log_slice,
-    rendezvous_env,
     run_directory,
     saved_run_ids,
     sync_file,
@@ -60,11 +69,22 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
-from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
+from flotilla.backends.local_identity import (
+    IdentityPool,
+    fixed_identity,
+    parse_uid_range,
+)
+from flotilla.backends.local_records import Run, Stop, record_path, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
+
+SWEEP_SECONDS = 5.0
+"""How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
+backend over the state dir."""
+
+log = logging.getLogger(__name__)
 
 
 def default_state_dir(cluster: str) -> Path:
@@ -104,14 +124,17 @@ def _memory_bytes() -> int:
 class LocalBackend:
     """Runs on this machine. One cluster, one node; see the module docstring for the layout.
 
-    ``working_dir``: where commands run, and what a relative payload ``working_dir`` is
-    relative to (default: each run gets a fresh scratch directory, and a relative payload
-    ``working_dir`` is relative to the backend's current directory). ``stop_runs_on_close``:
-    stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of leaving it to a
-    successor. ``run_as``: the user (name or uid) commands run as; needs the backend to run
-    as root. ``env_passthrough``: the only variables of the backend's environment a command
-    sees (see the module docstring). ``max_pids``: processes and threads one replica may have
-    at once; ``isolate=False``: no cgroup, no PID namespace (``local_tree.py``).
+    ``working_dir``: where commands run, and what a payload ``working_dir`` is relative to
+    (default: each run's own fresh scratch directory). ``allowed_working_dirs``: absolute
+    paths a payload ``working_dir`` may name (else it must stay inside, without ``..``).
+    ``stop_runs_on_close``: stop every run (SIGTERM, grace, SIGKILL) on ``close`` instead of
+    leaving it to a successor. ``run_as``: the user (name or uid) every command runs as;
+    ``uid_range`` (``"FIRST-LAST"``): a uid of its own per run instead; both need the backend
+    to run as root, neither: the backend's own user. ``log_limit``: bytes of log per run (a
+    quantity; ``None``: no limit). ``env_passthrough``: the only variables of the backend's
+    environment a command sees (see ``local_environment.py``).
+    ``max_pids``: processes and threads one replica may have at once; ``isolate=False``: no
+    cgroup, no PID namespace (``local_tree.py``).
     """
 
     cluster: str = "local"
@@ -122,7 +145,10 @@ class LocalBackend:
     working_dir: Path | None = None
     stop_runs_on_close: bool = False
     run_as: str | None = None
+    uid_range: str | Sequence[int] | None = None
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    log_limit: float | str | None = local_starting.DEFAULT_LOG_LIMIT
+    allowed_working_dirs: Sequence[str | Path] = ()
     max_pids: int = DEFAULT_MAX_PIDS
     isolate: bool = True
     monitor_interval: float = 0.05
@@ -134,11 +160,28 @@ class LocalBackend:
         # and exit files by the paths it is given (a relative one would point into the
         # command's working dir).
         self.state_dir = Path(self.state_dir or default_state_dir(self.cluster)).absolute()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.state_dir, 0o700)  # records, logs and exit files: the server's only
+        # Records, logs and exit files: the server's only (a job's working dir may not lead
+        # into them, and the runs of others are not its business).
+        for directory in (self.state_dir, self.state_dir / "runs"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
         self._scratch_runs = self.working_dir is None
         self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
-        self._account = local_environment.account(self.run_as)
+        if self.run_as is not None and self.uid_range is not None:
+            raise ValueError(
+                "uid_range: set either run_as (every run as that account) or uid_range (a uid "
+                "of its own per run), not both"
+            )
+        self._account = fixed_identity(self.run_as)
+        self._pool = (
+            None
+            if self.uid_range is None
+            else IdentityPool(self.state_dir, parse_uid_range(self.uid_range))
+        )
+        self._log_limit = local_starting.log_limit_of(self.log_limit)
+        self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
+        self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
+        """Runs whose uid is being swept of processes, to be released when the sweep ends."""
         self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
         self._node = local_node(self.node_name, self.gpus)
         self._lock = threading.RLock()
@@ -176,66 +219,36 @@ class LocalBackend:
                 return existing.result
             check_request(request, self.cluster, (self._node,))
             payload = command_payload_of(request, "local")
-            assert self.working_dir is not None
-            scratch = None
-            if payload.working_dir:
-                working_dir = self.working_dir / payload.working_dir
-            elif self._scratch_runs:
-                scratch = working_dir = local_environment.make_scratch(
-                    self.cluster, request.run_id, self._account
+            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+            identity = self._pool.claim(request.run_id) if self._pool else self._account
+            try:
+                scratch = None
+                if self._scratch_runs:
+                    scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
+                run = local_starting.record_run(
+                    request,
+                    run_directory(self._state, request.run_id),
+                    identity,
+                    scratch,
+                    self.clock(),
                 )
-            else:
-                working_dir = self.working_dir
-            run = Run(
-                result=DispatchResult(
-                    run_id=request.run_id,
-                    job=request.job,
-                    cluster=self.cluster,
-                    dispatched_at=self.clock(),
-                    placements=request.placements,
-                ),
-                directory=run_directory(self._state, request.run_id),
-                max_runtime=request.max_runtime,
-                replicas=[Replica(placement) for placement in request.placements],
-                scratch=scratch,
+            except BaseException:
+                if self._pool is not None and identity is not None:
+                    self._pool.release(identity.uid, request.run_id)  # no process ran as it
+                raise
+            assert self.working_dir is not None
+            base = run.scratch or self.working_dir
+            local_starting.start_replicas(
+                run,
+                request,
+                payload,
+                base if relative is None else base / relative,
+                make_working_dir=run.scratch is not None,
+                passthrough=self.env_passthrough,
+                log_limit=self._log_limit,
+                trees=self._trees,
             )
-            run.directory.mkdir(parents=True, exist_ok=True)
-            save_run(run)  # before any process exists: a crash now leaves a run to call lost
-            for replica in run.replicas:
-                env = {
-                    **local_environment.base_env(self.env_passthrough, self._account),
-                    **request.env,
-                    # Every replica of a local run is on this machine.
-                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                    **payload.env,
-                    **local_environment.backend_env(request, replica.placement),
-                }
-                try:
-                    joins, namespace = self._trees.prepare(run, replica, request)
-                except OSError as error:
-                    replica.finish(exit_code=None, error=f"could not make its cgroup: {error}")
-                    continue
-                try:
-                    process = processes.start_supervised(
-                        payload.argv(),
-                        exit_file=run.exit_file(replica),
-                        gate_file=run.gate_file(),
-                        stdout=run.log_file(replica, "stdout"),
-                        stderr=run.log_file(replica, "stderr"),
-                        env=env,
-                        working_dir=working_dir,
-                        user=None if self._account is None else str(self._account.pw_uid),
-                        cgroups=joins,
-                        pid_namespace=namespace,
-                    )
-                except OSError as error:
-                    replica.finish(exit_code=None, error=f"could not start: {error}")
-                    continue
-                replica.attach(process, processes.start_ticks(process.pid))
-                save_run(run)  # the pid on disk before the next start: no untracked process
-            # Every pid is on disk: only now may the commands run (a crash before this line
-            # leaves supervisors waiting, and the next backend abandons them).
-            claim_gate(str(run.gate_file()), "go")
+            # Every pid is on disk and the gate open: the commands run.
             run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
@@ -299,6 +312,7 @@ class LocalBackend:
             self._stop_everything()
         with self._lock:
             self._reap_supervisors()
+            self._finish_sweeps(wait=SWEEP_SECONDS)
             self._trees.close()
         self._sync_records()
 
@@ -329,6 +343,19 @@ class LocalBackend:
         """Adopt the runs of an earlier backend over the same state dir."""
         for run_id in saved_run_ids(self._state):
             self._adopt(run_id)
+        if self._pool is not None:
+            used = [run for run in self._runs.values() if run.identity is not None]
+            for run in sorted(used, key=lambda run: run.finished_at or float("inf")):
+                assert run.identity is not None
+                self._pool.note_used(run.identity.uid)
+            self._pool.release_stale(self._holds)
+
+    def _holds(self, run_id: str, uid: int) -> bool:
+        """Whether the run ``run_id`` of this state dir holds ``uid`` (not released yet)."""
+        run = self._known(run_id) if RUN_ID_PATTERN.match(run_id) else None
+        if run is None or run.identity is None:
+            return False
+        return run.identity.uid == uid and run.holds_identity
 
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
@@ -336,7 +363,9 @@ class LocalBackend:
         if run is None:
             return None
         self._runs[run_id] = run
-        if not run.state.terminal:
+        if run.state.terminal:
+            self._give_back_identity(run)  # the earlier backend may have died before
+        else:
             if not run.gate_file().exists():
                 # The earlier backend died while starting this run: let it run only if
                 # every replica's process is on record, else make sure none ever does.
@@ -359,8 +388,46 @@ class LocalBackend:
             with self._lock:
                 self._refresh_all()
                 self._reap_supervisors()
+                self._finish_sweeps()
             self._sync_records()
             self._trees.sweep()  # ended runs' cgroups, outside the lock
+
+    def _give_back_identity(self, run: Run) -> None:
+        """A run that ended and holds a uid of its own: kill whatever still runs as that uid
+        (daemons that left the run's process group), then release it (``_finish_sweeps``)."""
+        if not run.holds_identity or run.run_id in self._sweeps:
+            return
+        assert run.identity is not None
+        if not local_identity.claimed(self._state, run.identity.uid, run.run_id):
+            # Released already (by a backend that died before recording it): the uid may be
+            # another run's now, whose processes a sweep would kill.
+            run.identity_released = True
+            self._save_soon(run)
+            return
+        try:
+            self._sweeps[run.run_id] = local_identity.sweep(run.identity)
+        except OSError as error:  # kept, never reused: a uid with processes left is unsafe
+            log.error("run %s: cannot sweep uid %d: %s", run.run_id, run.identity.uid, error)
+
+    def _finish_sweeps(self, wait: float = 0.0) -> None:
+        """Release the uid of every run whose sweep ended (waiting up to ``wait`` for each)."""
+        for run_id, sweeper in list(self._sweeps.items()):
+            if not processes.wait_reaped(sweeper, wait):
+                continue
+            del self._sweeps[run_id]
+            run = self._runs[run_id]
+            assert run.identity is not None
+            if self._pool is not None:
+                self._pool.release(run.identity.uid, run_id)
+            else:  # the cluster stopped giving uids of their own: still give this one back
+                local_identity.release_claim(
+                    local_identity.claims_directory(self._state),
+                    local_identity.claim_owner(self._state),
+                    run.identity.uid,
+                    run_id,
+                )
+            run.identity_released = True
+            self._save_soon(run)
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or
@@ -407,6 +474,7 @@ class LocalBackend:
             self._trees.settled(run)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)
+            self._give_back_identity(run)
             changed = True
         if changed:
             self._changes.observe(run.run_id, run.state)

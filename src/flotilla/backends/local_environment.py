@@ -2,10 +2,11 @@
 operator): a clean environment — only ``PATH``/``LANG``/``LC_ALL``/``TZ`` (``env_passthrough``),
 ``HOME``/``USER``/``LOGNAME`` of the user it runs as, what the job declares and the backend's
 ``FLOTILLA_*`` — never the server's own variables (its tokens, its database URL); a fresh
-scratch directory of its own as working dir (removed when the run ends) unless the backend's
-``working_dir`` or the payload says otherwise; and, with ``run_as``, another user's identity
-(the supervisor stays the server's user, so the job cannot forge its outcome or touch the
-state dir, which is mode 0700).
+scratch directory of its own (removed when the run ends) as the base of its working dir unless
+the backend's ``working_dir`` says otherwise; and an identity (``local_identity.py``). The
+payload's ``working_dir`` stays inside that base: relative, without ``..``, or an absolute path
+under one of the admin's ``allowed_working_dirs`` (issue 23: the server's state dir, with
+other runs' logs, was one ``working_dir`` away).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import os
 import pwd
 import tempfile
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePosixPath
 
-from flotilla.backends.interface import DispatchRequest, ReplicaPlacement
+from flotilla.backends.interface import DispatchRejected, DispatchRequest, ReplicaPlacement
+from flotilla.backends.local_identity import Identity, fixed_identity
 
 DEFAULT_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 """The only variables of the server's environment a job sees (none of them a secret)."""
@@ -24,33 +26,25 @@ DEFAULT_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def account(user: str | None) -> pwd.struct_passwd | None:
-    """The account ``run_as`` names; raises ``ValueError`` naming the setting."""
-    if user is None:
-        return None
-    try:
-        found = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except KeyError:
-        raise ValueError(f"run_as: no such user {user!r} on this machine") from None
-    if found.pw_uid != os.getuid() and os.geteuid() != 0:
-        raise ValueError(
-            f"run_as: running commands as {found.pw_name!r} needs the server to run as root"
-        )
-    return found
-
-
 def check_run_as(user: str | None) -> None:
     """Raise ``ValueError`` naming ``run_as`` when it names no account usable here."""
-    account(user)
+    fixed_identity(user)
 
 
-def base_env(passthrough: Iterable[str], runs_as: pwd.struct_passwd | None) -> dict[str, str]:
+def base_env(
+    passthrough: Iterable[str], runs_as: Identity | None, home: Path | None
+) -> dict[str, str]:
     """What a command gets of this process's environment: the passthrough list only, and the
-    identity of the user it runs as (``runs_as``; ``None``: the server's own)."""
+    identity of the user it runs as (``runs_as``; ``None``: the server's own). A uid of its
+    own has no account: its ``HOME`` is ``home`` (the run's scratch dir) or ``/``."""
     env = {name: os.environ[name] for name in passthrough if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
-    identity = runs_as or pwd.getpwuid(os.getuid())
-    env.update(HOME=identity.pw_dir, USER=identity.pw_name, LOGNAME=identity.pw_name)
+    if runs_as is None:
+        own = pwd.getpwuid(os.getuid())
+        name, directory = own.pw_name, own.pw_dir
+    else:
+        name, directory = runs_as.name, runs_as.home or str(home or "/")
+    env.update(HOME=directory, USER=name, LOGNAME=name)
     return env
 
 
@@ -67,10 +61,46 @@ def backend_env(request: DispatchRequest, placement: ReplicaPlacement) -> dict[s
     }
 
 
-def make_scratch(cluster: str, run_id: str, owner: pwd.struct_passwd | None) -> Path:
+def make_scratch(cluster: str, run_id: str, owner: Identity | None) -> Path:
     """A fresh directory for one run (mode 0700, owned by the user it runs as), outside the
     server's state and folder; created by ``mkdtemp``, so nobody can plant it."""
     scratch = Path(tempfile.mkdtemp(prefix=f"flotilla-{cluster}-{run_id}-"))
     if owner is not None:
-        os.chown(scratch, owner.pw_uid, owner.pw_gid)
+        os.chown(scratch, owner.uid, owner.gid)
     return scratch
+
+
+def check_allowed_dirs(entries: Sequence[str | Path]) -> tuple[Path, ...]:
+    """The ``allowed_working_dirs`` setting, each an absolute path; ``ValueError`` naming it."""
+    allowed = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str | Path) or not PurePosixPath(entry).is_absolute():
+            raise ValueError(
+                f"allowed_working_dirs[{index}]: {entry!r} must be an absolute directory"
+            )
+        allowed.append(Path(os.path.normpath(entry)))
+    return tuple(allowed)
+
+
+def check_working_dir(requested: str | None, allowed: Sequence[Path]) -> PurePosixPath | None:
+    """A payload's ``working_dir`` as this backend takes it: ``None`` (none given), a relative
+    path (inside the run's base dir: its scratch dir, or the backend's ``working_dir``) or an
+    absolute one under an allowed dir. Raises ``DispatchRejected`` naming the field otherwise."""
+    if not requested:
+        return None
+    path = PurePosixPath(requested)
+    if path.is_absolute():
+        normal = PurePosixPath(os.path.normpath(requested))
+        if any(normal == root or root in normal.parents for root in map(PurePosixPath, allowed)):
+            return normal
+        shown = ", ".join(str(root) for root in allowed) or "none"
+        raise DispatchRejected(
+            f"working_dir: {requested!r} is an absolute path; on this cluster a working_dir is "
+            "relative to the run's scratch dir, or under one of the cluster's "
+            f"allowed_working_dirs ({shown})"
+        )
+    if ".." in path.parts:
+        raise DispatchRejected(
+            f"working_dir: {requested!r} leaves the run's scratch dir ('..'); give a path inside it"
+        )
+    return path

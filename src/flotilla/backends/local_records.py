@@ -24,6 +24,7 @@ from flotilla.backends.interface import (
     ReplicaStatus,
     RunStatus,
 )
+from flotilla.backends.local_identity import Identity
 from flotilla.backends.processes import describe_exit
 
 RECORD_VERSION = 1
@@ -133,6 +134,10 @@ class Run:
     stop: Stop | None = None
     scratch: Path | None = None
     """The run's own scratch working dir, removed when it ends (None: it has none)."""
+    identity: Identity | None = None
+    """Who its commands run as (None: the server's user)."""
+    identity_released: bool = False
+    """A dynamic identity: every process of its uid is gone and the uid given back."""
 
     @property
     def run_id(self) -> str:
@@ -146,6 +151,15 @@ class Run:
 
     def exit_file(self, replica: Replica) -> Path:
         return self.directory / f"{self._stem(replica)}.exit"
+
+    def log_usage_file(self) -> Path:
+        """How many bytes of log the run's replicas wrote so far (see _supervise)."""
+        return self.directory / "log-usage"
+
+    @property
+    def holds_identity(self) -> bool:
+        """The run holds a uid of its own that is still to be given back."""
+        return self.identity is not None and self.identity.dynamic and not self.identity_released
 
     def gate_file(self) -> Path:
         """``go`` or ``abandon``: whether the replicas' commands may run (see _supervise)."""
@@ -221,6 +235,8 @@ class Run:
             "message": self.message,
             "stop": None if stop is None else vars(stop).copy(),
             "scratch": None if self.scratch is None else str(self.scratch),
+            "identity": None if self.identity is None else self.identity.to_json(),
+            "identity_released": self.identity_released,
             "replicas": [replica.to_json() for replica in self.replicas],
         }
 
@@ -238,7 +254,7 @@ class Run:
             dispatched_at=data["dispatched_at"],
             placements=tuple(replica.placement for replica in replicas),
         )
-        stop = data["stop"]
+        stop, identity = data["stop"], data.get("identity")
         return cls(
             result=result,
             directory=directory,
@@ -251,6 +267,8 @@ class Run:
             message=data["message"],
             stop=None if stop is None else Stop(**stop),
             scratch=Path(data["scratch"]) if data.get("scratch") else None,
+            identity=Identity.from_json(identity) if identity else None,
+            identity_released=bool(data.get("identity_released")),
         )
 
 

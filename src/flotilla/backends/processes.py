@@ -6,13 +6,16 @@ its start time cannot), with ``kill(pid, 0)`` as the fallback elsewhere.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, BinaryIO
 
 SUPERVISOR = Path(__file__).with_name("_supervise.py")
 
@@ -158,48 +161,57 @@ def signal_group(group: int, number: signal.Signals) -> bool:
 
 
 def start_supervised(
-    argv: Sequence[str],
-    *,
-    exit_file: Path,
-    gate_file: Path,
-    stdout: Path,
-    stderr: Path,
-    env: Mapping[str, str],
-    working_dir: Path,
-    user: str | None = None,
-    cgroups: Sequence[Path] = (),
-    pid_namespace: bool = False,
+    spec: Mapping[str, Any], *, stdout: Path, stderr: Path, gate_fd: int | None
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` under the supervisor, leading a new session (hence process group).
+    """Start a replica's supervisor (``_supervise.py``), leading a new session (hence process
+    group), with ``spec`` (its command, environment, identity, files) on its stdin.
 
-    ``user``: run the command (not the supervisor) as this user. ``cgroups`` (one directory
-    per hierarchy) and ``pid_namespace``: run it in those and a PID namespace of its own
-    (``local_tree.py``). Raises ``OSError`` when the supervisor itself cannot start (e.g. no
-    such working dir).
-    """
-    with stdout.open("ab") as out, stderr.open("ab") as err:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                str(SUPERVISOR),
-                str(exit_file),
-                str(gate_file),
-                *(["--user", user] if user is not None else []),
-                *[word for cgroup in cgroups for word in ("--cgroup", str(cgroup))],
-                *(["--pid-namespace"] if pid_namespace else []),
-                "--",
-                *argv,
-            ],
-            cwd=working_dir,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            close_fds=True,
-        )
+    The supervisor itself gets nothing of the job: an empty environment, ``/`` as working dir,
+    no job argument on its command line (see ``_supervise.py``); ``stdout``/``stderr`` (the
+    logs, created 0600) are its own output, into which it copies the command's. ``gate_fd``:
+    the read end of the run's gate pipe, inherited. Raises ``OSError`` when the supervisor
+    itself cannot start."""
+    launch = _launch_file(json.dumps(spec).encode())
+    try:
+        with _log(stdout) as out, _log(stderr) as err:
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR)],
+                cwd="/",
+                env={},
+                stdin=launch,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=() if gate_fd is None else (gate_fd,),
+            )
+    finally:
+        os.close(launch)
+
+
+def _launch_file(data: bytes) -> int:
+    """A descriptor of an anonymous file holding ``data``, at offset 0: the supervisor's
+    stdin. Never on disk (the spec holds the job's decrypted secrets), and unlike a pipe it
+    never blocks the dispatch however large the spec or slow the supervisor's start."""
+    try:
+        descriptor = os.memfd_create("flotilla-launch", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):  # not Linux
+        with tempfile.TemporaryFile() as file:  # unlinked at once
+            descriptor = os.dup(file.fileno())
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view) :]
+        os.lseek(descriptor, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _log(path: Path) -> BinaryIO:
+    """``path`` opened for appending, created readable by the server alone."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
 
 
 def describe_exit(code: int) -> str:

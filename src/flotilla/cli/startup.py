@@ -4,6 +4,7 @@ database, make sure a job has a queue to go to, and tell the user how to reach t
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -96,6 +97,7 @@ def open_store_or_fail(db: str) -> SqlStore:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as error:
             fail(f"--db {shown}: cannot create {path.parent}: {error.strerror}", code=2)
+        _create_private(path)
     try:
         return SqlStore.open(url)
     except ArgumentError as error:
@@ -104,6 +106,17 @@ def open_store_or_fail(db: str) -> SqlStore:
         fail(f"--db {shown}: {_database_problem(url.get_backend_name(), url, error)}", code=2)
     except OSError as error:
         fail(f"--db {shown}: {error}", code=2)
+
+
+def _create_private(path: Path) -> None:
+    """Create a new SQLite file readable by this user alone (its jobs' specs, tokens'
+    owners, encrypted secrets): SQLite would make it 0644, and its ``-wal``/``-shm`` files
+    take the database file's mode. An existing file is left as it is; anything else wrong
+    with the path is SQLite's to report."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        return
 
 
 def _database_problem(backend: str, url: object, error: Exception) -> str:

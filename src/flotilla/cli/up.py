@@ -59,8 +59,17 @@ def up(
         str | None,
         typer.Option(
             "--run-as",
-            help="The user jobs run as. Default: 'nobody' when the server runs as root, else "
-            "the server's user. Switching user needs root.",
+            help="The user every job runs as (all jobs share it, so they can read and signal "
+            "each other). Default: as root, each run gets a uid of its own (--uid-range); "
+            "otherwise the server's user. Switching user needs root.",
+        ),
+    ] = None,
+    uid_range: Annotated[
+        str | None,
+        typer.Option(
+            "--uid-range",
+            help="As root, without --run-as: the uids runs get one each of, FIRST-LAST "
+            "(default 60000-60999; uids with an account are skipped).",
         ),
     ] = None,
     lease_ttl: Annotated[
@@ -133,13 +142,13 @@ def up(
     if api:
         listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
         port = listener.getsockname()[1]
-    if run_as is None and os.geteuid() == 0:
-        run_as = "nobody"  # never the server's root: a job is anyone who may submit
-    _check_run_as(run_as)  # before any database is touched
+    uid_range = _identities(run_as, uid_range)  # before any database is touched
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     store = open_store_or_fail(db)
     secrets = SecretBox.from_file()
-    runtime = FleetRuntime(store, {}, local_state_dir=state_dir, local_run_as=run_as)
+    runtime = FleetRuntime(
+        store, {}, local_state_dir=state_dir, local_run_as=run_as, local_uid_range=uid_range
+    )
     if fleet is not None:
         lines = _apply_fleet(store, runtime, fleet, fleet_file)
     elif store.get_fleet() is not None:  # a fleet was applied to this database before
@@ -148,7 +157,7 @@ def up(
             fail("cannot drive the fleet in force", list(runtime.problems.values()), code=2)
         lines = runtime.connect()
     else:
-        lines = _default_cluster(store, runtime, cluster, state_dir, run_as)
+        lines = _default_cluster(store, runtime, cluster, state_dir, run_as, uid_range)
     loop_settings = LoopSettings(
         mode=mode,
         cycle_interval=cycle_interval,
@@ -180,7 +189,7 @@ def up(
     typer.echo(
         f"Flotilla is up: {serving}, database {shown_url(db)}\n"
         + "".join(f"  {line}\n" for line in lines)
-        + f"  local jobs run as {run_as or 'this user'}\n"
+        + f"  local jobs run as {_runs_as(run_as, uid_range)}\n"
         + (f"  {traces}\n" if traces else "")
         + (f"  {submit_hint(host, port)}" if api else "  stop with Ctrl-C or SIGTERM")
     )
@@ -255,12 +264,13 @@ def _apply_fleet(
     store: SqlStore, runtime: FleetRuntime, fleet: Fleet, path: Path | None
 ) -> list[str]:
     """Make ``fleet`` the fleet in force (as ``flotilla fleet apply`` does), then connect."""
-    from flotilla.service.fleet import fleet_change
+    from flotilla.service.fleet import fleet_change, local_state_dir_of
     from flotilla.store import ConflictError
 
     for cluster in fleet.clusters:
         if cluster.backend == "local":
-            _refuse_foreign_owner(store, cluster.name, runtime.local_owner_of(cluster))
+            state_dir = local_state_dir_of(cluster, runtime.local_state_dir)
+            _refuse_foreign_owner(store, cluster.name, state_dir)
     # Build every backend before writing anything: a factory refusing its settings is a
     # configuration error (a constructor never fails for an engine being down).
     runtime.install(fleet, runtime.version)
@@ -283,26 +293,52 @@ def _apply_fleet(
     ]
 
 
-def _refuse_foreign_owner(store: SqlStore, cluster: str, owner: str) -> None:
-    from flotilla.service.fleet import check_local_owner
+def _refuse_foreign_owner(store: SqlStore, cluster: str, state_dir: Path) -> None:
+    """Exit 2 when another host or state dir drives ``cluster``; the operator is told this
+    replica's state dir (the cluster's label holds only a digest of the other's)."""
+    from flotilla.service.fleet import check_local_owner, local_owner
 
-    problem = check_local_owner(store, cluster, owner)
+    problem = check_local_owner(store, cluster, local_owner(state_dir))
     if problem is not None:
-        fail(problem, code=2)
+        fail(f"{problem} (this replica's state dir: {state_dir.expanduser().resolve()})", code=2)
 
 
-def _check_run_as(run_as: str | None) -> None:
-    """Exit 2 naming ``--run-as`` when it names no user here (or needs root we lack)."""
+def _identities(run_as: str | None, uid_range: str | None) -> str | None:
+    """The uid range local runs get a uid of their own from (``None``: they run as
+    ``run_as`` or as this user). As root without ``--run-as``, the default range: a job is
+    anyone who may submit, never root and never a neighbour of another job (issue 23). Exit 2
+    naming the option when it cannot be used here."""
     from flotilla.backends.local_environment import check_run_as
+    from flotilla.backends.local_identity import DEFAULT_UID_RANGE, parse_uid_range
 
+    if run_as is not None and uid_range is not None:
+        fail("--uid-range: give either --run-as (one user for every job) or --uid-range", code=2)
     try:
         check_run_as(run_as)
+        if uid_range is not None:
+            parse_uid_range(uid_range)
+            if os.geteuid() != 0:
+                raise ValueError("uid_range: giving each run a uid of its own needs root")
     except ValueError as error:
-        fail(f"--{error}", code=2)
+        fail(f"--{str(error).replace('_', '-', 1)}", code=2)
+    if uid_range is None and run_as is None and os.geteuid() == 0:
+        return "{}-{}".format(*DEFAULT_UID_RANGE)
+    return uid_range
+
+
+def _runs_as(run_as: str | None, uid_range: str | None) -> str:
+    if uid_range is not None:
+        return f"a uid of their own per run (from {uid_range})"
+    return run_as or "this user"
 
 
 def _default_cluster(
-    store: SqlStore, runtime: FleetRuntime, cluster: str, state_dir: Path, run_as: str | None
+    store: SqlStore,
+    runtime: FleetRuntime,
+    cluster: str,
+    state_dir: Path,
+    run_as: str | None,
+    uid_range: str | None,
 ) -> list[str]:
     """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
     from flotilla.backends.local import LocalBackend
@@ -310,8 +346,8 @@ def _default_cluster(
     from flotilla.service.records import cluster_spec_from_inventory
 
     owner = local_owner(state_dir)
-    _refuse_foreign_owner(store, cluster, owner)
-    backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as)
+    _refuse_foreign_owner(store, cluster, state_dir)
+    backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as, uid_range=uid_range)
     runtime.backends[cluster] = backend
     nodes = backend.inventory().nodes
     labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}

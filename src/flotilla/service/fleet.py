@@ -16,6 +16,7 @@ nor stop the runs the other one started.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import logging
@@ -46,7 +47,9 @@ log = logging.getLogger(__name__)
 __all__ = ["FleetRuntime", "resolve_settings", "scheduling_config"]
 
 OWNER_LABEL = "flotilla.io/owner"
-"""On a ``local`` cluster: ``HOST:STATE_DIR``, the one place its runs can be seen from."""
+"""On a ``local`` cluster: ``HOST:DIGEST`` of its state dir, the one place its runs can be
+seen from. A digest, not the path: every token sees a cluster's labels, and the state dir
+holds every run's logs (issue 23)."""
 
 LOCAL_LABEL = "flotilla.io/local"
 
@@ -131,7 +134,18 @@ def local_state_dir_of(cluster: FleetCluster, default: Path | None) -> Path:
 
 
 def local_owner(state_dir: Path) -> str:
-    return f"{socket.gethostname()}:{state_dir.expanduser().resolve()}"
+    return _owner(socket.gethostname(), str(state_dir.expanduser().resolve()))
+
+
+def _owner(host: str, state_dir: str) -> str:
+    return f"{host}:{hashlib.sha256(state_dir.encode()).hexdigest()[:16]}"
+
+
+def _recorded_owner(recorded: str) -> str:
+    """A recorded owner label as ``local_owner`` writes it now: one written before issue 23
+    held the state dir's path (``HOST:/PATH``), taken as its digest."""
+    host, _, place = recorded.partition(":")
+    return _owner(host, place) if place.startswith("/") else recorded
 
 
 def check_local_owner(store: Store, cluster: str, owner: str) -> str | None:
@@ -139,10 +153,11 @@ def check_local_owner(store: Store, cluster: str, owner: str) -> str | None:
     for record in store.list_clusters():
         if record.name == cluster and record.backend == "local":
             recorded = record.labels.get(OWNER_LABEL)
-            if recorded is not None and recorded != owner:
+            if recorded is not None and _recorded_owner(recorded) != owner:
                 return (
-                    f"cluster {cluster}: this local cluster is {recorded} (host:state dir); "
-                    f"this replica's would be {owner}. Replicas share a local cluster only on "
+                    f"cluster {cluster}: this local cluster is {_recorded_owner(recorded)} "
+                    f"(host:digest of its state dir); this replica's would be {owner}. "
+                    "Replicas share a local cluster only on "
                     "that host with that state dir (--state-dir), where they see its runs; "
                     "replicas on several hosts need remote backends (ray, slurm, kubernetes)"
                 )
@@ -221,7 +236,10 @@ class FleetRuntime:
     local_state_dir: Path | None = None
     local_run_as: str | None = None
     """``flotilla up --run-as``: the user a local cluster's jobs run as, unless its own
-    ``settings.run_as`` says otherwise."""
+    settings say who (``run_as`` or ``uid_range``)."""
+    local_uid_range: str | None = None
+    """``flotilla up --uid-range`` (as root, its default): each run of a local cluster whose
+    settings say nobody runs as a uid of its own from this range."""
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
@@ -302,8 +320,11 @@ class FleetRuntime:
         settings = resolved.values
         if cluster.backend == "local":
             settings["state_dir"] = str(local_state_dir_of(cluster, self.local_state_dir))
-            if self.local_run_as is not None:
-                settings.setdefault("run_as", self.local_run_as)
+            if "run_as" not in settings and "uid_range" not in settings:
+                if self.local_run_as is not None:
+                    settings["run_as"] = self.local_run_as
+                elif self.local_uid_range is not None:
+                    settings["uid_range"] = self.local_uid_range
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])

@@ -1,0 +1,284 @@
+"""Who a ``local`` job runs as: the server's own user, one fixed account (``run_as``), or a
+uid of its own per run (``uid_range``, as systemd's ``DynamicUser=`` does; issue 23).
+
+With one account for every job, a job can read another's ``/proc/PID/environ`` (its
+decrypted secrets), write into its scratch dir and ``kill -9 -1`` it. A uid per run closes
+all three: the kernel refuses each across uids.
+
+A dynamic uid is claimed durably and across processes (two backends over one state dir,
+several servers on one machine, a restart) by creating ``/run/flotilla/uids/UID/OWNER.RUN_ID``
+(``OWNER``: a digest of the state dir; ``/run`` is cleared at boot, as the processes are):
+``mkdir`` of the uid's directory is the exclusive step, the file inside names the run holding
+it. The run's record in the state dir keeps its uid too, so a restarted backend gives it back
+only once the run is over. It is released only after
+every process of the run is gone: when the run has ended, a sweeper running as that uid sends
+SIGKILL to every process the uid owns (``kill -9 -1``: daemons that left the run's process
+group included), and only once the sweeper has exited is the claim removed. Released uids
+are reused least recently used first. A uid with an account in the user database is never
+handed out, nor the server's own.
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import os
+import pwd
+import subprocess
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flotilla.backends.interface import BackendUnavailable
+
+DEFAULT_UID_RANGE = (60000, 60999)
+"""Below systemd's dynamic range (61184-65519) and ``nobody`` (65534), above the ranges
+distributions give to accounts; a uid of it that has an account here is skipped."""
+
+SWEEP = (
+    "kill -9 -1; n=0; "
+    "while [ $n -lt 40 ] && kill -0 -1 2>/dev/null; do kill -9 -1; sleep 0.05; n=$((n+1)); done"
+)
+"""Run as the uid being released: SIGKILL to every process it owns but the shell itself,
+until none is left (zombies waiting for their reaper keep answering ``kill -0``: bounded)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The user a run's commands run as. ``dynamic``: a uid of its own from the range,
+    without an account (``name`` is made up; ``home`` is ``None``: the run's scratch dir)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    name: str
+    home: str | None
+    dynamic: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {"uid": self.uid, "gid": self.gid, "dynamic": self.dynamic}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Identity:
+        uid, gid = int(str(data["uid"])), int(str(data["gid"]))
+        return dynamic_identity(uid) if data.get("dynamic") else cls(uid, gid, (), "", None)
+
+
+def dynamic_identity(uid: int) -> Identity:
+    return Identity(uid, uid, (), f"flotilla-{uid}", None, dynamic=True)
+
+
+def fixed_identity(user: str | None) -> Identity | None:
+    """The account ``run_as`` names (``None``: the server's own user); raises ``ValueError``
+    naming the setting."""
+    if user is None:
+        return None
+    try:
+        found = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise ValueError(f"run_as: no such user {user!r} on this machine") from None
+    if found.pw_uid != os.getuid() and os.geteuid() != 0:
+        raise ValueError(
+            f"run_as: running commands as {found.pw_name!r} needs the server to run as root"
+        )
+    groups = tuple(os.getgrouplist(found.pw_name, found.pw_gid))
+    return Identity(found.pw_uid, found.pw_gid, groups, found.pw_name, found.pw_dir)
+
+
+def parse_uid_range(value: object) -> tuple[int, int]:
+    """``"60000-60999"`` or ``[60000, 60999]``; raises ``ValueError`` naming ``uid_range``."""
+    parts: list[object]
+    if isinstance(value, str):
+        parts = list(value.split("-", 1)) if "-" in value else [value]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = []
+    try:
+        if len(parts) != 2 or any(isinstance(part, bool) for part in parts):
+            raise ValueError
+        first, last = (int(str(part).strip()) for part in parts)
+    except ValueError:
+        raise ValueError(
+            f"uid_range: {value!r} must be FIRST-LAST, two uids (e.g. '60000-60999')"
+        ) from None
+    if not 1 <= first <= last < 2**31 - 1:
+        raise ValueError(f"uid_range: {value!r} must satisfy 1 <= FIRST <= LAST < 2147483647")
+    return first, last
+
+
+STALE_CLAIM_SECONDS = 60.0
+
+CLAIMS = Path("/run/flotilla/uids")
+"""Where uids are claimed, machine-wide (without ``/run``: under the state dir)."""
+
+
+def claims_directory(state_dir: Path) -> Path:
+    return CLAIMS if CLAIMS.parent.parent.is_dir() else state_dir / "uids"
+
+
+def claim_owner(state_dir: Path) -> str:
+    """The prefix of this state dir's claims (a digest: no path in the claims directory)."""
+    return hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
+
+
+class IdentityPool:
+    """Claims and releases dynamic uids; see the module docstring."""
+
+    def __init__(self, state_dir: Path, uid_range: tuple[int, int]) -> None:
+        if os.geteuid() != 0:
+            raise ValueError("uid_range: giving each run a uid of its own needs root")
+        self.first, self.last = uid_range
+        self.directory = claims_directory(state_dir)
+        self.owner = claim_owner(state_dir)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        own = os.getuid()
+        self._free: OrderedDict[int, None] = OrderedDict(
+            (uid, None) for uid in range(self.first, self.last + 1) if uid != own
+        )
+        """Candidates, least recently used first (an account's uid is dropped on sight)."""
+
+    @property
+    def described(self) -> str:
+        return f"{self.first}-{self.last}"
+
+    def note_used(self, uid: int) -> None:
+        """A run on record holds or held ``uid``: try it after the ones never used (called in
+        the order the runs ended)."""
+        if uid in self._free:
+            self._free.move_to_end(uid)
+
+    def claim(self, run_id: str) -> Identity:
+        """A uid nobody holds, claimed for ``run_id`` durably before it returns; raises
+        ``BackendUnavailable`` when every uid of the range is held (a retry later finds one
+        once a run ends)."""
+        for uid in list(self._free):
+            if _has_account(uid):  # or a group: the job would be in it
+                del self._free[uid]
+                continue
+            if self._try_claim(uid, run_id):
+                self._free.move_to_end(uid)
+                return dynamic_identity(uid)
+        raise BackendUnavailable(
+            f"every uid of uid_range {self.described} is held by a run; a dispatch is "
+            "retried once one has ended (a wider uid_range allows more runs at once)"
+        )
+
+    def _try_claim(self, uid: int, run_id: str) -> bool:
+        held = self.directory / str(uid)
+        try:
+            held.mkdir(mode=0o700)
+        except FileExistsError:
+            return False
+        try:
+            descriptor = os.open(
+                held / f"{self.owner}.{run_id}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+            )
+        except FileNotFoundError:  # released meanwhile by a backend that held it: next one
+            return False
+        os.fsync(descriptor)
+        os.close(descriptor)
+        _sync_directory(held)
+        _sync_directory(self.directory)
+        return True
+
+    def held(self) -> dict[int, str | None]:
+        """The uids of this range claimed on disk, each with the run of this state dir holding
+        it (``None``: a claim interrupted between its two steps); those held by other state
+        dirs are left out."""
+        claims: dict[int, str | None] = {}
+        for entry in self.directory.iterdir():
+            if not entry.name.isdigit() or not self.first <= int(entry.name) <= self.last:
+                continue
+            try:
+                names = os.listdir(entry)
+            except OSError:
+                continue
+            if not names:
+                claims[int(entry.name)] = None
+            elif names[0].startswith(f"{self.owner}."):
+                claims[int(entry.name)] = names[0].split(".", 1)[1]
+        return claims
+
+    def release_stale(self, holds: Callable[[str, int], bool]) -> None:
+        """Give back the uids of this state dir claimed for a run that does not hold them
+        (``holds(run_id, uid)`` false): the backend died between claim and record (before
+        any process ran as the uid), or between recording a release and removing the claim.
+        Only claims a minute old: a live dispatch may be between the two."""
+        for uid, run_id in self.held().items():
+            if run_id is not None and holds(run_id, uid):
+                continue  # the run's own end gives it back
+            try:
+                age = time.time() - os.stat(self.directory / str(uid)).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > STALE_CLAIM_SECONDS:
+                self.release(uid, run_id)
+
+    def release(self, uid: int, run_id: str | None) -> None:
+        """Give ``uid`` back, if ``run_id`` (``None``: nobody) still holds it."""
+        if release_claim(self.directory, self.owner, uid, run_id):
+            self._free[uid] = None
+            self._free.move_to_end(uid)
+
+
+def claimed(state_dir: Path, uid: int, run_id: str) -> bool:
+    """Whether ``run_id`` of ``state_dir`` still holds its claim of ``uid``."""
+    name = f"{claim_owner(state_dir)}.{run_id}"
+    return (claims_directory(state_dir) / str(uid) / name).exists()
+
+
+def release_claim(directory: Path, owner: str, uid: int, run_id: str | None) -> bool:
+    """Remove ``run_id``'s claim of ``uid`` (``None``: an empty one); True if it did. Only the
+    holder's own file is removed, then the uid's directory: a release repeated by another
+    backend, after someone else claimed the uid, removes nothing of theirs."""
+    held = directory / str(uid)
+    if run_id is not None:
+        try:
+            (held / f"{owner}.{run_id}").unlink()
+        except FileNotFoundError:
+            return False
+    try:
+        held.rmdir()
+    except OSError:
+        return False  # not empty: someone else's claim
+    _sync_directory(directory)
+    return True
+
+
+def sweep(identity: Identity) -> subprocess.Popen[bytes]:
+    """Start killing every process ``identity``'s uid owns; done when the process exits."""
+    return subprocess.Popen(
+        ["/bin/sh", "-c", SWEEP],
+        user=identity.uid,
+        group=identity.gid,
+        extra_groups=[],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _has_account(uid: int) -> bool:
+    """True when ``uid`` is a user's or a group's id in this machine's databases."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+        except KeyError:
+            continue
+        return True
+    return False
+
+
+def _sync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
