@@ -56,6 +56,8 @@ class Replica:
     exit_code: int | None = None
     error: str | None = None
     vanished: bool = False
+    ended_at: float | None = None
+    """When its command exited, from its supervisor's exit file (``None``: not known)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
@@ -96,6 +98,7 @@ class Replica:
             "exit_code": self.exit_code,
             "error": self.error,
             "vanished": self.vanished,
+            "ended_at": self.ended_at,
         }
 
     @classmethod
@@ -108,6 +111,7 @@ class Replica:
             exit_code=data["exit_code"],
             error=data["error"],
             vanished=data["vanished"],
+            ended_at=data.get("ended_at"),
         )
 
 
@@ -144,8 +148,13 @@ class Run:
         return self.directory / "gate"
 
     def settle(self, now: float) -> None:
-        """Every replica is gone: decide the run's final state, once."""
+        """Every replica is gone: decide the run's final state, once. It ended when its last
+        command exited, if every exit time is known (a run that ended while no backend watched
+        does not end at the restart), else now."""
+        ends = [replica.ended_at for replica in self.replicas if replica.ended_at is not None]
         self.finished_at = now
+        if ends and len(ends) == len(self.replicas):
+            self.finished_at = max(min(max(ends), now), self.started_at or 0.0)
         stop = self.stop
         failed = next((r for r in self.replicas if r.finished and not r.succeeded), None)
         if stop is not None and stop.kind == "cancel":

@@ -76,6 +76,11 @@ class Transition:
     not_before: datetime | None = None
     """With ``new_state`` queued: the job is not scheduled before this time (retry backoff);
     every transition sets it (``None`` clears it)."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the engine says the run started and ended (``None``: when this is recorded). A run
+    that ended while no scheduler watched ends at its engine's time, not at the restart's, so
+    ``usage`` does not count the outage; kept within the run's start and the store's now."""
 
 
 @dataclass(frozen=True, slots=True)
