@@ -6,6 +6,7 @@ latest job of that name) or QUEUE/NAME.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +23,7 @@ from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.client import DEFAULT_SERVER
-from flotilla.sdk.jobfile import read_job_file
+from flotilla.sdk.jobfile import read_job_file, read_job_text
 
 JobArgument = Annotated[
     str,
@@ -37,7 +38,10 @@ JobsArgument = Annotated[
 
 
 def submit(
-    file: Annotated[Path, typer.Argument(help="Job file (YAML or JSON): one job or a list.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="Job file (YAML or JSON): one job or a list; - reads standard input."),
+    ],
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
     ] = False,
@@ -62,7 +66,10 @@ def submit(
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
     try:
-        body = read_job_file(file)  # a bad file: exit 2 before any request
+        # A bad file: exit 2 before any request.
+        body = (
+            read_job_text(sys.stdin.read(), "<stdin>") if str(file) == "-" else read_job_file(file)
+        )
     except InvalidSpec as invalid:
         fail(invalid.message, invalid.problems, code=2)
     if dry_run:

@@ -24,12 +24,20 @@ def read_job_file(path: str | PathLike[str]) -> dict[str, Any]:
     """The submission body of a job file (YAML or JSON): one job, a list, or ``{jobs:
     [...]}``. Raises ``InvalidSpec`` naming the file and every bad field."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidSpec(f"{path}: cannot read: {error.strerror or error}") from None
+    return read_job_text(text, str(path))
+
+
+def read_job_text(text: str, where: str) -> dict[str, Any]:
+    """The submission body of a job file's text (``where``: its name in messages, e.g.
+    ``<stdin>``)."""
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise InvalidSpec(f"{path}: not valid YAML or JSON: {error}") from None
-    return checked(data, f"{path}: ")
+        raise InvalidSpec(f"{where}: not valid YAML or JSON: {error}") from None
+    return checked(data, f"{where}: ")
 
 
 def _as_data(spec: Spec) -> Any:
