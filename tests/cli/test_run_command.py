@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 from typer.testing import CliRunner, Result
 
@@ -103,3 +105,37 @@ def test_submit_dash_reads_the_job_file_from_standard_input(
     assert sorted(job.name for job in store.list_jobs().jobs) == ["from-stdin-0", "from-stdin-1"]
     bad = run("submit", "-", stdin="name: x\nqueue: team-b\ntasks: []\n")
     assert bad.exit_code == 2 and "<stdin>: " in bad.output
+
+
+def test_a_batch_script_s_flotilla_lines_are_flags_and_the_command_line_wins(
+    servers: list[str], store: SqlStore, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "# a comment\n"
+        "#FLOTILLA --queue team-a --cpu 4 --mem 2Gi\n"
+        "#FLOTILLA -t 2h -l kind=batch  # trailing comment\n"
+        "\n"
+        'echo "training $1"\n'
+        "#FLOTILLA --gpu 8   (after the first command: not a directive, as #SBATCH)\n"
+    )
+    result = run("run", "--cpu", "2", str(script), "fast")
+    assert result.exit_code == 0, result.output
+    (job,) = store.list_jobs().jobs
+    spec = job.spec
+    assert job.name.startswith("train.sh-") and spec.queue == "team-a"
+    assert dict(spec.tasks[0].resources) == {"cpu": 2, "memory": 2 * 2**30}  # --cpu given
+    assert (spec.max_runtime, dict(spec.labels)) == (7200, {"kind": "batch"})
+    assert spec.payload == {"command": ["/bin/bash", "-c", script.read_text(), str(script), "fast"]}
+
+
+def test_a_bad_flotilla_line_is_exit_2_naming_it(
+    servers: list[str], store: SqlStore, tmp_path: Path
+) -> None:
+    script = tmp_path / "bad.sh"
+    script.write_text("#FLOTILLA --cpus 4\ntrue\n")
+    result = run("run", str(script))
+    assert result.exit_code == 2
+    assert "#FLOTILLA line:" in result.output and "--cpus" in result.output
+    assert store.list_jobs().jobs == []

@@ -7,13 +7,19 @@ and its arguments, run as they are; one word is a shell command line (``/bin/sh 
 at the first word of the command, so the command's own flags are its own. The job is checked
 as a job file is (a bad flag is exit 2 naming it) and submitted; ``--wait`` then waits for
 it as ``flotilla wait`` does, and ``--dry-run`` prints the job file it would submit.
+
+A batch script, as ``sbatch script.sh``: when the command is a file whose header has
+``#FLOTILLA`` lines (``#FLOTILLA --cpu 2 --mem 4Gi``, like ``#SBATCH``), those lines are
+flags too — the command line's win — and the script's text travels with the job (run by its
+``#!`` interpreter, else ``/bin/sh``), so the node needs no copy of the file.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from pathlib import PurePath
+import shlex
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +35,61 @@ from flotilla.sdk.client import DEFAULT_SERVER
 from flotilla.sdk.jobfile import checked
 
 _ARRAY = re.compile(r"^(\d+)(?:%(\d+))?$")
+DIRECTIVE = "#FLOTILLA"
+
+
+def read_script(path: str) -> tuple[list[str], str] | None:
+    """The ``#FLOTILLA`` flags and the text of a batch script, or ``None`` when ``path`` is
+    not a readable file with such lines in its header (the comments before its first
+    command, as sbatch reads ``#SBATCH``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    flags: list[str] = []
+    found = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(DIRECTIVE):
+            found = True
+            try:
+                flags += shlex.split(stripped[len(DIRECTIVE) :], comments=True)
+            except ValueError as error:
+                fail(f"{path}: {line.strip()!r}: {error}", code=2)
+        elif stripped and not stripped.startswith("#"):
+            break
+    return (flags, text) if found else None
+
+
+def script_command(path: str, text: str, arguments: list[str]) -> list[str]:
+    """Run the script's text by its ``#!`` interpreter (else ``/bin/sh``); ``$0`` is its
+    name and ``$1``… its arguments, as if the file were run."""
+    first = text.splitlines()[0] if text else ""
+    interpreter = shlex.split(first[2:]) if first.startswith("#!") else ["/bin/sh"]
+    return [*(interpreter or ["/bin/sh"]), "-c", text, path, *arguments]
+
+
+def with_directives(ctx: typer.Context, flags: list[str], given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` with the script's flags in place of the options left at their defaults (the
+    flags are parsed by this very command, so they are the command line's flags exactly)."""
+    try:
+        parsed = ctx.command.make_context(
+            ctx.info_name, [*flags, "--", "script"], parent=ctx.parent
+        )
+    except Exception as error:  # typer's own click: its usage errors say what was wrong
+        format_message = getattr(error, "format_message", None)
+        said = format_message() if callable(format_message) else str(error)
+        fail(f"{DIRECTIVE} line: {said}", code=2)
+
+    def defaulted(context: Any, key: str) -> bool:
+        source = context.get_parameter_source(key)
+        return source is None or source.name == "DEFAULT"
+
+    merged = dict(given)
+    for key in given:
+        if defaulted(ctx, key) and not defaulted(parsed, key):
+            merged[key] = parsed.params[key]
+    return merged
 
 
 def default_name(command: list[str]) -> str:
@@ -108,6 +169,7 @@ def job_from_flags(
 
 
 def run(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None,
         typer.Argument(
@@ -164,21 +226,43 @@ def run(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Submit one job from flags and a command: flotilla run --cpu 2 --gpu 1 -- python train.py"""
+    words = list(command or [])
+    given: dict[str, Any] = {
+        "name": name,
+        "queue": queue,
+        "cpu": cpu,
+        "memory": memory,
+        "gpu": gpu,
+        "replicas": replicas,
+        "max_runtime": max_runtime,
+        "label": label,
+        "env": env,
+        "working_dir": working_dir,
+        "array": array,
+        "priority": priority,
+        "hold_if_unfit": hold_if_unfit,
+    }
+    script = read_script(words[0]) if words else None
+    if script is not None:
+        flags, text = script
+        given = with_directives(ctx, flags, given)
+        given["name"] = given["name"] or default_name(words)
+        words = script_command(words[0], text, words[1:])
     spec = job_from_flags(
-        list(command or []),
-        name=name,
-        queue=queue,
-        cpu=cpu,
-        memory=memory,
-        gpu=gpu,
-        replicas=replicas,
-        max_runtime=max_runtime,
-        labels=_pairs("--label", label),
-        env=_pairs("--env", env),
-        working_dir=working_dir,
-        array=array,
-        priority=priority,
-        hold_if_unfit=hold_if_unfit,
+        words,
+        name=given["name"],
+        queue=given["queue"],
+        cpu=given["cpu"],
+        memory=given["memory"],
+        gpu=given["gpu"],
+        replicas=given["replicas"],
+        max_runtime=given["max_runtime"],
+        labels=_pairs("--label", list(given["label"] or [])),
+        env=_pairs("--env", list(given["env"] or [])),
+        working_dir=given["working_dir"],
+        array=given["array"],
+        priority=given["priority"],
+        hold_if_unfit=given["hold_if_unfit"],
     )
     try:
         body = checked(spec, "")
