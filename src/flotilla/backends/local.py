@@ -196,7 +196,9 @@ class LocalBackend:
             save_run(run)  # before any process exists: a crash now leaves a run to call lost
             for replica in run.replicas:
                 env = {
-                    **local_environment.base_env(self.env_passthrough, self._account),
+                    **local_environment.base_env(
+                        self.env_passthrough, self._account, spare_home=working_dir
+                    ),
                     **request.env,
                     # Every replica of a local run is on this machine.
                     **rendezvous_env(request, replica.placement, "127.0.0.1"),

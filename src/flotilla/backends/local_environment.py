@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,14 +45,36 @@ def check_run_as(user: str | None) -> None:
     account(user)
 
 
-def base_env(passthrough: Iterable[str], runs_as: pwd.struct_passwd | None) -> dict[str, str]:
+def base_env(
+    passthrough: Iterable[str],
+    runs_as: pwd.struct_passwd | None,
+    spare_home: Path | None = None,
+) -> dict[str, str]:
     """What a command gets of this process's environment: the passthrough list only, and the
-    identity of the user it runs as (``runs_as``; ``None``: the server's own)."""
+    identity of the user it runs as (``runs_as``; ``None``: the server's own).
+
+    A job run as another user (a root server's jobs run as ``nobody``) gets the standard
+    ``PATH``, not the server's (root's ``sbin``, the server's venv); and a user whose home is
+    not a directory of its own (``nobody``: ``/nonexistent``) gets ``spare_home`` (the run's
+    working dir) as ``HOME``, so tools that write a cache or a config there work."""
     env = {name: os.environ[name] for name in passthrough if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
     identity = runs_as or pwd.getpwuid(os.getuid())
-    env.update(HOME=identity.pw_dir, USER=identity.pw_name, LOGNAME=identity.pw_name)
+    if identity.pw_uid != os.getuid() and "PATH" in env:
+        env["PATH"] = DEFAULT_PATH
+    home = identity.pw_dir
+    if spare_home is not None and not _own_directory(home, identity.pw_uid):
+        home = str(spare_home)
+    env.update(HOME=home, USER=identity.pw_name, LOGNAME=identity.pw_name)
     return env
+
+
+def _own_directory(path: str, uid: int) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == uid
 
 
 def backend_env(request: DispatchRequest, placement: ReplicaPlacement) -> dict[str, str]:
