@@ -4,6 +4,8 @@ refusal to listen beyond loopback without tokens cannot be bypassed by a new ent
 from __future__ import annotations
 
 import errno
+import os
+import pwd
 import signal
 import socket
 import threading
@@ -36,7 +38,16 @@ def server_auth(auth_file: Path | None, host: str) -> tuple[AuthSettings, str | 
         return settings, None
     check_bind(host, AuthSettings.disabled())
     token = new_token()
-    return AuthSettings.local(token), token
+    return AuthSettings.local(token, server_user()), token
+
+
+def server_user() -> str | None:
+    """The login name of the user this server runs as (the owner of what its local token
+    submits); None when the account has no name."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return None
 
 
 def allowed_hosts_for(host: str) -> frozenset[str] | None:
