@@ -42,10 +42,15 @@ def _problems(session: Session, change: FleetChange, current: int) -> list[str]:
         )
     keep = {spec.name for spec in change.queues}
     for name in session.scalars(select(Queue.name)):
-        if name not in keep and session.scalar(select(func.count()).where(Job.queue == name)):
+        if name in keep:
+            continue
+        unfinished = session.scalar(
+            select(func.count()).where(Job.queue == name, catalog.unfinished_job())
+        )
+        if unfinished:
             problems.append(
-                f"queues: queue {name!r} has jobs (their history keeps it); it cannot be "
-                "removed, keep it in the file"
+                f"queues: queue {name!r} has {unfinished} unfinished job(s); keep it in the "
+                "file until they end (finished jobs keep its name in their history)"
             )
     wanted = {spec.name for spec in change.clusters}
     active = [state.value for state in ACTIVE_JOB_STATES]
