@@ -27,8 +27,13 @@ from flotilla.sdk.jobfile import read_job_file, read_job_text
 
 JobArgument = Annotated[
     str,
+    typer.Argument(metavar="JOB", help="Id, id prefix, name (the latest) or QUEUE/NAME."),
+]
+"""One job (``logs``, ``why``, ``reprioritize``: an array id is not one)."""
+JobOrArrayArgument = Annotated[
+    str,
     typer.Argument(
-        metavar="JOB", help="Id, id prefix, name (the latest), QUEUE/NAME, or an array id."
+        metavar="JOB", help="Id, id prefix, name (the latest), QUEUE/NAME, or a whole array id."
     ),
 ]
 JobsArgument = Annotated[
@@ -247,7 +252,7 @@ def wait(
 def cancel(
     job_refs: Annotated[
         list[str] | None,
-        typer.Argument(metavar="JOB...", help="Ids, id prefixes, names or QUEUE/NAME."),
+        typer.Argument(metavar="JOB...", help="Ids, id prefixes, names, QUEUE/NAME, or array ids."),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Every job of it.")] = None,
     label: LabelFilter = None,
