@@ -139,3 +139,20 @@ def test_a_bad_flotilla_line_is_exit_2_naming_it(
     assert result.exit_code == 2
     assert "#FLOTILLA line:" in result.output and "--cpus" in result.output
     assert store.list_jobs().jobs == []
+
+
+def test_the_example_batch_script_is_one_job(servers: list[str], store: SqlStore) -> None:
+    script = Path(__file__).parents[2] / "examples" / "jobs" / "train.sh"
+    result = run("run", "--dry-run", str(script), "3")
+    assert result.exit_code == 0, result.output
+    spec = yaml.safe_load(result.output)
+    assert (spec["name"], spec["max_runtime"], spec["labels"]) == (
+        "train-sh",
+        300,
+        {"kind": "example"},
+    )
+    assert spec["tasks"][0]["resources"] == {"cpu": 0.5, "memory": "256Mi"}
+    assert (
+        spec["payload"]["command"][:2] == ["/bin/sh", "-c"]
+        and spec["payload"]["command"][-1] == "3"
+    )
