@@ -11,13 +11,18 @@ from flotilla.api.schemas import ArrayDetail, CancelBody, CancelResult, Job
 from flotilla.server.context import Caller, Context, ServerContext, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import require_cancel
-from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
+from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState, NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["arrays"])
 
 
-def elements(context: ServerContext, array_id: str) -> list[JobRecord]:
-    """Every element of the array, by index (404 when there is no such array)."""
+def elements(context: ServerContext, reference: str) -> list[JobRecord]:
+    """Every element of the array ``reference`` names (its id or an unambiguous prefix), by
+    index (404 when there is no such array, 409 listing the candidates when several)."""
+    try:
+        array_id = context.store.find_array(reference)
+    except NotFoundError:
+        raise ApiError(404, f"no such array: {reference}") from None
     found: list[JobRecord] = []
     after: int | None = None
     while True:
@@ -37,6 +42,7 @@ def get_array(array_id: str, context: Context, user: Caller) -> ArrayDetail:
     jobs = elements(context, array_id)
     require_read(user, jobs[0])  # one queue, one owner: the same answer for every element
     first = jobs[0]
+    array_id = first.array_id or array_id
     array = first.spec.array
     suffix = f"-{first.array_index}"
     return ArrayDetail(

@@ -270,6 +270,11 @@ class Store(Protocol):
         candidates) when several do."""
         ...
 
+    def find_array(self, reference: str) -> str:
+        """The array id a user's reference names: the id or an unambiguous prefix of one
+        (tables show 8 characters). Raises as ``find_job``."""
+        ...
+
     # Queues and quotas --------------------------------------------------------------------
     def put_queue(self, spec: QueueSpec) -> None:
         """Create or replace a queue."""
