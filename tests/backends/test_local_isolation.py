@@ -274,3 +274,28 @@ def test_the_state_dir_runs_and_logs_are_the_servers_alone(local: LocalHarness) 
     for path in [local.state_dir, *local.state_dir.rglob("*")]:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {mode:o}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching user needs root")
+def test_a_job_run_as_nobody_gets_a_home_it_can_write_and_the_standard_path(
+    local: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root server's jobs ran with ``HOME=/nonexistent`` (nobody's) and root's PATH."""
+    monkeypatch.setenv("PATH", f"/root/.local/bin:/usr/local/sbin:{os.environ['PATH']}")
+    backend = local.make(working_dir=None, run_as="nobody")
+    command = 'echo "$HOME"; echo "$PATH"; pwd; touch "$HOME/.cache-test" && echo wrote-home'
+    backend.dispatch(request(backend, "run-1", {"command": command}))
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
+    home, path, working_dir, wrote = read_all(backend, "run-1").split()
+    assert home == working_dir != "/nonexistent" and wrote == "wrote-home"
+    assert path == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_a_job_run_as_the_servers_user_keeps_its_home_and_path(
+    local: LocalHarness,
+) -> None:
+    backend = local.make(working_dir=None)
+    backend.dispatch(request(backend, "run-1", {"command": 'echo "$HOME"; echo "$PATH"'}))
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
+    home, path = read_all(backend, "run-1").split()
+    assert home == pwd.getpwuid(os.getuid()).pw_dir and path == os.environ["PATH"]

@@ -122,3 +122,23 @@ def test_logs_show_both_streams_and_follow_waits_for_a_queued_job_to_start(
     assert followed.exit_code == 0, followed.output
     assert (followed.stdout, followed.stderr) == ("out\n", "err\n")
     assert run("logs", waiter, "--stderr").output == "err\n"
+
+
+def test_run_wait_runs_the_command_and_exits_with_its_outcome(live: LiveService) -> None:
+    """``flotilla run --wait -- COMMAND``: submitted, run by a real process, waited for."""
+    ok = run("run", "-J", "one-liner", "--cpu", "0.1", "--wait", "--", "echo hello | tr a-z A-Z")
+    assert ok.exit_code == 0, ok.output
+    assert "succeeded" in ok.output
+    assert run("logs", "one-liner").output == "HELLO\n"
+    failed = run("run", "--cpu", "0.1", "--wait", "-q", "--", "sh", "-c", "exit 3")
+    assert failed.exit_code == 1 and "failed" in failed.output
+
+
+def test_run_a_batch_script_runs_its_text_with_its_arguments(
+    live: LiveService, tmp_path: Path
+) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text('#!/bin/sh\n#FLOTILLA -J scripted --cpu 0.1\necho "args: $1 $2"\n')
+    result = run("run", "--wait", str(script), "a", "b")
+    assert result.exit_code == 0, result.output
+    assert run("logs", "scripted").output == "args: a b\n"

@@ -34,11 +34,35 @@ def test_ctrl_c_with_drain_waits_for_the_running_jobs_before_exiting(
     server.process.send_signal(signal.SIGINT)
     wait_for(lambda: "waiting for 1 running job(s)" in server.output(), 60, server.output)
     assert server.alive()
+    # The API keeps answering reads while it drains (it went down at the first Ctrl-C).
+    assert server.state(running) == "running"
+    assert server.http.get("/v1/jobs").status_code == 200
     gate.touch()
     server.process.wait(timeout=60)
     assert server.process.returncode == 0, server.output()
     assert "drained: every job has ended; stopping" in server.output()
     assert states(db_file) == {"running": "succeeded"}
+
+
+def test_a_second_ctrl_c_stops_a_drain_at_once_leaving_the_job_running(
+    services: Services, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    db_file = tmp_path / "flotilla.db"
+    server = services.start(
+        db=f"sqlite:///{db_file}",
+        state_dir=tmp_path / "runs",
+        extra=["--drain", "--cycle-interval", "0.1"],
+    )
+    [running] = server.submit(job_spec("running", f"until [ -e {gate} ]; do sleep 0.05; done"))
+    wait_for(lambda: server.state(running) == "running", 60, "the job to run")
+    server.process.send_signal(signal.SIGINT)
+    wait_for(lambda: "waiting for 1 running job(s)" in server.output(), 60, server.output)
+    server.process.send_signal(signal.SIGINT)
+    server.process.wait(timeout=60)
+    assert "stopping without waiting: 1 job(s) keep running" in server.output()
+    assert states(db_file) == {"running": "running"}
+    gate.touch()
 
 
 def test_ctrl_c_without_drain_says_running_jobs_keep_running(

@@ -111,8 +111,8 @@ def test_removing_a_queue_with_jobs_refuses_the_whole_apply(
     refused = api.put("/v1/fleet", json=change, headers=OPS)
     assert refused.status_code == 409
     assert refused.json()["problems"] == [
-        "queues: queue 'b' has jobs (their history keeps it); it cannot be removed, keep it "
-        "in the file"
+        "queues: queue 'b' has 1 unfinished job(s); keep it in the file until they end "
+        "(finished jobs keep its name in their history)"
     ]
     assert [q.name for q in store.list_queues()] == ["a", "b"]  # nothing half-written
     assert "settings" not in api.get("/v1/fleet", headers=OPS).json()["fleet"] or (
@@ -123,7 +123,8 @@ def test_removing_a_queue_with_jobs_refuses_the_whole_apply(
 
 def test_an_apply_against_a_stale_version_is_a_conflict(api: TestClient) -> None:
     assert api.put("/v1/fleet", json=two_clusters(), headers=OPS).status_code == 200
-    assert api.put("/v1/fleet", json=two_clusters(), headers=OPS).status_code == 200
+    changed = two_clusters(cycle_interval=2)
+    assert api.put("/v1/fleet", json=changed, headers=OPS).status_code == 200
     stale = api.put("/v1/fleet?expected_version=1", json=two_clusters(), headers=OPS)
     assert stale.status_code == 409
     assert "version 2, expected 1" in stale.json()["problems"][0]
@@ -213,3 +214,66 @@ def test_the_cli_applies_and_shows_the_fleet(
     refused = runner.invoke(app, ["fleet", "apply", str(bad)], env={"COLUMNS": "300"})
     assert refused.exit_code == 2
     assert "clusters[0].nodez: unknown field" in refused.output
+
+
+def test_the_version_counts_changes_not_applies(api: TestClient) -> None:
+    """Restarting with an unchanged fleet file (or applying it again) kept bumping the
+    version; replicas reload and `fleet show` says "applied" only when something changed."""
+    first = api.put("/v1/fleet", json=two_clusters(), headers=OPS).json()
+    again = api.put("/v1/fleet", json=two_clusters(), headers=OPS).json()
+    assert (first["version"], again["version"]) == (1, 1)
+    assert again["applied_at"] == first["applied_at"]
+    changed = api.put("/v1/fleet", json=two_clusters(cycle_interval=2), headers=OPS).json()
+    assert changed["version"] == 2
+    stale = api.put("/v1/fleet", json=two_clusters(), headers=OPS, params={"expected_version": 1})
+    assert stale.status_code == 409  # an unchanged document is still checked against it
+
+
+def test_fleet_show_prints_quantities_in_a_files_units(
+    store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from flotilla.cli import client as cli_client
+    from flotilla.cli.main import app
+
+    application = create_app(store, FakeScheduler(), AuthSettings.from_data(AUTH))
+    monkeypatch.setattr(
+        cli_client,
+        "client_factory",
+        lambda server, token: TestClient(application, base_url=server, headers=OPS),
+    )
+    fleet = fleet_data(
+        {
+            "name": "big",
+            "backend": "sim",
+            "nodes": [{"name": "n", "resources": {"cpu": 16, "memory": "4Gi"}}],
+        },
+        queues=[{"name": "a"}],
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    runner = CliRunner()
+    assert runner.invoke(app, ["fleet", "apply", str(path)]).exit_code == 0
+    shown = runner.invoke(app, ["fleet", "show"])
+    assert shown.exit_code == 0, shown.output
+    assert "4294967296" not in shown.output and "16.0" not in shown.output
+    node = yaml.safe_load(shown.output)["clusters"][0]["nodes"][0]
+    assert node["resources"] == {"cpu": 16, "memory": "4Gi"}
+
+
+def test_a_queue_whose_jobs_all_ended_may_be_left_out_of_the_next_fleet(
+    api: TestClient, store: SqlStore
+) -> None:
+    """Following the README in order ended in a 409: a queue that ever held a job could never
+    be removed."""
+    assert api.put("/v1/fleet", json=two_clusters(), headers=OPS).status_code == 200
+    spec = {"name": "j", "queue": "b", "tasks": [{"name": "t", "resources": {"cpu": 1}}]}
+    (job,) = store.submit_jobs([JobSpec.model_validate(spec)])
+    store.cancel(job, "done with it")
+    change = two_clusters()
+    change["queues"] = [{"name": "a"}]
+    applied = api.put("/v1/fleet", json=change, headers=OPS)
+    assert applied.status_code == 200, applied.text
+    assert [q.name for q in store.list_queues()] == ["a"]
+    assert store.get_job(job).queue == "b"

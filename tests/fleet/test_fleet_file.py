@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,24 @@ def test_up_refuses_an_invalid_fleet_before_touching_the_database(tmp_path: Path
         in output
     ) or "clusters[2].backend: unknown backend 'slurm'" in output
     assert not db.exists()
+
+
+def test_the_simulate_commands_in_the_examples_headers_run() -> None:
+    """Each ``flotilla simulate …`` an example file's header shows exits 0 (the one in
+    fleet-local.yaml exited 2: the quickstart's expectations name its own clusters)."""
+    from typer.testing import CliRunner
+
+    from flotilla.cli.main import app
+
+    shown = [
+        found.group(0).split()
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for line in path.read_text().splitlines()
+        if line.startswith("#") and (found := re.search(r"flotilla simulate [^`#]*", line))
+    ]
+    assert shown, "no example shows a simulate command"
+    root = EXAMPLES.parent
+    for words in shown:
+        arguments = [str(root / word) if word.startswith("examples/") else word for word in words]
+        result = CliRunner().invoke(app, [*arguments[1:], "--format", "json"])
+        assert result.exit_code == 0, (words, result.output)

@@ -57,6 +57,25 @@ def test_a_job_that_ends_before_the_reservation_backfills_and_longer_ones_wait()
     assert jobs["endless"]["state"] == "queued"
 
 
+def test_a_job_with_no_known_end_never_backfills_into_a_reservation() -> None:
+    """A candidate without a duration may run forever: it counts as long, not short. Alone
+    with the reservation (no short job takes the idle cores first), it would fit on the cores
+    idle now, and at t=30 leave the reserved job 6 of the 7 cores it needs."""
+    result = report(
+        scenario(
+            *fillers((2, 10), (2, 20), (2, 30), (2, None)),
+            job("big", cpu=7, submit_at=1, duration=5),
+            job("endless", cpu=2, submit_at=2),
+            nodes=[node(cpu=10)],
+            queueing="backfill",
+            max_time=40,
+        )
+    )
+    jobs = jobs_by_name(result)
+    assert jobs["big"]["started_at"] == 30
+    assert jobs["endless"]["started_at"] is None or jobs["endless"]["started_at"] >= 30
+
+
 def test_the_reserved_job_starts_at_its_reservation() -> None:
     result = report(
         scenario(

@@ -50,6 +50,21 @@ def test_cancelling_an_array_cancels_every_unfinished_element(
     assert any_store.get_job(other[0]).state is JobState.QUEUED
 
 
+def test_an_array_id_prefix_names_its_array_as_a_job_id_prefix_names_its_job(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    """Tables show 8 characters of an id; an array id did not resolve by prefix."""
+    ids = submit(lifecycle_client, spec("sweep", array={"size": 2}))
+    array_id = any_store.get_job(ids[0]).array_id
+    assert array_id is not None
+    shown = lifecycle_client.get(f"/v1/arrays/{array_id[:8]}")
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["id"] == array_id and [j["id"] for j in shown.json()["jobs"]] == ids
+    cancelled = lifecycle_client.post(f"/v1/arrays/{array_id[:8]}/cancel", json={})
+    assert cancelled.status_code == 200 and len(cancelled.json()["cancelled"]) == 2
+    assert lifecycle_client.get(f"/v1/arrays/{array_id[:8]}zz").status_code == 404
+
+
 def test_an_unknown_array_is_a_404_and_an_oversized_one_a_422(client: TestClient) -> None:
     assert client.get("/v1/arrays/nope").status_code == 404
     assert client.post("/v1/arrays/nope/cancel").status_code == 404

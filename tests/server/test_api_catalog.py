@@ -36,10 +36,11 @@ def test_queue_input_is_checked(client: TestClient) -> None:
     assert client.get("/v1/queues/q").status_code == 404
 
 
-def test_a_queue_with_jobs_cannot_be_deleted(client: TestClient) -> None:
+def test_a_queue_with_unfinished_jobs_cannot_be_deleted(client: TestClient) -> None:
     assert client.post("/v1/jobs", json=spec("a")).status_code == 201
     response = client.delete("/v1/queues/team-a")
-    assert response.status_code == 409 and "has jobs" in response.json()["message"]
+    assert response.status_code == 409
+    assert "has 1 unfinished job(s)" in response.json()["message"]
 
 
 def test_quota_crud_with_subtree_and_parent(client: TestClient) -> None:

@@ -170,6 +170,21 @@ def test_an_array_runs_at_most_parallelism_elements_at_once(service: Service) ->
     assert held[0].to_state is JobState.QUEUED
 
 
+def test_array_elements_start_in_index_order(service: Service) -> None:
+    """docs/jobs.md: held elements wait in index order. The first ``parallelism`` admitted
+    were those the snapshot builder happened to convert first (a set's order: 1 and 5
+    before 0); 20 elements make an accidental index order of the first two 1 in 190."""
+    jobs = service.submit_spec("true", array={"size": 20, "parallelism": 2})
+    service.cycle_until(lambda: all(service.state(job) is JobState.SUCCEEDED for job in jobs))
+    leased = sorted(
+        (event.id, index)
+        for index, job in enumerate(jobs)
+        for event in service.store.events(job)
+        if event.to_state is JobState.LEASED
+    )
+    assert [index for _, index in leased] == list(range(20))
+
+
 class Flaky(LocalBackend):
     """The local backend, silent (unreachable) once ``down`` is set."""
 

@@ -6,7 +6,7 @@ import pytest
 from store_support import FakeClock, job
 
 from flotilla.model import ClusterSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import ConflictError, NotFoundError, SqlStore
+from flotilla.store import ConflictError, JobState, NotFoundError, SqlStore
 
 
 def test_queues_are_created_replaced_listed_and_deleted(store: SqlStore) -> None:
@@ -20,11 +20,28 @@ def test_queues_are_created_replaced_listed_and_deleted(store: SqlStore) -> None
         store.get_queue("team-c")
 
 
-def test_a_queue_with_jobs_cannot_be_deleted(store: SqlStore) -> None:
+def test_a_queue_with_unfinished_jobs_cannot_be_deleted(store: SqlStore) -> None:
     store.submit_jobs([job("j")])
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError, match="1 unfinished job"):
         store.delete_queue("team-a")
     assert store.get_queue("team-a").name == "team-a"
+
+
+def test_a_queue_whose_jobs_all_ended_is_deleted_and_its_jobs_keep_its_name(
+    store: SqlStore,
+) -> None:
+    """A queue that had ever held a job could never be deleted (a foreign key)."""
+    done, dropped = store.submit_jobs([job("done"), job("dropped")])
+    store.record_run(done, "c1", {"placements": []})
+    store.transition(done, JobState.RUNNING, "started")
+    store.transition(done, JobState.SUCCEEDED, "exited 0")
+    store.cancel(dropped, "not needed")
+    store.delete_queue("team-a")
+    assert "team-a" not in [queue.name for queue in store.list_queues()]
+    assert store.get_job(done).queue == "team-a" and store.get_job(done).state is JobState.SUCCEEDED
+    assert len(store.events(done)) >= 4  # the history stays
+    store.put_queue(QueueSpec(name="team-a"))  # created again: its old jobs are in it
+    assert {record.id for record in store.list_jobs().jobs} == {done, dropped}
 
 
 def test_quota_trees_round_trip_and_replace_whole_subtrees(store: SqlStore) -> None:

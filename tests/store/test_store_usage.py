@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from store_support import FakeClock, job
 
-from flotilla.store import JobState, SqlStore, UsageGrouping, UsageQuery
+from flotilla.store import JobState, SqlStore, Transition, UsageGrouping, UsageQuery
 
 HOUR = 3600.0
 
@@ -132,3 +132,47 @@ def test_usage_shows_only_visible_queues_and_the_callers_own_jobs(
 def test_a_range_that_ends_before_it_starts_is_refused(clock: FakeClock) -> None:
     with pytest.raises(ValueError, match="until must be after since"):
         UsageQuery(since=clock.now, until=clock.now)
+
+
+def test_a_run_ends_at_its_engines_time_within_its_start_and_now(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    """A run whose end the scheduler learned late (it was down) ends when the engine says
+    it did, and usage counts that; an engine time past now or before the start is clamped."""
+    start = clock.now
+    late, skewed_ahead, skewed_behind = store.submit_jobs(
+        [job("late"), job("ahead"), job("behind")]
+    )
+    for job_id in (late, skewed_ahead, skewed_behind):
+        store.record_run(job_id, "c1", placements("main", 1))
+    engine_start = start - timedelta(minutes=1)  # the engine started it before we heard
+    store.transition_many(
+        [
+            Transition(job_id, JobState.RUNNING, "started", started_at=engine_start)
+            for job_id in (late, skewed_ahead, skewed_behind)
+        ]
+    )
+    clock.advance(3 * HOUR)  # the scheduler was down; the engine's runs ended meanwhile
+    ends = {
+        late: start + timedelta(hours=1),
+        skewed_ahead: clock.now + timedelta(hours=5),
+        skewed_behind: engine_start - timedelta(hours=1),
+    }
+    store.transition_many(
+        [
+            Transition(job_id, JobState.SUCCEEDED, "exited 0", exit_code=0, finished_at=end)
+            for job_id, end in ends.items()
+        ]
+    )
+    runs = {job_id: store.runs(job_id)[-1] for job_id in ends}
+    assert runs[late].started_at == engine_start
+    assert runs[late].finished_at == start + timedelta(hours=1)
+    assert runs[skewed_ahead].finished_at == clock.now
+    assert runs[skewed_behind].finished_at == engine_start
+    query = UsageQuery(since=start - HOUR_DELTA, until=clock.now, by=UsageGrouping.JOB)
+    used = {row.key["job"]: row.elapsed_hours for row in store.usage(query).rows}
+    assert used[late] == pytest.approx(1 + 1 / 60)  # not the 3 h the scheduler was down
+    assert used.get(skewed_behind, 0.0) == pytest.approx(0.0)
+
+
+HOUR_DELTA = timedelta(hours=1)

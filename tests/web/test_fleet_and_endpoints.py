@@ -203,3 +203,13 @@ def test_the_timeline_samples_less_often_when_a_sample_takes_long(store: SqlStor
     timeline = Timeline(store, None, interval=2.0)
     assert timeline.wait_after(0.01) == 2.0
     assert timeline.wait_after(0.7) == pytest.approx(7.0)
+
+
+def test_with_the_local_token_the_page_says_who_is_signed_in(store: SqlStore) -> None:
+    """The header said "no authentication (loopback)" while the local token was required."""
+    app = create_app(store, FakeScheduler(), AuthSettings.local("local-secret", name="alice"))
+    mount_dashboard(app)
+    client = TestClient(app)
+    assert client.get("/ui/api/me").status_code == 401
+    me = client.get("/ui/api/me", headers={"Authorization": "Bearer local-secret"}).json()
+    assert (me["name"], me["admin"], me["auth_enabled"]) == ("alice", True, True)

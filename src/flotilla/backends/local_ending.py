@@ -87,7 +87,17 @@ def reap(run: Run, replica: Replica, reaping: list[subprocess.Popen[bytes]]) -> 
     if outcome is None and code is None and run.stop is not None and run.stop.killed:
         code = -int(signal.SIGKILL)
     finish(replica, outcome, code)
+    replica.ended_at = exit_time(run, replica)
     return True
+
+
+def exit_time(run: Run, replica: Replica) -> float | None:
+    """When the supervisor wrote the command's exit file (right after the command exited):
+    the file's modification time, which also serves supervisors started by older versions."""
+    try:
+        return run.exit_file(replica).stat().st_mtime
+    except OSError:
+        return None
 
 
 def finish_early(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
@@ -35,17 +36,34 @@ def base_env(
     passthrough: Iterable[str], runs_as: Identity | None, home: Path | None
 ) -> dict[str, str]:
     """What a command gets of this process's environment: the passthrough list only, and the
-    identity of the user it runs as (``runs_as``; ``None``: the server's own). A uid of its
-    own has no account: its ``HOME`` is ``home`` (the run's scratch dir) or ``/``."""
+    identity of the user it runs as (``runs_as``; ``None``: the server's own).
+
+    A job run as another user gets the standard ``PATH``, not the server's (root's ``sbin``,
+    the server's venv). A uid of its own has no account, and an account whose home is not a
+    directory of its own (``nobody``: ``/nonexistent``) has none to use: its ``HOME`` is then
+    ``home`` (the run's scratch dir) or ``/``, so tools that write a cache or config there
+    work."""
     env = {name: os.environ[name] for name in passthrough if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
     if runs_as is None:
         own = pwd.getpwuid(os.getuid())
         name, directory = own.pw_name, own.pw_dir
     else:
-        name, directory = runs_as.name, runs_as.home or str(home or "/")
+        name, directory = runs_as.name, runs_as.home or ""
+        if runs_as.uid != os.getuid():
+            env["PATH"] = DEFAULT_PATH
+        if not _own_directory(directory, runs_as.uid):
+            directory = str(home or "/")
     env.update(HOME=directory, USER=name, LOGNAME=name)
     return env
+
+
+def _own_directory(path: str, uid: int) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == uid
 
 
 def backend_env(request: DispatchRequest, placement: ReplicaPlacement) -> dict[str, str]:

@@ -61,6 +61,8 @@ class Replica:
     """Bytes its cgroup limits it to (``None``: not limited); see ``local_tree.py``."""
     over_memory: bool = False
     """It failed for exceeding ``memory_request`` (the OOM killer ended it)."""
+    ended_at: float | None = None
+    """When its command exited, from its supervisor's exit file (``None``: not known)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
@@ -103,6 +105,7 @@ class Replica:
             "vanished": self.vanished,
             "memory_request": self.memory_request,
             "over_memory": self.over_memory,
+            "ended_at": self.ended_at,
         }
 
     @classmethod
@@ -117,6 +120,7 @@ class Replica:
             vanished=data["vanished"],
             memory_request=data.get("memory_request"),
             over_memory=data.get("over_memory", False),
+            ended_at=data.get("ended_at"),
         )
 
 
@@ -166,8 +170,13 @@ class Run:
         return self.directory / "gate"
 
     def settle(self, now: float) -> None:
-        """Every replica is gone: decide the run's final state, once."""
+        """Every replica is gone: decide the run's final state, once. It ended when its last
+        command exited, if every exit time is known (a run that ended while no backend watched
+        does not end at the restart), else now."""
+        ends = [replica.ended_at for replica in self.replicas if replica.ended_at is not None]
         self.finished_at = now
+        if ends and len(ends) == len(self.replicas):
+            self.finished_at = max(min(max(ends), now), self.started_at or 0.0)
         stop = self.stop
         failed = next((r for r in self.replicas if r.finished and not r.succeeded), None)
         if stop is not None and stop.kind == "cancel":

@@ -12,7 +12,7 @@ from rich.table import Table
 from flotilla.api.schemas import ArrayDetail, Event, JobDetail, Run
 from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
-from flotilla.cli.jobs import JobArgument
+from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
 from flotilla.framework.assignment_record import AssignmentRecord
@@ -114,7 +114,7 @@ def _events(events: list[Event]) -> Table:
 
 
 def describe(
-    job_ref: JobArgument,
+    job_ref: JobOrArrayArgument,
     output: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:

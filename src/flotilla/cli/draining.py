@@ -3,13 +3,14 @@
 Without ``--drain`` the API and the scheduler stop and running jobs keep running: their
 processes are supervised apart from the server (other backends' jobs run on their cluster),
 and the next ``flotilla up`` over the same database adopts them. With ``--drain`` the
-scheduler starts no new job and follows the running ones to their end first; a second Ctrl-C
-stops waiting.
+scheduler starts no new job and follows the running ones to their end first, while the API
+keeps answering (``Drain``: the server runs it on a thread at the first signal); a second
+Ctrl-C stops waiting.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from typing import TYPE_CHECKING, Protocol
 
 import typer
@@ -41,8 +42,26 @@ def active_jobs(store: Store) -> int:
     )
 
 
-def shut_down(store: Store, loop: Drainable, drain: bool) -> None:
-    """Say what happens to the running jobs; with ``drain``, wait for them to end."""
+class Drain:
+    """``--drain`` with an API: ``run`` (on the server's thread) waits for the running jobs
+    while the API answers; ``started``/``done`` tell ``flotilla up`` what is left to say."""
+
+    def __init__(self, store: Store, loop: Drainable) -> None:
+        self.store, self.loop = store, loop
+        self.started = False
+        self.done = False
+
+    def run(self, interrupted: threading.Event) -> None:
+        self.started = True
+        shut_down(self.store, self.loop, True, interrupted)
+        self.done = not interrupted.is_set()
+
+
+def shut_down(
+    store: Store, loop: Drainable, drain: bool, interrupted: threading.Event | None = None
+) -> None:
+    """Say what happens to the running jobs; with ``drain``, wait for them to end (until
+    Ctrl-C, or until ``interrupted`` is set)."""
     running = active_jobs(store)
     if not drain:
         if running:
@@ -59,9 +78,11 @@ def shut_down(store: Store, loop: Drainable, drain: bool) -> None:
         f"draining: no new job starts; waiting for {running} running job(s) to end "
         "(Ctrl-C again stops now and leaves them running)"
     )
+    stop = interrupted or threading.Event()
     try:
         while running:
-            time.sleep(POLL_SECONDS)
+            if stop.wait(POLL_SECONDS):
+                raise KeyboardInterrupt
             left = active_jobs(store)
             if left != running:
                 typer.echo(f"draining: {left} job(s) still running")

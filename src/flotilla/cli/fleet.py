@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.render import console
+from flotilla.model.quantity import format_quantity
 from flotilla.sdk.client import DEFAULT_SERVER
 
 fleet_app = typer.Typer(
@@ -61,7 +62,22 @@ def fleet_show(
         typer.echo(json.dumps(found["fleet"], indent=2))
         return
     typer.echo(f"# version {found['version']}, applied {found['applied_at']}")
-    typer.echo(yaml.safe_dump(found["fleet"], sort_keys=False).rstrip("\n"))
+    typer.echo(yaml.safe_dump(readable(found["fleet"]), sort_keys=False).rstrip("\n"))
+
+
+def readable(value: Any, key: str = "") -> Any:
+    """The stored fleet (quantities in base units) in a file's units: ``memory: 4Gi``, not
+    ``memory: 4294967296.0``; whole numbers without ``.0``. JSON keeps the base units."""
+    if isinstance(value, dict):
+        return {name: readable(item, str(name)) for name, item in value.items()}
+    if isinstance(value, list):
+        return [readable(item, key) for item in value]
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        if key.endswith("memory"):
+            return format_quantity(key, float(value))
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    return value
 
 
 def register(app: typer.Typer) -> None:

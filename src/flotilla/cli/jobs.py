@@ -6,6 +6,7 @@ latest job of that name) or QUEUE/NAME.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,12 +23,17 @@ from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.client import DEFAULT_SERVER
-from flotilla.sdk.jobfile import read_job_file
+from flotilla.sdk.jobfile import read_job_file, read_job_text
 
 JobArgument = Annotated[
     str,
+    typer.Argument(metavar="JOB", help="Id, id prefix, name (the latest) or QUEUE/NAME."),
+]
+"""One job (``logs``, ``why``, ``reprioritize``: an array id is not one)."""
+JobOrArrayArgument = Annotated[
+    str,
     typer.Argument(
-        metavar="JOB", help="Id, id prefix, name (the latest), QUEUE/NAME, or an array id."
+        metavar="JOB", help="Id, id prefix, name (the latest), QUEUE/NAME, or a whole array id."
     ),
 ]
 JobsArgument = Annotated[
@@ -37,7 +43,10 @@ JobsArgument = Annotated[
 
 
 def submit(
-    file: Annotated[Path, typer.Argument(help="Job file (YAML or JSON): one job or a list.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="Job file (YAML or JSON): one job or a list; - reads standard input."),
+    ],
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print only the job ids, one per line.")
     ] = False,
@@ -62,7 +71,10 @@ def submit(
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
     try:
-        body = read_job_file(file)  # a bad file: exit 2 before any request
+        # A bad file: exit 2 before any request.
+        body = (
+            read_job_text(sys.stdin.read(), "<stdin>") if str(file) == "-" else read_job_file(file)
+        )
     except InvalidSpec as invalid:
         fail(invalid.message, invalid.problems, code=2)
     if dry_run:
@@ -240,7 +252,7 @@ def wait(
 def cancel(
     job_refs: Annotated[
         list[str] | None,
-        typer.Argument(metavar="JOB...", help="Ids, id prefixes, names or QUEUE/NAME."),
+        typer.Argument(metavar="JOB...", help="Ids, id prefixes, names, QUEUE/NAME, or array ids."),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Every job of it.")] = None,
     label: LabelFilter = None,

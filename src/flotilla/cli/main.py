@@ -16,6 +16,7 @@ from rich.console import Console
 
 from flotilla import __version__
 from flotilla.cli import catalog, describe, fleet, jobs, logs, replay, serve, ui, up, usage
+from flotilla.cli import run as run_command
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
 from flotilla.model.loader import load_scenario
@@ -167,6 +168,7 @@ def _progress(console: Console) -> Callable[[float, int, int], None] | None:
 # The client commands live in their own modules and register after ``simulate``.
 for _module in (jobs, describe, logs, catalog, fleet, replay, serve, up, ui, usage):
     _module.register(app)
+run_command.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flotilla.cli.client import fail
-from flotilla.cli.draining import shut_down
+from flotilla.cli.draining import Drain, shut_down
 from flotilla.cli.startup import (
     AuthOption,
     DatabaseOption,
@@ -193,6 +193,7 @@ def up(
         + (f"  {traces}\n" if traces else "")
         + (f"  {submit_hint(host, port)}" if api else "  stop with Ctrl-C or SIGTERM")
     )
+    draining = Drain(store, loop) if drain and api else None
     try:
         try:
             if api:
@@ -204,11 +205,19 @@ def up(
                     secrets=secrets,
                     cluster_problems=runtime.problems,
                 )
-                run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
+                run_server(
+                    mount_dashboard(app),
+                    host,
+                    port,
+                    local_token=token,
+                    listener=listener,
+                    drain=draining.run if draining is not None else None,
+                )
             else:
                 _until_stopped(scheduler)
         finally:  # Ctrl-C, or SIGTERM (SystemExit): say what becomes of the running jobs
-            shut_down(store, loop, drain)
+            if draining is None or not draining.started:
+                shut_down(store, loop, drain)
     finally:
         wakes.close()
         stop.set()

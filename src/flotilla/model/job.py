@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from flotilla.model.base import MAX_COUNT, MAX_SECONDS, Labels, Name, ResourceList, Seconds, Strict
+from flotilla.model.base import MAX_COUNT, Labels, Name, ResourceList, Seconds, Strict
 from flotilla.model.cluster import TaintEffect
+from flotilla.model.durations import PositiveDuration
 from flotilla.model.retry import ArraySpec, RetrySpec
 
 
@@ -50,7 +51,7 @@ class GangMode(StrEnum):
 class GangSpec(Strict):
     min_member: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     mode: GangMode = GangMode.STRICT
-    timeout: float = Field(default=600, gt=0, le=MAX_SECONDS)
+    timeout: PositiveDuration = 600
     name: str | None = None
 
 
@@ -149,7 +150,7 @@ class JobSpec(Strict):
     labels: Labels = {}
     annotations: Labels = {}
     user: str | None = None
-    max_runtime: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    max_runtime: PositiveDuration | None = None
     payload: dict[str, Any] | None = None
     depends_on: list[Dependency] = Field(default=[], max_length=1000)
     hold_if_unfit: bool = False

@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
-from flotilla.model.base import MAX_COUNT, MAX_SECONDS, Seconds, Strict
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: object) -> object:
-    """Seconds from a number or a string such as ``10s``, ``1.5m``, ``2h``, ``250ms`` (other
-    values are left for pydantic to refuse with the field's path)."""
-    if isinstance(value, str):
-        found = _DURATION.match(value)
-        if found is None:
-            raise ValueError(
-                f"{value!r} is not a duration (a number of seconds, or e.g. 10s, 5m, 1h)"
-            )
-        return float(found.group(1)) * _UNIT[found.group(2) or "s"]
-    return value
-
-
-Duration = Annotated[Seconds, BeforeValidator(parse_duration)]
-"""Seconds (at most ``MAX_SECONDS``); a number or ``10s``/``5m``/``1h``/``250ms``."""
+from flotilla.model.base import MAX_COUNT, MAX_SECONDS, Strict
+from flotilla.model.durations import Duration
 
 
 class Backoff(StrEnum):

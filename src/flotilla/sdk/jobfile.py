@@ -28,13 +28,19 @@ def read_job_file(path: str | PathLike[str]) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidSpec(f"{path}: cannot read: {error.strerror or error}") from None
+    return read_job_text(text, str(path))
+
+
+def read_job_text(text: str, where: str) -> dict[str, Any]:
+    """The submission body of a job file's text (``where``: its name in messages, e.g.
+    ``<stdin>``)."""
     try:
         # As a fleet file is read: a key given twice is refused (PyYAML keeps the last one
         # silently), and so is nesting past the API's depth (a RecursionError otherwise).
-        data = parse_document(text, str(path))
+        data = parse_document(text, where)
     except SpecError as error:
-        raise InvalidSpec(f"{path}: not valid YAML or JSON", error.problems) from None
-    return checked(data, f"{path}: ")
+        raise InvalidSpec(f"{where}: not valid YAML or JSON", error.problems) from None
+    return checked(data, f"{where}: ")
 
 
 def _as_data(spec: Spec) -> Any:

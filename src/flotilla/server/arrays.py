@@ -12,14 +12,30 @@ from flotilla.server.auth import User
 from flotilla.server.context import Caller, Context, ServerContext
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import require_cancel
-from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState
+from flotilla.store import (
+    TERMINAL_JOB_STATES,
+    AmbiguousJobError,
+    JobRecord,
+    JobState,
+    NotFoundError,
+)
 
 router = APIRouter(prefix="/v1", tags=["arrays"])
 
 
-def elements(context: ServerContext, user: User, array_id: str) -> list[JobRecord]:
-    """Every element of the array, by index (404 when there is no such array, or when the
-    caller may not read its jobs: one queue, one owner, the same answer for every element)."""
+def elements(context: ServerContext, user: User, reference: str) -> list[JobRecord]:
+    """Every element of the array ``reference`` names (its id or an unambiguous prefix), by
+    index: 404 when there is no such array, or when the caller may not read its jobs (one
+    queue, one owner, the same answer for every element); 409 when the prefix fits several
+    arrays, naming none of them (some may be in queues the caller may not read)."""
+    try:
+        array_id = context.store.find_array(reference)
+    except NotFoundError:
+        raise ApiError(404, f"no such array: {reference}") from None
+    except AmbiguousJobError:
+        raise ApiError(
+            409, f"{reference!r} is the start of several array ids: give more of it"
+        ) from None
     found: list[JobRecord] = []
     after: int | None = None
     while True:
@@ -38,6 +54,7 @@ def get_array(array_id: str, context: Context, user: Caller) -> ArrayDetail:
     """The array's elements and their counts by state; needs read access to its jobs."""
     jobs = elements(context, user, array_id)
     first = jobs[0]
+    array_id = first.array_id or array_id
     array = first.spec.array
     suffix = f"-{first.array_index}"
     return ArrayDetail(

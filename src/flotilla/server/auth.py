@@ -138,6 +138,9 @@ class AuthSettings:
     users_by_token_hash: Mapping[str, User] = field(default_factory=dict)
     local_token_sha256: str | None = None
     """The loopback default: the sha256 of the token generated at start (see the module)."""
+    local_user: User = ANONYMOUS
+    """Who shows the local token: an admin named after the server's own user, so the jobs
+    it submits have an owner (``jobs --owner``, ``usage --by owner``), not "-"."""
 
     @property
     def enabled(self) -> bool:
@@ -149,9 +152,11 @@ class AuthSettings:
         return cls()
 
     @classmethod
-    def local(cls, token: str) -> AuthSettings:
-        """The loopback default: whoever shows ``token`` is the anonymous admin."""
-        return cls(local_token_sha256=token_hash(token))
+    def local(cls, token: str, name: str | None = None) -> AuthSettings:
+        """The loopback default: whoever shows ``token`` is an admin named ``name`` (the
+        server's user), else the anonymous admin."""
+        user = ANONYMOUS if name is None else User(name=name, admin=True)
+        return cls(local_token_sha256=token_hash(token), local_user=user)
 
     @classmethod
     def from_file(cls, path: Path, environ: Mapping[str, str] | None = None) -> AuthSettings:
@@ -213,7 +218,8 @@ class AuthSettings:
         digest = token_hash(token.strip())
         if not self.enabled:
             assert self.local_token_sha256 is not None
-            return ANONYMOUS if hmac.compare_digest(digest, self.local_token_sha256) else None
+            matches = hmac.compare_digest(digest, self.local_token_sha256)
+            return self.local_user if matches else None
         # Looked up by digest: timing can at most reveal a prefix of a sha256, not the token.
         return self.users_by_token_hash.get(digest)
 

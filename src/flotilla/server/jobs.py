@@ -28,7 +28,7 @@ from flotilla.api.schemas import (
 from flotilla.api.submission import InvalidSubmission, parse_submission
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.secrets import SecretError, has_secrets
-from flotilla.server.auth import Permission, User
+from flotilla.server.auth import ANONYMOUS, Permission, User
 from flotilla.server.context import (
     Caller,
     Context,
@@ -200,7 +200,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     await run_in_threadpool(_check_dependency_access, context, user, specs, prefixes)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
-    owner = user.name if context.auth.enabled else None
+    owner = None if user is ANONYMOUS else user.name  # a token's name, the local token's user
     with tracer().start_as_current_span("flotilla.submit") as span:
         ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner, pace=pace)
         span.set_attributes(

@@ -4,10 +4,14 @@ refusal to listen beyond loopback without tokens cannot be bypassed by a new ent
 from __future__ import annotations
 
 import errno
+import os
+import pwd
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -36,7 +40,16 @@ def server_auth(auth_file: Path | None, host: str) -> tuple[AuthSettings, str | 
         return settings, None
     check_bind(host, AuthSettings.disabled())
     token = new_token()
-    return AuthSettings.local(token), token
+    return AuthSettings.local(token, server_user()), token
+
+
+def server_user() -> str | None:
+    """The login name of the user this server runs as (the owner of what its local token
+    submits); None when the account has no name."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return None
 
 
 def allowed_hosts_for(host: str) -> frozenset[str] | None:
@@ -74,6 +87,36 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return listener
 
 
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, which with a ``drain`` keeps serving through the first stop signal
+    until the drain is over (the API answers reads while running jobs end)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[threading.Event], None] | None):
+        super().__init__(config)
+        self._drain = drain
+        self._interrupted = threading.Event()
+        self._draining = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain is None or self._interrupted.is_set():
+            super().handle_exit(sig, frame)
+            return
+        if self._draining:  # a second signal: stop waiting, stop now
+            self._interrupted.set()
+            self.should_exit = True
+            return
+        self._draining = True
+        drain = self._drain
+
+        def drain_then_stop() -> None:
+            try:
+                drain(self._interrupted)
+            finally:
+                self.should_exit = True
+
+        threading.Thread(target=drain_then_stop, name="flotilla-drain", daemon=True).start()
+
+
 def run_server(
     app: FastAPI,
     host: str = DEFAULT_HOST,
@@ -81,12 +124,15 @@ def run_server(
     *,
     local_token: str | None = None,
     listener: socket.socket | None = None,
+    drain: Callable[[threading.Event], None] | None = None,
 ) -> None:
     """Serve ``app`` until interrupted. Raises ``InsecureBindError`` before listening if
     ``host`` is not loopback and the app has no token config. ``listener``: a socket from
     ``bind_listener`` (else one is bound here; ``ListenError`` if it cannot be). ``local_token``
     is written to this user's runtime file for the port (``flotilla.runtime``) while the
-    server runs."""
+    server runs. ``drain``: run on a thread at the first Ctrl-C or SIGTERM while the API keeps
+    answering (``flotilla up --drain``), then the server stops; a second signal sets the event
+    it was given and stops the server at once."""
     context: ServerContext = app.state.flotilla
     check_bind(host, context.auth)
     if listener is None:
@@ -108,7 +154,7 @@ def run_server(
     try:
         # Access logs show method, path and status; tokens travel in a header, never appear.
         config = uvicorn.Config(app, host=host, port=port, log_level="info", proxy_headers=False)
-        uvicorn.Server(config).run(sockets=[listener])
+        _DrainingServer(config, drain).run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it captured again once it stopped
         pass
     finally:

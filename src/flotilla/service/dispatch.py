@@ -5,12 +5,19 @@ leaves a leased run that the next cycle — or the next leader — dispatches ag
 make dispatch idempotent by run id. The outcomes of a batch of dispatches (``leased →
 pending``, or failed when a backend rejects the run) wait for the loop's next write
 (``writes.py``): with the next pass's reports of those runs, one transaction.
+
+A cancel recorded while a run is leased is honoured before its dispatch: each run is checked
+right before it is handed over, against the cancels the API in this process handed to the loop
+(at once) and the JobDb, read again from the store while a batch takes longer than
+``RESYNC_SECONDS`` (a cancel committed by another process). The run is then never dispatched;
+the cancel path finds the backend has no such run and records the job ``cancelled``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flotilla.backends.interface import (
@@ -24,18 +31,37 @@ from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.service.context import LoopContext
 from flotilla.service.transitions import RunTransitions
-from flotilla.store import JobRecord, JobState, Transition
+from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState, Transition
 from flotilla.tracing import job_ids, tracer
 
 log = logging.getLogger(__name__)
 
+RESYNC_SECONDS = 0.05
+"""A dispatch batch that has run this long since the JobDb was last brought up to date reads
+the change feed again before its next dispatch, so a cancel another process committed
+meanwhile is seen (a feed read costs a fraction of this)."""
+
 
 class Dispatcher:
-    def __init__(self, context: LoopContext, transitions: RunTransitions) -> None:
+    def __init__(
+        self,
+        context: LoopContext,
+        transitions: RunTransitions,
+        sync: Callable[[], None] = lambda: None,
+    ) -> None:
         self._context = context
         self._transitions = transitions
+        self._sync = sync
+        """Brings the JobDb up to date with the store (the loop's change-feed read)."""
         self._dispatched: set[str] = set()
         """Runs handed to a backend in this term (their ``pending`` may not be synced yet)."""
+        self._cancels: set[str] = set()
+        """Jobs whose cancel the API in this process committed, maybe not in the JobDb yet
+        (added by the API's threads, read and pruned by the loop's: single set operations)."""
+
+    def note_cancelled(self, job_ids: Iterable[str]) -> None:
+        """The API committed cancels of these jobs: none of their runs may be dispatched."""
+        self._cancels.update(job_ids)
 
     def forget(self) -> None:
         """A new term: dispatch again whatever is still leased (idempotent by run id)."""
@@ -57,19 +83,54 @@ class Dispatcher:
         batch = list(jobs)
         if not batch:
             return
+        self._prune_cancels()
         changes = []
+        synced = time.monotonic()  # the callers read the JobDb just before
         with tracer().start_as_current_span(
             "flotilla.dispatch", attributes=job_ids(job.id for job in batch)
         ):
-            for index, job in enumerate(batch):
-                self._context.pace()
-                if index and index == len(batch) // 2:
-                    crash_point("mid-batch")
-                if (change := self._dispatch(job)) is not None:
-                    changes.append(change)
-            if changes:
-                crash_point("after-dispatch")
-            self._transitions.record(changes)
+            try:
+                for index, job in enumerate(batch):
+                    self._context.pace()
+                    if index and index == len(batch) // 2:
+                        crash_point("mid-batch")
+                    if time.monotonic() - synced > RESYNC_SECONDS:
+                        self._sync()
+                        synced = time.monotonic()
+                    if not self._still_to_dispatch(job):
+                        continue
+                    if (change := self._dispatch(job)) is not None:
+                        changes.append(change)
+                if changes:
+                    crash_point("after-dispatch")
+            finally:
+                self._transitions.record(changes)
+
+    def _still_to_dispatch(self, job: JobRecord) -> bool:
+        """Whether the job's run is still leased, with no cancel requested (a cancel that came
+        after the batch was read: the run must not start)."""
+        if job.id in self._cancels:
+            return False
+        current = self._context.jobdb.read_txn().get(job.id)
+        if current is None or current.serial < job.serial:
+            current = job
+        return (
+            current.state is JobState.LEASED
+            and not current.cancel_requested
+            and current.run is not None
+            and job.run is not None
+            and current.run.id == job.run.id
+        )
+
+    def _prune_cancels(self) -> None:
+        """Forget the handed-over cancels of jobs that ended (they can never be leased)."""
+        if not self._cancels:
+            return
+        read = self._context.jobdb.read_txn()
+        for job_id in list(self._cancels):
+            job = read.get(job_id)
+            if job is not None and job.state in TERMINAL_JOB_STATES:
+                self._cancels.discard(job_id)
 
     def _open(self, job: JobRecord) -> Any:
         """The payload with its secret env values in clear, for the backend only."""

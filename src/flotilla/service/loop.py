@@ -192,7 +192,7 @@ class SchedulingLoop:
             self.settings.heartbeat_timeout,
             **({"cluster_spec": _fleet_spec(fleet)} if fleet is not None else {}),
         )
-        self._dispatcher = Dispatcher(self._context, self._transitions)
+        self._dispatcher = Dispatcher(self._context, self._transitions, self._sync)
         self._committer = Committer(
             self._context, self._transitions, self._dispatcher, self._writes
         )
@@ -263,6 +263,7 @@ class SchedulingLoop:
 
     def cancelled(self, jobs: Sequence[JobRecord]) -> None:
         stopping = [job for job in jobs if job.cancel_requested and job.run is not None]
+        self._dispatcher.note_cancelled(job.id for job in stopping)  # before any backend call
         if self._context.lease is not None:  # only the leader's backends stop runs
             self._stopped_at_once.update(stop_runs_at_once(self.backends, stopping))
         self._cancelled.extend(stopping)

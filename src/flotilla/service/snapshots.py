@@ -13,6 +13,7 @@ every queued job is converted again.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,38 @@ class LoopSnapshot:
     """Queued jobs left out of the snapshot, and why (no cluster offers what they ask for)."""
 
 
+class StaleJobs:
+    """Ids to convert, taken first in first out: in change-feed order, which is submission
+    order, so the elements of a throttled array are admitted in index order (a set's hash
+    order admitted 1 and 5 before 0, where docs/jobs.md promises index order)."""
+
+    def __init__(self, ids: Iterable[str] = ()) -> None:
+        self._order: deque[str] = deque()
+        self._members: set[str] = set()
+        self.update(ids)
+
+    def add(self, job_id: str) -> None:
+        if job_id not in self._members:
+            self._members.add(job_id)
+            self._order.append(job_id)
+
+    def update(self, ids: Iterable[str]) -> None:
+        for job_id in ids:
+            self.add(job_id)
+
+    def pop(self) -> str:
+        job_id = self._order.popleft()
+        self._members.discard(job_id)
+        return job_id
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+
+def in_submission_order(records: Iterable[JobRecord]) -> list[str]:
+    return [record.id for record in sorted(records, key=lambda record: record.submit_serial)]
+
+
 class SnapshotBuilder:
     def __init__(self, store: Store, jobdb: JobDb, pace: Callable[[], None] = lambda: None) -> None:
         """``pace`` is called between the jobs a build walks (``Precedence.pace``)."""
@@ -65,7 +98,7 @@ class SnapshotBuilder:
         """Queued records by id, kept from the change feed."""
         self._serial = -1
         """The JobDb serial the queued records are up to date with."""
-        self._stale: set[str] = set()
+        self._stale = StaleJobs()
         """Ids whose engine job must be (re)built or dropped."""
         self._engine: dict[str, SchedulingJob] = {}
         """Engine jobs of the queued records that some cluster could run."""
@@ -130,7 +163,7 @@ class SnapshotBuilder:
         self.gangs = {key: job for key, job in self._queued.items() if job.spec.gang}
         self._engine.clear()
         self._unplaceable.clear()
-        self._stale = set(self._queued)
+        self._stale = StaleJobs(in_submission_order(self._queued.values()))
         self._serial = read.serial
         self._admission.reset(
             job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)
@@ -172,7 +205,7 @@ class SnapshotBuilder:
         self._space = space
         self._engine.clear()
         self._unplaceable.clear()
-        self._stale = set(self._queued)
+        self._stale = StaleJobs(in_submission_order(self._queued.values()))
 
     # --- building -------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec, RetryCause
 from flotilla.service.context import LoopContext
+from flotilla.service.engine_times import with_engine_times
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retry import Failure, after_failure, cause_of, counted_failures
 from flotilla.service.writes import CycleWrites
@@ -324,7 +325,7 @@ class RunTransitions:
             reason = f"run lost: {status.message}" if status.message else "run lost"
             failure = Failure(job, RetryCause.LOST, reason, message=status.message or None)
             changes.append(self.retry(failure) or Transition(job.id, JobState.QUEUED, reason, run))
-        return changes
+        return with_engine_times(changes, status)
 
     def retry(self, failure: Failure) -> Transition | None:
         """What the job's retry policy makes of ``failure`` (``None``: it has none for it)."""

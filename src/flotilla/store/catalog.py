@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import ClusterSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.store.errors import ConflictError, NotFoundError
 from flotilla.store.records import ClusterRecord, NodeRecord
 from flotilla.store.schema import Cluster, Job, Node, Queue, Quota
+from flotilla.store.states import TERMINAL_JOB_STATES
 
 
 def put_queue(session: Session, spec: QueueSpec, now: datetime) -> None:
@@ -38,11 +39,20 @@ def list_queues(session: Session) -> list[QueueSpec]:
     return [QueueSpec.model_validate(row.spec) for row in rows]
 
 
+def unfinished_job() -> ColumnElement[bool]:
+    """A job that has not ended yet (what keeps its queue from being deleted)."""
+    return Job.state.not_in([state.value for state in TERMINAL_JOB_STATES])
+
+
 def delete_queue(session: Session, name: str) -> None:
     if session.get(Queue, name) is None:
         raise NotFoundError(f"no such queue: {name}")
-    if session.scalar(select(exists().where(Job.queue == name))):
-        raise ConflictError(f"queue {name} has jobs; their history keeps it")
+    unfinished = session.scalar(select(func.count()).where(Job.queue == name, unfinished_job()))
+    if unfinished:
+        raise ConflictError(
+            f"queue {name} has {unfinished} unfinished job(s); cancel them or wait until they "
+            "end before deleting it (finished jobs keep its name in their history)"
+        )
     session.execute(delete(Queue).where(Queue.name == name))
 
 

@@ -127,12 +127,18 @@ def end_run(
     now: datetime,
     exit_code: int | None,
     message: str | None,
+    *,
+    started_at: datetime | None = None,
+    finished_at: datetime | None = None,
 ) -> None:
+    """Move ``run`` to ``state``; its start and end are the engine's times when given (never
+    after ``now``, never an end before its start), else ``now``."""
     run["state"] = state.value
     if state is RunState.RUNNING and run["started_at"] is None:
-        run["started_at"] = now
+        run["started_at"] = now if started_at is None else min(started_at, now)
     if state not in (RunState.LEASED, RunState.PENDING, RunState.RUNNING):
-        run["finished_at"] = now
+        end = now if finished_at is None else min(finished_at, now)
+        run["finished_at"] = end if run["started_at"] is None else max(end, run["started_at"])
         run["exit_code"] = exit_code
         run["message"] = message
     elif message is not None:
@@ -168,7 +174,15 @@ class Pass:
             if run is None:
                 raise StaleRunError(f"job {job_id} is {old} but has no run")
             ended = change.run_state or RUN_STATE_FOR_JOB[new]
-            end_run(run, ended, self.now, change.exit_code, change.message)
+            end_run(
+                run,
+                ended,
+                self.now,
+                change.exit_code,
+                change.message,
+                started_at=change.started_at,
+                finished_at=change.finished_at,
+            )
             self.ended_runs[run["id"]] = run
         self._stamp(job, state=new.value, reason=change.reason, not_before=change.not_before)
         self.events.append(event_row(job, self.now, "transition", old, new, change.reason))

@@ -42,10 +42,15 @@ def _problems(session: Session, change: FleetChange, current: int) -> list[str]:
         )
     keep = {spec.name for spec in change.queues}
     for name in session.scalars(select(Queue.name)):
-        if name not in keep and session.scalar(select(func.count()).where(Job.queue == name)):
+        if name in keep:
+            continue
+        unfinished = session.scalar(
+            select(func.count()).where(Job.queue == name, catalog.unfinished_job())
+        )
+        if unfinished:
             problems.append(
-                f"queues: queue {name!r} has jobs (their history keeps it); it cannot be "
-                "removed, keep it in the file"
+                f"queues: queue {name!r} has {unfinished} unfinished job(s); keep it in the "
+                "file until they end (finished jobs keep its name in their history)"
             )
     wanted = {spec.name for spec in change.clusters}
     active = [state.value for state in ACTIVE_JOB_STATES]
@@ -67,9 +72,14 @@ def _problems(session: Session, change: FleetChange, current: int) -> list[str]:
 
 
 def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRecord:
-    """Write ``change`` or nothing: raise ``ConflictError`` listing every problem first."""
+    """Write ``change`` or nothing: raise ``ConflictError`` listing every problem first.
+
+    The version counts changes: the same document again (a restart with an unchanged fleet
+    file, an apply repeated) keeps the version and its time, though the catalog is written
+    again (a queue changed by hand since goes back to what the file says)."""
     row = session.get(FleetRow, CURRENT, with_for_update=True)
     current = row.version if row is not None else 0
+    unchanged = row is not None and row.document == dict(change.document)
     problems = _problems(session, change, current)
     if problems:
         error = ConflictError("the fleet cannot be applied: " + "; ".join(problems))
@@ -109,11 +119,12 @@ def apply_fleet(session: Session, change: FleetChange, now: datetime) -> FleetRe
     if row is None:
         row = FleetRow(name=CURRENT, version=0, document={}, applied_at=now)
         session.add(row)
-    row.version = current + 1
-    row.document = dict(change.document)
-    row.applied_at = now
+    if not unchanged:
+        row.version = current + 1
+        row.document = dict(change.document)
+        row.applied_at = now
     session.flush()
-    return FleetRecord(version=row.version, document=row.document, applied_at=now)
+    return FleetRecord(version=row.version, document=row.document, applied_at=row.applied_at)
 
 
 def cluster_allocations(session: Session) -> dict[str, dict[str, float]]:

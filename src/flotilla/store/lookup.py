@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
-from flotilla.store.errors import AmbiguousJobError, job_not_found
+from flotilla.store.errors import AmbiguousJobError, NotFoundError, job_not_found
 from flotilla.store.schema import ID, Job
 from flotilla.store.states import JobState
 
@@ -85,6 +85,27 @@ def _by_prefix(session: Session, prefix: str) -> list[tuple[str, str, str]]:
         .limit(CANDIDATES + 1)
     )
     return [(job_id, queue, name) for job_id, queue, name in session.execute(query)]
+
+
+def resolve_array(session: Session, reference: str) -> str:
+    """The array id ``reference`` names: the id itself, or an unambiguous prefix of one (as
+    job ids; a range on the array id's index). Raises ``NotFoundError`` or
+    ``AmbiguousJobError``."""
+    if HEX.match(reference):
+        upper = reference + "f" * (ID - len(reference))
+        query = (
+            select(Job.array_id)
+            .where(Job.array_id >= reference, Job.array_id <= upper)
+            .distinct()
+            .order_by(Job.array_id)
+            .limit(CANDIDATES + 1)
+        )
+        found = [str(array_id) for array_id in session.scalars(query)]
+        if reference in found or len(found) == 1:
+            return reference if reference in found else found[0]
+        if found:
+            raise AmbiguousJobError(reference, [f"array {array_id}" for array_id in found])
+    raise NotFoundError(f"no such array: {reference}")
 
 
 def resolve_job(session: Session, reference: str) -> str:

@@ -76,6 +76,11 @@ class Transition:
     not_before: datetime | None = None
     """With ``new_state`` queued: the job is not scheduled before this time (retry backoff);
     every transition sets it (``None`` clears it)."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the engine says the run started and ended (``None``: when this is recorded). A run
+    that ended while no scheduler watched ends at its engine's time, not at the restart's, so
+    ``usage`` does not count the outage; kept within the run's start and the store's now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +268,11 @@ class Store(Protocol):
         that name there), a ``NAME`` one queue uses, or an id prefix (``store.lookup``).
         Raises ``NotFoundError`` when none matches, ``AmbiguousJobError`` (listing the
         candidates) when several do."""
+        ...
+
+    def find_array(self, reference: str) -> str:
+        """The array id a user's reference names: the id or an unambiguous prefix of one
+        (tables show 8 characters). Raises as ``find_job``."""
         ...
 
     # Queues and quotas --------------------------------------------------------------------

@@ -143,7 +143,9 @@ class Job(Base):
     )
     id: Mapped[str] = mapped_column(String(ID), primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME))
-    queue: Mapped[str] = mapped_column(String(NAME), ForeignKey("queues.name"))
+    queue: Mapped[str] = mapped_column(String(NAME))
+    """The queue's name; no foreign key: a queue with only finished jobs may be deleted, and
+    its jobs keep the name (migration 0007)."""
     spec: Mapped[dict[str, Any]]
     state: Mapped[str] = mapped_column(String(32))
     priority: Mapped[int] = mapped_column(Integer)

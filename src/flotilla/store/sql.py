@@ -398,6 +398,10 @@ class SqlStore:
             job_id = lookup.resolve_job(session, reference)
         return self.get_job(job_id)
 
+    def find_array(self, reference: str) -> str:
+        with self._sessions() as session:
+            return lookup.resolve_array(session, reference)
+
     # Queues and quotas --------------------------------------------------------------------
     def put_queue(self, spec: QueueSpec) -> None:
         self._upsert(lambda session: catalog.put_queue(session, spec, self._now()))

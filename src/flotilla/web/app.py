@@ -52,7 +52,9 @@ def whoami(context: Context, user: Caller) -> dict[str, Any]:
         "name": user.name,
         "admin": user.admin,
         "queues": {queue: sorted(perms) for queue, perms in user.queues.items()},
-        "auth_enabled": context.auth.enabled,
+        # A token is needed with a token config and with the local token alike: the header
+        # says who is signed in, not "no authentication".
+        "auth_enabled": context.auth.enabled or context.auth.local_token_sha256 is not None,
     }
 
 

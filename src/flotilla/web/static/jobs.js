@@ -84,7 +84,9 @@ function jobRow(job) {
     h("td", {}, short(job.owner || "–", 12)),
     h("td", {class: "num"}, String(job.priority)),
     h("td", {}, when(job.submitted_at)),
-    h("td", {class: "reason"}, short(job.reason || "", 60)));
+    // The scheduler's live reason for a waiting job (the CLI's REASON), else the stored one
+    // (a queued job's is "submitted").
+    h("td", {class: "reason"}, short(job.pending_reason || job.reason || "", 60)));
 }
 
 // --- one job -----------------------------------------------------------------------------
