@@ -16,6 +16,7 @@ from flotilla.cli.render import age, console, resources
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.model.errors import from_pydantic
 from flotilla.model.quantity import format_quantity
+from flotilla.sdk import Client, FlotillaError
 from flotilla.sdk.client import DEFAULT_SERVER
 
 
@@ -102,6 +103,7 @@ def clusters(
     with api(server) as client:
         found = client.clusters()
         node_lists = {c.name: client.nodes(c.name) for c in found} if nodes else {}
+        in_use = _node_usage(client) if nodes and output is not Output.JSON else {}
     if emit({"clusters": found, "nodes": node_lists} if nodes else found, output):
         return
     table = Table(
@@ -127,12 +129,35 @@ def clusters(
     console().print(table if found else "no clusters")
     for name, node_list in node_lists.items():
         detail = Table(
-            "NODE", "STATE", "RESOURCES", title=name, box=None, header_style="bold",
-            title_justify="left",
+            "NODE", "STATE", "ALLOCATED/CAPACITY", "GPUS IN USE", "JOBS", title=name, box=None,
+            header_style="bold", title_justify="left",
         )  # fmt: skip
         for node in node_list:
-            detail.add_row(node.name, node.state, resources(node.resources))
+            held = in_use.get((name, node.name), {})
+            devices = int(held.get("gpu_devices") or node.resources.get("gpu", 0))
+            busy = len(held.get("gpus_in_use") or {})
+            detail.add_row(
+                node.name,
+                node.state,
+                usage(held.get("allocated") or {}, node.resources),
+                f"{busy}/{devices}" if devices else "-",
+                str(len(held.get("jobs") or [])),
+            )
         console().print(detail)
+
+
+def _node_usage(client: Client) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (cluster, node): what active runs hold there, GPU devices in use and jobs (the
+    dashboard's view, which `up` and `serve` serve; none from a server without it)."""
+    try:
+        clusters = client.fleet_usage()["clusters"]
+    except FlotillaError:
+        return {}
+    return {
+        (cluster["name"], node["name"]): node
+        for cluster in clusters
+        for node in cluster.get("nodes", [])
+    }
 
 
 def usage(allocated: dict[str, float], capacity: dict[str, float]) -> str:
