@@ -16,6 +16,7 @@ the run records in ``local_records.py``; starting and signalling processes in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -45,6 +46,7 @@ from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
     BackendRunState,
+    BackendUnavailable,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -59,6 +61,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
+from flotilla.backends.run_lock import RunLocks
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
@@ -142,6 +145,8 @@ class LocalBackend:
         self._reaping: list[subprocess.Popen[bytes]] = []
         """Supervisors killed once their cancelled replica was over, not reaped yet."""
         self._closed = False
+        self._run_locks = RunLocks()
+        """Start and adoption of a run, serialised with other processes (``run_lock.py``)."""
         self._load()
         self._stopping = threading.Event()
         self._monitor = threading.Thread(
@@ -158,7 +163,7 @@ class LocalBackend:
             return Inventory(self.cluster, (self._node,), self.clock(), active)
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
-        with self._lock:
+        with self._lock, self._run_lock(request.run_id):
             self._check_open()
             existing = self._known(request.run_id)
             if existing is not None:
@@ -311,12 +316,28 @@ class LocalBackend:
         return run
 
     def _load(self) -> None:
-        """Adopt the runs of an earlier backend over the same state dir."""
+        """Adopt the runs of an earlier backend over the same state dir (one another
+        process is starting right now is adopted when first asked about)."""
         for run_id in saved_run_ids(self._state):
-            self._adopt(run_id)
+            with contextlib.suppress(BackendUnavailable):
+                self._adopt(run_id)
+
+    def _run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
+        """The run's lock across processes (``run_lock.py``) while this backend starts or
+        adopts it; none for a run it holds already (or an id that names no directory)."""
+        if run_id in self._runs or not RUN_ID_PATTERN.match(run_id):
+            return contextlib.nullcontext()
+        return self._run_locks.hold(run_directory(self._state, run_id))
 
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
+        directory = run_directory(self._state, run_id)
+        if not directory.is_dir():
+            return None
+        with self._run_lock(run_id):
+            return self._adopt_locked(run_id)
+
+    def _adopt_locked(self, run_id: str) -> Run | None:
         run = Run.load(run_directory(self._state, run_id))
         if run is None:
             return None
