@@ -31,6 +31,7 @@ from flotilla.store import (
     IllegalTransitionError,
     JobRecord,
     JobState,
+    LeaseLostError,
     RunRequest,
     StaleRunError,
     Transition,
@@ -52,6 +53,9 @@ class CycleWrites:
     def __init__(self, context: LoopContext, absorb: Absorb) -> None:
         self._context = context
         self._absorb = absorb
+        self.resume: Callable[[], bool] = lambda: False
+        """After the fence refused a write: whether the term goes on (its lease ran out but
+        no one took a newer one, ``Leadership.resume``); the write is then made again."""
         self._waiting: list[Transition] = []
         self.flushes = 0
         """Writes made so far (a cycle that made none writes what waits at its end)."""
@@ -106,9 +110,16 @@ class CycleWrites:
     def _commit(self, write: CycleWrite) -> None:
         context = self._context
         since = context.jobdb.serial
-        done = context.store.commit_cycle(
-            write, since=since, fence=context.lease, pace=context.pace
-        )
+        try:
+            done = context.store.commit_cycle(
+                write, since=since, fence=context.lease, pace=context.pace
+            )
+        except LeaseLostError:
+            if not self.resume():
+                raise  # another replica holds a newer term: this one's work is discarded
+            done = context.store.commit_cycle(
+                write, since=since, fence=context.lease, pace=context.pace
+            )
         self._absorb(since, done.changes)
 
     def _apply(self, transitions: list[Transition]) -> None:
