@@ -65,8 +65,10 @@ class Dispatcher:
                 self._context.pace()
                 if index and index == len(batch) // 2:
                     crash_point("mid-batch")
-                if (change := self._dispatch(job)) is not None:
-                    changes.append(change)
+                run_id = job.run.id if job.run is not None else None
+                with self._context.faults.contain("its dispatch", job.id, run_id):
+                    if (change := self._dispatch(job)) is not None:
+                        changes.append(change)
             if changes:
                 crash_point("after-dispatch")
             self._transitions.record(changes)

@@ -198,7 +198,9 @@ class SchedulingLoop:
         self._committer = Committer(
             self._context, self._transitions, self._dispatcher, self._writes
         )
-        self._snapshots = SnapshotBuilder(store, self.jobdb, pace=self.precedence.pace)
+        self._snapshots = SnapshotBuilder(
+            store, self.jobdb, pace=self.precedence.pace, faults=self._context.faults
+        )
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names
         self._reporter = Reporter(self._context)

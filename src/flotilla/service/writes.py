@@ -63,7 +63,7 @@ class CycleWrites:
     @property
     def waiting(self) -> bool:
         """Whether transitions wait for the next flush."""
-        return bool(self._waiting)
+        return bool(self._waiting) or self._context.faults.pending
 
     @property
     def settling(self) -> bool:
@@ -71,7 +71,9 @@ class CycleWrites:
         went back to the queue or failed — and so must be written before it schedules.
         Reports that runs were dispatched or started change nothing it counts (a leased run
         holds its nodes as a running one does): they can wait for the cycle's leases."""
-        return any(change.new_state not in STARTED for change in self._waiting)
+        return self._context.faults.pending or any(
+            change.new_state not in STARTED for change in self._waiting
+        )
 
     def add(self, changes: Iterable[Transition]) -> None:
         """Transitions for the next flush, in order."""
@@ -80,12 +82,13 @@ class CycleWrites:
     def forget(self) -> None:
         """The lease is gone: nothing this term gathered may be written."""
         self._waiting.clear()
+        self._context.faults.take()
 
     def flush(self, runs: Sequence[RunRequest] = ()) -> list[RunRequest]:
         """Write the waiting transitions, then lease ``runs``, in one transaction, and sync
         the JobDb from it. Returns the leases recorded: all of them, or, when some job left
         the queue meanwhile, those of the jobs still queued."""
-        transitions, self._waiting = self._waiting, []
+        transitions, self._waiting = [*self._waiting, *self._context.faults.take()], []
         if not transitions and not runs:
             return []
         try:
