@@ -5,7 +5,8 @@ rest of that poll was dropped, and other users' jobs ending in the same poll sta
 ``running`` forever, across restarts (the same report failed the same way every time). Here an
 error is injected into one job's step of each stage of the loop — its run's report, its retry
 policy, its dependencies, its conversion to an engine job, the record of its placement, its
-dispatch — and the job fails with the error as its reason while every other job finishes.
+dispatch, the write of its lease or of its run's report — and the job fails with the error as
+its reason while every other job finishes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retry import Failure
 from flotilla.service.transitions import RunTransitions
-from flotilla.store import JobRecord, JobState, SqlStore
+from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
 
 WAIT = 60.0
 """How long the test waits for the jobs to end before failing (not a performance bound)."""
@@ -120,7 +121,32 @@ def _dispatch(monkeypatch: pytest.MonkeyPatch, backend: SimBackend, poison: type
     monkeypatch.setattr(backend, "dispatch", raising)
 
 
+def _refused_write(kind: str) -> Inject:
+    """The store refuses a write carrying one of the poisoned job's values: its lease
+    (``lease``) or a report of its run (``report``) — as PostgreSQL refuses a NUL in text."""
+
+    def inject(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:
+        commit_cycle = SqlStore.commit_cycle
+
+        def refusing(self: SqlStore, write: CycleWrite, **fields: Any) -> Any:
+            leases = [run for run in write.runs if run.job_id == poison.id]
+            reports = [
+                change
+                for change in write.transitions
+                if change.job_id == poison.id and change.new_state is not JobState.FAILED
+            ]
+            if leases if kind == "lease" else reports:
+                raise ValueError(f"{INJECTED}: a value the database refuses")
+            return commit_cycle(self, write, **fields)
+
+        monkeypatch.setattr(SqlStore, "commit_cycle", refusing)
+
+    return inject
+
+
 STAGES: dict[str, tuple[Inject, str, dict[str, Any]]] = {
+    "lease-write": (_refused_write("lease"), "recording its lease", {}),
+    "report-write": (_refused_write("report"), "writing its change", {}),
     "report": (_report, "its run's report", {}),
     "retry": (
         _retry,

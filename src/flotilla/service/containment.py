@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError, StatementError
 
 from flotilla.backends.interface import BackendUnavailable
 from flotilla.store import JobState, StoreError, Transition
@@ -28,6 +28,18 @@ log = logging.getLogger(__name__)
 
 NOT_CONTAINED = (StoreError, SQLAlchemyError, BackendUnavailable)
 """Errors that are not one job's fault: they leave the step as before."""
+
+
+def bad_value(error: Exception) -> bool:
+    """Whether a failed write was refused for a value it carried (the database's ``DataError``,
+    or a value that could not be converted: SQLAlchemy's ``StatementError`` around a
+    ``ValueError``), not because the database or the lease is gone: the write is then made
+    again job by job, and a job whose own write fails that way fails (``writes.py``)."""
+    if isinstance(error, DataError | ValueError | ArithmeticError):
+        return True
+    return isinstance(error, StatementError) and isinstance(
+        error.orig, ValueError | ArithmeticError
+    )
 
 
 class JobFaults:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+from flotilla.service.containment import bad_value
 from flotilla.service.context import LoopContext
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -95,9 +96,11 @@ class CycleWrites:
             self._commit(CycleWrite(transitions, runs))
         except (StaleRunError, IllegalTransitionError) as error:
             log.info("a cycle's write no longer applies whole (%s); writing it in parts", error)
-        except Exception:
-            self._waiting[:0] = transitions
-            raise
+        except Exception as error:
+            if not bad_value(error):
+                self._waiting[:0] = transitions
+                raise
+            log.warning("a cycle's write was refused (%s); writing it job by job", error)
         else:
             self.flushes += 1
             _committed(transitions)
@@ -135,6 +138,9 @@ class CycleWrites:
             return
         except (StaleRunError, IllegalTransitionError):
             pass
+        except Exception as error:
+            if not bad_value(error):
+                raise
         for change in transitions:
             try:
                 self._commit(CycleWrite([change]))
@@ -144,6 +150,18 @@ class CycleWrites:
             except IllegalTransitionError as error:
                 # The job moved on since this cycle read it (e.g. its run ended meanwhile).
                 log.info("skipped a transition that no longer applies: %s", error)
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                self._refused(change, error)
+
+    def _refused(self, change: Transition, error: Exception) -> None:
+        """The job's own change cannot be written: the job fails instead (``containment.py``);
+        a failure that cannot be written either is dropped, logged."""
+        if change.new_state is JobState.FAILED:
+            log.error("job %s: could not record it failed (%s); dropped", change.job_id, error)
+            return
+        self._context.faults.fail("writing its change", change.job_id, change.run, error)
 
     def _lease(self, runs: Sequence[RunRequest]) -> list[RunRequest]:
         """A job a cycle counted on may have left ``queued`` since its snapshot (a user
@@ -165,7 +183,28 @@ class CycleWrites:
                     if (job := read.get(request.job_id)) is not None
                     and job.state is JobState.QUEUED
                 ]
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                return self._lease_each(runs)
         return []  # still racing: the next cycle schedules these jobs again
+
+    def _lease_each(self, runs: Sequence[RunRequest]) -> list[RunRequest]:
+        """A lease refused for a value it carried: lease job by job; a job whose own lease
+        is refused fails (``containment.py``), the others are leased."""
+        leased: list[RunRequest] = []
+        for request in runs:
+            try:
+                self._commit(CycleWrite(runs=[request]))
+            except (IllegalTransitionError, StaleRunError) as error:
+                log.info("a job left the queue while the cycle committed: %s", error)
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                self._context.faults.fail("recording its lease", request.job_id, None, error)
+            else:
+                leased.append(request)
+        return leased
 
 
 def _committed(transitions: Sequence[Transition]) -> None:
