@@ -19,6 +19,7 @@ signalling processes in ``processes.py`` and ``_supervise.py``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -56,6 +57,7 @@ from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
     BackendRunState,
+    BackendUnavailable,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -76,6 +78,7 @@ from flotilla.backends.local_identity import (
 )
 from flotilla.backends.local_records import Run, Stop, record_path, save_run
 from flotilla.backends.local_tree import ProcessTrees
+from flotilla.backends.run_lock import RunLocks
 from flotilla.framework.nodes import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
@@ -192,6 +195,8 @@ class LocalBackend:
         self._reaping: list[subprocess.Popen[bytes]] = []
         """Supervisors killed once their cancelled replica was over, not reaped yet."""
         self._closed = False
+        self._run_locks = RunLocks()
+        """Start and adoption of a run, serialised with other processes (``run_lock.py``)."""
         self._load()
         self._stopping = threading.Event()
         self._monitor = threading.Thread(
@@ -208,7 +213,7 @@ class LocalBackend:
             return Inventory(self.cluster, (self._node,), self.clock(), active)
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
-        with self._lock:
+        with self._lock, self._run_lock(request.run_id):
             self._check_open()
             existing = self._known(request.run_id)
             if existing is not None:
@@ -340,9 +345,11 @@ class LocalBackend:
         return run
 
     def _load(self) -> None:
-        """Adopt the runs of an earlier backend over the same state dir."""
+        """Adopt the runs of an earlier backend over the same state dir (one another
+        process is starting right now is adopted when first asked about)."""
         for run_id in saved_run_ids(self._state):
-            self._adopt(run_id)
+            with contextlib.suppress(BackendUnavailable):
+                self._adopt(run_id)
         if self._pool is not None:
             used = [run for run in self._runs.values() if run.identity is not None]
             for run in sorted(used, key=lambda run: run.finished_at or float("inf")):
@@ -357,8 +364,22 @@ class LocalBackend:
             return False
         return run.identity.uid == uid and run.holds_identity
 
+    def _run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
+        """The run's lock across processes (``run_lock.py``) while this backend starts or
+        adopts it; none for a run it holds already (or an id that names no directory)."""
+        if run_id in self._runs or not RUN_ID_PATTERN.match(run_id):
+            return contextlib.nullcontext()
+        return self._run_locks.hold(run_directory(self._state, run_id))
+
     def _adopt(self, run_id: str) -> Run | None:
         """Take over the run another backend object recorded in the state dir, if any."""
+        directory = run_directory(self._state, run_id)
+        if not directory.is_dir():
+            return None
+        with self._run_lock(run_id):
+            return self._adopt_locked(run_id)
+
+    def _adopt_locked(self, run_id: str) -> Run | None:
         run = Run.load(run_directory(self._state, run_id))
         if run is None:
             return None

@@ -98,21 +98,25 @@ class Committer:
             victim = read.get(eviction.job)
             if victim is None or victim.run is None or victim.state not in ACTIVE_JOB_STATES:
                 continue
-            backend = context.backends.get(victim.run.cluster)
-            if backend is not None:
-                backend.cancel(CancelRequest(victim.run.id, reason=eviction.reason))
-                self._transitions.awaiting_stop[victim.run.id] = victim.id
-            self._transitions.transition(
-                victim.id, JobState.PREEMPTED, eviction.reason, run=victim.run.id
+            with context.faults.contain("its eviction", victim.id, victim.run.id):
+                self._evict_one(victim, eviction.reason, state)
+
+    def _evict_one(self, victim: JobRecord, reason: str, state: LoopSnapshot) -> None:
+        context = self._context
+        assert victim.run is not None
+        backend = context.backends.get(victim.run.cluster)
+        if backend is not None:
+            backend.cancel(CancelRequest(victim.run.id, reason=reason))
+            self._transitions.awaiting_stop[victim.run.id] = victim.id
+        self._transitions.transition(victim.id, JobState.PREEMPTED, reason, run=victim.run.id)
+        context.metrics.preemptions.labels(queue=victim.queue).inc()
+        cluster = state.clusters.get(victim.run.cluster)
+        if cluster is not None:
+            held = Assignment.from_json(
+                victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
             )
-            context.metrics.preemptions.labels(queue=victim.queue).inc()
-            cluster = state.clusters.get(victim.run.cluster)
-            if cluster is not None:
-                held = Assignment.from_json(
-                    victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
-                )
-                for placement in held.placements if held else ():
-                    cluster.nodes.release(placement.row, placement.request, placement.gpus)
+            for placement in held.placements if held else ():
+                cluster.nodes.release(placement.row, placement.request, placement.gpus)
 
     def _run_requests(
         self, result: CycleResult, state: LoopSnapshot, dropped: Mapping[str, str] | None
@@ -124,17 +128,18 @@ class Committer:
             record = read.get(decision.job.name)
             if record is None or record.state is not JobState.QUEUED:
                 continue  # a non-strict gang growing: not supported by the service yet
-            if current is not None:
-                unfit = current.room_for(decision.assignment)
-                if unfit is not None:
-                    state.reasons[record.id] = f"decision dropped: {unfit}"
-                    continue
-            requests.append(
-                RunRequest(
-                    job_id=record.id,
-                    cluster=decision.assignment.cluster,
-                    assignment=decision.assignment.to_json(),
-                    reason=f"scheduled on {decision.assignment.cluster}",
+            with self._context.faults.contain("recording its placement", record.id):
+                if current is not None:
+                    unfit = current.room_for(decision.assignment)
+                    if unfit is not None:
+                        state.reasons[record.id] = f"decision dropped: {unfit}"
+                        continue
+                requests.append(
+                    RunRequest(
+                        job_id=record.id,
+                        cluster=decision.assignment.cluster,
+                        assignment=decision.assignment.to_json(),
+                        reason=f"scheduled on {decision.assignment.cluster}",
+                    )
                 )
-            )
         return requests

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from flotilla.jobdb import ReadTxn
+from flotilla.service.containment import NOT_CONTAINED, JobFaults
 from flotilla.store import TERMINAL_JOB_STATES, DependencyRecord, JobRecord
 
 
@@ -69,6 +70,8 @@ class DependencyGate:
 
     def __init__(self, ended_job: Callable[[str], JobRecord | None] = lambda _job_id: None) -> None:
         self._ended_job = ended_job
+        self.faults = JobFaults()
+        """Logs a job whose dependencies cannot be read (set to the loop's)."""
         """A dependency the JobDb no longer holds: a job that finished before the retention
         (or before a restart) dropped it; read from the store."""
         self.held: dict[str, JobRecord] = {}
@@ -92,13 +95,19 @@ class DependencyGate:
         self.forget(record.id)
         if not record.dependencies:
             return True
-        status = dependency_status(
-            record.dependencies,
-            {
-                d.job_id: read.get(d.job_id) or self._ended_job(d.job_id)
-                for d in record.dependencies
-            },
-        )
+        try:
+            status = dependency_status(
+                record.dependencies,
+                {
+                    d.job_id: read.get(d.job_id) or self._ended_job(d.job_id)
+                    for d in record.dependencies
+                },
+            )
+        except NOT_CONTAINED:
+            raise
+        except Exception as error:  # this job's own: it fails, the others go on
+            self.never[record.id] = self.faults.note("its dependencies", record.id, error)
+            return False
         if status.verdict is Verdict.MET:
             return True
         if status.verdict is Verdict.NEVER:

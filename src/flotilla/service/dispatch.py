@@ -99,8 +99,10 @@ class Dispatcher:
                         synced = time.monotonic()
                     if not self._still_to_dispatch(job):
                         continue
-                    if (change := self._dispatch(job)) is not None:
-                        changes.append(change)
+                    run_id = job.run.id if job.run is not None else None
+                    with self._context.faults.contain("its dispatch", job.id, run_id):
+                        if (change := self._dispatch(job)) is not None:
+                            changes.append(change)
                 if changes:
                     crash_point("after-dispatch")
             finally:

@@ -5,9 +5,10 @@ One cycle:
 
 1. **Sync.** The JobDb catches up with the store by serial (``jobs_since``); the records it
    applied feed the snapshot builder, which keeps the queued backlog's engine jobs.
-2. **Lead** (``leadership.py``). Take or renew the scheduling lease. Only the holder writes:
-   every write it makes is fenced by the lease, so a replica that lost it cannot commit
-   anything, and it stops scheduling at once (an async round in flight is reset).
+2. **Lead** (``leadership.py``). Take the scheduling lease (a thread of its own renews it,
+   so a round longer than its TTL keeps it). Only the holder writes: every write it makes is
+   fenced by the lease, so a replica that lost it cannot commit anything, and it stops
+   scheduling at once (an async round in flight is reset).
 3. **Transitions** (``transitions.py``, leader). Heartbeats and run states from each
    cluster's backend become job transitions (running, succeeded, failed, lost → re-queued);
    clusters that stopped reporting become unreachable and their runs are re-queued; cancel
@@ -186,6 +187,7 @@ class SchedulingLoop:
             self._context, self.settings.lease_name, self.settings.replica, self.settings.lease_ttl
         )
         self._writes = CycleWrites(self._context, self._absorb)
+        self._writes.resume = self._leadership.resume
         self._transitions = RunTransitions(
             self._context,
             self._writes,
@@ -196,7 +198,9 @@ class SchedulingLoop:
         self._committer = Committer(
             self._context, self._transitions, self._dispatcher, self._writes
         )
-        self._snapshots = SnapshotBuilder(store, self.jobdb, pace=self.precedence.pace)
+        self._snapshots = SnapshotBuilder(
+            store, self.jobdb, pace=self.precedence.pace, faults=self._context.faults
+        )
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names
         self._reporter = Reporter(self._context)
@@ -295,6 +299,9 @@ class SchedulingLoop:
         has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
         sys.setswitchinterval(SWITCH_SECONDS)
+        # Renewal on a thread of its own: a round longer than the TTL (inline in sync mode)
+        # must not cost the lease (``leadership.py``).
+        self._leadership.start_renewing(on_lost=self._wake.set)
         try:
             while not stop.is_set():
                 try:
@@ -385,6 +392,7 @@ class SchedulingLoop:
             self._lose_lease()
 
     def close(self) -> None:
+        self._leadership.stop_renewing()
         if self.runner is not None:
             self.runner.reset()
         if self._context.lease is not None and self._writes.waiting:

@@ -26,6 +26,7 @@ from flotilla.framework.snapshot import QueueInfo, RunningJob, SchedulingSnapsho
 from flotilla.jobdb import JobDb, ReadTxn
 from flotilla.model import ClusterSpec
 from flotilla.service.admission import Admission
+from flotilla.service.containment import JobFaults
 from flotilla.service.dependencies import DependencyGate
 from flotilla.service.records import (
     cluster_from_record,
@@ -84,13 +85,22 @@ def in_submission_order(records: Iterable[JobRecord]) -> list[str]:
 
 
 class SnapshotBuilder:
-    def __init__(self, store: Store, jobdb: JobDb, pace: Callable[[], None] = lambda: None) -> None:
-        """``pace`` is called between the jobs a build walks (``Precedence.pace``)."""
+    def __init__(
+        self,
+        store: Store,
+        jobdb: JobDb,
+        pace: Callable[[], None] = lambda: None,
+        faults: JobFaults | None = None,
+    ) -> None:
+        """``pace`` is called between the jobs a build walks (``Precedence.pace``); a job
+        whose conversion fails is failed through ``faults`` (``containment.py``)."""
         self._store = store
         self._jobdb = jobdb
         self._pace = pace
+        self.faults = JobFaults() if faults is None else faults
         self.dependencies = DependencyGate(self._stored_job)
         """Queued jobs held back until their dependencies end (not in ``_queued``)."""
+        self.dependencies.faults = self.faults
         self.cluster_order: Callable[[], Sequence[str]] | None = None
         """The clusters' declaration order (the fleet file's), which strategies use to break
         ties; None: by name."""
@@ -128,7 +138,8 @@ class SnapshotBuilder:
         read = self._jobdb.read_txn()
         records = list(records)
         for record in records:
-            self._admission.observe(record)
+            with self.faults.contain("its admission", record.id):
+                self._admission.observe(record)
             held = self._queued.get(record.id)
             if held is not None and held.serial > record.serial:
                 continue
@@ -180,7 +191,12 @@ class SnapshotBuilder:
         deadline = time.perf_counter() + budget_seconds
         while self._stale and time.perf_counter() < deadline:
             for _ in range(min(200, len(self._stale))):
-                self._convert(self._stale.pop(), self._space)
+                self._convert_contained(self._stale.pop(), self._space)
+
+    def _convert_contained(self, job_id: str, space: ResourceSpace) -> None:
+        """Convert one job; one that cannot be converted fails, the others go on."""
+        with self.faults.contain("its conversion to an engine job", job_id):
+            self._convert(job_id, space)
 
     def _convert(self, job_id: str, space: ResourceSpace) -> None:
         self._engine.pop(job_id, None)
@@ -239,8 +255,10 @@ class SnapshotBuilder:
             if job.run is None or job.run.cluster not in clusters:
                 continue
             cluster = clusters[job.run.cluster]
-            engine_job = self._active_job(job, space)
-            assignment = Assignment.from_json(job.run.assignment, engine_job, cluster)
+            assignment = None
+            with self.faults.contain("reading its placement", job.id, job.run.id):
+                engine_job = self._active_job(job, space)
+                assignment = Assignment.from_json(job.run.assignment, engine_job, cluster)
             if assignment is None:
                 continue
             for placement in assignment.placements:
@@ -255,7 +273,7 @@ class SnapshotBuilder:
             self._stale.update(self._admission.released(time.time()))
             while self._stale:
                 pace()
-                self._convert(self._stale.pop(), space)
+                self._convert_contained(self._stale.pop(), space)
             self._shapes.trim(len(self._engine))
             queued = list(self._engine.values())
             reasons = dict(self._unplaceable)

@@ -28,6 +28,7 @@ from flotilla.backends.interface import (
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec, RetryCause
+from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
 from flotilla.service.records import cluster_spec_from_inventory
@@ -127,9 +128,15 @@ class RunTransitions:
         self._apply_statuses(backend, backend.poll())
 
     def _apply_statuses(self, backend: Backend, statuses: Sequence[RunStatus]) -> None:
-        self.record([change for status in statuses for change in self.on_run_status(status)])
+        contain = self._context.faults.contain
+        changes: list[Transition] = []
         for status in statuses:
-            self._stop_if_orphaned(backend, status)
+            with contain("its run's report", status.job, status.run_id):
+                changes += self.on_run_status(status)
+        self.record(changes)
+        for status in statuses:
+            with contain("stopping an orphaned run", status.job, status.run_id):
+                self._stop_if_orphaned(backend, status)
 
     def _stop_if_orphaned(self, backend: Backend, status: RunStatus) -> None:
         """Stop a run that is active in the engine although its job moved on: re-queued when
@@ -178,7 +185,8 @@ class RunTransitions:
             except BackendError:
                 continue
             if status.state not in (BackendRunState.PENDING, BackendRunState.RUNNING):
-                changes += self.on_run_status(status)
+                with self._context.faults.contain("its run's report", status.job, run_id):
+                    changes += self.on_run_status(status)
                 self._cancelling.pop(run_id, None)  # ended (maybe succeeded first): no more polls
         if changes:
             self.record(changes)
@@ -239,13 +247,14 @@ class RunTransitions:
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
                 if job.run is not None and job.run.cluster == cluster:
-                    retried = self.retry(Failure(job, RetryCause.NODE_FAILURE, reason))
-                    if retried is not None:
-                        self.record([retried])
-                    else:
-                        self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
                     if state is not JobState.LEASED:
                         orphans.add(job.run.id)
+                    with context.faults.contain("losing its cluster", job.id, job.run.id):
+                        retried = self.retry(Failure(job, RetryCause.NODE_FAILURE, reason))
+                        if retried is not None:
+                            self.record([retried])
+                        else:
+                            self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
 
     def _stop_orphans(self, cluster: str, backend: Backend) -> None:
         """Stop the runs re-queued while ``cluster`` was unreachable (it answers again)."""
@@ -328,11 +337,27 @@ class RunTransitions:
         return with_engine_times(changes, status)
 
     def retry(self, failure: Failure) -> Transition | None:
-        """What the job's retry policy makes of ``failure`` (``None``: it has none for it)."""
+        """What the job's retry policy makes of ``failure`` (``None``: it has none for it).
+        A policy that cannot be applied (a delay past any date) fails the job, naming it."""
         if failure.job.spec.retry is None:
             return None
         earlier = counted_failures(self._context.store.runs(failure.job.id))
-        return after_failure(failure, earlier)
+        try:
+            return after_failure(failure, earlier)
+        except NOT_CONTAINED:
+            raise
+        except Exception as error:
+            job = failure.job
+            run_id = job.run.id if job.run is not None else None
+            why = self._context.faults.note("its retry policy", job.id, error)
+            return Transition(
+                job.id,
+                JobState.FAILED,
+                f"{failure.reason}; {why}",
+                run_id,
+                exit_code=failure.exit_code,
+                message=failure.message,
+            )
 
     # --- preemption -----------------------------------------------------------------------
 
@@ -408,7 +433,8 @@ class RunTransitions:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
                 break  # the engine is down: ask again next cycle
             del self._unverified[job.id]
-            changes += self.on_run_status(status)
+            with self._context.faults.contain("its run's report", job.id, run_id):
+                changes += self.on_run_status(status)
         for job_id in [
             j for j in self._unverified if self._context.jobdb.read_txn().get(j) is None
         ]:
@@ -423,7 +449,8 @@ class RunTransitions:
         for state in ACTIVE_JOB_STATES:
             for job in read.jobs_in_state(state):
                 if job.cancel_requested and job.run is not None:
-                    self._stop_for_cancel(job)
+                    with self._context.faults.contain("its cancel", job.id, job.run.id):
+                        self._stop_for_cancel(job)
 
     def stop_for_cancels(self, jobs: Iterable[JobRecord], stopped: set[str] | None = None) -> bool:
         """Stop the runs of jobs whose cancel the API in this process has just committed,
@@ -442,7 +469,8 @@ class RunTransitions:
             if job is None or job.serial < handed.serial:
                 job = handed
             if job.cancel_requested and job.run is not None and job.state in ACTIVE_JOB_STATES:
-                self._stop_for_cancel(job, signalled=job.run.id == signalled)
+                with self._context.faults.contain("its cancel", job.id, job.run.id):
+                    self._stop_for_cancel(job, signalled=job.run.id == signalled)
         return len(self._cancelling) > stopping
 
     def _stop_for_cancel(self, job: JobRecord, *, signalled: bool = False) -> None:
@@ -480,14 +508,15 @@ class RunTransitions:
         """Queued gangs past their timeout fail, with the last reason they waited for."""
         now = time.time()
         for job in gangs:
-            gang = job.spec.gang
-            if gang is not None and now - self._waiting_since(job) > gang.timeout:
-                last = self._context.reasons.get(job.id, "never considered")
-                self.transition(
-                    job.id,
-                    JobState.FAILED,
-                    f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
-                )
+            with self._context.faults.contain("its gang timeout", job.id):
+                gang = job.spec.gang
+                if gang is not None and now - self._waiting_since(job) > gang.timeout:
+                    last = self._context.reasons.get(job.id, "never considered")
+                    self.transition(
+                        job.id,
+                        JobState.FAILED,
+                        f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
+                    )
 
     def _waiting_since(self, job: JobRecord) -> float:
         """When a queued job became schedulable: its last write, or the end of its last

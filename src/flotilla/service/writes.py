@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+from flotilla.service.containment import bad_value
 from flotilla.service.context import LoopContext
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -31,6 +32,7 @@ from flotilla.store import (
     IllegalTransitionError,
     JobRecord,
     JobState,
+    LeaseLostError,
     RunRequest,
     StaleRunError,
     Transition,
@@ -52,6 +54,9 @@ class CycleWrites:
     def __init__(self, context: LoopContext, absorb: Absorb) -> None:
         self._context = context
         self._absorb = absorb
+        self.resume: Callable[[], bool] = lambda: False
+        """After the fence refused a write: whether the term goes on (its lease ran out but
+        no one took a newer one, ``Leadership.resume``); the write is then made again."""
         self._waiting: list[Transition] = []
         self.flushes = 0
         """Writes made so far (a cycle that made none writes what waits at its end)."""
@@ -59,7 +64,7 @@ class CycleWrites:
     @property
     def waiting(self) -> bool:
         """Whether transitions wait for the next flush."""
-        return bool(self._waiting)
+        return bool(self._waiting) or self._context.faults.pending
 
     @property
     def settling(self) -> bool:
@@ -67,7 +72,9 @@ class CycleWrites:
         went back to the queue or failed — and so must be written before it schedules.
         Reports that runs were dispatched or started change nothing it counts (a leased run
         holds its nodes as a running one does): they can wait for the cycle's leases."""
-        return any(change.new_state not in STARTED for change in self._waiting)
+        return self._context.faults.pending or any(
+            change.new_state not in STARTED for change in self._waiting
+        )
 
     def add(self, changes: Iterable[Transition]) -> None:
         """Transitions for the next flush, in order."""
@@ -76,21 +83,24 @@ class CycleWrites:
     def forget(self) -> None:
         """The lease is gone: nothing this term gathered may be written."""
         self._waiting.clear()
+        self._context.faults.take()
 
     def flush(self, runs: Sequence[RunRequest] = ()) -> list[RunRequest]:
         """Write the waiting transitions, then lease ``runs``, in one transaction, and sync
         the JobDb from it. Returns the leases recorded: all of them, or, when some job left
         the queue meanwhile, those of the jobs still queued."""
-        transitions, self._waiting = self._waiting, []
+        transitions, self._waiting = [*self._waiting, *self._context.faults.take()], []
         if not transitions and not runs:
             return []
         try:
             self._commit(CycleWrite(transitions, runs))
         except (StaleRunError, IllegalTransitionError) as error:
             log.info("a cycle's write no longer applies whole (%s); writing it in parts", error)
-        except Exception:
-            self._waiting[:0] = transitions
-            raise
+        except Exception as error:
+            if not bad_value(error):
+                self._waiting[:0] = transitions
+                raise
+            log.warning("a cycle's write was refused (%s); writing it job by job", error)
         else:
             self.flushes += 1
             _committed(transitions)
@@ -106,9 +116,16 @@ class CycleWrites:
     def _commit(self, write: CycleWrite) -> None:
         context = self._context
         since = context.jobdb.serial
-        done = context.store.commit_cycle(
-            write, since=since, fence=context.lease, pace=context.pace
-        )
+        try:
+            done = context.store.commit_cycle(
+                write, since=since, fence=context.lease, pace=context.pace
+            )
+        except LeaseLostError:
+            if not self.resume():
+                raise  # another replica holds a newer term: this one's work is discarded
+            done = context.store.commit_cycle(
+                write, since=since, fence=context.lease, pace=context.pace
+            )
         self._absorb(since, done.changes)
 
     def _apply(self, transitions: list[Transition]) -> None:
@@ -121,6 +138,9 @@ class CycleWrites:
             return
         except (StaleRunError, IllegalTransitionError):
             pass
+        except Exception as error:
+            if not bad_value(error):
+                raise
         for change in transitions:
             try:
                 self._commit(CycleWrite([change]))
@@ -130,6 +150,18 @@ class CycleWrites:
             except IllegalTransitionError as error:
                 # The job moved on since this cycle read it (e.g. its run ended meanwhile).
                 log.info("skipped a transition that no longer applies: %s", error)
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                self._refused(change, error)
+
+    def _refused(self, change: Transition, error: Exception) -> None:
+        """The job's own change cannot be written: the job fails instead (``containment.py``);
+        a failure that cannot be written either is dropped, logged."""
+        if change.new_state is JobState.FAILED:
+            log.error("job %s: could not record it failed (%s); dropped", change.job_id, error)
+            return
+        self._context.faults.fail("writing its change", change.job_id, change.run, error)
 
     def _lease(self, runs: Sequence[RunRequest]) -> list[RunRequest]:
         """A job a cycle counted on may have left ``queued`` since its snapshot (a user
@@ -151,7 +183,28 @@ class CycleWrites:
                     if (job := read.get(request.job_id)) is not None
                     and job.state is JobState.QUEUED
                 ]
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                return self._lease_each(runs)
         return []  # still racing: the next cycle schedules these jobs again
+
+    def _lease_each(self, runs: Sequence[RunRequest]) -> list[RunRequest]:
+        """A lease refused for a value it carried: lease job by job; a job whose own lease
+        is refused fails (``containment.py``), the others are leased."""
+        leased: list[RunRequest] = []
+        for request in runs:
+            try:
+                self._commit(CycleWrite(runs=[request]))
+            except (IllegalTransitionError, StaleRunError) as error:
+                log.info("a job left the queue while the cycle committed: %s", error)
+            except Exception as error:
+                if not bad_value(error):
+                    raise
+                self._context.faults.fail("recording its lease", request.job_id, None, error)
+            else:
+                leased.append(request)
+        return leased
 
 
 def _committed(transitions: Sequence[Transition]) -> None:

@@ -74,6 +74,28 @@ def renew(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease | 
     return Lease(name=lease.name, holder=lease.holder, token=lease.token, expires_at=expires)
 
 
+def resume(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease | None:
+    """Extend ``lease`` even if it expired, as long as no one took a newer term since: the
+    row still names its holder and token (every acquire raises the token). A term that ran
+    out while its holder was busy — a round longer than the TTL, the renewing thread kept
+    off the CPU — goes on; nothing was written under another term meanwhile, so nothing its
+    holder computed is stale for that reason. None once another term began."""
+    expires = now + timedelta(seconds=ttl)
+    token = session.execute(
+        update(LeaseRow)
+        .where(
+            LeaseRow.name == lease.name,
+            LeaseRow.holder == lease.holder,
+            LeaseRow.fencing_token == lease.token,
+        )
+        .values(expires_at=expires, renewed_at=now)
+        .returning(LeaseRow.fencing_token)
+    ).scalar_one_or_none()
+    if token is None:
+        return None
+    return Lease(name=lease.name, holder=lease.holder, token=lease.token, expires_at=expires)
+
+
 def release(session: Session, lease: Lease, now: datetime) -> None:
     session.execute(
         update(LeaseRow)

@@ -368,6 +368,12 @@ class Store(Protocol):
         """Extend a held lease; None if it was lost (expired or taken): stop leading now."""
         ...
 
+    def resume_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend ``lease`` also after it expired, unless another term began since (someone
+        acquired it: the token grew); None then. A term is over only once another replica
+        actually holds a newer one, not when its holder was merely slow to renew."""
+        ...
+
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up so another replica can take it without waiting for expiry."""
         ...

@@ -509,6 +509,10 @@ class SqlStore:
         with self._write() as session:
             return leases.renew(session, lease, ttl, self._lease_now(session))
 
+    def resume_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        with self._write() as session:
+            return leases.resume(session, lease, ttl, self._lease_now(session))
+
     def release_lease(self, lease: Lease) -> None:
         with self._write() as session:
             leases.release(session, lease, self._lease_now(session))

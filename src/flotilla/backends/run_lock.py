@@ -1,0 +1,79 @@
+"""One lock per run between every process sharing a local backend's state dir.
+
+Replicas of a scheduler on one machine share the local cluster's state dir, and each one's
+``LocalBackend`` reads the runs another started from it (adoption). Reading a run's record
+and starting it were a check-then-act: a leader whose lease had lapsed and its successor
+could both find no record of run R, and both start it (seen twice in 21 trials, 10 ms
+apart). Each start and each adoption of a run now holds an exclusive ``flock`` on the run's
+directory, so one process starts the run and every other one finds its complete record.
+
+``flock`` is released by the kernel when its holder dies, so a ``kill -9`` mid-start leaves
+no stale lock: the next process takes it and finds what the dead one left (a run whose start
+gate it then settles, ``_supervise.py``). Locks are per open file description, so two
+backend objects in one process exclude each other as two processes do; a backend holding a
+run's lock may take it again (nested adoption within a start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from flotilla.backends.interface import BackendUnavailable
+
+WAIT_SECONDS = 30.0
+"""How long to wait for another process to finish starting a run before giving up for now
+(the caller retries: a dispatch is repeated next cycle)."""
+
+_POLL_SECONDS = 0.002
+
+
+class RunLocks:
+    """The run locks one backend object holds (re-entrant within it)."""
+
+    def __init__(self, wait_seconds: float = WAIT_SECONDS) -> None:
+        self._wait = wait_seconds
+        self._held: dict[Path, int] = {}
+        """Locked run directory → how many nested ``hold`` calls hold it."""
+
+    @contextlib.contextmanager
+    def hold(self, directory: Path) -> Iterator[None]:
+        """Hold ``directory``'s lock for the block, creating the directory if needed.
+
+        Raises ``BackendUnavailable`` when another process holds it for ``wait_seconds``."""
+        if directory in self._held:
+            self._held[directory] += 1
+            try:
+                yield
+            finally:
+                self._held[directory] -= 1
+            return
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # the state is the server's only
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _lock(descriptor, directory, self._wait)
+            self._held[directory] = 1
+            try:
+                yield
+            finally:
+                del self._held[directory]
+        finally:
+            os.close(descriptor)  # releases the lock
+
+
+def _lock(descriptor: int, directory: Path, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"run {directory.name} is being started or adopted by another process"
+                ) from None
+            time.sleep(_POLL_SECONDS)
