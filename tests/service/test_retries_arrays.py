@@ -170,6 +170,25 @@ def test_an_array_runs_at_most_parallelism_elements_at_once(service: Service) ->
     assert held[0].to_state is JobState.QUEUED
 
 
+def test_an_array_starts_its_elements_in_index_order(service: Service) -> None:
+    """As the simulator and docs/jobs.md have it: with room for every element, the first
+    ``parallelism`` to start are the lowest indices, and the rest follow by index. (The
+    service once converted queued jobs from a set, so which elements took the array's slots
+    depended on string hashing; the parity suite caught it.)"""
+    jobs = service.submit_spec("sleep 0.5", array={"size": 8, "parallelism": 3})
+    order: list[int] = []
+
+    def done() -> bool:
+        for index, job in enumerate(jobs):
+            if index not in order and service.state(job) is not JobState.QUEUED:
+                order.append(index)
+        return all(service.state(job) is JobState.SUCCEEDED for job in jobs)
+
+    service.cycle_until(done)
+    assert order[:3] == [0, 1, 2]
+    assert sorted(order[:3]) + sorted(order[3:]) == list(range(8))
+
+
 class Flaky(LocalBackend):
     """The local backend, silent (unreachable) once ``down`` is set."""
 

@@ -13,6 +13,7 @@ every queued job is converted again.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -65,8 +66,10 @@ class SnapshotBuilder:
         """Queued records by id, kept from the change feed."""
         self._serial = -1
         """The JobDb serial the queued records are up to date with."""
-        self._stale: set[str] = set()
-        """Ids whose engine job must be (re)built or dropped."""
+        self._stale: OrderedDict[str, None] = OrderedDict()
+        """Ids whose engine job must be (re)built or dropped, oldest change first: the
+        admission of an array's elements follows this order, and the docs (and the
+        simulator) start them by index — a set's order is string hashing's."""
         self._engine: dict[str, SchedulingJob] = {}
         """Engine jobs of the queued records that some cluster could run."""
         self._shapes = ShapeInterner()
@@ -108,10 +111,10 @@ class SnapshotBuilder:
                 if record.state is not JobState.QUEUED:
                     self.dependencies.forget(record.id)
                 continue
-            self._stale.add(record.id)
+            self._stale[record.id] = None
         for record in self.dependencies.changed((record.id for record in records), read):
             self._queue(record)
-            self._stale.add(record.id)
+            self._stale[record.id] = None
         self._serial = max(self._serial, synced_serial)
 
     def _queue(self, record: JobRecord) -> None:
@@ -130,7 +133,7 @@ class SnapshotBuilder:
         self.gangs = {key: job for key, job in self._queued.items() if job.spec.gang}
         self._engine.clear()
         self._unplaceable.clear()
-        self._stale = set(self._queued)
+        self._stale = OrderedDict.fromkeys(self._queued)
         self._serial = read.serial
         self._admission.reset(
             job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)
@@ -147,7 +150,7 @@ class SnapshotBuilder:
         deadline = time.perf_counter() + budget_seconds
         while self._stale and time.perf_counter() < deadline:
             for _ in range(min(200, len(self._stale))):
-                self._convert(self._stale.pop(), self._space)
+                self._convert(self._stale.popitem(last=False)[0], self._space)
 
     def _convert(self, job_id: str, space: ResourceSpace) -> None:
         self._engine.pop(job_id, None)
@@ -172,7 +175,7 @@ class SnapshotBuilder:
         self._space = space
         self._engine.clear()
         self._unplaceable.clear()
-        self._stale = set(self._queued)
+        self._stale = OrderedDict.fromkeys(self._queued)
 
     # --- building -------------------------------------------------------------------------
 
@@ -219,10 +222,10 @@ class SnapshotBuilder:
         queued: list[SchedulingJob] = []
         reasons: dict[str, str] = {}
         if include_queued:
-            self._stale.update(self._admission.released(time.time()))
+            self._stale.update(dict.fromkeys(self._admission.released(time.time())))
             while self._stale:
                 pace()
-                self._convert(self._stale.pop(), space)
+                self._convert(self._stale.popitem(last=False)[0], space)
             self._shapes.trim(len(self._engine))
             queued = list(self._engine.values())
             reasons = dict(self._unplaceable)
