@@ -22,7 +22,7 @@ from typing import Any
 
 from flotilla.api.schemas import Cluster, Event, JobDetail
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
-from flotilla.sdk import Client
+from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -172,7 +172,7 @@ def apply_fleet(client: Client, plan: ReplayPlan) -> None:
     document = dict(plan.fleet)
     try:
         current = client.fleet()["fleet"]
-    except Exception:  # no fleet applied yet (404): nothing to keep
+    except NotFound:  # the service runs its embedded default: nothing to keep
         current = {}
     named = {queue["name"] for queue in document["queues"]}
     kept = [
