@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flotilla.api.schemas import Cluster, Event, JobDetail
+from flotilla.api.schemas import Cluster, Event, Job, JobDetail
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
 from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
@@ -31,7 +31,7 @@ READY_LIMIT = 120.0
 STATE_POLL = 0.2
 """Wall seconds between two reads of every job's state: the API shares the scheduler's
 process, and a replay must not slow down what it measures."""
-BARRIER_POLL = 0.01
+BARRIER_POLL = 0.02
 """Wall seconds between two reads of the scheduler's cycle number while a step waits."""
 QUIET_CYCLES = 3
 """Scheduler cycles without a change after which nothing can change any more."""
@@ -86,28 +86,38 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     barrier = 0
     """The scheduler cycle the service must have finished before the next step is taken."""
     looked = -STATE_POLL
+    durations: dict[str, float | None] = {}
+    """Job id → its duration in scenario seconds (jobs that end by themselves)."""
     states: dict[str, str] = {}
     done = 0
     while True:
         now = (time.monotonic() - start) * plan.speed
+        horizon = now if limit is None else min(now, limit)
+        if steps and steps[0].at <= horizon:
+            # One step time at a time, each once the service is where the simulator would be
+            # at its cycle: the previous step seen, the runs due to end by then ended.
+            jobs = _jobs(client, ids, after)
+            if _ready(client, plan, steps[0].at, barrier, jobs, epoch, durations):
+                barrier = _cycle_number(client) + 2
+                _take(client, steps.pop(0), ids)
+                durations.update(
+                    (job_id, by_name[name].duration)
+                    for name, job_id in ids.items()
+                    if by_name[name].duration is not None
+                )
+            else:
+                time.sleep(BARRIER_POLL)
+            continue
         if limit is not None and now > limit:
             end_reason, end_time = "settings.max_time", limit
             # The simulation includes the cycle at max_time: so does the replay.
             _await_cycle(client, _cycle_number(client) + 2)
             break
-        if steps and steps[0].at <= now and _cycle_number(client) >= barrier:
-            # Every step due: the simulator takes them all before its cycle.
-            barrier = _cycle_number(client) + 2
-            while steps and steps[0].at <= now:
-                _take(client, steps.pop(0), ids)
-        if steps and steps[0].at <= now:  # due, waiting for the service's next cycle
-            time.sleep(BARRIER_POLL)
-            continue
         if time.monotonic() - looked < STATE_POLL:
             _sleep_until_step(plan, steps, start, looked + STATE_POLL)
             continue
         looked = time.monotonic()
-        states = _states(client, ids, after)
+        states = {job_id: job.state for job_id, job in _jobs(client, ids, after).items()}
         done = sum(1 for state in states.values() if state in TERMINAL)
         if done == len(plan.jobs) and not steps:
             end_reason = "every job is terminal"
@@ -211,18 +221,42 @@ def _sleep_until_step(plan: ReplayPlan, steps: list[Step], start: float, until: 
     time.sleep(max(0.0, wake - time.monotonic()))
 
 
-def _states(client: Client, ids: Mapping[str, str], after: int | None) -> dict[str, str]:
-    """Each submitted job's state: the jobs submitted after ``after``, page by page."""
+def _jobs(client: Client, ids: Mapping[str, str], after: int | None) -> dict[str, Job]:
+    """Each submitted job by id: the jobs submitted after ``after``, page by page."""
     if not ids:
         return {}
     wanted = set(ids.values())
-    states: dict[str, str] = {}
+    found: dict[str, Job] = {}
     while True:
         page = client.page(after=after, limit=500)
-        states.update((job.id, job.state) for job in page.jobs if job.id in wanted)
+        found.update((job.id, job) for job in page.jobs if job.id in wanted)
         if page.next_cursor is None:
-            return states
+            return found
         after = page.next_cursor
+
+
+def _ready(
+    client: Client,
+    plan: ReplayPlan,
+    at: float,
+    barrier: int,
+    jobs: Mapping[str, Job],
+    epoch: float,
+    durations: Mapping[str, float | None],
+) -> bool:
+    """Whether the step at scenario time ``at`` may be taken: the scheduler finished the
+    cycle ``barrier``, and no run that started with a ``duration`` ending by ``at`` is still
+    running (the simulator frees those before its cycle at ``at``)."""
+    if _cycle_number(client) < barrier:
+        return False
+    by = epoch + plan.wall(at) + 1e-6
+    for job in jobs.values():
+        run, duration = job.run, durations.get(job.id)
+        if job.state in TERMINAL or duration is None or run is None or run.started_at is None:
+            continue
+        if run.started_at.timestamp() + plan.wall(duration) <= by:
+            return False
+    return True
 
 
 def _nothing_pending(
