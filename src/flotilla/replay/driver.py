@@ -86,6 +86,8 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     barrier = 0
     """The scheduler cycle the service must have finished before the next step is taken."""
     looked = -STATE_POLL
+    behind = 0.0
+    """Scenario seconds the latest step was taken after its time (the service lagged)."""
     durations: dict[str, float | None] = {}
     """Job id → its duration in scenario seconds (jobs that end by themselves)."""
     states: dict[str, str] = {}
@@ -99,6 +101,7 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             jobs = _jobs(client, ids, after)
             if _ready(client, plan, steps[0].at, barrier, jobs, epoch, durations):
                 barrier = _cycle_number(client) + 2
+                behind = max(behind, now - steps[0].at)
                 _take(client, steps.pop(0), ids)
                 durations.update(
                     (job_id, by_name[name].duration)
@@ -108,7 +111,9 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             else:
                 time.sleep(BARRIER_POLL)
             continue
-        if limit is not None and now > limit:
+        if limit is not None and now > limit + behind:
+            # The replay's clock runs behind the wall by the service's lag (``behind``): its
+            # max_time is on that clock, or what was simulated just before it would be cut.
             end_reason, end_time = "settings.max_time", limit
             # The simulation includes the cycle at max_time: so does the replay.
             _await_cycle(client, _cycle_number(client) + 2)
