@@ -107,6 +107,16 @@ KNOWN: dict[str, list[Known]] = {
             always=False,
         ),
     ],
+    "cost-optimized-cheapest-fit": [
+        Known(
+            "d-again",
+            frozenset({"cluster"}),
+            "a tie in time: a-cpu ends at t=10, exactly when d-again arrives, and the "
+            "simulator frees it first; in the service a-cpu started a dispatch later than it "
+            "was placed, so it may end after d-again's submission, which then finds cheap full",
+            always=False,
+        )
+    ],
     "cluster-failure": [
         Known("*", EVERY_FIELD, FAIL_AT),
         Known("queue q", frozenset({"start order"}), FAIL_AT, always=False),
