@@ -1,7 +1,10 @@
 """Play a ``ReplayPlan`` against a live service through the SDK client.
 
 The fleet is applied and the replay waits until every cluster of it is ready; then the clock
-starts (scenario time 0) and each step is taken when its wall time comes. The replay ends as
+starts (scenario time 0) and each step is taken when its wall time comes — but never before
+the scheduler has run a full cycle since the previous step, as the simulator runs a cycle at
+each step's time: a service that lags (a loaded machine, a high speed) sees the scenario's
+events late, never in another order. The replay ends as
 a simulation does: every job terminal, ``settings.max_time`` reached, or nothing that can
 change any more (every step taken, no job running that will end by itself, no queued job
 with a timer — a gang timeout or a retry backoff — and the scheduler has run cycles since
@@ -17,14 +20,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flotilla.api.schemas import Cluster, Event, JobDetail
-from flotilla.replay.plan import PlannedJob, ReplayPlan
-from flotilla.sdk import Client
+from flotilla.api.schemas import Cluster, Event, Job, JobDetail
+from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
+from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 READY_LIMIT = 120.0
 """Wall seconds the applied fleet's clusters may take to become ready."""
+STATE_POLL = 0.2
+"""Wall seconds between two reads of every job's state: the API shares the scheduler's
+process, and a replay must not slow down what it measures."""
+BARRIER_POLL = 0.02
+"""Wall seconds between two reads of the scheduler's cycle number while a step waits."""
 QUIET_CYCLES = 3
 """Scheduler cycles without a change after which nothing can change any more."""
 Progress = Callable[[float, int, int], None]
@@ -75,21 +83,46 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     last_progress = start
     end_reason = ""
     end_time = 0.0
+    barrier = 0
+    """The scheduler cycle the service must have finished before the next step is taken."""
+    looked = -STATE_POLL
+    behind = 0.0
+    """Scenario seconds the latest step was taken after its time (the service lagged)."""
+    durations: dict[str, float | None] = {}
+    """Job id → its duration in scenario seconds (jobs that end by themselves)."""
+    states: dict[str, str] = {}
+    done = 0
     while True:
         now = (time.monotonic() - start) * plan.speed
-        if limit is not None and now > limit:
+        horizon = now if limit is None else min(now, limit)
+        if steps and steps[0].at <= horizon:
+            # One step time at a time, each once the service is where the simulator would be
+            # at its cycle: the previous step seen, the runs due to end by then ended.
+            jobs = _jobs(client, ids, after)
+            if _ready(client, plan, steps[0].at, barrier, jobs, epoch, durations):
+                barrier = _cycle_number(client) + 2
+                behind = max(behind, now - steps[0].at)
+                _take(client, steps.pop(0), ids)
+                durations.update(
+                    (job_id, by_name[name].duration)
+                    for name, job_id in ids.items()
+                    if by_name[name].duration is not None
+                )
+            else:
+                time.sleep(BARRIER_POLL)
+            continue
+        if limit is not None and now > limit + behind:
+            # The replay's clock runs behind the wall by the service's lag (``behind``): its
+            # max_time is on that clock, or what was simulated just before it would be cut.
             end_reason, end_time = "settings.max_time", limit
+            # The simulation includes the cycle at max_time: so does the replay.
+            _await_cycle(client, _cycle_number(client) + 2)
             break
-        while steps and steps[0].at <= now:
-            step = steps.pop(0)
-            if step.submit:
-                submitted = client.submit(step.submit)
-                for job in submitted.jobs:
-                    ids[job.name] = job.id
-            for job in step.cancel:
-                if job.name in ids:
-                    client.cancel(ids[job.name], reason="cancelled by the scenario")
-        states = _states(client, ids, after)
+        if time.monotonic() - looked < STATE_POLL:
+            _sleep_until_step(plan, steps, start, looked + STATE_POLL)
+            continue
+        looked = time.monotonic()
+        states = {job_id: job.state for job_id, job in _jobs(client, ids, after).items()}
         done = sum(1 for state in states.values() if state in TERMINAL)
         if done == len(plan.jobs) and not steps:
             end_reason = "every job is terminal"
@@ -109,11 +142,8 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
         if progress is not None and time.monotonic() - last_progress > 0.5:
             last_progress = time.monotonic()
             progress(now, done, len(plan.jobs))
-        wake = plan.wall(steps[0].at) - (time.monotonic() - start) if steps else 1.0
-        time.sleep(max(0.0, min(wake, _poll_interval(plan))))
+        _sleep_until_step(plan, steps, start, looked + STATE_POLL)
     cutoff = time.time()
-    if end_reason == "settings.max_time":
-        cutoff = epoch + plan.wall(end_time)
     observed = Observed(
         plan=plan,
         started_at=epoch,
@@ -132,6 +162,24 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     return observed
 
 
+def _take(client: Client, step: Step, ids: dict[str, str]) -> None:
+    if step.submit:
+        for job in client.submit(step.submit).jobs:
+            ids[job.name] = job.id
+    for planned in step.cancel:
+        if planned.name in ids:
+            client.cancel(ids[planned.name], reason="cancelled by the scenario")
+
+
+def _await_cycle(client: Client, number: int) -> None:
+    """Until the scheduler has finished cycle ``number``."""
+    deadline = time.monotonic() + READY_LIMIT
+    while _cycle_number(client) < number:
+        if time.monotonic() > deadline:
+            raise ReplayError(f"the scheduler did not run a cycle in {READY_LIMIT:g}s")
+        time.sleep(0.01)
+
+
 def apply_fleet(client: Client, plan: ReplayPlan) -> None:
     """Apply the scenario's fleet, keeping the queues of the fleet in force it does not name
     (without their quota): a queue that holds jobs cannot be removed, and a service that
@@ -139,7 +187,7 @@ def apply_fleet(client: Client, plan: ReplayPlan) -> None:
     document = dict(plan.fleet)
     try:
         current = client.fleet()["fleet"]
-    except Exception:  # no fleet applied yet (404): nothing to keep
+    except NotFound:  # the service runs its embedded default: nothing to keep
         current = {}
     named = {queue["name"] for queue in document["queues"]}
     kept = [
@@ -170,23 +218,50 @@ def cancel_leftovers(client: Client, ids: Mapping[str, str], details: Mapping[st
         client.wait_all(left, timeout=READY_LIMIT)
 
 
-def _poll_interval(plan: ReplayPlan) -> float:
-    """Often enough to see a cycle's changes, never a busy loop."""
-    return min(0.25, max(0.02, plan.wall(plan.scenario.settings.cycle_interval) / 2))
+def _sleep_until_step(plan: ReplayPlan, steps: list[Step], start: float, until: float) -> None:
+    """Sleep until ``until`` (monotonic), or the next step's time if that comes first."""
+    wake = until
+    if steps:
+        wake = min(wake, start + plan.wall(steps[0].at))
+    time.sleep(max(0.0, wake - time.monotonic()))
 
 
-def _states(client: Client, ids: Mapping[str, str], after: int | None) -> dict[str, str]:
-    """Each submitted job's state: the jobs submitted after ``after``, page by page."""
+def _jobs(client: Client, ids: Mapping[str, str], after: int | None) -> dict[str, Job]:
+    """Each submitted job by id: the jobs submitted after ``after``, page by page."""
     if not ids:
         return {}
     wanted = set(ids.values())
-    states: dict[str, str] = {}
+    found: dict[str, Job] = {}
     while True:
         page = client.page(after=after, limit=500)
-        states.update((job.id, job.state) for job in page.jobs if job.id in wanted)
+        found.update((job.id, job) for job in page.jobs if job.id in wanted)
         if page.next_cursor is None:
-            return states
+            return found
         after = page.next_cursor
+
+
+def _ready(
+    client: Client,
+    plan: ReplayPlan,
+    at: float,
+    barrier: int,
+    jobs: Mapping[str, Job],
+    epoch: float,
+    durations: Mapping[str, float | None],
+) -> bool:
+    """Whether the step at scenario time ``at`` may be taken: the scheduler finished the
+    cycle ``barrier``, and no run that started with a ``duration`` ending by ``at`` is still
+    running (the simulator frees those before its cycle at ``at``)."""
+    if _cycle_number(client) < barrier:
+        return False
+    by = epoch + plan.wall(at) + 1e-6
+    for job in jobs.values():
+        run, duration = job.run, durations.get(job.id)
+        if job.state in TERMINAL or duration is None or run is None or run.started_at is None:
+            continue
+        if run.started_at.timestamp() + plan.wall(duration) <= by:
+            return False
+    return True
 
 
 def _nothing_pending(

@@ -142,9 +142,12 @@ def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
     """The job as the service's API takes it: the scenario-only fields gone, its duration
     in the payload for the ``sim`` backend, its wall-clock durations scaled."""
     body = spec.model_dump(mode="json", exclude_none=True)
-    for scenario_only in ("submit_at", "duration", "cancel_at"):
+    for scenario_only in ("submit_at", "cancel_at"):
         body.pop(scenario_only, None)
     duration = FOREVER if spec.duration is None else spec.duration / speed
+    if spec.duration is not None:
+        # The engine's expected runtime (EASY backfill's reservations), as in the simulator.
+        body["duration"] = duration
     payload = dict(body.get("payload") or {})
     payload["sim"] = {**payload.get("sim", {}), "duration": duration}
     body["payload"] = payload

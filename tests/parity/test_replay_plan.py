@@ -1,0 +1,104 @@
+"""``flotilla replay``'s plan and command line, without a server: what the service is given
+(times scaled by the speed, scenario-only fields gone) and the errors a user sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from flotilla.api.submission import parse_submission
+from flotilla.cli.main import app
+from flotilla.model import scenario_from_data
+from flotilla.model.fleet import FleetCluster
+from flotilla.replay.plan import FOREVER, plan_replay
+from tests.builders import REPO_ROOT
+
+SCENARIO = {
+    "name": "plan",
+    "settings": {"cycle_interval": 2, "max_time": 500},
+    "clusters": [
+        {
+            "name": "c",
+            "startup_delay": 4,
+            "fail_at": 30,
+            "nodes": [{"name": "n", "resources": {"cpu": 4}}],
+        }
+    ],
+    "queues": [{"name": "q"}],
+    "jobs": [
+        {
+            "name": "train",
+            "count": 2,
+            "queue": "q",
+            "submit_at": 10,
+            "duration": 100,
+            "cancel_at": 50,
+            "tasks": [{"name": "w", "replicas": 2, "resources": {"cpu": 1}}],
+            "gang": {"min_member": 2, "timeout": 60},
+            "retry": {"limit": 1, "delay": "20s"},
+        },
+        {"name": "forever", "queue": "q", "tasks": [{"name": "m", "resources": {"cpu": 1}}]},
+        {"name": "huge", "queue": "q", "tasks": [{"name": "m", "resources": {"cpu": 64}}]},
+    ],
+}
+
+
+def test_every_clock_of_the_scenario_runs_at_the_replay_speed() -> None:
+    plan = plan_replay(scenario_from_data(SCENARIO), speed=10)
+    assert plan.fleet["settings"]["cycle_interval"] == 0.2
+    assert "max_time" not in plan.fleet["settings"]
+    (cluster,) = plan.fleet["clusters"]
+    assert cluster["backend"] == "sim"
+    assert cluster["settings"]["startup_delay"] == 0.4
+    FleetCluster.model_validate(cluster)
+    train = plan.steps[1].submit[0]
+    assert plan.steps[1].at == 10
+    assert train["payload"] == {"sim": {"duration": 10.0}}
+    assert train["duration"] == 10.0
+    assert train["gang"]["timeout"] == 6.0
+    assert train["retry"]["delay"] == 2.0
+    assert train["count"] == 2
+
+
+def test_the_plan_submits_what_the_service_accepts() -> None:
+    plan = plan_replay(scenario_from_data(SCENARIO), speed=10)
+    bodies = [body for step in plan.steps for body in step.submit]
+    specs, _ = parse_submission({"jobs": bodies})
+    assert [spec.name for spec in specs] == ["forever", "huge", "train"]
+    forever = next(body for body in bodies if body["name"] == "forever")
+    assert forever["payload"]["sim"]["duration"] == FOREVER
+    assert all(body["hold_if_unfit"] for body in bodies)  # "huge" stays queued, as simulated
+
+
+def test_cancels_are_steps_of_their_own_and_fail_at_is_reported_unsupported() -> None:
+    plan = plan_replay(scenario_from_data(SCENARIO), speed=10)
+    cancel = next(step for step in plan.steps if step.cancel)
+    assert cancel.at == 50
+    assert [job.name for job in cancel.cancel] == ["train-0", "train-1"]
+    assert plan.unsupported == [
+        "clusters[0].fail_at: a service's cluster cannot be made to fail on cue; cluster c "
+        "stays reachable"
+    ]
+
+
+def test_an_invalid_scenario_exits_2_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nclusters: []\nqueues: [{name: q}]\n")
+    result = CliRunner().invoke(app, ["replay", str(bad), "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "invalid scenario" in result.output
+    assert "clusters" in result.output
+
+
+def test_an_unreachable_server_exits_1_saying_so() -> None:
+    scenario = REPO_ROOT / "tests" / "scenarios" / "cancellation.yaml"
+    result = CliRunner().invoke(app, ["replay", str(scenario), "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert "cannot reach the Flotilla server at http://127.0.0.1:9" in result.output
+
+
+def test_speed_must_be_positive() -> None:
+    scenario = REPO_ROOT / "tests" / "scenarios" / "cancellation.yaml"
+    result = CliRunner().invoke(app, ["replay", str(scenario), "--speed", "0"])
+    assert result.exit_code == 2
