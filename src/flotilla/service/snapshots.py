@@ -152,10 +152,10 @@ class SnapshotBuilder:
                 if record.state is not JobState.QUEUED:
                     self.dependencies.forget(record.id)
                 continue
-            self._stale[record.id] = None
+            self._stale.add(record.id)
         for record in self.dependencies.changed((record.id for record in records), read):
             self._queue(record)
-            self._stale[record.id] = None
+            self._stale.add(record.id)
         self._serial = max(self._serial, synced_serial)
 
     def _queue(self, record: JobRecord) -> None:
