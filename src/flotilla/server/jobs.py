@@ -25,6 +25,7 @@ from flotilla.api.schemas import (
     SubmittedJob,
 )
 from flotilla.api.submission import InvalidSubmission, parse_submission
+from flotilla.lifecycle.dependencies import accepts
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import Permission, User
@@ -354,7 +355,7 @@ def unmet_dependencies(
     unmet = [
         Dependency.from_record(item, None if record is None else record.state.value)
         for item in job.dependencies
-        if (record := found[item.job_id]) is None or not item.condition.accepts(record.state.value)
+        if (record := found[item.job_id]) is None or not accepts(item.condition, record.state.value)
     ]
     return status.reason, unmet
 
