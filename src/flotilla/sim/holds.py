@@ -1,34 +1,15 @@
-"""Retries and array parallelism in the simulator, as the service applies them.
+"""Array parallelism in the simulator, as the service applies it.
 
-The simulator models one kind of failure, a cluster that becomes unreachable (``fail_at``):
-for the jobs running there it is a ``node_failure``. A job whose ``retry`` policy names
-``node_failure`` counts it: within its ``limit`` it waits out its backoff and is queued again,
-past it it fails with the reason. Without such a policy the job is re-queued at once, uncounted,
-as before. An array with ``parallelism`` K has at most K elements queued-and-offered or running
-at once; the others wait, in index order, until an element ends.
+An array with ``parallelism`` K has at most K elements queued-and-offered or running at once;
+the others wait, in index order, until an element ends. (Retries are the lifecycle core's
+``after_run``, ``flotilla/lifecycle/runs.py``, which the simulator applies on a lost cluster.)
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from flotilla.model import RetryCause
 from flotilla.sim.state import SimJob
-
-
-def retry_after_node_failure(job: SimJob, reason: str) -> tuple[float | None, str]:
-    """After ``job`` lost its cluster: ``(delay, reason)`` to re-queue it after ``delay``
-    seconds, or ``(None, reason)`` when its retries are used up (it fails). A job whose
-    policy does not cover node failures is re-queued at once, uncounted."""
-    retry = job.spec.retry
-    if retry is None or RetryCause.NODE_FAILURE not in retry.on:
-        return 0.0, reason
-    job.failures += 1
-    if job.failures > retry.limit:
-        return None, (
-            f"{reason} (attempt {job.failures}, node_failure; retry limit of {retry.limit} reached)"
-        )
-    return retry.delay_after(job.failures), f"retry {job.failures} of {retry.limit}: {reason}"
 
 
 class ArraySlots:

@@ -23,6 +23,8 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
+from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
+from flotilla.lifecycle.states import JobState
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -39,7 +41,7 @@ from flotilla.scheduler.types import (
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.dependencies import Dependencies, Hold
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.holds import ArraySlots, retry_after_node_failure
+from flotilla.sim.holds import ArraySlots
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -252,17 +254,21 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
-            delay, why = retry_after_node_failure(job, reason)
-            if delay is None:
+            outcome = after_run(
+                job.spec, RunEnded(RunEnd.NODE_FAILURE, reason, job.attempts, job.failures)
+            )
+            job.failures += outcome.counted
+            if outcome.state is JobState.FAILED:
                 self._end(job, at, ScenarioJobState.FAILED, "failed")
-                job.reason = self.events[-1].reason = why
+                job.reason = self.events[-1].reason = outcome.reason
                 continue
             self._release(job, at)
             job.run += 1
-            if delay > 0:
+            why = outcome.with_backoff_note(f"t={at + outcome.delay:g}")
+            if outcome.delay > 0:
                 job.state, job.assignment = ScenarioJobState.QUEUED, None
                 job.held, self._queued[job.name] = True, job
-                self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
+                self._schedule_timer(at + outcome.delay, Timer.RETRY, job.name, job.run)
             else:
                 self._enqueue(job, at, ScenarioJobState.QUEUED)
             job.reason = why
@@ -410,6 +416,7 @@ class Simulator:
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
         job.reason = None
         job.run += 1
+        job.attempts += 1
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))

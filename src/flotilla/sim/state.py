@@ -33,6 +33,8 @@ class SimJob:
     reason: str | None = None
     run: int = 0
     """Attempt counter: timers of an earlier run are ignored after a requeue."""
+    attempts: int = 0
+    """Times it was scheduled (a run each; a grown gang's members join the same run)."""
     failures: int = 0
     """Failures its ``retry`` policy counted."""
     array_slot: bool = False
