@@ -25,11 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import Enum
 
-from flotilla.lifecycle.states import TERMINAL_JOB_STATES, JobState
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, JobState
 from flotilla.model.job import DependencyCondition
-
-TERMINAL_STATE_NAMES: frozenset[str] = frozenset(state.value for state in TERMINAL_JOB_STATES)
-"""The terminal states by name: the simulator's states share the service's names."""
 
 ACCEPTED_ENDS: dict[DependencyCondition, frozenset[str]] = {
     DependencyCondition.SUCCEEDED: frozenset({JobState.SUCCEEDED.value}),

@@ -46,6 +46,24 @@ ACTIVE_JOB_STATES: frozenset[JobState] = frozenset(
 WAITING_JOB_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PREEMPTED})
 """States in which a job waits for the scheduler (a preempted job waits to be requeued)."""
 
+JOB_STATE_ORDER: tuple[JobState, ...] = (
+    JobState.QUEUED,
+    JobState.LEASED,
+    JobState.PENDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.CANCELLED,
+)
+"""Every job state, in the order a person reads them (lists, filters, counts)."""
+
+TERMINAL_STATE_NAMES: frozenset[str] = frozenset(state.value for state in TERMINAL_JOB_STATES)
+"""The terminal states by name: what the SDK, the CLI, the dashboard (through the API) and the
+simulator (whose states share the service's names) compare against."""
+
+WAITING_STATE_NAMES: frozenset[str] = frozenset(state.value for state in WAITING_JOB_STATES)
+
 ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(
     {RunState.LEASED, RunState.PENDING, RunState.RUNNING}
 )
