@@ -43,6 +43,7 @@ from flotilla.framework.snapshot import (
     SchedulingConfig,
     SchedulingSnapshot,
 )
+from flotilla.lifecycle import gangs
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
@@ -102,6 +103,7 @@ class SchedulingAlgorithm:
             scheduled=tuple(scheduling_round.scheduled),
             preempted=tuple(scheduling_round.evictions),
             pending=pending,
+            growing=loop.growing,
             stats=stats,
         )
 
@@ -158,6 +160,8 @@ class _Loop:
         self.framework = algorithm.framework
         self.round = scheduling_round
         self.pending = PendingReasons()
+        self.growing: dict[str, str] = {}
+        """Running non-strict gangs with replicas left to place → why those wait."""
         # Within a round free resources only shrink unless something is evicted, so a shape
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
@@ -455,19 +459,31 @@ class _Loop:
             rest = remaining_replicas(job, placed)
             if rest is None:
                 continue
-            admitted, _, _ = self.round.admit(rest, leftover=False)
+            wanted = job.replica_count
+            placed_count = len(running.assignment.placements)
+            admitted, refused, _ = self.round.admit(rest, leftover=False)
             if not admitted:
+                why = refused or "not admitted"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             clusters = self.round.candidates(rest, long=False, pinned=running.assignment.cluster)
             decision = self.round.select(rest, clusters, minimum=1)
             if decision.assignment is None:
+                why = decision.reason or f"no room on cluster {running.assignment.cluster}"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             committed = self.round.permit_and_place(rest, decision, clusters, 1)
             if committed.assignment is None:
+                why = committed.reason or "not permitted"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             renumbered = tuple(
                 replace(p, replica=p.replica + placed.get(p.task, 0))
                 for p in committed.assignment.placements
             )
             grown = Assignment(committed.assignment.cluster, renumbered)
+            now_placed = placed_count + len(renumbered)
+            if now_placed < wanted:
+                why = f"no room for them on cluster {grown.cluster} yet"
+                self.growing[job.name] = gangs.members_wait_reason(now_placed, wanted, why)
             self.order.adjust(job.queue, self.round.commit(job, grown))

@@ -507,6 +507,7 @@ class SchedulingLoop:
         if self.runner.state is RunnerState.IDLE:
             self._sync()
             read = self.jobdb.read_txn()
-            if read.count(JobState.QUEUED):
+            # A non-strict gang with replicas still to place needs rounds too (growth.py).
+            if read.count(JobState.QUEUED) or self._committer.growth.incomplete:
                 self.runner.trigger(self._snapshots.build(read).snapshot)
         return committed

@@ -102,6 +102,8 @@ class Simulator:
         self._queued: dict[str, SimJob] = {}
         self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
+        self._partial: set[str] = set()
+        """Running non-strict gangs with replicas still to place."""
         self._slots = ArraySlots()
         self._terminal = 0
         self.preemptions = 0
@@ -244,6 +246,7 @@ class Simulator:
         self._account(at, -job.assignment.held(len(self.space)), job.job.queue)
         self._running.pop(job.name, None)
         self._running_views.pop(job.name, None)
+        self._partial.discard(job.name)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
@@ -323,7 +326,7 @@ class Simulator:
             self.decisions += ready.stats.considered
             reconciled = reconcile(ready, self)
             applied = self._apply(reconciled.result, now, dropped=reconciled.dropped)
-        if self._queued:
+        if self._queued or self._partial:  # a non-strict gang growing needs rounds too
             self.runner.trigger(self._snapshot(now))
         upcoming = self.runner.peek()
         if upcoming is not None and not (upcoming.scheduled or upcoming.preempted):
@@ -406,6 +409,7 @@ class Simulator:
             self.events.append(
                 Event(now, job.name, "expanded", assignment.cluster, assignment.nodes)
             )
+            self._note_partial(job)
             return
         job.scheduled_at = now
         if self._queued.pop(job.name, None) is not None:
@@ -414,6 +418,7 @@ class Simulator:
         job.state = ScenarioJobState.RUNNING
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
+        self._note_partial(job)
         job.reason = None
         job.run += 1
         job.attempts += 1
@@ -425,6 +430,13 @@ class Simulator:
             self._schedule_timer(now + delay, Timer.START, job.name, job.run)
         else:
             self._start(job, now)
+
+    def _note_partial(self, job: SimJob) -> None:
+        assert job.assignment is not None
+        if len(job.assignment.placements) < job.job.replica_count:
+            self._partial.add(job.name)
+        else:
+            self._partial.discard(job.name)
 
     # --- the clock ------------------------------------------------------------------------
 

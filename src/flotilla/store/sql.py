@@ -234,6 +234,20 @@ class SqlStore:
             self._fence(session, fence)
             return cycle.create_runs(session, requests, self._now())
 
+    def grow_run(
+        self,
+        job_id: str,
+        run_id: str,
+        assignment: Mapping[str, Any],
+        reason: str,
+        *,
+        fence: Lease | None = None,
+    ) -> JobRecord:
+        with self._write() as session:
+            self._fence(session, fence)
+            cycle.grow_run(session, job_id, run_id, assignment, reason, self._now())
+            return self._read_records(session, [job_id])[0]
+
     def commit_cycle(
         self,
         write: CycleWrite,
