@@ -10,12 +10,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from flotilla.backends.interface import StatusRequest
 from flotilla.backends.sim import SimBackend
+from flotilla.cli import client as cli_client
+from flotilla.cli import main as cli_main
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
+from flotilla.server import AuthSettings, create_app
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
@@ -112,3 +118,30 @@ def test_the_grown_replicas_hold_their_nodes_for_the_next_jobs(service: SimServi
     for _ in range(5):
         service.loop.cycle()
     assert service.store.get_job(late).state is JobState.QUEUED
+
+
+def test_describe_shows_the_replicas_placed_and_why_the_rest_wait(
+    service: SimService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    application = create_app(service.store, service.loop, AuthSettings.disabled(), poll_interval=0)
+
+    def factory(server: str, token: str | None) -> httpx.Client:
+        return TestClient(application, base_url=server)
+
+    monkeypatch.setattr(cli_client, "client_factory", factory)
+    blocker = service.submit("blocker", 2)
+    service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.RUNNING)
+    gang = service.submit("train", 4, **NON_STRICT)
+    service.cycle_until(lambda: service.placed(gang) == 2)
+    service.loop.cycle()
+    members = TestClient(application).get(f"/v1/jobs/{gang}").json()["members"]
+    assert (members["placed"], members["wanted"]) == (2, 4)
+    assert members["waiting"].startswith("2 of 4 replicas placed; the rest wait: ")
+    described = CliRunner().invoke(cli_main.app, ["describe", gang])
+    assert described.exit_code == 0, described.output
+    assert "2 of 4 placed" in described.output
+    assert "the rest wait" in described.output
+    service.store.cancel(blocker, "make room")
+    service.cycle_until(lambda: service.placed(gang) == 4)
+    members = TestClient(application).get(f"/v1/jobs/{gang}").json()["members"]
+    assert members == {"placed": 4, "wanted": 4, "waiting": None}

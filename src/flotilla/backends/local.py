@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from flotilla.backends.interface import (
     CancelOutcome,
     CancelRequest,
     CancelResult,
+    DispatchRejected,
     DispatchRequest,
     DispatchResult,
     Inventory,
@@ -56,10 +57,12 @@ from flotilla.backends.interface import (
     RunStatus,
     StatusRequest,
     UnknownRun,
+    new_placements,
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.framework.nodes import NodeInfo
+from flotilla.model.payload import CommandPayload
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
 
@@ -194,39 +197,84 @@ class LocalBackend:
             )
             run.directory.mkdir(parents=True, exist_ok=True)
             save_run(run)  # before any process exists: a crash now leaves a run to call lost
-            for replica in run.replicas:
-                env = {
-                    **local_environment.base_env(self.env_passthrough, self._account),
-                    **request.env,
-                    # Every replica of a local run is on this machine.
-                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                    **payload.env,
-                    **local_environment.backend_env(request, replica.placement),
-                }
-                try:
-                    process = processes.start_supervised(
-                        payload.argv(),
-                        exit_file=run.exit_file(replica),
-                        gate_file=run.gate_file(),
-                        stdout=run.log_file(replica, "stdout"),
-                        stderr=run.log_file(replica, "stderr"),
-                        env=env,
-                        working_dir=working_dir,
-                        user=None if self._account is None else str(self._account.pw_uid),
-                    )
-                except OSError as error:
-                    replica.finish(exit_code=None, error=f"could not start: {error}")
-                    continue
-                replica.attach(process, processes.start_ticks(process.pid))
-                save_run(run)  # the pid on disk before the next start: no untracked process
-            # Every pid is on disk: only now may the commands run (a crash before this line
-            # leaves supervisors waiting, and the next backend abandons them).
-            claim_gate(str(run.gate_file()), "go")
+            self._start_replicas(run, run.replicas, request, payload, working_dir, run.gate_file())
             run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
             self._refresh(run)
             save_run(run)
             self._changes.observe(run.run_id, run.state)
+            return run.result
+
+    def _start_replicas(
+        self,
+        run: Run,
+        replicas: list[Replica],
+        request: DispatchRequest,
+        payload: CommandPayload,
+        working_dir: Path,
+        gate: Path,
+    ) -> None:
+        """Start a supervised process group per replica, each pid on disk before the next
+        start, then open ``gate``: a crash before that leaves supervisors waiting, and they
+        abandon (the next backend claims ``abandon`` for the run's own gate)."""
+        for replica in replicas:
+            env = {
+                **local_environment.base_env(self.env_passthrough, self._account),
+                **request.env,
+                # Every replica of a local run is on this machine.
+                **rendezvous_env(request, replica.placement, "127.0.0.1"),
+                **payload.env,
+                **local_environment.backend_env(request, replica.placement),
+            }
+            try:
+                process = processes.start_supervised(
+                    payload.argv(),
+                    exit_file=run.exit_file(replica),
+                    gate_file=gate,
+                    stdout=run.log_file(replica, "stdout"),
+                    stderr=run.log_file(replica, "stderr"),
+                    env=env,
+                    working_dir=working_dir,
+                    user=None if self._account is None else str(self._account.pw_uid),
+                )
+            except OSError as error:
+                replica.finish(exit_code=None, error=f"could not start: {error}")
+                continue
+            replica.attach(process, processes.start_ticks(process.pid))
+            save_run(run)  # the pid on disk before the next start: no untracked process
+        # Every pid is on disk: only now may the commands run (a crash before this line
+        # leaves supervisors waiting, and the next backend abandons them).
+        claim_gate(str(gate), "go")
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: start the placements the run does not have yet, in its working
+        dir, with a start gate of their own (``gate-N``, N the replicas it had), so that a
+        crash while they start leaves none of them running untracked."""
+        with self._lock:
+            self._check_open()
+            run = self._get(request.run_id)
+            added = new_placements(run.result, request)
+            if not added:
+                return run.result
+            self._refresh(run)
+            if run.state.terminal or run.stop is not None:
+                raise DispatchRejected(
+                    f"run {request.run_id} has ended or is stopping: no replica can join it"
+                )
+            check_request(request, self.cluster, (self._node,))
+            payload = command_payload_of(request, "local")
+            assert self.working_dir is not None
+            if payload.working_dir:
+                working_dir = self.working_dir / payload.working_dir
+            else:
+                working_dir = run.scratch or self.working_dir
+            gate = run.directory / f"gate-{len(run.replicas)}"
+            joining = [Replica(placement) for placement in added]
+            run.replicas.extend(joining)
+            run.result = replace(run.result, placements=run.result.placements + added)
+            save_run(run)  # before any process exists, as a dispatch does
+            self._start_replicas(run, joining, request, payload, working_dir, gate)
+            self._changes.mark(run.run_id)
             return run.result
 
     def cancel(self, request: CancelRequest) -> CancelResult:

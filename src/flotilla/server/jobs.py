@@ -17,6 +17,7 @@ from flotilla.api.schemas import (
     CancelBody,
     CancelResult,
     Dependency,
+    GangMembers,
     Job,
     JobDetail,
     JobList,
@@ -25,6 +26,7 @@ from flotilla.api.schemas import (
     SubmittedJob,
 )
 from flotilla.api.submission import InvalidSubmission, parse_submission
+from flotilla.lifecycle import gangs
 from flotilla.lifecycle.dependencies import accepts
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.secrets import SecretError, has_secrets
@@ -38,11 +40,12 @@ from flotilla.server.context import (
     require_read,
 )
 from flotilla.server.errors import ApiError
-from flotilla.server.feasibility import fleet_shapes, unfit_problems
+from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
 from flotilla.server.requests_first import is_bulk
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
+    ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     JobRecord,
@@ -125,6 +128,23 @@ def _check_fit(
         )
 
 
+def _check_growth(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+    """422 for a non-strict gang that could never grow on this fleet (``growth_problems``):
+    it would run with the replicas it started with, forever."""
+    if not any(gangs.may_grow(spec) for spec in specs):
+        return
+    records = context.store.list_clusters()
+    problems = [
+        f"{prefix + '.' if prefix else ''}{line}"
+        for spec, prefix in zip(specs, prefixes, strict=True)
+        for line in growth_problems(spec, records)
+    ]
+    if problems:
+        raise ApiError(
+            422, "a non-strict gang could never grow on this fleet; nothing was submitted", problems
+        )
+
+
 def _check_dependency_access(context: ServerContext, user: User, specs: list[JobSpec]) -> None:
     """A dependency on a job of another queue needs read access to that job: its name and
     state show in the dependent's ``why`` (403 naming the queue)."""
@@ -188,6 +208,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     await run_in_threadpool(_check_dependency_access, context, user, specs)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
+    await run_in_threadpool(_check_growth, context, specs, prefixes)
     owner = user.name if context.auth.enabled else None
     with tracer().start_as_current_span("flotilla.submit") as span:
         ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner, pace=pace)
@@ -332,7 +353,23 @@ JobReference = Annotated[
 
 
 def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
-    return JobDetail.build(job, context.store.runs(job.id), pending_reason(context, job))
+    return JobDetail.build(
+        job, context.store.runs(job.id), pending_reason(context, job), gang_members(context, job)
+    )
+
+
+def gang_members(context: ServerContext, job: JobRecord) -> GangMembers | None:
+    """An active non-strict gang's replicas placed and wanted, and (from the scheduler
+    attached here) why the rest wait."""
+    if job.run is None or job.state not in ACTIVE_JOB_STATES or not gangs.may_grow(job.spec):
+        return None
+    placed = len(job.run.assignment.get("placements", []))
+    wanted = gangs.wanted_replicas(job.spec)
+    waiting = None
+    if placed < wanted:
+        live = context.scheduler.pending_reason(job.id) if context.scheduler is not None else None
+        waiting = live or gangs.members_wait_reason(placed, wanted, "not placed yet")
+    return GangMembers(placed=placed, wanted=wanted, waiting=waiting)
 
 
 def unmet_dependencies(
