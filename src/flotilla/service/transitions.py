@@ -27,6 +27,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.faults import crash_point
 from flotilla.framework.nodes import NodeInfo
+from flotilla.lifecycle.gangs import timeout_reason
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd, RunEnded, after_run
 from flotilla.model import ClusterSpec
 from flotilla.service.context import LoopContext
@@ -474,12 +475,8 @@ class RunTransitions:
         for job in gangs:
             gang = job.spec.gang
             if gang is not None and now - self._waiting_since(job) > gang.timeout:
-                last = self._context.reasons.get(job.id, "never considered")
-                self.transition(
-                    job.id,
-                    JobState.FAILED,
-                    f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
-                )
+                last = self._context.reasons.get(job.id)
+                self.transition(job.id, JobState.FAILED, timeout_reason(job.spec, last))
 
     def _waiting_since(self, job: JobRecord) -> float:
         """When a queued job became schedulable: its last write, or the end of its last

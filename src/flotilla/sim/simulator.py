@@ -23,6 +23,7 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
+from flotilla.lifecycle import gangs
 from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
 from flotilla.lifecycle.states import JobState
 from flotilla.model.errors import SpecError
@@ -104,7 +105,7 @@ class Simulator:
         self._running: dict[str, SimJob] = {}
         self._partial: set[str] = set()
         """Running non-strict gangs with replicas still to place."""
-        self._slots = ArraySlots()
+        self._slots = ArraySlots(self.job_by_name)
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -197,13 +198,10 @@ class Simulator:
                 for other in self._queued.values()
                 if other.spec.gang is not None and other.spec.gang.name == gang.name
             ]
-        label = gang.name or job.name
         for member in members:
-            last = member.reason or "never considered"
+            last = member.reason
             self._end(member, at, ScenarioJobState.FAILED, "failed")
-            member.reason = (
-                f"gang {label} could not be placed within its timeout of {gang.timeout:g}s: {last}"
-            )
+            member.reason = gangs.timeout_reason(member.spec, last)
             self.events[-1].reason = member.reason
         return True
 
@@ -232,11 +230,15 @@ class Simulator:
         job.finished_at = at
         job.reason = reason
         self.events.append(Event(at, job.name, event, reason=reason))
-        following = self._slots.release(job)
-        if following is not None:
+        for following in self._slots.release(job):
             self._enqueue(following, at, ScenarioJobState.QUEUED)
         for waiter in self._dependencies.ended(job.name):
             self._admit(waiter, at)
+
+    def _requeue_slot(self, job: SimJob, at: float) -> None:
+        """``job`` goes back to waiting: its array slot goes to the elements held first."""
+        for following in self._slots.stopped(job):
+            self._enqueue(following, at, ScenarioJobState.QUEUED)
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -267,6 +269,7 @@ class Simulator:
                 continue
             self._release(job, at)
             job.run += 1
+            self._requeue_slot(job, at)
             why = outcome.with_backoff_note(f"t={at + outcome.delay:g}")
             if outcome.delay > 0:
                 job.state, job.assignment = ScenarioJobState.QUEUED, None
@@ -370,6 +373,7 @@ class Simulator:
         job.preemptions += 1
         self.preemptions += 1
         self.events.append(Event(now, job.name, "preempted", reason=reason))
+        self._requeue_slot(job, now)
         self._enqueue(job, now, ScenarioJobState.PREEMPTED)
         job.reason = reason
 
@@ -415,6 +419,7 @@ class Simulator:
         if self._queued.pop(job.name, None) is not None:
             self._backlog.remove(job.job)
         self._running[job.name] = job
+        self._slots.started(job)
         job.state = ScenarioJobState.RUNNING
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)

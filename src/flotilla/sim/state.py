@@ -41,8 +41,6 @@ class SimJob:
     """Times it was scheduled (a run each; a grown gang's members join the same run)."""
     failures: int = 0
     """Failures its ``retry`` policy counted."""
-    array_slot: bool = False
-    """Whether it holds one of its array's ``parallelism`` slots."""
     held: bool = False
     """Queued but held out of the backlog (a retry backoff, its array's parallelism)."""
 
