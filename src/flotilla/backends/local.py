@@ -61,7 +61,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"

@@ -54,9 +54,8 @@ from flotilla.backends.interface import (
     UnknownRun,
     new_placements,
 )
-from flotilla.framework.fleet import node_infos
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model.cluster import NodeGroup
+from flotilla.model.node_info import NodeInfo, node_infos
 from flotilla.model.payload import PayloadError, SimBehaviour, parse_payload, parse_sim_behaviour
 
 SIGTERM_CODE = -int(signal.SIGTERM)

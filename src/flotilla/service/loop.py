@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from flotilla.backends.interface import Backend, LogChunk, LogsRequest, UnknownRun
-from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.snapshot import CycleResult, SchedulingConfig, SchedulingSnapshot
 from flotilla.model import ClusterSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.precedence import Precedence

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
-from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import ClusterSpec, GpuInventory, JobSpec, NodeGroup
+from flotilla.model.node_info import NodeInfo
 from flotilla.store import ClusterRecord, JobRecord
 
 

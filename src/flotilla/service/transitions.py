@@ -26,10 +26,10 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.faults import crash_point
-from flotilla.framework.nodes import NodeInfo
 from flotilla.lifecycle.gangs import timeout_reason
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd, RunEnded, after_run
 from flotilla.model import ClusterSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.service.context import LoopContext
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retry import counted_failures, end_of, transition_for

@@ -47,7 +47,7 @@ from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.status import node_info, pods_by_index, run_status, usable
 from flotilla.backends.kubernetes.watch import ClusterWatch
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import RayPayload
 from flotilla.model.quantity import parse_quantity
 
