@@ -116,7 +116,7 @@ class NodeTable:
     def version(self) -> Version:
         """Names the table's whole content (nodes and allocation): equal versions imply
         equal content, across copies, rounds and cycles, so what was computed from a table's
-        content alone may be remembered under its version (``framework.failures``). How
+        content alone may be remembered under its version (``scheduler.failures``). How
         versions are made is in ``framework.versions``."""
         version = self._version
         if version is None:

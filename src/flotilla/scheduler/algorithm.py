@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 
-from flotilla.framework.caches import EngineCaches
 from flotilla.framework.interfaces import (
     Assignment,
     AssignmentStrategy,
@@ -47,6 +46,7 @@ from flotilla.lifecycle import gangs
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
+from flotilla.scheduler.caches import EngineCaches
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
@@ -65,7 +65,7 @@ class SchedulingAlgorithm:
         fast_paths: bool = True,
     ) -> None:
         """``fast_paths=False`` is the reference mode: the same decisions and reasons, found
-        without the engine's caches (``framework.caches``); the equivalence tests compare."""
+        without the engine's caches (``scheduler.caches``); the equivalence tests compare."""
         self.config = config
         self.framework = framework or Framework.from_profile(
             config.profile, config.enabled_plugins, config.disabled_plugins
