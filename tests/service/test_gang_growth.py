@@ -15,7 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from flotilla.backends.interface import StatusRequest
+from flotilla.backends.interface import (
+    BackendUnavailable,
+    DispatchRequest,
+    DispatchResult,
+    StatusRequest,
+)
 from flotilla.backends.sim import SimBackend
 from flotilla.cli import client as cli_client
 from flotilla.cli import main as cli_main
@@ -145,3 +150,30 @@ def test_describe_shows_the_replicas_placed_and_why_the_rest_wait(
     service.cycle_until(lambda: service.placed(gang) == 4)
     members = TestClient(application).get(f"/v1/jobs/{gang}").json()["members"]
     assert members == {"placed": 4, "wanted": 4, "waiting": None}
+
+
+def test_a_growth_the_backend_could_not_take_is_handed_over_again(
+    service: SimService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The growth is recorded before the backend is asked; an engine that cannot be reached
+    then gets it at the next commit (as a new term would: ``Growth.repair``)."""
+    blocker = service.submit("blocker", 2)
+    service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.RUNNING)
+    gang = service.submit("train", 4, **NON_STRICT)
+    service.cycle_until(lambda: service.placed(gang) == 2)
+    grow = service.backend.add_replicas
+    refused: list[str] = []
+
+    def unreachable(request: DispatchRequest) -> DispatchResult:
+        refused.append(request.run_id)
+        raise BackendUnavailable("the engine is down")
+
+    monkeypatch.setattr(service.backend, "add_replicas", unreachable)
+    service.store.cancel(blocker, "make room")
+    service.cycle_until(lambda: service.placed(gang) == 4)  # recorded
+    assert refused
+    run = service.store.get_job(gang).run
+    assert run is not None
+    assert len(service.backend.status(StatusRequest(run.id)).replicas) == 2
+    monkeypatch.setattr(service.backend, "add_replicas", grow)
+    service.cycle_until(lambda: len(service.backend.status(StatusRequest(run.id)).replicas) == 4)

@@ -62,12 +62,16 @@ class Committer:
         requests, growing = self._run_requests(result, state, dropped)
         context = self._context
         self._grow(growing)
-        self.growth.incomplete = set(result.growing) | {
-            decision.job.name
-            for decision in result.scheduled
-            if decision.job.gang is not None
-            and len(decision.assignment.placements) < decision.job.replica_count
-        }
+        self.growth.incomplete = (
+            set(result.growing)
+            | self.growth.unhanded
+            | {
+                decision.job.name
+                for decision in result.scheduled
+                if decision.job.gang is not None
+                and len(decision.assignment.placements) < decision.job.replica_count
+            }
+        )
         if requests:
             with tracer().start_as_current_span("flotilla.schedule") as span:
                 requests = self._writes.flush(requests)

@@ -8,8 +8,9 @@ is recorded first — the run's assignment becomes the old placements and the ne
 ``grown`` event (``Store.grow_run``), so every snapshot after it counts the new replicas'
 nodes — and then handed to the run's backend (``ReplicaGrowth.add_replicas``, idempotent by
 task and replica). A run still leased (not dispatched yet) gets every placement at its
-dispatch. A crash between the record and the backend call leaves a run with fewer replicas
-than recorded: a new term hands every growing run to its backend again (``repair``).
+dispatch. A backend that cannot be reached gets the growth again at the next commit; a crash
+between the record and the backend call leaves a run with fewer replicas than recorded, and
+a new term hands every growing run to its backend again (``repair``).
 
 A backend that cannot add replicas (``can_grow``) gets no growth: the job runs with the
 replicas it has, and ``describe`` says why the rest wait. The service refuses such a job at
@@ -46,10 +47,14 @@ class Growth:
         self.waiting: dict[str, str] = {}
         """Job id → why a running gang's other replicas wait (the last round's word)."""
         self.incomplete: set[str] = set()
-        """Active non-strict gangs with replicas still to place, as the last commit knew them:
-        in async mode a round is triggered for them even with nothing queued."""
+        """Active non-strict gangs with replicas still to place (or a growth still to hand
+        over), as the last commit knew them: in async mode a round is triggered for them even
+        with nothing queued, and its commit hands the growth over again."""
         self._repaired: int | None = None
         """The lease's fencing token of the term whose growing runs were handed over."""
+        self.unhanded: set[str] = set()
+        """Jobs whose growth is recorded but their backend could not be reached: handed over
+        again at each commit until it answers."""
 
     def grow(self, decisions: Iterable[tuple[JobRecord, ScheduledJob]]) -> list[str]:
         """Record each growth and hand it to the run's backend; the ids of the jobs grown."""
@@ -94,10 +99,14 @@ class Growth:
             job = read.get(job_id)
             if job is not None:
                 self._add_replicas(job)
+            else:
+                self.unhanded.discard(job_id)
 
     def repair(self) -> None:
         """Once per term: every dispatched run of a growing gang goes to its backend again,
         so replicas recorded before a crash but never started are started."""
+        if self.unhanded:
+            self.hand_over(list(self.unhanded))
         lease = self._context.lease
         term = None if lease is None else lease.token
         if term is None or self._repaired == term:
@@ -110,6 +119,7 @@ class Growth:
                     self._add_replicas(job)
 
     def _add_replicas(self, job: JobRecord) -> None:
+        self.unhanded.discard(job.id)
         run = job.run
         if run is None or job.state not in (JobState.PENDING, JobState.RUNNING):
             return  # a leased run gets every placement when it is dispatched
@@ -122,6 +132,6 @@ class Growth:
             log.warning("run %s of job %s cannot grow: %s", run.id, job.id, error)
         except BackendUnavailable as error:
             log.warning("growth of %s waits for %s: %s", job.id, run.cluster, error)
-            self._repaired = None  # asked again at the next commit
+            self.unhanded.add(job.id)  # asked again at the next commit
         except BackendError as error:  # pragma: no cover - a backend's own failure
             log.warning("growth of %s failed on %s: %s", job.id, run.cluster, error)
