@@ -35,12 +35,13 @@ NODES = [{"name": "n", "count": 4, "resources": {"cpu": 8}}]
 
 
 class SimService:
-    def __init__(self, root: Path, mode: Mode = Mode.SYNC) -> None:
+    def __init__(self, root: Path, mode: Mode = Mode.SYNC, engine: str = "sim") -> None:
         self.store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
         self.store.put_queue(QueueSpec(name="default"))
         self.backend = SimBackend(cluster="sim", nodes=NODES, default_duration=3600.0)
         nodes = self.backend.inventory().nodes
-        self.store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", nodes))
+        # ``engine``: the backend the store records for the cluster (what decides growth)
+        self.store.upsert_cluster(cluster_spec_from_inventory("sim", engine, nodes))
         self.loop = SchedulingLoop(
             self.store,
             {"sim": self.backend},
@@ -177,3 +178,28 @@ def test_a_growth_the_backend_could_not_take_is_handed_over_again(
     assert len(service.backend.status(StatusRequest(run.id)).replicas) == 2
     monkeypatch.setattr(service.backend, "add_replicas", grow)
     service.cycle_until(lambda: len(service.backend.status(StatusRequest(run.id)).replicas) == 4)
+
+
+def test_on_a_cluster_whose_backend_cannot_grow_the_gang_keeps_its_replicas_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """The engine does not place the rest where they could never join (no room is held for
+    them), and the job's reason says why they wait."""
+    service = SimService(tmp_path, engine="ray")
+    try:
+        blocker = service.submit("blocker", 2)
+        service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.RUNNING)
+        gang = service.submit("train", 4, **NON_STRICT)
+        service.cycle_until(lambda: service.placed(gang) == 2)
+        service.store.cancel(blocker, "make room")
+        service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.CANCELLED)
+        late = service.submit("late", 2)
+        service.cycle_until(lambda: service.store.get_job(late).state is JobState.RUNNING)
+        assert service.placed(gang) == 2
+        reason = service.loop.pending_reason(gang) or ""
+        assert reason == (
+            "2 of 4 replicas placed; the rest wait: cluster sim's backend cannot add replicas "
+            "to a running run"
+        )
+    finally:
+        service.close()

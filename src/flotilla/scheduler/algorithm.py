@@ -441,6 +441,10 @@ class _Loop:
         self.failed_shapes.clear()
         return f"reserved at t={at:g} on {assignment.cluster} (backfill): {reason}"
 
+    def _grows(self, name: str) -> bool:
+        """Whether the backend of cluster ``name`` can add replicas to a running run."""
+        return next((c.grows for c in self.round.clusters if c.name == name), False)
+
     def _grow_partial_gangs(self) -> None:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
         running_jobs = list(self.round.running.values())
@@ -461,6 +465,13 @@ class _Loop:
                 continue
             wanted = job.replica_count
             placed_count = len(running.assignment.placements)
+            if not self._grows(running.assignment.cluster):
+                why = (
+                    f"cluster {running.assignment.cluster}'s backend cannot add replicas to a "
+                    "running run"
+                )
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
+                continue
             admitted, refused, _ = self.round.admit(rest, leftover=False)
             if not admitted:
                 why = refused or "not admitted"
