@@ -67,10 +67,11 @@ def backend_factory(name: str) -> Callable[..., Backend]:
 def backend_can_grow(name: str) -> bool:
     """Whether the backend registered as ``name`` can add replicas to a running run
     (``ReplicaGrowth``), known without making one: its factory is the class, or a function
-    whose return annotation is. An unknown name, or a factory that does not say, cannot."""
+    whose return annotation is. An unknown name, a package that cannot be imported here, or a
+    factory that does not say, cannot."""
     try:
         factory: Any = backend_factory(name)
-    except UnknownBackend:
+    except (UnknownBackend, ImportError):
         return False
     made = factory
     if not isinstance(factory, type):
