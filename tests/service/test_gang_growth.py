@@ -106,7 +106,7 @@ def test_a_non_strict_gang_starts_with_what_fits_and_grows_to_full_size(
     assert len(nodes) == 4  # one replica per node, none placed twice
     status = service.backend.status(StatusRequest(job.run.id))
     assert sorted((r.task, r.replica) for r in status.replicas) == [("worker", i) for i in range(4)]
-    grown = [event for event in service.store.events(gang) if event.kind == "grown"]
+    grown = [event for event in service.store.events(gang) if event.kind == "expanded"]
     assert [event.reason for event in grown] == ["grew by 2 replicas to 4 of 4 on sim"]
     service.loop.cycle()
     assert service.loop.pending_reason(gang) is None

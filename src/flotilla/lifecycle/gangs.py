@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from flotilla.model.job import GangMode, JobSpec
 
+GROWTH_EVENT = "expanded"
+"""The event of a running non-strict gang that took more replicas: the simulator's report and
+the service's job history name it alike."""
+
 
 def wanted_replicas(spec: JobSpec) -> int:
     """Every replica of the job, over all its tasks."""
@@ -53,7 +57,8 @@ def members_wait_reason(placed: int, wanted: int, why: str) -> str:
 
 
 def growth_reason(added: int, placed: int, wanted: int, cluster: str) -> str:
-    """The ``grown`` event of a running non-strict gang that took more replicas."""
+    """The reason of the ``expanded`` event of a running non-strict gang that took more
+    replicas."""
     return (
         f"grew by {added} replica{'s' if added != 1 else ''} to {placed} of {wanted} on {cluster}"
     )

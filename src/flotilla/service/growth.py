@@ -5,7 +5,7 @@ A non-strict gang (``gang.mode: non-strict``, ``min_member`` below its replicas)
 the replicas that fit; each later round's growth pass places more of the rest on the same
 cluster (``scheduler/algorithm.py``). Such a decision names a job that is already active. It
 is recorded first — the run's assignment becomes the old placements and the new, the job a
-``grown`` event (``Store.grow_run``), so every snapshot after it counts the new replicas'
+``expanded`` event (``Store.grow_run``), so every snapshot after it counts the new replicas'
 nodes — and then handed to the run's backend (``ReplicaGrowth.add_replicas``, idempotent by
 task and replica). A run still leased (not dispatched yet) gets every placement at its
 dispatch. A backend that cannot be reached gets the growth again at the next commit; a crash

@@ -411,7 +411,7 @@ class Simulator:
                 job.job, job.assignment, job.scheduled_at or now
             )
             self.events.append(
-                Event(now, job.name, "expanded", assignment.cluster, assignment.nodes)
+                Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
             )
             self._note_partial(job)
             return

@@ -24,6 +24,7 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
+from flotilla.lifecycle.gangs import GROWTH_EVENT
 from flotilla.store.bulk import among, batches, insert_rows, update_rows
 from flotilla.store.errors import IllegalTransitionError, NotFoundError, StaleRunError
 from flotilla.store.jobs import LOCK_COLUMNS, event_row, insert_events, new_id, reserve_serials
@@ -283,8 +284,8 @@ def grow_run(
 ) -> None:
     """A non-strict gang's run took more replicas: its assignment becomes ``assignment`` (the
     old placements and the new), the job a new serial (so every JobDb sees the nodes it now
-    holds) and a ``grown`` event. Raises ``StaleRunError`` when ``run_id`` is not the job's
-    active run any more (it ended, or the job was re-queued meanwhile)."""
+    holds) and an ``expanded`` event (``GROWTH_EVENT``). Raises ``StaleRunError`` when
+    ``run_id`` is not the job's active run any more (it ended, or the job was re-queued)."""
     serial = reserve_serials(session, 1)
     job = lock(session, [job_id], attempts=False).jobs[job_id]
     state = JobState(job["state"])
@@ -292,4 +293,4 @@ def grow_run(
         raise StaleRunError(f"job {job_id}: run {run_id} is not its active run any more")
     update_rows(session, RUNS, [{"id": run_id, "assignment": dict(assignment)}], key="id")
     update_rows(session, JOBS, [{"id": job_id, "serial": serial, "updated_at": now}], key="id")
-    insert_events(session, [event_row(job, now, "grown", state, state, reason)])
+    insert_events(session, [event_row(job, now, GROWTH_EVENT, state, state, reason)])

@@ -198,7 +198,7 @@ class Store(Protocol):
         fence: Lease | None = None,
     ) -> JobRecord:
         """A non-strict gang's active run ``run_id`` grew: store its whole new ``assignment``
-        (old placements and new), give the job a new serial and a ``grown`` event with
+        (old placements and new), give the job a new serial and an ``expanded`` event with
         ``reason``. Raises ``StaleRunError`` when the run is no longer the job's active run."""
         ...
 
