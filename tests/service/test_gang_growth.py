@@ -143,6 +143,9 @@ def test_describe_shows_the_replicas_placed_and_why_the_rest_wait(
     members = TestClient(application).get(f"/v1/jobs/{gang}").json()["members"]
     assert (members["placed"], members["wanted"]) == (2, 4)
     assert members["waiting"].startswith("2 of 4 replicas placed; the rest wait: ")
+    why = TestClient(application).get(f"/v1/jobs/{gang}/why").json()
+    assert why["reason"] == members["waiting"]
+    assert why["summary"].startswith("job train is running on cluster sim: 2 of 4 replicas")
     described = CliRunner().invoke(cli_main.app, ["describe", gang])
     assert described.exit_code == 0, described.output
     assert "2 of 4 placed" in described.output
