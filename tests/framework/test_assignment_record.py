@@ -9,8 +9,8 @@ import numpy as np
 
 from flotilla.framework.assignment_record import AssignmentRecord, PlacementRecord
 from flotilla.framework.interfaces import Assignment, CycleState
-from flotilla.framework.placement import place_job
 from flotilla.framework.registry import Framework
+from flotilla.scheduler.placement import place_job
 from tests.builders import Fleet, cluster, fleet, job, nodes, scenario, task
 
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from flotilla.framework.interfaces import CycleState
-from flotilla.framework.placement import place_job
 from flotilla.framework.registry import (
     Framework,
     UnknownExtension,
     load_strategy,
     profile_plugin_names,
 )
+from flotilla.scheduler.placement import place_job
 from tests.builders import cluster, fleet, job, nodes, scenario, task
 
 CYCLE = CycleState(time=0)

@@ -79,11 +79,16 @@ def test_a_dependency_that_ends_otherwise_fails_its_dependents_naming_it(
     service.cycle_until(lambda: service.state(cleanup) is JobState.SUCCEEDED)
 
 
-def test_a_held_job_stays_held_across_a_restart_and_fails_when_its_dependency_is_cancelled(
+def test_a_held_job_stays_held_across_a_restart_and_a_clean_up_runs_after_a_cancel(
     service: Service,
 ) -> None:
+    """``finished`` is Slurm's ``afterany``: a clean-up job after a training that was
+    cancelled runs; ``failed`` (``afternotok``) accepts a cancel too; the old meaning of
+    ``finished``, ``finished_not_cancelled``, still fails its waiter naming the dependency."""
     prep = submit(service, "prep", "sleep 600")
-    train = submit(service, "train", "echo never", ("prep", "finished"))
+    cleanup = submit(service, "cleanup", "echo cleaned", ("prep", "finished"))
+    on_failure = submit(service, "on-failure", "echo alerted", ("prep", "failed"))
+    strict = submit(service, "strict", "echo never", ("prep", "finished_not_cancelled"))
     service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
     service.loop.close()
     service.loop = SchedulingLoop(
@@ -93,11 +98,14 @@ def test_a_held_job_stays_held_across_a_restart_and_fails_when_its_dependency_is
     )
     for _ in range(3):
         service.loop.cycle()
-    assert service.state(train) is JobState.QUEUED
-    assert "to finish (it is running)" in (service.loop.pending_reason(train) or "")
+    assert service.state(cleanup) is JobState.QUEUED
+    assert "to finish (it is running)" in (service.loop.pending_reason(cleanup) or "")
     service.store.cancel(prep, "not needed")
-    service.cycle_until(lambda: service.state(train) is JobState.FAILED)
-    assert "ended cancelled" in service.store.get_job(train).reason
+    service.cycle_until(lambda: service.state(strict) is JobState.FAILED)
+    assert "ended cancelled" in service.store.get_job(strict).reason
+    service.cycle_until(lambda: service.state(cleanup) is JobState.SUCCEEDED)
+    service.cycle_until(lambda: service.state(on_failure) is JobState.SUCCEEDED)
+    assert service.state(prep) is JobState.CANCELLED
 
 
 def test_a_gangs_timeout_counts_from_when_its_dependencies_ended(service: Service) -> None:

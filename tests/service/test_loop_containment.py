@@ -25,7 +25,6 @@ from flotilla.model import JobSpec, QueueSpec
 from flotilla.service import commit, dependencies, snapshots, transitions
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.service.retry import Failure
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
 
@@ -70,15 +69,15 @@ def _report(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]
 
 def _retry(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:
     """The issue's case: the retry delay overflows (the edge now refuses such a delay, so the
-    overflow itself is injected)."""
-    after_failure = transitions.after_failure
+    overflow itself is injected into the lifecycle core's rule for an ended run)."""
+    after_run = transitions.after_run
 
-    def raising(failure: Failure, earlier: int) -> Any:
-        if failure.job.id == poison.id:
+    def raising(spec: JobSpec, ended: Any) -> Any:
+        if spec.name == poison.name:
             raise OverflowError(f"{INJECTED}: date value out of range")
-        return after_failure(failure, earlier)
+        return after_run(spec, ended)
 
-    monkeypatch.setattr(transitions, "after_failure", raising)
+    monkeypatch.setattr(transitions, "after_run", raising)
 
 
 def _dependencies(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:

@@ -1,12 +1,14 @@
-"""What a job's retry policy makes of an attempt that ended badly (no loop, no store)."""
+"""What a job's retry policy makes of an attempt that ended badly, as the service writes it
+(no loop, no store): the lifecycle core's outcome (``lifecycle/runs.py``) as a transition."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus
+from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
 from flotilla.model import JobSpec, RetryCause
-from flotilla.service.retry import Failure, after_failure, cause_of
+from flotilla.service.retry import cause_of, transition_for
 from flotilla.store import JobRecord, JobState, RunRecord, RunState
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -41,23 +43,33 @@ def job(retry: dict[str, object] | None, attempt: int = 1) -> JobRecord:
     )
 
 
+def after_failure(
+    record: JobRecord, end: RunEnd, reason: str, earlier: int
+) -> tuple[JobState, RunState | None, datetime | None, str]:
+    assert record.run is not None
+    ended = RunEnded(end, reason, record.run.attempt, earlier)
+    change = transition_for(record, after_run(record.spec, ended), ended, record.run.id, now=NOW)
+    return change.new_state, change.run_state, change.not_before, change.reason
+
+
 def test_a_covered_failure_requeues_with_its_backoff_and_keeps_the_run_failed() -> None:
-    failure = Failure(job({"limit": 3, "delay": "10s"}, attempt=3), RetryCause.FAILED, "exited 3")
-    change = after_failure(failure, earlier=2, now=NOW)
-    assert change is not None
-    assert (change.new_state, change.run_state) == (JobState.QUEUED, RunState.FAILED)
-    assert change.not_before == NOW + timedelta(seconds=40)  # third failure: 10 s * 2**2
-    assert change.reason.startswith("retry 3 of 3: attempt 3 ended (failed: exited 3)")
+    record = job({"limit": 3, "delay": "10s"}, attempt=3)
+    state, run_state, not_before, reason = after_failure(record, RunEnd.FAILED, "exited 3", 2)
+    assert (state, run_state) == (JobState.QUEUED, RunState.FAILED)
+    assert not_before == NOW + timedelta(seconds=40)  # third failure: 10 s * 2**2
+    assert reason.startswith("retry 3 of 3: attempt 3 ended (failed: exited 3)")
+    assert reason.endswith("; not before 2026-11-24T12:00:40Z (40s backoff)")
 
 
 def test_past_the_limit_the_job_fails_with_the_last_reason() -> None:
-    failure = Failure(job({"limit": 1}, attempt=2), RetryCause.NODE_FAILURE, "killed by SIGKILL")
-    change = after_failure(failure, earlier=1, now=NOW)
-    assert change is not None and change.new_state is JobState.FAILED
-    assert change.reason == "killed by SIGKILL (attempt 2, node_failure; retry limit of 1 reached)"
+    record = job({"limit": 1}, attempt=2)
+    state, run_state, _, reason = after_failure(record, RunEnd.NODE_FAILURE, "killed by SIGKILL", 1)
+    assert (state, run_state) == (JobState.FAILED, RunState.FAILED)
+    assert reason == "killed by SIGKILL (attempt 2, node_failure; retry limit of 1 reached)"
 
 
 def test_no_policy_or_an_uncovered_cause_leaves_the_usual_handling() -> None:
-    assert after_failure(Failure(job(None), RetryCause.FAILED, "x"), 0, NOW) is None
+    assert after_failure(job(None), RunEnd.FAILED, "x", 0)[:2] == (JobState.FAILED, None)
     narrow = job({"limit": 5, "on": ["failed"]})
-    assert after_failure(Failure(narrow, RetryCause.LOST, "run lost"), 0, NOW) is None
+    lost = after_failure(narrow, RunEnd.LOST, "run lost", 0)
+    assert lost == (JobState.QUEUED, None, None, "run lost")  # at once, uncounted

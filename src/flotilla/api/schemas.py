@@ -138,6 +138,17 @@ class Dependency(BaseModel):
         )
 
 
+class GangMembers(BaseModel):
+    """A non-strict gang's replicas: how many its run holds, how many it asks for, and why
+    the rest wait while it grows."""
+
+    placed: int
+    wanted: int
+    waiting: str | None = Field(
+        default=None, description="Why the replicas not placed yet wait (null: none waits)."
+    )
+
+
 class JobDetail(Job):
     """One job in full: spec as stored, every run, and why it waits if it does."""
 
@@ -155,9 +166,20 @@ class JobDetail(Job):
         description="The latest failed attempt: its number and what ended it (kept while a "
         "retry runs and after the job failed for good).",
     )
+    members: GangMembers | None = Field(
+        default=None,
+        description="A non-strict gang that runs (it may start with `min_member` replicas and "
+        "grow): replicas placed and wanted, and why the rest wait.",
+    )
 
     @classmethod
-    def build(cls, job: JobRecord, runs: list[RunRecord], pending: str | None) -> JobDetail:
+    def build(
+        cls,
+        job: JobRecord,
+        runs: list[RunRecord],
+        pending: str | None,
+        members: GangMembers | None = None,
+    ) -> JobDetail:
         failed = [run for run in runs if run.state.value == "failed"]
         last = None
         if failed:
@@ -171,6 +193,7 @@ class JobDetail(Job):
             pending_reason=pending,
             dependencies=[Dependency.from_record(item) for item in job.dependencies],
             last_failure=last,
+            members=members,
         )
 
 

@@ -7,6 +7,8 @@ under the entry-point group ``flotilla.backends`` (built-ins ``local`` and ``sim
 
 from __future__ import annotations
 
+import functools
+import typing
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -61,6 +63,25 @@ def backend_factory(name: str) -> Callable[..., Backend]:
     return factory
 
 
+@functools.cache
+def backend_can_grow(name: str) -> bool:
+    """Whether the backend registered as ``name`` can add replicas to a running run
+    (``ReplicaGrowth``), known without making one: its factory is the class, or a function
+    whose return annotation is. An unknown name, a package that cannot be imported here, or a
+    factory that does not say, cannot."""
+    try:
+        factory: Any = backend_factory(name)
+    except (UnknownBackend, ImportError):
+        return False
+    made = factory
+    if not isinstance(factory, type):
+        try:
+            made = typing.get_type_hints(factory).get("return")
+        except (NameError, TypeError):
+            return False
+    return isinstance(made, type) and callable(getattr(made, "add_replicas", None))
+
+
 def load_backend(name: str, **config: Any) -> Backend:
     """A new backend object of the registered ``name``, configured by keyword.
 
@@ -93,6 +114,7 @@ __all__ = [
     "UnknownBackend",
     "UnknownRun",
     "available_backends",
+    "backend_can_grow",
     "backend_factory",
     "load_backend",
 ]

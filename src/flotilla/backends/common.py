@@ -18,7 +18,7 @@ from flotilla.backends.interface import (
     ReplicaPlacement,
 )
 from flotilla.files import write_text_safely
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload, Payload, PayloadError, parse_payload
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 """Run ids become file and process names, so they are restricted to a safe alphabet."""
@@ -326,3 +326,44 @@ class Backend(Protocol):
         after ``close`` raise ``BackendClosed``.
         """
         ...
+
+
+@runtime_checkable
+class ReplicaGrowth(Protocol):
+    """A backend that can add replicas to a run while it runs: how a non-strict gang (one
+    that started with ``min_member`` of its replicas) grows to full size as room appears.
+
+    A backend without it runs a non-strict gang with the members it started with; the service
+    refuses such a gang at submission when every cluster it may run on lacks this
+    (``docs/jobs.md``)."""
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """Start the placements of ``request`` that its run does not have yet; ``request`` is
+        the run's whole dispatch as it stands now (every placement, old and new, so that the
+        new replicas see the run's new ``WORLD_SIZE`` and their ranks). Idempotent: a
+        placement the run has (by task and replica) starts nothing. Raises ``UnknownRun`` for
+        a run this backend never had, ``DispatchRejected`` for a run that has ended or a
+        placement the cluster cannot hold, ``BackendUnavailable`` as ``dispatch`` does."""
+        ...
+
+
+def can_grow(backend: object) -> bool:
+    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``)."""
+    return isinstance(backend, ReplicaGrowth)
+
+
+def new_placements(
+    existing: DispatchResult, request: DispatchRequest
+) -> tuple[ReplicaPlacement, ...]:
+    """The placements of ``request`` (the run's whole dispatch after growing) that the run
+    ``existing`` does not have yet. Raises ``DispatchRejected`` when ``request`` is not that
+    run grown: another job or cluster, or a placement it has moved elsewhere."""
+    known = {(p.task, p.replica): p for p in existing.placements}
+    wanted = {(p.task, p.replica): p for p in request.placements}
+    moved = [key for key, placement in known.items() if wanted.get(key) != placement]
+    if (existing.job, existing.cluster) != (request.job, request.cluster) or moved:
+        raise DispatchRejected(
+            f"run_id: {request.run_id!r} runs job {existing.job!r} with other placements; "
+            "growing a run only adds replicas"
+        )
+    return tuple(p for p in request.placements if (p.task, p.replica) not in known)

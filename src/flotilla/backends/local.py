@@ -29,7 +29,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from flotilla.backends.interface import (
     CancelOutcome,
     CancelRequest,
     CancelResult,
+    DispatchRejected,
     DispatchRequest,
     DispatchResult,
     Inventory,
@@ -69,6 +70,7 @@ from flotilla.backends.interface import (
     RunStatus,
     StatusRequest,
     UnknownRun,
+    new_placements,
 )
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_identity import (
@@ -76,10 +78,10 @@ from flotilla.backends.local_identity import (
     fixed_identity,
     parse_uid_range,
 )
-from flotilla.backends.local_records import Run, Stop, record_path, save_run
+from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 
 GPU_ENV = "FLOTILLA_LOCAL_GPUS"
 
@@ -259,6 +261,46 @@ class LocalBackend:
             self._refresh(run)
             save_run(run)
             self._changes.observe(run.run_id, run.state)
+            return run.result
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: start the placements the run does not have yet, in its working
+        dir, with a start gate of their own (``gate-N``, N the replicas it had), so that a
+        crash while they start leaves none of them running untracked."""
+        with self._lock:
+            self._check_open()
+            run = self._get(request.run_id)
+            added = new_placements(run.result, request)
+            if not added:
+                return run.result
+            self._refresh(run)
+            if run.state.terminal or run.stop is not None:
+                raise DispatchRejected(
+                    f"run {request.run_id} has ended or is stopping: no replica can join it"
+                )
+            check_request(request, self.cluster, (self._node,))
+            payload = command_payload_of(request, "local")
+            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+            assert self.working_dir is not None
+            base = run.scratch or self.working_dir
+            joining = [Replica(placement) for placement in added]
+            gate = run.directory / f"gate-{len(run.replicas)}"
+            run.replicas.extend(joining)
+            run.result = replace(run.result, placements=run.result.placements + added)
+            save_run(run)  # before any process exists, as a dispatch does
+            local_starting.start_replicas(
+                run,
+                request,
+                payload,
+                base if relative is None else base / relative,
+                make_working_dir=run.scratch is not None,
+                passthrough=self.env_passthrough,
+                log_limit=self._log_limit,
+                trees=self._trees,
+                replicas=joining,
+                gate=gate,
+            )
+            self._changes.mark(run.run_id)
             return run.result
 
     def cancel(self, request: CancelRequest) -> CancelResult:

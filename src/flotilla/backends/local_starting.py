@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,16 @@ def start_replicas(
     passthrough: tuple[str, ...],
     log_limit: int | None,
     trees: ProcessTrees,
+    replicas: Sequence[Replica] | None = None,
+    gate: Path | None = None,
 ) -> None:
     """Start a supervisor per replica, record every pid (once), then open the gate. A crash
     before the gate opens ends the gate pipe: the supervisors abandon the run, and the next
     backend reports it lost. A replica whose supervisor (or cgroup) cannot be made is finished
-    with why. ``trees``: each replica's cgroups and PID namespace (``local_tree.py``)."""
+    with why. ``trees``: each replica's cgroups and PID namespace (``local_tree.py``).
+    ``replicas``/``gate``: only these (replicas joining a running run, ``ReplicaGrowth``),
+    behind a gate file of their own; by default every replica, behind the run's gate."""
+    gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
     common: dict[str, Any] = {
@@ -118,7 +124,7 @@ def start_replicas(
         "working_dir": str(working_dir),
         "make_working_dir": make_working_dir,
         "shown_working_dir": payload.working_dir or ".",
-        "gate_file": str(run.gate_file()),
+        "gate_file": str(gate_path),
         "log_usage_file": str(run.log_usage_file()),
         "log_limit": log_limit,
         "log_note": log_note(log_limit),
@@ -126,7 +132,7 @@ def start_replicas(
     gate_read, gate_write = os.pipe()
     try:
         try:
-            for replica in run.replicas:
+            for replica in run.replicas if replicas is None else replicas:
                 env = {
                     **shared_env,
                     # Every replica of a local run is on this machine.
@@ -161,6 +167,6 @@ def start_replicas(
         finally:
             os.close(gate_read)
         save_run(run)  # every pid durable before the gate opens: no untracked command
-        claim_gate(str(run.gate_file()), "go")
+        claim_gate(str(gate_path), "go")
     finally:
         os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)

@@ -52,10 +52,10 @@ from flotilla.backends.interface import (
     RunStatus,
     StatusRequest,
     UnknownRun,
+    new_placements,
 )
-from flotilla.framework.fleet import node_infos
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model.cluster import NodeGroup
+from flotilla.model.node_info import NodeInfo, node_infos
 from flotilla.model.payload import PayloadError, SimBehaviour, parse_payload, parse_sim_behaviour
 
 SIGTERM_CODE = -int(signal.SIGTERM)
@@ -293,6 +293,27 @@ class SimBackend:
             self._store(run)
             self._changes.observe(run.result.run_id, run.status(now).state)
             return result
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: the new placements join the run; its end stays what its
+        behaviour says (every replica of a sim run ends together)."""
+        with self._lock:
+            self._check_open()
+            run = self._lookup(request.run_id)
+            if run is None:
+                raise UnknownRun(request.run_id)
+            added = new_placements(run.result, request)
+            if not added:
+                return run.result
+            if run.status(self.clock()).state.terminal:
+                raise DispatchRejected(f"run {request.run_id} has ended: no replica can join it")
+            check_request(request, self.cluster, self._nodes)
+            grown = replace(
+                run, result=replace(run.result, placements=run.result.placements + added)
+            )
+            self._store(grown)
+            self._changes.mark(request.run_id)
+            return grown.result
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:

@@ -45,6 +45,10 @@ def _facts(job: JobDetail) -> Table:
     gang = spec.get("gang")
     if gang:
         facts.add_row("Gang", gang_text(gang))
+    if job.members is not None:
+        facts.add_row("Replicas", f"{job.members.placed} of {job.members.wanted} placed")
+        if job.members.waiting:
+            facts.add_row("Growing", job.members.waiting)
     for name, value in retry_and_array_rows(job):
         facts.add_row(name, value)
     for dependency in job.dependencies:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flotilla.api.schemas import Job
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, JobState
 from flotilla.model import format_quantity
 
 PIPED_WIDTH = 200
@@ -22,19 +23,21 @@ def console() -> Console:
     return terminal if terminal.is_terminal else Console(width=PIPED_WIDTH)
 
 
-STATE_STYLES = {
-    "queued": "yellow",
-    "leased": "cyan",
-    "pending": "cyan",
-    "running": "green",
-    "succeeded": "bold green",
-    "failed": "bold red",
-    "cancelled": "dim",
-    "preempted": "magenta",
+STATE_STYLES: dict[str, str] = {
+    JobState.QUEUED: "yellow",
+    JobState.LEASED: "cyan",
+    JobState.PENDING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.SUCCEEDED: "bold green",
+    JobState.FAILED: "bold red",
+    JobState.CANCELLED: "dim",
+    JobState.PREEMPTED: "magenta",
 }
+"""Each job state's colour in tables (a new state of the lifecycle core needs one: the test
+``tests/lifecycle/test_state_sets.py`` says so)."""
 
 
-ENDED_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ENDED_STATES = TERMINAL_STATE_NAMES
 
 
 def state_text(state: str, cancel_requested: bool = False) -> str:

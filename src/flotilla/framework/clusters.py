@@ -27,6 +27,9 @@ class Cluster:
     nodes: NodeTable
     state: ClusterState = ClusterState.READY
     backend: str = "sim"
+    grows: bool = True
+    """Whether its backend can add replicas to a running run: the engine grows a non-strict
+    gang that started here only if it can (the simulator's clusters all can)."""
 
     @property
     def ready(self) -> bool:
@@ -46,4 +49,5 @@ class Cluster:
             nodes=self.nodes.copy(),
             state=self.state,
             backend=self.backend,
+            grows=self.grows,
         )

@@ -5,32 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.nodes import NodeInfo, NodeTable
+from flotilla.framework.nodes import NodeTable
 from flotilla.framework.resources import ResourceSpace
-from flotilla.model.cluster import ClusterSpec, NodeGroup
+from flotilla.model.cluster import ClusterSpec
 from flotilla.model.job import JobSpec
+from flotilla.model.node_info import node_infos
 
-
-def node_infos(group: NodeGroup) -> list[NodeInfo]:
-    capacity = dict(group.resources)
-    gpu_count = group.gpus.count if group.gpus else int(capacity.get("gpu", 0))
-    capacity["gpu"] = float(gpu_count)
-    gpu_memory = group.gpus.memory if group.gpus else None
-    if gpu_memory is not None:
-        capacity.setdefault("gpu_memory", gpu_memory * gpu_count)
-    return [
-        NodeInfo(
-            name=name,
-            capacity=capacity,
-            labels=dict(group.labels),
-            taints=tuple(group.taints),
-            gpu_count=gpu_count,
-            gpu_memory=gpu_memory,
-            numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
-            pcie_switches=group.gpus.pcie_switches if group.gpus else None,
-        )
-        for name in group.node_names()
-    ]
+__all__ = ["build_cluster", "node_infos", "resource_space_for"]
 
 
 def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluster:

@@ -274,9 +274,9 @@ class RowLocalFilter(FilterPlugin, Protocol):
 
     What the engine does with it: when every filter and score of a profile is row-local, the
     ``EngineCaches`` keep an incremental best-node index per node table and placement key
-    (``framework.node_index``) and re-ask only about rows that changed since the last
+    (``scheduler.node_index``) and re-ask only about rows that changed since the last
     placement of that key, and remember a failed request's verdict and explanation per
-    table version (``framework.failures``). A filter without this protocol makes the engine
+    table version (``scheduler.failures``). A filter without this protocol makes the engine
     scan every node (correct, only slower)."""
 
     def row_filter(self, request: FilterInput) -> RowVerdict | None: ...

@@ -7,7 +7,7 @@ devices (free share and free memory per device). It is the only mutable scheduli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +16,10 @@ import numpy.typing as npt
 from flotilla.framework import versions
 from flotilla.framework.resources import ResourceSpace, Vector
 from flotilla.framework.versions import ContentVersions, Version
-from flotilla.model.cluster import Taint, TaintEffect
+from flotilla.model.cluster import TaintEffect
+from flotilla.model.node_info import NodeInfo
+
+__all__ = ["HARD_EFFECTS", "NodeInfo", "NodeTable"]
 
 Mask = npt.NDArray[np.bool_]
 
@@ -37,20 +40,6 @@ class GpuAllocation:
     @property
     def device_ids(self) -> list[int]:
         return [device for device, _ in self.shares]
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """The static description of one node (what does not change while it runs jobs)."""
-
-    name: str
-    capacity: Mapping[str, float]
-    labels: Mapping[str, str]
-    taints: tuple[Taint, ...]
-    gpu_count: int = 0
-    gpu_memory: float | None = None
-    numa_nodes: int = 1
-    pcie_switches: int | None = None
 
 
 class NodeTable:
@@ -127,7 +116,7 @@ class NodeTable:
     def version(self) -> Version:
         """Names the table's whole content (nodes and allocation): equal versions imply
         equal content, across copies, rounds and cycles, so what was computed from a table's
-        content alone may be remembered under its version (``framework.failures``). How
+        content alone may be remembered under its version (``scheduler.failures``). How
         versions are made is in ``framework.versions``."""
         version = self._version
         if version is None:

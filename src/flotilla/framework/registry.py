@@ -179,7 +179,7 @@ class Framework:
     @cached_property
     def row_local(self) -> bool:
         """Every filter is a ``RowLocalFilter`` and every score a ``RowLocalScore``: the
-        engine may then remember failures and keep best-node indexes (``framework.caches``)."""
+        engine may then remember failures and keep best-node indexes (``scheduler.caches``)."""
         return len(self.row_filters) == len(self.filters) and len(self.row_scores) == len(
             self.scores
         )

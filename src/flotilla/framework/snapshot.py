@@ -227,6 +227,9 @@ class CycleResult:
     preempted: tuple[Eviction, ...] = ()
     pending: Mapping[str, str] = field(default_factory=dict)
     """Job name → reason; a ``PendingReasons`` when a round built it (expanded on first read)."""
+    growing: Mapping[str, str] = field(default_factory=dict)
+    """Running non-strict gangs with replicas still to place → why those wait
+    (``2 of 4 replicas placed; the rest wait: …``)."""
     stats: CycleStats = CycleStats()
 
 

@@ -1,7 +1,7 @@
 """Content versions of node tables: equal versions mean equal content.
 
 Why: what the framework computes from a table's content alone (a request that fits
-nowhere, and the filters' explanation of it, ``framework.failures``) can be remembered
+nowhere, and the filters' explanation of it, ``scheduler.failures``) can be remembered
 under the table's version and reused by every copy, round and cycle that meets the same
 content again — and the simulator meets it again all the time: a cycle per event, most of
 them changing little or nothing.

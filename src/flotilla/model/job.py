@@ -75,23 +75,19 @@ class Toleration(Strict):
 
 
 class DependencyCondition(StrEnum):
-    """What a dependency must end in for the job that waits on it to start."""
+    """What a dependency must end in for the job that waits on it to start; which ends meet
+    each one is the lifecycle core's table (``flotilla.lifecycle.dependencies``)."""
 
     SUCCEEDED = "succeeded"
+    """Succeeded (Slurm's ``afterok``)."""
     FINISHED = "finished"
-    """Succeeded or failed (a cancelled dependency satisfies no condition)."""
+    """Ended in any way: succeeded, failed or cancelled (Slurm's ``afterany``)."""
     FAILED = "failed"
-
-    def accepts(self, state: str) -> bool:
-        """Whether a dependency that ended in ``state`` satisfies this condition."""
-        if self is DependencyCondition.FINISHED:
-            return state in ("succeeded", "failed")
-        return state == self.value
-
-    @property
-    def verb(self) -> str:
-        """``waits for job X to {verb}``."""
-        return {"succeeded": "succeed", "finished": "finish", "failed": "fail"}[self.value]
+    """Ended in any way but success: failed or cancelled (Slurm's ``afternotok``)."""
+    FINISHED_NOT_CANCELLED = "finished_not_cancelled"
+    """Succeeded or failed: what ``finished`` meant before it accepted a cancelled job."""
+    FAILED_NOT_CANCELLED = "failed_not_cancelled"
+    """Failed: what ``failed`` meant before it accepted a cancelled job."""
 
 
 def dependency_cycles(edges: Mapping[int, Sequence[int]]) -> list[list[int]]:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 
-from flotilla.framework.caches import EngineCaches
 from flotilla.framework.interfaces import (
     Assignment,
     AssignmentStrategy,
@@ -43,9 +42,11 @@ from flotilla.framework.snapshot import (
     SchedulingConfig,
     SchedulingSnapshot,
 )
+from flotilla.lifecycle import gangs
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
+from flotilla.scheduler.caches import EngineCaches
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
@@ -64,7 +65,7 @@ class SchedulingAlgorithm:
         fast_paths: bool = True,
     ) -> None:
         """``fast_paths=False`` is the reference mode: the same decisions and reasons, found
-        without the engine's caches (``framework.caches``); the equivalence tests compare."""
+        without the engine's caches (``scheduler.caches``); the equivalence tests compare."""
         self.config = config
         self.framework = framework or Framework.from_profile(
             config.profile, config.enabled_plugins, config.disabled_plugins
@@ -102,6 +103,7 @@ class SchedulingAlgorithm:
             scheduled=tuple(scheduling_round.scheduled),
             preempted=tuple(scheduling_round.evictions),
             pending=pending,
+            growing=loop.growing,
             stats=stats,
         )
 
@@ -158,6 +160,8 @@ class _Loop:
         self.framework = algorithm.framework
         self.round = scheduling_round
         self.pending = PendingReasons()
+        self.growing: dict[str, str] = {}
+        """Running non-strict gangs with replicas left to place → why those wait."""
         # Within a round free resources only shrink unless something is evicted, so a shape
         # that did not fit will not fit later: identical jobs share one failed attempt.
         self.failed_shapes: dict[tuple[object, ...], str] = {}
@@ -437,6 +441,10 @@ class _Loop:
         self.failed_shapes.clear()
         return f"reserved at t={at:g} on {assignment.cluster} (backfill): {reason}"
 
+    def _grows(self, name: str) -> bool:
+        """Whether the backend of cluster ``name`` can add replicas to a running run."""
+        return next((c.grows for c in self.round.clusters if c.name == name), False)
+
     def _grow_partial_gangs(self) -> None:
         """Non-strict gangs that started with fewer members add the rest as they fit."""
         running_jobs = list(self.round.running.values())
@@ -455,19 +463,38 @@ class _Loop:
             rest = remaining_replicas(job, placed)
             if rest is None:
                 continue
-            admitted, _, _ = self.round.admit(rest, leftover=False)
+            wanted = job.replica_count
+            placed_count = len(running.assignment.placements)
+            if not self._grows(running.assignment.cluster):
+                why = (
+                    f"cluster {running.assignment.cluster}'s backend cannot add replicas to a "
+                    "running run"
+                )
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
+                continue
+            admitted, refused, _ = self.round.admit(rest, leftover=False)
             if not admitted:
+                why = refused or "not admitted"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             clusters = self.round.candidates(rest, long=False, pinned=running.assignment.cluster)
             decision = self.round.select(rest, clusters, minimum=1)
             if decision.assignment is None:
+                why = decision.reason or f"no room on cluster {running.assignment.cluster}"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             committed = self.round.permit_and_place(rest, decision, clusters, 1)
             if committed.assignment is None:
+                why = committed.reason or "not permitted"
+                self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
             renumbered = tuple(
                 replace(p, replica=p.replica + placed.get(p.task, 0))
                 for p in committed.assignment.placements
             )
             grown = Assignment(committed.assignment.cluster, renumbered)
+            now_placed = placed_count + len(renumbered)
+            if now_placed < wanted:
+                why = f"no room for them on cluster {grown.cluster} yet"
+                self.growing[job.name] = gangs.members_wait_reason(now_placed, wanted, why)
             self.order.adjust(job.queue, self.round.commit(job, grown))

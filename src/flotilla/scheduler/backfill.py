@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flotilla.framework.interfaces import Assignment, SelectionInput
 from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.placement import place_job
+from flotilla.scheduler.placement import place_job
 from flotilla.scheduler.scheduling_round import SchedulingRound
 
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     Assignment,
@@ -27,7 +26,6 @@ from flotilla.framework.interfaces import (
     WaitingInput,
 )
 from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.placement import place_job
 from flotilla.framework.registry import Framework
 from flotilla.framework.resources import EPSILON, Vector
 from flotilla.framework.snapshot import (
@@ -38,6 +36,8 @@ from flotilla.framework.snapshot import (
     SchedulingSnapshot,
 )
 from flotilla.model.queue import Preemption
+from flotilla.scheduler.caches import EngineCaches
+from flotilla.scheduler.placement import place_job
 
 
 class Outcome:
@@ -59,7 +59,7 @@ class SchedulingRound:
     ) -> None:
         self.framework = framework
         self.caches = caches
-        """The engine's caches (``framework.caches``); ``None`` places without them."""
+        """The engine's caches (``scheduler.caches``); ``None`` places without them."""
         self.strategy = strategy
         self.now = snapshot.time
         self.clusters = [cluster.snapshot() for cluster in snapshot.clusters]

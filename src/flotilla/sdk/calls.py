@@ -28,13 +28,15 @@ from flotilla.api.schemas import (
     SubmitResult,
     Why,
 )
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.sdk.errors import error_for
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL = TERMINAL_STATE_NAMES
+"""A job in one of these states has ended (the lifecycle core's set)."""
 STREAMS = ("stdout", "stderr")
 
 

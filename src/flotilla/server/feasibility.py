@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flotilla.backends import available_backends, backend_can_grow
+from flotilla.lifecycle import gangs
 from flotilla.model import GangMode, JobSpec, TaskSpec, format_quantity
 from flotilla.store import ClusterRecord
 
@@ -156,3 +158,25 @@ def unfit_problems(spec: JobSpec, clusters: Sequence[ClusterShape]) -> list[str]
             "cluster of the fleet can hold them all even when empty"
         ]
     return []
+
+
+def growth_problems(spec: JobSpec, records: Sequence[ClusterRecord]) -> list[str]:
+    """Why a non-strict gang that starts with fewer replicas than it asks for could never
+    grow here: no cluster it may run on (its ``affinity.clusters.required``) has a backend
+    that can add replicas to a running run. Empty when it may grow, or is no such gang."""
+    if not gangs.may_grow(spec) or not records:
+        return []
+    wanted = spec.affinity.clusters.required
+    candidates = [record for record in records if _has(record.labels, wanted)]
+    if not candidates or any(backend_can_grow(record.backend) for record in candidates):
+        return []
+    assert spec.gang is not None
+    growable = sorted(name for name in available_backends() if backend_can_grow(name))
+    engines = ", ".join(f"{record.name} ({record.backend})" for record in candidates)
+    return [
+        f"gang.mode: non-strict starts with min_member {spec.gang.min_member} of the job's "
+        f"{gangs.wanted_replicas(spec)} replicas and adds the rest as they fit, but no cluster "
+        f"it may run on can add replicas to a running run: {engines}. Give mode: strict "
+        "(every replica at once), or affinity.clusters.required naming a cluster whose backend "
+        f"can ({', '.join(growable)})"
+    ]

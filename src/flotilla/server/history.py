@@ -16,7 +16,7 @@ from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
 from flotilla.model import QuotaSpec
 from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
-from flotilla.server.jobs import JobReference, pending_reason, unmet_dependencies
+from flotilla.server.jobs import JobReference, gang_members, pending_reason, unmet_dependencies
 from flotilla.store import (
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
@@ -181,7 +181,7 @@ def _summary(job: JobRecord, reason: str, position: int | None, depth: int) -> s
         return f"job {job.name} was preempted and waits to be requeued: {reason}"
     where = f" on cluster {job.run.cluster}" if job.run is not None else ""
     stop = " (cancel requested)" if job.cancel_requested else ""
-    return f"job {job.name} is {job.state.value}{where}{stop}: {job.reason}"
+    return f"job {job.name} is {job.state.value}{where}{stop}: {reason}"
 
 
 @router.get("/jobs/{job_id}/why")
@@ -192,6 +192,9 @@ def why(job_id: JobReference, context: Context, user: Caller) -> Why:
     job = find_job(context, user, job_id)
     require_read(user, job)
     reason = pending_reason(context, job) or job.reason
+    members = gang_members(context, job)
+    if members is not None and members.waiting:  # a running gang whose other replicas wait
+        reason = members.waiting
     _, waiting_for = unmet_dependencies(context, job)
     position = store.queue_position(job.id)
     depth = store.job_counts().get(job.queue, {}).get(JobState.QUEUED.value, 0)

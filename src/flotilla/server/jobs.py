@@ -18,6 +18,7 @@ from flotilla.api.schemas import (
     CancelBody,
     CancelResult,
     Dependency,
+    GangMembers,
     Job,
     JobDetail,
     JobList,
@@ -26,6 +27,8 @@ from flotilla.api.schemas import (
     SubmittedJob,
 )
 from flotilla.api.submission import InvalidSubmission, parse_submission
+from flotilla.lifecycle import gangs
+from flotilla.lifecycle.dependencies import accepts
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.server.auth import ANONYMOUS, Permission, User
@@ -38,11 +41,12 @@ from flotilla.server.context import (
     require_read,
 )
 from flotilla.server.errors import ApiError
-from flotilla.server.feasibility import fleet_shapes, unfit_problems
+from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
 from flotilla.server.requests_first import is_bulk
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
+    ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     InvalidDependencyError,
@@ -126,6 +130,23 @@ def _check_fit(
         )
 
 
+def _check_growth(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+    """422 for a non-strict gang that could never grow on this fleet (``growth_problems``):
+    it would run with the replicas it started with, forever."""
+    if not any(gangs.may_grow(spec) for spec in specs):
+        return
+    records = context.store.list_clusters()
+    problems = [
+        f"{prefix + '.' if prefix else ''}{line}"
+        for spec, prefix in zip(specs, prefixes, strict=True)
+        for line in growth_problems(spec, records)
+    ]
+    if problems:
+        raise ApiError(
+            422, "a non-strict gang could never grow on this fleet; nothing was submitted", problems
+        )
+
+
 def _check_dependency_access(
     context: ServerContext, user: User, specs: list[JobSpec], prefixes: list[str]
 ) -> None:
@@ -200,6 +221,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     await run_in_threadpool(_check_queues, context, specs, prefixes)
     await run_in_threadpool(_check_dependency_access, context, user, specs, prefixes)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
+    await run_in_threadpool(_check_growth, context, specs, prefixes)
     owner = None if user is ANONYMOUS else user.name  # a token's name, the local token's user
     with tracer().start_as_current_span("flotilla.submit") as span:
         ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner, pace=pace)
@@ -344,7 +366,23 @@ JobReference = Annotated[
 
 
 def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
-    return JobDetail.build(job, context.store.runs(job.id), pending_reason(context, job))
+    return JobDetail.build(
+        job, context.store.runs(job.id), pending_reason(context, job), gang_members(context, job)
+    )
+
+
+def gang_members(context: ServerContext, job: JobRecord) -> GangMembers | None:
+    """An active non-strict gang's replicas placed and wanted, and (from the scheduler
+    attached here) why the rest wait."""
+    if job.run is None or job.state not in ACTIVE_JOB_STATES or not gangs.may_grow(job.spec):
+        return None
+    placed = len(job.run.assignment.get("placements", []))
+    wanted = gangs.wanted_replicas(job.spec)
+    waiting = None
+    if placed < wanted:
+        live = context.scheduler.pending_reason(job.id) if context.scheduler is not None else None
+        waiting = live or gangs.members_wait_reason(placed, wanted, "not placed yet")
+    return GangMembers(placed=placed, wanted=wanted, waiting=waiting)
 
 
 def unmet_dependencies(
@@ -367,7 +405,7 @@ def unmet_dependencies(
     unmet = [
         Dependency.from_record(item, None if record is None else record.state.value)
         for item in job.dependencies
-        if (record := found[item.job_id]) is None or not item.condition.accepts(record.state.value)
+        if (record := found[item.job_id]) is None or not accepts(item.condition, record.state.value)
     ]
     return status.reason, unmet
 

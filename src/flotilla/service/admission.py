@@ -2,34 +2,21 @@
 
 Two kinds of queued job are held back: a job waiting out its retry backoff (its stored
 ``not_before`` is in the future) and an array element over its array's ``parallelism`` (at
-most that many elements leased, pending or running at once, Slurm's ``--array=…%K``). Both
-are kept incrementally from the JobDb's change feed, so a cycle costs the jobs whose hold
-ended — a heap of backoff times, a heap of held elements per throttled array — never a scan
-of the backlog.
+most that many elements offered or leased, pending or running at once, Slurm's
+``--array=…%K``; the rule is the lifecycle core's ``ArrayThrottle``). Both are kept
+incrementally from the JobDb's change feed, so a cycle costs the jobs whose hold ended — a
+heap of backoff times, a heap of held elements per throttled array — never a scan of the
+backlog.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC
 
+from flotilla.lifecycle.arrays import ArrayThrottle
 from flotilla.store import ACTIVE_JOB_STATES, JobRecord, JobState
-
-
-@dataclass
-class _Array:
-    """One throttled array: its active and admitted elements, and the held ones by index."""
-
-    parallelism: int
-    active: set[str] = field(default_factory=set)
-    admitted: set[str] = field(default_factory=set)
-    held: list[tuple[int, str]] = field(default_factory=list)
-    held_ids: set[str] = field(default_factory=set)
-
-    def room(self) -> int:
-        return self.parallelism - len(self.active) - len(self.admitted)
 
 
 class Admission:
@@ -39,7 +26,7 @@ class Admission:
 
     def __init__(self) -> None:
         self._backoff: list[tuple[float, str]] = []
-        self._arrays: dict[str, _Array] = {}
+        self._arrays: dict[str, ArrayThrottle] = {}
         self._array_of: dict[str, str] = {}
         self._calls = 0
 
@@ -51,13 +38,13 @@ class Admission:
         for record in active:
             self.observe(record)
 
-    def _array(self, record: JobRecord) -> _Array | None:
+    def _array(self, record: JobRecord) -> ArrayThrottle | None:
         spec = record.spec.array
         if record.array_id is None or spec is None or spec.parallelism is None:
             return None
         found = self._arrays.get(record.array_id)
         if found is None:
-            found = self._arrays[record.array_id] = _Array(spec.parallelism)
+            found = self._arrays[record.array_id] = ArrayThrottle(spec.parallelism)
         self._array_of[record.id] = record.array_id
         return found
 
@@ -67,10 +54,9 @@ class Admission:
         if array is None:
             return
         if record.state in ACTIVE_JOB_STATES:
-            array.active.add(record.id)
-            array.admitted.discard(record.id)
+            array.activate(record.id)
         else:
-            array.active.discard(record.id)
+            array.deactivate(record.id)
             if record.state is not JobState.QUEUED:
                 self.withdraw(record.id)
 
@@ -78,8 +64,7 @@ class Admission:
         """The job is no longer offered (it left the queue, or is looked at again)."""
         array = self._arrays.get(self._array_of.get(job_id, ""))
         if array is not None:
-            array.admitted.discard(job_id)
-            array.held_ids.discard(job_id)
+            array.leave(job_id)
 
     def admit(self, record: JobRecord, now: float) -> str | None:
         """``None`` if the queued job may be offered now; else why it is held back (it comes
@@ -92,30 +77,18 @@ class Admission:
         if array is None:
             return None
         self.withdraw(record.id)
-        if array.room() > 0:
-            array.admitted.add(record.id)
+        if array.offer(record.id, record.array_index or 0):
             return None
-        heapq.heappush(array.held, (record.array_index or 0, record.id))
-        array.held_ids.add(record.id)
-        return (
-            f"array {record.array_id}: {len(array.active)} of its elements are running or "
-            f"starting, its parallelism is {array.parallelism}"
-        )
+        return array.reason(record.array_id or "")
 
     def released(self, now: float) -> list[str]:
         """Jobs whose hold ended since the last call: backoff over, or room in the array."""
         released: list[str] = []
         while self._backoff and self._backoff[0][0] <= now:
             released.append(heapq.heappop(self._backoff)[1])
-        for array_id in [key for key, array in self._arrays.items() if array.held_ids]:
-            array = self._arrays[array_id]
-            room = array.room()
-            while room > 0 and array.held:
-                _, job_id = heapq.heappop(array.held)
-                if job_id in array.held_ids:
-                    array.held_ids.discard(job_id)
-                    released.append(job_id)
-                    room -= 1
+        for array in self._arrays.values():
+            if array.holds_some:
+                released.extend(array.release())
         self._forget_idle()
         return released
 
@@ -124,10 +97,6 @@ class Admission:
         self._calls += 1
         if self._calls % 1000:
             return
-        live = {
-            key
-            for key, array in self._arrays.items()
-            if array.active or array.admitted or array.held_ids
-        }
+        live = {key for key, array in self._arrays.items() if not array.idle}
         self._arrays = {key: array for key, array in self._arrays.items() if key in live}
         self._array_of = {job: key for job, key in self._array_of.items() if key in live}

@@ -1,11 +1,12 @@
-"""Committing a scheduling round's decisions: evictions, then leases, then dispatch.
+"""Committing a scheduling round's decisions: evictions, then growth, leases and dispatch.
 
 Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
 their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
 a round are recorded in one fenced transaction (``queued → leased``, one run each), with the
-transitions that wait for it (``writes.py``), and then dispatched. In async mode, decisions
-that no longer fit the current node tables are dropped and their jobs wait for the next
-round, with the reason.
+transitions that wait for it (``writes.py``), and then dispatched. A running non-strict gang
+that took more replicas is recorded and handed to its backend (``growth.py``). In async mode,
+decisions that no longer fit the current node tables are dropped and their jobs wait for the
+next round, with the reason.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from collections.abc import Mapping
 from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
 from flotilla.framework.interfaces import Assignment
-from flotilla.framework.snapshot import CycleResult
+from flotilla.framework.snapshot import CycleResult, ScheduledJob
+from flotilla.lifecycle import gangs
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
+from flotilla.service.growth import Growth
 from flotilla.service.records import job_from_record
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
 from flotilla.service.transitions import RunTransitions
@@ -46,6 +49,7 @@ class Committer:
         self._writes = writes
         self._transitions = transitions
         self._dispatcher = dispatcher
+        self.growth = Growth(context, dispatcher)
 
     def commit(
         self,
@@ -55,8 +59,19 @@ class Committer:
         dropped: Mapping[str, str] | None = None,
     ) -> None:
         self._evict(result, state)
-        requests = self._run_requests(result, state, dropped)
+        requests, growing = self._run_requests(result, state, dropped)
         context = self._context
+        self._grow(growing)
+        self.growth.incomplete = (
+            set(result.growing)
+            | self.growth.unhanded
+            | {
+                decision.job.name
+                for decision in result.scheduled
+                if decision.job.gang is not None
+                and len(decision.assignment.placements) < decision.job.replica_count
+            }
+        )
         if requests:
             with tracer().start_as_current_span("flotilla.schedule") as span:
                 requests = self._writes.flush(requests)
@@ -80,6 +95,9 @@ class Committer:
         context.metrics.decisions.labels(outcome="unschedulable").inc(len(result.pending))
         reasons = dict(state.reasons)
         reasons.update(result.pending)
+        reasons.update(result.growing)
+        reasons.update(self.growth.waiting)
+        self.growth.waiting.clear()
         for name, why in (dropped or {}).items():
             reasons[name] = f"decision dropped: {why}"
         context.reasons = reasons
@@ -118,16 +136,36 @@ class Committer:
             for placement in held.placements if held else ():
                 cluster.nodes.release(placement.row, placement.request, placement.gpus)
 
+    def _grow(self, growing: list[tuple[JobRecord, ScheduledJob]]) -> None:
+        """Non-strict gangs that took more replicas (``growth.py``): recorded, the JobDb
+        brought up to date (the next snapshot counts their nodes), then handed over."""
+        self.growth.repair()
+        if not growing:
+            return
+        grown = self.growth.grow(growing)
+        if grown:
+            self._writes.sync()
+            self.growth.hand_over(grown)
+
     def _run_requests(
         self, result: CycleResult, state: LoopSnapshot, dropped: Mapping[str, str] | None
-    ) -> list[RunRequest]:
+    ) -> tuple[list[RunRequest], list[tuple[JobRecord, ScheduledJob]]]:
+        """The leases of the queued jobs decided, and the running gangs that grew."""
         read = self._context.jobdb.read_txn()
         current = CurrentState(self._context.jobdb, state) if dropped is not None else None
         requests = []
+        growing: list[tuple[JobRecord, ScheduledJob]] = []
         for decision in result.scheduled:
             record = read.get(decision.job.name)
-            if record is None or record.state is not JobState.QUEUED:
-                continue  # a non-strict gang growing: not supported by the service yet
+            if record is None:
+                continue
+            if record.state in ACTIVE_JOB_STATES and gangs.may_grow(record.spec):
+                with self._context.faults.contain("recording its growth", record.id):
+                    if current is None or current.room_for(decision.assignment) is None:
+                        growing.append((record, decision))
+                continue
+            if record.state is not JobState.QUEUED:
+                continue
             with self._context.faults.contain("recording its placement", record.id):
                 if current is not None:
                     unfit = current.room_for(decision.assignment)
@@ -142,4 +180,4 @@ class Committer:
                         reason=f"scheduled on {decision.assignment.cluster}",
                     )
                 )
-        return requests
+        return requests, growing

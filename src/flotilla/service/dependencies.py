@@ -4,25 +4,22 @@ A queued job with ``depends_on`` stays out of the scheduling snapshot while any 
 depends on has not ended. The gate indexes held jobs by the jobs they wait for, so when the
 JobDb's change feed brings a dependency's new state, only that dependency's waiters are
 looked at again: a job whose dependencies are all met is released into the backlog; one
-whose dependency ended in a state its condition does not accept (or was cancelled) can never
-start, and the loop fails it with a reason naming that dependency.
+whose dependency ended in a state its condition does not accept can never start, and the
+loop fails it with a reason naming that dependency.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 
 from flotilla.jobdb import ReadTxn
+from flotilla.lifecycle import dependencies as rules
+from flotilla.lifecycle.dependencies import Verdict
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
-from flotilla.store import TERMINAL_JOB_STATES, DependencyRecord, JobRecord
+from flotilla.store import DependencyRecord, JobRecord
 
-
-class Verdict(Enum):
-    MET = "met"
-    WAITING = "waiting"
-    NEVER = "never"
+__all__ = ["DependencyGate", "DependencyStatus", "Verdict", "dependency_status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,25 +40,25 @@ def _label(dependency: DependencyRecord, record: JobRecord | None) -> str:
 def dependency_status(
     dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
 ) -> DependencyStatus:
-    """``state_of``: each dependency's current record (None when not known yet)."""
+    """``state_of``: each dependency's current record (None when not known yet). The rules
+    and their words are the lifecycle core's (``flotilla.lifecycle.dependencies``)."""
     waits: list[str] = []
     for dependency in dependencies:
         record = state_of.get(dependency.job_id)
         label = _label(dependency, record)
-        wanted = dependency.condition.value
-        if record is None:
-            waits.append(f"{label} to {dependency.condition.verb} (not seen yet)")
+        state = None if record is None else record.state.value
+        found = rules.verdict(dependency.condition, state)
+        if found is Verdict.MET:
             continue
-        if dependency.condition.accepts(record.state.value):
-            continue
-        if record.state in TERMINAL_JOB_STATES:
+        if found is Verdict.NEVER:
+            assert state is not None
             return DependencyStatus(
-                Verdict.NEVER,
-                f"dependency {label} ended {record.state.value}; this job needed it {wanted}",
+                Verdict.NEVER, rules.never_reason(label, dependency.condition, state)
             )
-        waits.append(f"{label} to {dependency.condition.verb} (it is {record.state.value})")
+        status = "not seen yet" if state is None else f"it is {state}"
+        waits.append(rules.waits_for(label, dependency.condition, status))
     if waits:
-        return DependencyStatus(Verdict.WAITING, "waits for " + "; ".join(waits))
+        return DependencyStatus(Verdict.WAITING, rules.waiting_reason(waits))
     return DependencyStatus(Verdict.MET, "")
 
 

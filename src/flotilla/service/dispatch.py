@@ -146,17 +146,11 @@ class Dispatcher:
             )
         return secrets.open(payload)
 
-    def _dispatch(self, job: JobRecord) -> Transition | None:
-        """Hand the run to its backend; the transition that records what happened, if any."""
+    def request_for(self, job: JobRecord) -> DispatchRequest:
+        """The dispatch of ``job``'s run as it stands (every placement of its assignment);
+        raises ``SecretError`` when its secret values cannot be opened here."""
         run = job.run
         assert run is not None
-        backend = self._context.backends.get(run.cluster)
-        if backend is None:
-            return None
-        try:
-            payload = self._open(job)
-        except SecretError as error:
-            return Transition(job.id, JobState.FAILED, str(error), run.id, message=str(error))
         request = DispatchRequest(
             run_id=run.id,
             job=job.id,
@@ -165,7 +159,7 @@ class Dispatcher:
                 ReplicaPlacement(item.task, item.replica, item.node, item.gpus)
                 for item in AssignmentRecord.unmarshal(run.assignment).placements
             ),
-            payload=payload,
+            payload=self._open(job),
             job_type=job.spec.type,
             env={"FLOTILLA_QUEUE": job.queue, "FLOTILLA_JOB_NAME": job.name, **array_env(job)},
             max_runtime=job.spec.max_runtime,
@@ -176,6 +170,19 @@ class Dispatcher:
                 for toleration in job.spec.tolerations
             ),
         )
+        return request
+
+    def _dispatch(self, job: JobRecord) -> Transition | None:
+        """Hand the run to its backend; the transition that records what happened, if any."""
+        run = job.run
+        assert run is not None
+        backend = self._context.backends.get(run.cluster)
+        if backend is None:
+            return None
+        try:
+            request = self.request_for(job)
+        except SecretError as error:
+            return Transition(job.id, JobState.FAILED, str(error), run.id, message=str(error))
         try:
             backend.dispatch(request)
         except DispatchRejected as error:

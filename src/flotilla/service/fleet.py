@@ -33,11 +33,11 @@ from flotilla.backends import (
     available_backends,
     backend_factory,
 )
-from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.snapshot import SchedulingConfig, scheduling_config
 from flotilla.model import ClusterSpec, PriorityClass, format_quantity
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
+from flotilla.model.node_info import NodeInfo
 from flotilla.service.fleet_settings import resolve, resolve_settings
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store

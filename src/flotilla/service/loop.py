@@ -43,9 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from flotilla.backends.interface import Backend, LogChunk, LogsRequest, UnknownRun
-from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.snapshot import CycleResult, SchedulingConfig, SchedulingSnapshot
 from flotilla.model import ClusterSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.precedence import Precedence
@@ -516,6 +516,7 @@ class SchedulingLoop:
         if self.runner.state is RunnerState.IDLE:
             self._sync()
             read = self.jobdb.read_txn()
-            if read.count(JobState.QUEUED):
+            # A non-strict gang with replicas still to place needs rounds too (growth.py).
+            if read.count(JobState.QUEUED) or self._committer.growth.incomplete:
                 self.runner.trigger(self._snapshots.build(read).snapshot)
         return committed

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from flotilla.backends import backend_can_grow
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
-from flotilla.framework.nodes import NodeInfo
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model import ClusterSpec, GpuInventory, JobSpec, NodeGroup
+from flotilla.model.node_info import NodeInfo
 from flotilla.store import ClusterRecord, JobRecord
 
 
@@ -25,6 +26,7 @@ def cluster_from_record(record: ClusterRecord, order: int, space: ResourceSpace)
     spec = ClusterSpec.model_validate(record.spec)
     cluster = build_cluster(spec, order, space)
     cluster.state = ClusterState(record.state) if record.state in _STATES else ClusterState.READY
+    cluster.grows = backend_can_grow(record.backend)
     return cluster
 
 

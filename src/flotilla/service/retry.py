@@ -1,48 +1,42 @@
-"""Retries: whether an attempt that ended badly runs again, when, and what the history says.
+"""The service's side of a run's end: what a backend's report is to the lifecycle core, and
+the core's outcome as a store transition.
 
-A job's ``retry`` policy (``model.RetrySpec``) names the causes it covers. A covered failure
-re-queues the job with its run recorded ``failed`` (exit code and message kept: each attempt
-is a run of the job's history) and, with a backoff, a not-before time stored with the job —
-durable, so a restarted scheduler honours it. Once ``limit`` covered failures have been
-retried, the next one ends the job ``failed`` with the reason of that last failure. A cause
-the policy does not cover is handled as without a policy: a failed command fails the job, a
-lost run or an unreachable cluster re-queues it without counting.
+The rules (retry policy, backoff, uncovered causes, a cancel that was asked for) and their
+words are the lifecycle core's (``flotilla/lifecycle/runs.py``); here only what is the
+service's own: a backend's ``RunStatus`` read as a ``RunEnd``, the counted failures read from
+the job's runs (each attempt is a run; a counted one is recorded ``failed``, with its exit code
+and message kept in the history), and a backoff turned into a not-before time stored with the
+job — durable, so a restarted scheduler honours it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus
+from flotilla.lifecycle.runs import CAUSE_OF, Outcome, RunEnd, RunEnded
 from flotilla.model import RetryCause
 from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 
 
-def cause_of(status: RunStatus) -> RetryCause:
-    """The retry cause of a run its backend reports ended badly (failed or lost).
+def end_of(status: RunStatus) -> RunEnd:
+    """How a run its backend reports ended badly (failed or lost) ended.
 
     Killed by a signal (a negative exit code) that was not Flotilla's own stop for a limit
     the job set (``max_runtime``, its memory request: ``RunStatus.over_limit``) is a node
     failure: the machine's OOM killer, a node shutting down, ``kill -9`` from outside.
     """
     if status.state is BackendRunState.LOST:
-        return RetryCause.LOST
+        return RunEnd.LOST
     killed = status.exit_code is not None and status.exit_code < 0
     if killed and not status.over_limit and "max_runtime" not in status.message:
-        return RetryCause.NODE_FAILURE
-    return RetryCause.FAILED
+        return RunEnd.NODE_FAILURE
+    return RunEnd.FAILED
 
 
-@dataclass(frozen=True)
-class Failure:
-    """An attempt of ``job`` (its latest run) that ended for ``cause``, in words ``reason``."""
-
-    job: JobRecord
-    cause: RetryCause
-    reason: str
-    exit_code: int | None = None
-    message: str | None = None
+def cause_of(status: RunStatus) -> RetryCause:
+    """The retry cause of a run its backend reports ended badly."""
+    return CAUSE_OF[end_of(status)]
 
 
 def counted_failures(runs: list[RunRecord]) -> int:
@@ -50,43 +44,38 @@ def counted_failures(runs: list[RunRecord]) -> int:
     return sum(1 for run in runs if run.state is RunState.FAILED)
 
 
-def after_failure(failure: Failure, earlier: int, now: datetime | None = None) -> Transition | None:
-    """The transition the job's retry policy calls for after ``failure`` (``earlier``: the
-    failures counted before it): re-queue with a not-before time, or fail for good when the
-    limit is reached. ``None`` when the policy does not cover the cause (or there is none):
-    the caller then does what it does without retries."""
-    job, run = failure.job, failure.job.run
-    retry = job.spec.retry
-    if retry is None or failure.cause not in retry.on or run is None:
-        return None
-    count = earlier + 1
-    message = failure.message or failure.reason
-    if count > retry.limit:
+def transition_for(
+    job: JobRecord,
+    outcome: Outcome,
+    ended: RunEnded,
+    run: str | None,
+    *,
+    exit_code: int | None = None,
+    message: str | None = None,
+    now: datetime | None = None,
+) -> Transition:
+    """The store transition that applies the core's ``outcome`` of ``ended`` to ``job`` (its
+    run ``run`` ended with ``exit_code`` and ``message``)."""
+    if outcome.state is JobState.SUCCEEDED:
+        return Transition(job.id, JobState.SUCCEEDED, outcome.reason, run, exit_code=0)
+    if not outcome.counted:
+        if outcome.state is JobState.QUEUED:
+            return Transition(job.id, JobState.QUEUED, outcome.reason, run)
         return Transition(
-            job.id,
-            JobState.FAILED,
-            f"{failure.reason} (attempt {run.attempt}, {failure.cause.value}; "
-            f"retry limit of {retry.limit} reached)",
-            run.id,
-            exit_code=failure.exit_code,
-            message=message,
-            run_state=RunState.FAILED,
+            job.id, outcome.state, outcome.reason, run, exit_code=exit_code, message=message
         )
-    delay = retry.delay_after(count)
-    when = (now or datetime.now(UTC)) + timedelta(seconds=delay)
-    reason = (
-        f"retry {count} of {retry.limit}: attempt {run.attempt} ended "
-        f"({failure.cause.value}: {failure.reason})"
-    )
-    if delay > 0:
-        reason += f"; not before {when.strftime('%Y-%m-%dT%H:%M:%SZ')} ({delay:g}s backoff)"
+    not_before = None
+    reason = outcome.reason
+    if outcome.state is JobState.QUEUED and outcome.delay > 0:
+        not_before = (now or datetime.now(UTC)) + timedelta(seconds=outcome.delay)
+        reason = outcome.with_backoff_note(not_before.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return Transition(
         job.id,
-        JobState.QUEUED,
+        outcome.state,
         reason,
-        run.id,
-        exit_code=failure.exit_code,
-        message=message,
+        run,
+        exit_code=exit_code,
+        message=message or ended.reason,
         run_state=RunState.FAILED,
-        not_before=when if delay > 0 else None,
+        not_before=not_before,
     )

@@ -26,13 +26,15 @@ from flotilla.backends.interface import (
     UnknownRun,
 )
 from flotilla.faults import crash_point
-from flotilla.framework.nodes import NodeInfo
-from flotilla.model import ClusterSpec, RetryCause
+from flotilla.lifecycle.gangs import timeout_reason
+from flotilla.lifecycle.runs import CAUSE_OF, RunEnd, RunEnded, after_run
+from flotilla.model import ClusterSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
 from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.service.retry import Failure, after_failure, cause_of, counted_failures
+from flotilla.service.retry import counted_failures, end_of, transition_for
 from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -250,11 +252,8 @@ class RunTransitions:
                     if state is not JobState.LEASED:
                         orphans.add(job.run.id)
                     with context.faults.contain("losing its cluster", job.id, job.run.id):
-                        retried = self.retry(Failure(job, RetryCause.NODE_FAILURE, reason))
-                        if retried is not None:
-                            self.record([retried])
-                        else:
-                            self.transition(job.id, JobState.QUEUED, reason, run=job.run.id)
+                        self.record([self.after_run(job, RunEnd.NODE_FAILURE, reason)])
+        self._writes.flush()
 
     def _stop_orphans(self, cluster: str, backend: Backend) -> None:
         """Stop the runs re-queued while ``cluster`` was unreachable (it answers again)."""
@@ -291,73 +290,68 @@ class RunTransitions:
             # start): an exit code proves it ran, so its history still shows it running.
             changes.append(Transition(job.id, JobState.RUNNING, "started", run))
         cancelled = job.cancel_requested or run in self._cancelling
-        if cancelled and state in (BackendRunState.FAILED, BackendRunState.LOST):
-            # Its cancel was requested, so the run ending ends the job cancelled — also when
-            # the stop was sent by a leader killed before it could record the outcome, and
-            # when this loop stopped it for a cancel the API handed over before the JobDb
-            # has the request (``stop_for_cancels``).
-            self._cancelling.pop(run, None)
-            trace("exit-observed", job.id)
-            changes.append(
-                Transition(
-                    job.id,
-                    JobState.CANCELLED,
-                    "cancelled: the run ended after the cancel request",
-                    run,
-                    exit_code=status.exit_code,
-                    message=status.message,
-                )
-            )
-        elif state is BackendRunState.SUCCEEDED:
-            changes.append(Transition(job.id, JobState.SUCCEEDED, "exited 0", run, exit_code=0))
-        elif state is BackendRunState.FAILED:
-            reason = status.message or f"exited {status.exit_code}"
-            failure = Failure(job, cause_of(status), reason, status.exit_code, status.message)
-            changes.append(
-                self.retry(failure)
-                or Transition(
-                    job.id,
-                    JobState.FAILED,
-                    reason,
-                    run,
-                    exit_code=status.exit_code,
-                    message=status.message,
-                )
-            )
+        if state is BackendRunState.SUCCEEDED:
+            end, reason = RunEnd.SUCCEEDED, ""
         elif state is BackendRunState.CANCELLED:
+            end, reason = RunEnd.CANCELLED, status.message
+        elif state is BackendRunState.FAILED:
+            end, reason = end_of(status), status.message or f"exited {status.exit_code}"
+        elif state is BackendRunState.LOST:
+            end = RunEnd.LOST
+            reason = f"run lost: {status.message}" if status.message else "run lost"
+        else:
+            return changes
+        if end is RunEnd.CANCELLED or (cancelled and end is not RunEnd.SUCCEEDED):
             self._cancelling.pop(run, None)
             trace("exit-observed", job.id)
-            changes.append(
-                Transition(job.id, JobState.CANCELLED, status.message or "cancelled", run)
+        changes.append(
+            self.after_run(
+                job,
+                end,
+                reason,
+                cancel_requested=cancelled,
+                exit_code=status.exit_code,
+                message=status.message or None,
             )
-        elif state is BackendRunState.LOST:
-            reason = f"run lost: {status.message}" if status.message else "run lost"
-            failure = Failure(job, RetryCause.LOST, reason, message=status.message or None)
-            changes.append(self.retry(failure) or Transition(job.id, JobState.QUEUED, reason, run))
+        )
         return with_engine_times(changes, status)
 
-    def retry(self, failure: Failure) -> Transition | None:
-        """What the job's retry policy makes of ``failure`` (``None``: it has none for it).
-        A policy that cannot be applied (a delay past any date) fails the job, naming it."""
-        if failure.job.spec.retry is None:
-            return None
-        earlier = counted_failures(self._context.store.runs(failure.job.id))
+    def after_run(
+        self,
+        job: JobRecord,
+        end: RunEnd,
+        reason: str,
+        *,
+        cancel_requested: bool = False,
+        exit_code: int | None = None,
+        message: str | None = None,
+    ) -> Transition:
+        """The transition the lifecycle core calls for when ``job``'s current run ended
+        (``flotilla/lifecycle/runs.py``); its counted failures are read only when it has a
+        retry policy. A policy that cannot be applied fails the job, naming it."""
+        run = job.run
+        assert run is not None
+        failures = 0
+        if job.spec.retry is not None and end in CAUSE_OF:
+            failures = counted_failures(self._context.store.runs(job.id))
+        ended = RunEnded(end, reason, run.attempt, failures, cancel_requested)
         try:
-            return after_failure(failure, earlier)
+            outcome = after_run(job.spec, ended)
         except NOT_CONTAINED:
             raise
-        except Exception as error:
-            job = failure.job
-            run_id = job.run.id if job.run is not None else None
+        except Exception as error:  # its retry policy cannot be applied (a delay past any date)
             why = self._context.faults.note("its retry policy", job.id, error)
             return Transition(
                 job.id,
                 JobState.FAILED,
-                f"{failure.reason}; {why}",
-                run_id,
-                exit_code=failure.exit_code,
-                message=failure.message,
+                f"{reason}; {why}" if reason else why,
+                run.id,
+                exit_code=exit_code,
+                message=message,
             )
+        if outcome.state is JobState.CANCELLED and end is RunEnd.CANCELLED:
+            return Transition(job.id, JobState.CANCELLED, outcome.reason, run.id)
+        return transition_for(job, outcome, ended, run.id, exit_code=exit_code, message=message)
 
     # --- preemption -----------------------------------------------------------------------
 
@@ -424,10 +418,7 @@ class RunTransitions:
                 del self._unverified[job.id]
                 reason = f"run lost: cluster {cluster} has no record of run {run_id}"
                 log.warning("job %s: %s; re-queued", job.id, reason)
-                failure = Failure(job, RetryCause.LOST, reason)
-                changes.append(
-                    self.retry(failure) or Transition(job.id, JobState.QUEUED, reason, run_id)
-                )
+                changes.append(self.after_run(job, RunEnd.LOST, reason))
                 continue
             except BackendError as error:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
@@ -511,12 +502,8 @@ class RunTransitions:
             with self._context.faults.contain("its gang timeout", job.id):
                 gang = job.spec.gang
                 if gang is not None and now - self._waiting_since(job) > gang.timeout:
-                    last = self._context.reasons.get(job.id, "never considered")
-                    self.transition(
-                        job.id,
-                        JobState.FAILED,
-                        f"gang could not be placed within its timeout of {gang.timeout:g}s: {last}",
-                    )
+                    last = self._context.reasons.get(job.id)
+                    self.transition(job.id, JobState.FAILED, timeout_reason(job.spec, last))
 
     def _waiting_since(self, job: JobRecord) -> float:
         """When a queued job became schedulable: its last write, or the end of its last

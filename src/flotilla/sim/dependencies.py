@@ -1,9 +1,9 @@
 """Dependencies in the simulator: submitted jobs held until the jobs they name have ended.
 
-The same rules as the service (``flotilla.service.dependencies``): a held job is queued
-but not in the backlog; when a job ends, only the jobs waiting for it are looked at again; a
-job whose dependency ended in a state its condition does not accept (or was cancelled) fails
-with a reason naming it. In a scenario a dependency names a job (``NAME`` or
+The lifecycle core's rules (``flotilla.lifecycle.dependencies``), as the service applies
+them: a held job is queued but not in the backlog; when a job ends, only the jobs waiting for
+it are looked at again; a job whose dependency ended in a state its condition does not accept
+fails with a reason naming it. In a scenario a dependency names a job (``NAME`` or
 ``QUEUE/NAME``); the loader has checked that it exists and that there are no cycles.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
+from flotilla.lifecycle import dependencies as rules
+from flotilla.lifecycle.dependencies import Verdict
 from flotilla.sim.state import SimJob
 
 
@@ -37,20 +39,19 @@ class Dependencies:
         for dependency in job.spec.depends_on:
             target = self._jobs[dependency.job.rpartition("/")[2]]
             condition = dependency.condition
-            state = target.state.value if target.state is not None else "not submitted"
-            if target.terminal:
-                if condition.accepts(state):
-                    continue
-                return Hold.NEVER, (
-                    f"dependency job {target.name} ended {state}; this job needed it "
-                    f"{condition.value}"
-                )
-            waits.append(f"job {target.name} to {condition.verb}")
+            state = target.state.value if target.state is not None else None
+            found = rules.verdict(condition, state)
+            if found is Verdict.MET:
+                continue
+            if found is Verdict.NEVER:
+                assert state is not None
+                return Hold.NEVER, rules.never_reason(f"job {target.name}", condition, state)
+            waits.append(rules.waits_for(f"job {target.name}", condition))
             self._waiters.setdefault(target.name, set()).add(job.name)
         if not waits:
             return Hold.NONE, ""
         self._held.add(job.name)
-        return Hold.WAITING, "waits for " + "; ".join(waits)
+        return Hold.WAITING, rules.waiting_reason(waits)
 
     def ended(self, name: str) -> list[SimJob]:
         """The held jobs that waited for ``name``, which just ended, to check again (in name

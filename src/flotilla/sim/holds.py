@@ -1,75 +1,62 @@
-"""Retries and array parallelism in the simulator, as the service applies them.
+"""Array parallelism in the simulator: the lifecycle core's ``ArrayThrottle``, per array.
 
-The simulator models one kind of failure, a cluster that becomes unreachable (``fail_at``):
-for the jobs running there it is a ``node_failure``. A job whose ``retry`` policy names
-``node_failure`` counts it: within its ``limit`` it waits out its backoff and is queued again,
-past it it fails with the reason. Without such a policy the job is re-queued at once, uncounted,
-as before. An array with ``parallelism`` K has at most K elements queued-and-offered or running
-at once; the others wait, in index order, until an element ends.
+An array with ``parallelism`` K has at most K elements offered to the scheduler or running at
+once; the others wait, in index order, until an element ends or goes back to waiting (it then
+asks again, behind those already waiting) — the service's rule (``service/admission.py``).
+Retries are the lifecycle core's ``after_run`` (``flotilla/lifecycle/runs.py``).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Mapping
 
-from flotilla.model import RetryCause
+from flotilla.lifecycle.arrays import ArrayThrottle
 from flotilla.sim.state import SimJob
 
 
-def retry_after_node_failure(job: SimJob, reason: str) -> tuple[float | None, str]:
-    """After ``job`` lost its cluster: ``(delay, reason)`` to re-queue it after ``delay``
-    seconds, or ``(None, reason)`` when its retries are used up (it fails). A job whose
-    policy does not cover node failures is re-queued at once, uncounted."""
-    retry = job.spec.retry
-    if retry is None or RetryCause.NODE_FAILURE not in retry.on:
-        return 0.0, reason
-    job.failures += 1
-    if job.failures > retry.limit:
-        return None, (
-            f"{reason} (attempt {job.failures}, node_failure; retry limit of {retry.limit} reached)"
-        )
-    return retry.delay_after(job.failures), f"retry {job.failures} of {retry.limit}: {reason}"
-
-
 class ArraySlots:
-    """Each throttled array's elements in play (offered or running) and those held back."""
+    """Each throttled array's slots, by array name; the elements by job name."""
 
-    def __init__(self) -> None:
-        self._used: dict[str, int] = {}
-        self._held: dict[str, deque[SimJob]] = {}
+    def __init__(self, jobs: Mapping[str, SimJob]) -> None:
+        self._jobs = jobs
+        self._arrays: dict[str, ArrayThrottle] = {}
 
-    @staticmethod
-    def _array(job: SimJob) -> tuple[str, int] | None:
+    def _array(self, job: SimJob) -> ArrayThrottle | None:
         array = job.spec.array
         if array is None or array.parallelism is None:
             return None
-        return job.spec.name, array.parallelism
+        found = self._arrays.get(job.spec.name)
+        if found is None:
+            found = self._arrays[job.spec.name] = ArrayThrottle(array.parallelism)
+        return found
+
+    @staticmethod
+    def _index(job: SimJob) -> int:
+        return int(job.name.rpartition("-")[2])
 
     def take(self, job: SimJob) -> str | None:
         """``None`` if ``job`` may be offered (it now holds a slot of its array); else why it
-        is held back (``release`` hands it a slot later)."""
+        is held back (a later ``release`` or ``stopped`` hands it a slot)."""
         array = self._array(job)
-        if array is None or job.array_slot:
+        if array is None or array.offer(job.name, self._index(job)):
             return None
-        name, parallelism = array
-        if self._used.get(name, 0) < parallelism:
-            self._used[name] = self._used.get(name, 0) + 1
-            job.array_slot = True
-            return None
-        self._held.setdefault(name, deque()).append(job)
-        return f"array {name}: {parallelism} of its elements are queued or running (parallelism)"
+        return array.reason(job.spec.name)
 
-    def release(self, job: SimJob) -> SimJob | None:
-        """``job`` ended: its slot goes to the next held element, returned to be queued."""
+    def started(self, job: SimJob) -> None:
+        array = self._array(job)
+        if array is not None:
+            array.activate(job.name)
+
+    def stopped(self, job: SimJob) -> list[SimJob]:
+        """``job`` went back to waiting (preempted, re-queued): it gives up its slot; the
+        held elements that get one, to be queued (``job`` then asks again)."""
         array = self._array(job)
         if array is None:
-            return None
-        name, _ = array
-        held = self._held.get(name, deque())
-        if not job.array_slot:
-            if job in held:
-                held.remove(job)
-            return None
-        job.array_slot = False
-        self._used[name] -= 1
-        return held.popleft() if held else None
+            return []
+        array.deactivate(job.name)
+        array.leave(job.name)
+        return [self._jobs[name] for name in array.release()]
+
+    def release(self, job: SimJob) -> list[SimJob]:
+        """``job`` ended: its slot goes to the held elements, returned to be queued."""
+        return self.stopped(job)

@@ -23,6 +23,9 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
+from flotilla.lifecycle import gangs
+from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
+from flotilla.lifecycle.states import JobState
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -39,7 +42,7 @@ from flotilla.scheduler.types import (
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.dependencies import Dependencies, Hold
 from flotilla.sim.fleet import build_jobs, resource_space
-from flotilla.sim.holds import ArraySlots, retry_after_node_failure
+from flotilla.sim.holds import ArraySlots
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -100,7 +103,9 @@ class Simulator:
         self._queued: dict[str, SimJob] = {}
         self._backlog = Backlog(queue.name for queue in self.queues)
         self._running: dict[str, SimJob] = {}
-        self._slots = ArraySlots()
+        self._partial: set[str] = set()
+        """Running non-strict gangs with replicas still to place."""
+        self._slots = ArraySlots(self.job_by_name)
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -193,13 +198,10 @@ class Simulator:
                 for other in self._queued.values()
                 if other.spec.gang is not None and other.spec.gang.name == gang.name
             ]
-        label = gang.name or job.name
         for member in members:
-            last = member.reason or "never considered"
+            last = member.reason
             self._end(member, at, ScenarioJobState.FAILED, "failed")
-            member.reason = (
-                f"gang {label} could not be placed within its timeout of {gang.timeout:g}s: {last}"
-            )
+            member.reason = gangs.timeout_reason(member.spec, last)
             self.events[-1].reason = member.reason
         return True
 
@@ -228,11 +230,15 @@ class Simulator:
         job.finished_at = at
         job.reason = reason
         self.events.append(Event(at, job.name, event, reason=reason))
-        following = self._slots.release(job)
-        if following is not None:
+        for following in self._slots.release(job):
             self._enqueue(following, at, ScenarioJobState.QUEUED)
         for waiter in self._dependencies.ended(job.name):
             self._admit(waiter, at)
+
+    def _requeue_slot(self, job: SimJob, at: float) -> None:
+        """``job`` goes back to waiting: its array slot goes to the elements held first."""
+        for following in self._slots.stopped(job):
+            self._enqueue(following, at, ScenarioJobState.QUEUED)
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -242,6 +248,7 @@ class Simulator:
         self._account(at, -job.assignment.held(len(self.space)), job.job.queue)
         self._running.pop(job.name, None)
         self._running_views.pop(job.name, None)
+        self._partial.discard(job.name)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
@@ -252,17 +259,22 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
-            delay, why = retry_after_node_failure(job, reason)
-            if delay is None:
+            outcome = after_run(
+                job.spec, RunEnded(RunEnd.NODE_FAILURE, reason, job.attempts, job.failures)
+            )
+            job.failures += outcome.counted
+            if outcome.state is JobState.FAILED:
                 self._end(job, at, ScenarioJobState.FAILED, "failed")
-                job.reason = self.events[-1].reason = why
+                job.reason = self.events[-1].reason = outcome.reason
                 continue
             self._release(job, at)
             job.run += 1
-            if delay > 0:
+            self._requeue_slot(job, at)
+            why = outcome.with_backoff_note(f"t={at + outcome.delay:g}")
+            if outcome.delay > 0:
                 job.state, job.assignment = ScenarioJobState.QUEUED, None
                 job.held, self._queued[job.name] = True, job
-                self._schedule_timer(at + delay, Timer.RETRY, job.name, job.run)
+                self._schedule_timer(at + outcome.delay, Timer.RETRY, job.name, job.run)
             else:
                 self._enqueue(job, at, ScenarioJobState.QUEUED)
             job.reason = why
@@ -317,7 +329,7 @@ class Simulator:
             self.decisions += ready.stats.considered
             reconciled = reconcile(ready, self)
             applied = self._apply(reconciled.result, now, dropped=reconciled.dropped)
-        if self._queued:
+        if self._queued or self._partial:  # a non-strict gang growing needs rounds too
             self.runner.trigger(self._snapshot(now))
         upcoming = self.runner.peek()
         if upcoming is not None and not (upcoming.scheduled or upcoming.preempted):
@@ -361,6 +373,7 @@ class Simulator:
         job.preemptions += 1
         self.preemptions += 1
         self.events.append(Event(now, job.name, "preempted", reason=reason))
+        self._requeue_slot(job, now)
         self._enqueue(job, now, ScenarioJobState.PREEMPTED)
         job.reason = reason
 
@@ -398,18 +411,22 @@ class Simulator:
                 job.job, job.assignment, job.scheduled_at or now
             )
             self.events.append(
-                Event(now, job.name, "expanded", assignment.cluster, assignment.nodes)
+                Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
             )
+            self._note_partial(job)
             return
         job.scheduled_at = now
         if self._queued.pop(job.name, None) is not None:
             self._backlog.remove(job.job)
         self._running[job.name] = job
+        self._slots.started(job)
         job.state = ScenarioJobState.RUNNING
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
+        self._note_partial(job)
         job.reason = None
         job.run += 1
+        job.attempts += 1
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))
@@ -418,6 +435,13 @@ class Simulator:
             self._schedule_timer(now + delay, Timer.START, job.name, job.run)
         else:
             self._start(job, now)
+
+    def _note_partial(self, job: SimJob) -> None:
+        assert job.assignment is not None
+        if len(job.assignment.placements) < job.job.replica_count:
+            self._partial.add(job.name)
+        else:
+            self._partial.discard(job.name)
 
     # --- the clock ------------------------------------------------------------------------
 

@@ -10,11 +10,15 @@ from typing import Any
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.snapshot import PendingReasons
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, WAITING_STATE_NAMES
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import ScenarioJobState
 
-WAITING_STATES = frozenset((ScenarioJobState.QUEUED, ScenarioJobState.PREEMPTED))
-"""States in which the scheduler considers a job."""
+WAITING_STATES = frozenset(ScenarioJobState(name) for name in WAITING_STATE_NAMES)
+"""States in which the scheduler considers a job (the lifecycle core's waiting states)."""
+
+TERMINAL_STATES = frozenset(ScenarioJobState(name) for name in TERMINAL_STATE_NAMES)
+"""States a simulated job never leaves (the lifecycle core's terminal states)."""
 
 
 @dataclass(eq=False)
@@ -33,10 +37,10 @@ class SimJob:
     reason: str | None = None
     run: int = 0
     """Attempt counter: timers of an earlier run are ignored after a requeue."""
+    attempts: int = 0
+    """Times it was scheduled (a run each; a grown gang's members join the same run)."""
     failures: int = 0
     """Failures its ``retry`` policy counted."""
-    array_slot: bool = False
-    """Whether it holds one of its array's ``parallelism`` slots."""
     held: bool = False
     """Queued but held out of the backlog (a retry backoff, its array's parallelism)."""
 
@@ -51,11 +55,7 @@ class SimJob:
 
     @property
     def terminal(self) -> bool:
-        return self.state in (
-            ScenarioJobState.SUCCEEDED,
-            ScenarioJobState.FAILED,
-            ScenarioJobState.CANCELLED,
-        )
+        return self.state in TERMINAL_STATES
 
 
 @dataclass

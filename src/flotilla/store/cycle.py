@@ -24,6 +24,7 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
+from flotilla.lifecycle.gangs import GROWTH_EVENT
 from flotilla.store.bulk import among, batches, insert_rows, update_rows
 from flotilla.store.errors import IllegalTransitionError, NotFoundError, StaleRunError
 from flotilla.store.jobs import LOCK_COLUMNS, event_row, insert_events, new_id, reserve_serials
@@ -285,3 +286,25 @@ def create_runs(
     applied.write_runs(session)
     applied.write_jobs(session)
     return applied.new_runs
+
+
+def grow_run(
+    session: Session,
+    job_id: str,
+    run_id: str,
+    assignment: Mapping[str, Any],
+    reason: str,
+    now: datetime,
+) -> None:
+    """A non-strict gang's run took more replicas: its assignment becomes ``assignment`` (the
+    old placements and the new), the job a new serial (so every JobDb sees the nodes it now
+    holds) and an ``expanded`` event (``GROWTH_EVENT``). Raises ``StaleRunError`` when
+    ``run_id`` is not the job's active run any more (it ended, or the job was re-queued)."""
+    serial = reserve_serials(session, 1)
+    job = lock(session, [job_id], attempts=False).jobs[job_id]
+    state = JobState(job["state"])
+    if job["run_id"] != run_id or state not in ACTIVE_JOB_STATES:
+        raise StaleRunError(f"job {job_id}: run {run_id} is not its active run any more")
+    update_rows(session, RUNS, [{"id": run_id, "assignment": dict(assignment)}], key="id")
+    update_rows(session, JOBS, [{"id": job_id, "serial": serial, "updated_at": now}], key="id")
+    insert_events(session, [event_row(job, now, GROWTH_EVENT, state, state, reason)])

@@ -1,5 +1,5 @@
-"""Job writes inside one session: submission, cancels, reprioritization (a scheduler's
-state changes and leases are ``cycle.py``, which builds on this module).
+"""Job writes inside one session: submission and reprioritization (a scheduler's
+state changes and leases are ``cycle.py``, and cancels ``cancels.py``, which build on it).
 
 Every function here runs inside the caller's transaction and takes its serials from
 ``reserve_serials`` before anything else: the counter row lock then orders all job writers
@@ -18,7 +18,7 @@ from sqlalchemy import Table, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import JobSpec
-from flotilla.store.bulk import CHUNK, among, batches, insert_rows, update_rows
+from flotilla.store.bulk import CHUNK, among, batches, insert_rows
 from flotilla.store.convert import paced
 from flotilla.store.dependencies import resolve as resolve_dependencies
 from flotilla.store.errors import (
@@ -28,10 +28,8 @@ from flotilla.store.errors import (
     NotFoundError,
 )
 from flotilla.store.observe import tally_events, tally_submitted
-from flotilla.store.protocol import Transition
 from flotilla.store.schema import Event, Job, Queue, Run, Serial
 from flotilla.store.states import (
-    ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     JobState,
@@ -245,55 +243,6 @@ def insert_events(session: Session, events: Sequence[dict[str, Any]]) -> None:
     tallied for the commit observers (``observe.py``)."""
     tally_events(session, events)
     insert_rows(session, EVENTS, events)
-
-
-def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: datetime) -> list[str]:
-    """Cancel jobs in the caller's transaction; an unknown id raises before anything changes.
-    Returns the ids, for the caller to read the records back."""
-    if not job_ids:
-        return []
-    serial = reserve_serials(session, len(job_ids))
-    jobs = lock_jobs(session, job_ids)
-    requested: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    to_cancel: list[Transition] = []
-    seen: set[str] = set()
-    for offset, job_id in enumerate(job_ids):
-        job = jobs[job_id]
-        state = JobState(job["state"])
-        if state in TERMINAL_JOB_STATES or job["cancel_requested"] or job_id in seen:
-            continue
-        seen.add(job_id)
-        if state in ACTIVE_JOB_STATES:
-            job.update(cancel_requested=True, serial=serial + offset, updated_at=now)
-            requested.append(job)
-            events.append(event_row(job, now, "cancel_requested", state, state, reason))
-        else:
-            to_cancel.append(Transition(job_id, JobState.CANCELLED, reason))
-    if requested:
-        # Only cancel_requested, serial and updated_at change: the reason stays the last
-        # transition's.
-        update_rows(
-            session,
-            JOBS,
-            [
-                {
-                    "id": job["id"],
-                    "cancel_requested": True,
-                    "serial": job["serial"],
-                    "updated_at": now,
-                }
-                for job in requested
-            ],
-            key="id",
-        )
-        insert_events(session, events)
-    if to_cancel:
-        from flotilla.store.cycle import apply_transitions  # cycle.py builds on this module
-
-        # Serials after the whole batch's: the counter was reserved for all of them.
-        apply_transitions(session, to_cancel, now, reserve_serials(session, len(to_cancel)))
-    return list(job_ids)
 
 
 def set_priority(session: Session, job_id: str, priority: int, reason: str, now: datetime) -> Job:

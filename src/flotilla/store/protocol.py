@@ -193,6 +193,20 @@ class Store(Protocol):
         """A scheduling cycle's leases, all in one transaction."""
         ...
 
+    def grow_run(
+        self,
+        job_id: str,
+        run_id: str,
+        assignment: Mapping[str, Any],
+        reason: str,
+        *,
+        fence: Lease | None = None,
+    ) -> JobRecord:
+        """A non-strict gang's active run ``run_id`` grew: store its whole new ``assignment``
+        (old placements and new), give the job a new serial and an ``expanded`` event with
+        ``reason``. Raises ``StaleRunError`` when the run is no longer the job's active run."""
+        ...
+
     def commit_cycle(
         self,
         write: CycleWrite,

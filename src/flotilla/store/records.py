@@ -86,7 +86,8 @@ class EventRecord:
     run_id: str | None
     time: datetime
     kind: str
-    """``submitted``, ``transition``, ``cancel_requested`` or ``reprioritized``."""
+    """``submitted``, ``transition``, ``cancel_requested``, ``reprioritized`` or ``expanded`` (a
+    non-strict gang's run took more replicas)."""
     from_state: JobState | None
     to_state: JobState | None
     reason: str

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import catalog, cycle, feed, fleet, jobs, leases, lookup, wake
+from flotilla.store import cancels, catalog, cycle, feed, fleet, jobs, leases, lookup, wake
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -193,7 +193,7 @@ class SqlStore:
 
     def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write(announce=True) as session:
-            touched = jobs.cancel_many(session, job_ids, reason, self._now())
+            touched = cancels.cancel_many(session, job_ids, reason, self._now())
             return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
@@ -255,6 +255,20 @@ class SqlStore:
         with self._write() as session:
             self._fence(session, fence)
             return cycle.create_runs(session, requests, self._now())
+
+    def grow_run(
+        self,
+        job_id: str,
+        run_id: str,
+        assignment: Mapping[str, Any],
+        reason: str,
+        *,
+        fence: Lease | None = None,
+    ) -> JobRecord:
+        with self._write() as session:
+            self._fence(session, fence)
+            cycle.grow_run(session, job_id, run_id, assignment, reason, self._now())
+            return self._read_records(session, [job_id])[0]
 
     def commit_cycle(
         self,

@@ -1,108 +1,29 @@
-"""The job and run state machines, in one table the store enforces on every write.
+"""The job and run states the store enforces: the lifecycle core's (``flotilla.lifecycle``).
 
-A job moves queued → leased → pending → running → succeeded | failed | cancelled | preempted.
-A preempted job, or one whose lease or run is lost before it finishes, may go back to queued and
-get a new run: a run is one attempt, so its state only ever moves forward and ends once.
+Kept as a module of the store so that ``flotilla.store.states`` still names them; the
+vocabulary and the transition table live in ``flotilla/lifecycle/states.py`` alone.
 """
 
-from __future__ import annotations
-
-from enum import StrEnum
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    LEASED = "leased"
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    PREEMPTED = "preempted"
-
-
-class RunState(StrEnum):
-    LEASED = "leased"
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    PREEMPTED = "preempted"
-    RETURNED = "returned"
-    """The job went back to queued before this attempt finished (lease returned, cluster lost)."""
-
-
-TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-)
-"""States a job never leaves. Preempted is not one of them: a preempted job may requeue."""
-
-ACTIVE_JOB_STATES: frozenset[JobState] = frozenset(
-    {JobState.LEASED, JobState.PENDING, JobState.RUNNING}
-)
-"""States in which the job has exactly one active run."""
-
-WAITING_JOB_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PREEMPTED})
-"""States in which a job waits for the scheduler (a preempted job waits to be requeued)."""
-
-ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(
-    {RunState.LEASED, RunState.PENDING, RunState.RUNNING}
+from flotilla.lifecycle.states import (
+    ACTIVE_JOB_STATES,
+    ACTIVE_RUN_STATES,
+    JOB_TRANSITIONS,
+    RUN_STATE_FOR_JOB,
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobState,
+    RunState,
+    is_allowed,
 )
 
-JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.LEASED, JobState.CANCELLED, JobState.FAILED}),
-    JobState.LEASED: frozenset(
-        {
-            JobState.PENDING,
-            JobState.RUNNING,
-            JobState.QUEUED,
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.PREEMPTED,
-        }
-    ),
-    JobState.PENDING: frozenset(
-        {
-            JobState.RUNNING,
-            JobState.QUEUED,
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.PREEMPTED,
-        }
-    ),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.QUEUED,
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.PREEMPTED,
-        }
-    ),
-    JobState.PREEMPTED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-}
-"""Allowed moves. Leased and pending may jump straight to an end: a backend may report a
-short job's outcome before the store hears it started. Leasing happens through
-``Store.record_run`` (it creates the run), never through ``transition``."""
-
-RUN_STATE_FOR_JOB: dict[JobState, RunState] = {
-    JobState.LEASED: RunState.LEASED,
-    JobState.PENDING: RunState.PENDING,
-    JobState.RUNNING: RunState.RUNNING,
-    JobState.SUCCEEDED: RunState.SUCCEEDED,
-    JobState.FAILED: RunState.FAILED,
-    JobState.CANCELLED: RunState.CANCELLED,
-    JobState.PREEMPTED: RunState.PREEMPTED,
-    JobState.QUEUED: RunState.RETURNED,
-}
-"""What the active run becomes when its job moves to a state."""
-
-
-def is_allowed(old: JobState, new: JobState) -> bool:
-    return new in JOB_TRANSITIONS[old]
+__all__ = [
+    "ACTIVE_JOB_STATES",
+    "ACTIVE_RUN_STATES",
+    "JOB_TRANSITIONS",
+    "RUN_STATE_FOR_JOB",
+    "TERMINAL_JOB_STATES",
+    "WAITING_JOB_STATES",
+    "JobState",
+    "RunState",
+    "is_allowed",
+]

@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from flotilla.lifecycle.states import JOB_STATE_ORDER, TERMINAL_STATE_NAMES, WAITING_STATE_NAMES
 from flotilla.server.context import Caller, Context, ServerContext
 from flotilla.web.recent import recent_activity
 from flotilla.web.timeline import Timeline
@@ -42,6 +43,18 @@ router = APIRouter(prefix="/ui/api", tags=["dashboard"])
 def _timeline(request: Request) -> Timeline:
     timeline: Timeline = request.app.state.flotilla_timeline
     return timeline
+
+
+@router.get("/states")
+def states() -> dict[str, list[str]]:
+    """The job states the dashboard lists, filters and tests against, from the lifecycle
+    core: every state in reading order, the terminal ones, the waiting ones. Not secret, so
+    asked before signing in."""
+    return {
+        "states": [state.value for state in JOB_STATE_ORDER],
+        "terminal": sorted(TERMINAL_STATE_NAMES),
+        "waiting": sorted(WAITING_STATE_NAMES),
+    }
 
 
 @router.get("/me")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.status import node_info, usable
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.quantity import parse_quantity
 
 NODE_CACHE_SECONDS = 5.0

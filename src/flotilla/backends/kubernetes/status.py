@@ -13,8 +13,8 @@ from typing import Any
 
 from flotilla.backends.interface import BackendRunState, ReplicaStatus, RunStatus
 from flotilla.backends.kubernetes import manifests as m
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model.cluster import Taint, TaintEffect
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.quantity import parse_quantity
 
 Obj = Mapping[str, Any]

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 
 RAY_NAMES = {"CPU": "cpu", "GPU": "gpu", "memory": "memory"}
 """Ray's resource names for the resources Flotilla names itself; other resources keep their

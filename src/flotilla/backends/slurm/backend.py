@@ -55,7 +55,7 @@ from flotilla.backends.slurm.marker import (
 from flotilla.backends.slurm.nodes import node_info
 from flotilla.backends.slurm.runs import RunFiles, build_status, status_of
 from flotilla.backends.slurm.script import batch_script, replica_file, sbatch_options
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from flotilla.backends.slurm.commands import SlurmNode
-from flotilla.framework.nodes import NodeInfo
+from flotilla.model.node_info import NodeInfo
 
 MIB = 1 << 20
 FEATURE_LABEL = "slurm.feature/"

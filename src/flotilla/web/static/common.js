@@ -13,10 +13,12 @@ const TOKEN_KEY = "flotilla-token";
   sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
   history.replaceState(null, "", location.pathname + location.search);
 })();
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
-const WAITING = new Set(["queued", "preempted"]);
-const STATES = ["queued", "leased", "pending", "running", "preempted", "succeeded", "failed",
-  "cancelled"];
+// The job states come from the server (the lifecycle core, GET /ui/api/states): a state added
+// there is listed, filtered and tested here without an edit.
+const STATE_SETS = await fetch("/ui/api/states").then((answer) => answer.json());
+const TERMINAL = new Set(STATE_SETS.terminal);
+const WAITING = new Set(STATE_SETS.waiting);
+const STATES = STATE_SETS.states;
 const PAGE_SIZE = 50;
 
 const main = document.getElementById("main");

@@ -12,11 +12,11 @@ What lives here, like the indexes Armada's ``NodeDb`` owns and documents in one 
     less memory per queued job, and equal shapes compare by identity. Injected into
     ``build_job`` by whoever builds jobs for this engine (the simulator; the service's
     snapshot builder keeps its own, as its jobs outlive an algorithm).
-``failures`` (``framework.failures.FailureCache``)
+``failures`` (``scheduler.failures.FailureCache``)
     Requests that fit nowhere, and the filters' explanation, per node-table content version
     (``framework.versions``) and placement key. Only for a row-local profile (below), where
     both depend on nothing else.
-best-node indexes (``framework.node_index.BestNodeIndex``)
+best-node indexes (``scheduler.node_index.BestNodeIndex``)
     Per node table (each round's own copy) and placement key, every node's total score, kept
     up to date from the table's change log, so a placement is an ``argmax``, not a scan.
     Held weakly: an index goes with its table.
@@ -36,11 +36,11 @@ from __future__ import annotations
 from threading import Lock
 from weakref import WeakKeyDictionary
 
-from flotilla.framework.failures import FailureCache
 from flotilla.framework.jobs import ShapeInterner
-from flotilla.framework.node_index import BestNodeIndex
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.registry import Framework
+from flotilla.scheduler.failures import FailureCache
+from flotilla.scheduler.node_index import BestNodeIndex
 
 
 class EngineCaches:

@@ -14,15 +14,16 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flotilla.framework import placement, versions
-from flotilla.framework.caches import EngineCaches
+from flotilla.framework import versions
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.failures import FailureCache
 from flotilla.framework.interfaces import Placement
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.registry import Framework
 from flotilla.framework.versions import Version
-from tests.framework.test_node_index import (
+from flotilla.scheduler import placement
+from flotilla.scheduler.caches import EngineCaches
+from flotilla.scheduler.failures import FailureCache
+from tests.scheduler.test_node_index import (
     CYCLE,
     SPACE,
     _job,

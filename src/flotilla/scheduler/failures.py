@@ -10,7 +10,7 @@ node_index.placement_key)``: a verdict found once holds for every copy of the ta
 changes.
 
 The cache is bounded (least recently used entries dropped first) and lives in the
-``EngineCaches`` of one profile (``framework.caches``), so it goes away with the scheduler
+``EngineCaches`` of one profile (``scheduler.caches``), so it goes away with the scheduler
 that owns it; entries of
 versions no table holds any more are never asked for again and age out.
 """

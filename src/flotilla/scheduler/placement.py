@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flotilla.framework import node_index
-from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
-from flotilla.framework.failures import FailureKey
 from flotilla.framework.interfaces import (
     Assignment,
     CycleState,
@@ -25,9 +22,12 @@ from flotilla.framework.interfaces import (
     ReserveResult,
 )
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
-from flotilla.framework.node_index import placement_key
 from flotilla.framework.nodes import Mask
 from flotilla.framework.registry import Framework
+from flotilla.scheduler import node_index
+from flotilla.scheduler.caches import EngineCaches
+from flotilla.scheduler.failures import FailureKey
+from flotilla.scheduler.node_index import placement_key
 
 
 class _Reservation:
@@ -198,7 +198,7 @@ def _fit(framework: Framework, request: FilterInput, caches: EngineCaches | None
 
     ``caches`` is given only for a row-local profile in which both depend only on the
     table's content and the request's placement-relevant fields: a failure is then
-    remembered under ``(table version, placement key)`` (``framework.failures``) and the
+    remembered under ``(table version, placement key)`` (``scheduler.failures``) and the
     next identical request on the same content skips the filters and the explanation."""
     key: FailureKey | None = None
     seen: dict[int, Mask] = {}

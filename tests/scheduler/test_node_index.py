@@ -16,9 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flotilla.framework import node_index, placement
 from flotilla.framework import nodes as nodes_module
-from flotilla.framework.caches import EngineCaches
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import (
     CycleState,
@@ -35,6 +33,8 @@ from flotilla.model.cluster import Taint
 from flotilla.model.job import JobSpec, TopologyScope
 from flotilla.plugins.devices import GpuDevices
 from flotilla.plugins.fragmentation import Mix, MixType
+from flotilla.scheduler import node_index, placement
+from flotilla.scheduler.caches import EngineCaches
 
 SPACE = ResourceSpace(["cpu", "memory", "gpu", "gpu_memory"])
 CYCLE = CycleState(

@@ -117,7 +117,7 @@ def row_evaluator(framework: Framework, request: FilterInput) -> RowEvaluator:
 class BestNodeIndex:
     """The best-node arrays of one node table, per placement key, for one row-local framework.
 
-    Kept by the engine's caches per table object (``framework.caches``); a copy of the table
+    Kept by the engine's caches per table object (``scheduler.caches``); a copy of the table
     starts without one, since a copy's change log starts afresh.
     """
 
