@@ -5,8 +5,10 @@ The service runs in wall time; a scenario speaks in its own seconds. At speed N 
 second is N scenario seconds: the fleet's ``cycle_interval`` and each cluster's
 ``startup_delay`` are divided by N, and so is each job's ``duration``, which travels in the
 job's payload (``{"sim": {"duration": …}}``) for the ``sim`` backend to end the run after it.
-Gang timeouts and retry delays are durations of the job spec the service reads as wall
-seconds: they are divided by N too, so that every clock of the scenario runs at one speed.
+Gang timeouts, retry delays and ``max_runtime`` are durations of the job spec the service
+reads as wall seconds: they are divided by N too, so that every clock of the scenario runs at
+one speed. The job keeps its (scaled) ``duration``: the engine's expected runtime, which EASY
+backfill's reservations are made of.
 """
 
 from __future__ import annotations
@@ -20,9 +22,6 @@ from flotilla.model.scenario import Scenario
 FOREVER = 10.0**9
 """Wall seconds a job without ``duration`` runs: past the end of any replay, as a scenario
 job without ``duration`` runs past the end of its simulation."""
-
-SCENARIO_ONLY_CLUSTER_FIELDS = ("fail_at",)
-"""Cluster fields a service cannot be given (``docs/scenarios.md``, *Replay*)."""
 
 
 @dataclass(frozen=True)
