@@ -125,14 +125,6 @@ KNOWN: dict[str, list[Known]] = {
         Known("*", EVERY_FIELD, FAIL_AT),
         Known("queue q", frozenset({"start order"}), FAIL_AT, always=False),
     ],
-    "gang-non-strict": [
-        Known(
-            "elastic",
-            frozenset({"placements"}),
-            "a non-strict gang never grows in the service (service/commit.py drops the "
-            "decision; issue 24 item 2): elastic keeps its first 4 of 8 workers",
-        )
-    ],
     "preemption-fair-share": [
         Known(
             "*",
