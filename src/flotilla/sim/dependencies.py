@@ -46,12 +46,23 @@ class Dependencies:
             if found is Verdict.NEVER:
                 assert state is not None
                 return Hold.NEVER, rules.never_reason(f"job {target.name}", condition, state)
-            waits.append(rules.waits_for(f"job {target.name}", condition))
+            status = "not submitted yet" if state is None else f"it is {state}"
+            waits.append(rules.waits_for(f"job {target.name}", condition, status))
             self._waiters.setdefault(target.name, set()).add(job.name)
         if not waits:
             return Hold.NONE, ""
         self._held.add(job.name)
         return Hold.WAITING, rules.waiting_reason(waits)
+
+    def moved(self, job: SimJob) -> None:
+        """``job`` changed state without ending: the jobs waiting for it say its new state in
+        their reason, as the service's do (``waits for job prep to succeed (it is running)``)."""
+        for waiter in sorted(self._waiters.get(job.name, ())):
+            held = self._jobs[waiter]
+            if waiter in self._held and held.waiting:
+                hold, reason = self.check(held)
+                if hold is Hold.WAITING:
+                    held.reason = reason
 
     def ended(self, name: str) -> list[SimJob]:
         """The held jobs that waited for ``name``, which just ended, to check again (in name

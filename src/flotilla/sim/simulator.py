@@ -166,6 +166,7 @@ class Simulator:
         job.assignment = None
         self._queued[job.name] = job
         self._admit(job, at)
+        self._dependencies.moved(job)
 
     def _admit(self, job: SimJob, at: float) -> None:
         """Into the backlog, unless it waits for its dependencies (or never can start) or
@@ -421,6 +422,7 @@ class Simulator:
         self._running[job.name] = job
         self._slots.started(job)
         job.state = ScenarioJobState.RUNNING
+        self._dependencies.moved(job)
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
         self._note_partial(job)
