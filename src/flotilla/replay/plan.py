@@ -16,12 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from flotilla.model.base import MAX_SECONDS
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import Scenario
 
-FOREVER = 10.0**9
+FOREVER = MAX_SECONDS
 """Wall seconds a job without ``duration`` runs: past the end of any replay, as a scenario
-job without ``duration`` runs past the end of its simulation."""
+job without ``duration`` runs past the end of its simulation (the longest duration the API
+accepts: ten years)."""
 
 
 @dataclass(frozen=True)
