@@ -236,6 +236,7 @@ class SchedulingConfig:
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     profile: str = "default"
+    usage_half_life: float | None = None
     enabled_plugins: tuple[str, ...] = ()
     disabled_plugins: tuple[str, ...] = ()
 
@@ -253,6 +254,7 @@ def scheduling_config(settings: Settings) -> SchedulingConfig:
         fair_share=settings.fair_share,
         queueing=settings.queueing,
         profile=settings.plugins.profile,
+        usage_half_life=settings.usage_half_life,
         enabled_plugins=tuple(enabled),
         disabled_plugins=tuple(settings.plugins.disabled),
     )

@@ -46,6 +46,7 @@ from flotilla.framework.snapshot import (
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
+from flotilla.scheduler.decayed_usage import DecayedUsage
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
@@ -74,6 +75,10 @@ class SchedulingAlgorithm:
         """The speed machinery this engine owns and hands to each round."""
         self.sort_queue = self.framework.queue_sort.sort
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
+        self.usage: DecayedUsage | None = None
+        """Decayed usage per queue (``usage_half_life``), fed by the rounds this engine runs."""
+        if config.usage_half_life is not None and config.fair_share is FairShare.DRF:
+            self.usage = DecayedUsage(config.usage_half_life)
 
     def schedule(
         self,
@@ -86,8 +91,13 @@ class SchedulingAlgorithm:
         is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
-        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence)
+        usage = None
+        if self.usage is not None:
+            usage = self.usage.observe(snapshot.time, scheduling_round.allocated)
+        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence, usage)
         loop.execute()
+        if self.usage is not None:
+            self.usage.hold(scheduling_round.allocated)
         stats = CycleStats(
             considered=loop.considered,
             scheduled=len(scheduling_round.scheduled),
@@ -151,6 +161,7 @@ class _Loop:
         snapshot: SchedulingSnapshot,
         cancel: threading.Event | None,
         precedence: Precedence | None,
+        usage: Mapping[str, list[float]] | None = None,
     ) -> None:
         self.cancel = cancel
         self.precedence = precedence
@@ -179,7 +190,11 @@ class _Loop:
         else:
             jobs_by_queue = algorithm.jobs_by_queue(snapshot)
             self.order = DrfOrder(
-                snapshot.queues, jobs_by_queue, scheduling_round.allocated, scheduling_round.total
+                snapshot.queues,
+                jobs_by_queue,
+                scheduling_round.allocated,
+                scheduling_round.total,
+                usage,
             )
 
     @property
