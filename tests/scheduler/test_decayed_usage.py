@@ -4,15 +4,21 @@ rounds run (so the simulator and the service charge the same), and its effect on
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from flotilla.framework.snapshot import CycleResult, SchedulingConfig, SchedulingSnapshot
+from flotilla.model.loader import load_scenario
 from flotilla.model.scenario import Settings
+from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.decayed_usage import DecayedUsage, decayed_run_usage
 from flotilla.scheduler.ordering import DrfOrder, sort_queues
 from flotilla.scheduler.types import QueueInfo
+from flotilla.sim.report import check_expectations
+from flotilla.sim.simulator import Simulator
 from tests.scheduler.test_ordering import SORT, take, two_queue_fleet
 
 HOUR = 3600.0
@@ -87,3 +93,39 @@ def test_the_setting_must_be_positive() -> None:
     with pytest.raises(ValidationError, match="usage_half_life"):
         Settings.model_validate({"usage_half_life": 0})
     assert Settings.model_validate({"usage_half_life": 86400}).usage_half_life == 86400
+
+
+SCENARIO = (
+    Path(__file__).resolve().parents[1] / "scenarios" / "policies" / "fair-share-decayed-usage.yaml"
+)
+
+
+class _ForkedRounds:
+    """Each round on an engine that keeps nothing between rounds, as ``ForkedRound`` runs it
+    in a child process (whatever the round changes in its copy is lost): only
+    ``observe_usage`` in the parent keeps the ledger."""
+
+    def __init__(self, parent: SchedulingAlgorithm) -> None:
+        self.parent = parent
+
+    def schedule(self, snapshot: SchedulingSnapshot) -> CycleResult:
+        child = SchedulingAlgorithm(self.parent.config)
+        return child.schedule(self.parent.observe_usage(snapshot))
+
+
+def test_rounds_in_a_child_process_order_as_in_process() -> None:
+    sim = Simulator(load_scenario(SCENARIO))
+    sim.algorithm = _ForkedRounds(sim.algorithm)  # type: ignore[assignment]
+    assert check_expectations(sim.run()) == []
+
+
+def test_a_rebuilt_engine_keeps_the_ledger_of_the_same_half_life() -> None:
+    old = SchedulingAlgorithm(SchedulingConfig(usage_half_life=HOUR))
+    assert old.usage is not None
+    old.usage.seed(0.0, {"a": [5.0]})
+    same = SchedulingAlgorithm(SchedulingConfig(usage_half_life=HOUR, profile="default"))
+    same.adopt_usage(old)
+    assert same.usage is old.usage
+    other = SchedulingAlgorithm(SchedulingConfig(usage_half_life=2 * HOUR))
+    other.adopt_usage(old)
+    assert other.usage is not old.usage

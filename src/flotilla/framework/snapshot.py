@@ -79,6 +79,10 @@ class SchedulingSnapshot:
     backlog: BacklogView | None = None
     """The same jobs as the caller keeps them (``BacklogView``); ``None`` to have the round
     group, sort and sum them."""
+    usage: Mapping[str, list[float]] | None = None
+    """Each queue's decayed usage as an average allocation, attached by
+    ``SchedulingAlgorithm.observe_usage`` when the round runs elsewhere (a forked child);
+    ``None``: the engine observes its own ledger (``scheduler/decayed_usage.py``)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 
+import numpy as np
+
 from flotilla.framework.caches import EngineCaches
 from flotilla.framework.interfaces import (
     Assignment,
@@ -35,6 +37,7 @@ from flotilla.framework.jobs import (
     remaining_replicas,
 )
 from flotilla.framework.registry import Framework, load_strategy
+from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import (
     PRIORITY_ORDER,
     CycleResult,
@@ -91,13 +94,14 @@ class SchedulingAlgorithm:
         is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
-        usage = None
-        if self.usage is not None:
-            usage = self.usage.observe(snapshot.time, scheduling_round.allocated)
+        usage = snapshot.usage
+        ledger = self.usage if usage is None else None
+        if ledger is not None:
+            usage = ledger.observe(snapshot.time, scheduling_round.allocated)
         loop = _Loop(self, scheduling_round, snapshot, cancel, precedence, usage)
         loop.execute()
-        if self.usage is not None:
-            self.usage.hold(scheduling_round.allocated)
+        if ledger is not None:
+            ledger.hold(scheduling_round.allocated)
         stats = CycleStats(
             considered=loop.considered,
             scheduled=len(scheduling_round.scheduled),
@@ -114,6 +118,37 @@ class SchedulingAlgorithm:
             pending=pending,
             stats=stats,
         )
+
+    def observe_usage(self, snapshot: SchedulingSnapshot) -> SchedulingSnapshot:
+        """``snapshot`` with the queues' decayed usage attached, the ledger advanced to its
+        time here: for a round that runs in another process, whose ledger would be a copy.
+        What that round places is charged from the next observation on (at most one round
+        interval less than in-process)."""
+        if self.usage is None:
+            return snapshot
+        size = len(snapshot.clusters[0].nodes.space) if snapshot.clusters else 0
+        allocated: dict[str, Vector] = {}
+        given = snapshot.backlog.allocated if snapshot.backlog is not None else None
+        if given is not None:
+            allocated = {
+                queue: np.asarray(amount, dtype=np.float64) for queue, amount in given.items()
+            }
+        else:
+            for running in snapshot.running:
+                held = running.held(size)
+                queue = running.job.queue
+                allocated[queue] = allocated[queue] + held if queue in allocated else held.copy()
+        return replace(snapshot, usage=self.usage.observe(snapshot.time, allocated))
+
+    def adopt_usage(self, previous: SchedulingAlgorithm) -> None:
+        """Keep ``previous``'s ledger when the settings change but the half-life does not
+        (a fleet apply rebuilds the engine)."""
+        if (
+            self.usage is not None
+            and previous.usage is not None
+            and previous.usage.half_life == self.usage.half_life
+        ):
+            self.usage = previous.usage
 
     def jobs_by_queue(self, snapshot: SchedulingSnapshot) -> Mapping[str, Sequence[SchedulingJob]]:
         """Each queue's jobs in QueueSort order: as the caller keeps them if it does and they

@@ -223,8 +223,14 @@ class SchedulingLoop:
         def schedule_forked(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
             return self.algorithm.schedule(snapshot, cancel)  # nothing to yield to in the child
 
+        forked = ForkedRound(schedule_forked)
+
+        def schedule_in_child(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
+            # The decayed-usage ledger lives in this process: advance it before the fork.
+            return forked(self.algorithm.observe_usage(snapshot), cancel)
+
         return AsyncSchedulingRunner(
-            ForkedRound(schedule_forked) if self.settings.algorithm_process else schedule,
+            schedule_in_child if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -400,7 +406,8 @@ class SchedulingLoop:
             return False
         settings = _with_fleet_settings(self.settings, self.fleet)
         if settings.scheduling != self.settings.scheduling or settings.mode != self.settings.mode:
-            self.algorithm = SchedulingAlgorithm(settings.scheduling)
+            previous, self.algorithm = self.algorithm, SchedulingAlgorithm(settings.scheduling)
+            self.algorithm.adopt_usage(previous)
             if self.runner is not None:
                 self.runner.reset()
             self.runner = None
