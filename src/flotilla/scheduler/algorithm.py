@@ -82,6 +82,7 @@ class SchedulingAlgorithm:
         """Decayed usage per queue (``usage_half_life``), fed by the rounds this engine runs."""
         if config.usage_half_life is not None and config.fair_share is FairShare.DRF:
             self.usage = DecayedUsage(config.usage_half_life)
+        self._usage_seed: tuple[float, Mapping[str, Mapping[str, float]]] | None = None
 
     def schedule(
         self,
@@ -96,6 +97,8 @@ class SchedulingAlgorithm:
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
         usage = snapshot.usage
         ledger = self.usage if usage is None else None
+        if ledger is not None:
+            self._take_seed(snapshot)
         if ledger is not None:
             usage = ledger.observe(snapshot.time, scheduling_round.allocated)
         loop = _Loop(self, scheduling_round, snapshot, cancel, precedence, usage)
@@ -126,6 +129,7 @@ class SchedulingAlgorithm:
         interval less than in-process)."""
         if self.usage is None:
             return snapshot
+        self._take_seed(snapshot)
         size = len(snapshot.clusters[0].nodes.space) if snapshot.clusters else 0
         allocated: dict[str, Vector] = {}
         given = snapshot.backlog.allocated if snapshot.backlog is not None else None
@@ -139,6 +143,29 @@ class SchedulingAlgorithm:
                 queue = running.job.queue
                 allocated[queue] = allocated[queue] + held if queue in allocated else held.copy()
         return replace(snapshot, usage=self.usage.observe(snapshot.time, allocated))
+
+    def seed_usage(self, at: float, by_queue: Mapping[str, Mapping[str, float]]) -> None:
+        """Start the ledger from usage derived from run history (queue → resource name →
+        resource-seconds decayed to ``at``): the service after a restart. Taken up by the next
+        round, which knows the resource space."""
+        if self.usage is not None:
+            self._usage_seed = (at, by_queue)
+
+    def _take_seed(self, snapshot: SchedulingSnapshot) -> None:
+        seed = self._usage_seed
+        if seed is None or self.usage is None or not snapshot.clusters:
+            return
+        self._usage_seed = None
+        at, by_queue = seed
+        index = snapshot.clusters[0].nodes.space.index
+        vectors: dict[str, list[float]] = {}
+        for queue, amounts in by_queue.items():
+            vector = [0.0] * len(index)
+            for name, amount in amounts.items():
+                if name in index:  # a resource no cluster has any more orders nothing
+                    vector[index[name]] += amount
+            vectors[queue] = vector
+        self.usage.seed(at, vectors)
 
     def adopt_usage(self, previous: SchedulingAlgorithm) -> None:
         """Keep ``previous``'s ledger when the settings change but the half-life does not

@@ -171,6 +171,7 @@ class SchedulingLoop:
         self._allocator = AllocatorTrim(glibc_malloc_trim())
         self.jobdb = self._finished.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
+        self._seed_usage()
         self.runner: AsyncSchedulingRunner | None = None
         if self.settings.mode is Mode.ASYNC:
             self.runner = self._async_runner()
@@ -212,6 +213,14 @@ class SchedulingLoop:
         self._cycles = 0
         self._last_pass = float("-inf")
         self._draining = False
+
+    def _seed_usage(self) -> None:
+        """With ``usage_half_life``, start the engine's decayed usage from run history in the
+        store, so that a restart (or a fleet apply that changes the half-life) forgets nothing."""
+        ledger = self.algorithm.usage
+        if ledger is not None:
+            now, by_queue = self.store.decayed_usage(ledger.half_life)
+            self.algorithm.seed_usage(now.timestamp(), by_queue)
 
     def _async_runner(self) -> AsyncSchedulingRunner:
         """The runner of async mode: each round in a child process (``forked.py``), or on a
@@ -408,6 +417,8 @@ class SchedulingLoop:
         if settings.scheduling != self.settings.scheduling or settings.mode != self.settings.mode:
             previous, self.algorithm = self.algorithm, SchedulingAlgorithm(settings.scheduling)
             self.algorithm.adopt_usage(previous)
+            if self.algorithm.usage is not previous.usage:
+                self._seed_usage()
             if self.runner is not None:
                 self.runner.reset()
             self.runner = None
