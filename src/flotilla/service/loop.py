@@ -235,7 +235,8 @@ class SchedulingLoop:
         forked = ForkedRound(schedule_forked)
 
         def schedule_in_child(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
-            # The decayed-usage ledger lives in this process: advance it before the fork.
+            # The decayed-usage ledger lives in this process: advance it before the fork. What
+            # the child's round starts is held from the next observation (a cycle later).
             return forked(self.algorithm.observe_usage(snapshot), cancel)
 
         return AsyncSchedulingRunner(
@@ -527,4 +528,10 @@ class SchedulingLoop:
             read = self.jobdb.read_txn()
             if read.count(JobState.QUEUED):
                 self.runner.trigger(self._snapshots.build(read).snapshot)
+            elif self.algorithm.usage is not None:
+                # No round: charge the decayed usage anyway, so that a run ending while
+                # nothing waits is not charged until the next submission.
+                self.algorithm.observe_usage(
+                    self._snapshots.build(read, include_queued=False).snapshot
+                )
         return committed
