@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from operator import attrgetter
 
-import numpy as np
-
 from flotilla.framework.caches import EngineCaches
 from flotilla.framework.interfaces import (
     Assignment,
@@ -37,7 +35,6 @@ from flotilla.framework.jobs import (
     remaining_replicas,
 )
 from flotilla.framework.registry import Framework, load_strategy
-from flotilla.framework.resources import Vector
 from flotilla.framework.snapshot import (
     PRIORITY_ORDER,
     CycleResult,
@@ -49,7 +46,7 @@ from flotilla.framework.snapshot import (
 from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
-from flotilla.scheduler.decayed_usage import DecayedUsage
+from flotilla.scheduler.decayed_usage import DecayedUsage, queue_allocations
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
@@ -82,7 +79,6 @@ class SchedulingAlgorithm:
         """Decayed usage per queue (``usage_half_life``), fed by the rounds this engine runs."""
         if config.usage_half_life is not None and config.fair_share is FairShare.DRF:
             self.usage = DecayedUsage(config.usage_half_life)
-        self._usage_seed: tuple[float, Mapping[str, Mapping[str, float]]] | None = None
 
     def schedule(
         self,
@@ -98,7 +94,7 @@ class SchedulingAlgorithm:
         usage = snapshot.usage
         ledger = self.usage if usage is None else None
         if ledger is not None:
-            self._take_seed(snapshot)
+            ledger.take_seed(snapshot)
         if ledger is not None:
             usage = ledger.observe(snapshot.time, scheduling_round.allocated)
         loop = _Loop(self, scheduling_round, snapshot, cancel, precedence, usage)
@@ -125,47 +121,18 @@ class SchedulingAlgorithm:
     def observe_usage(self, snapshot: SchedulingSnapshot) -> SchedulingSnapshot:
         """``snapshot`` with the queues' decayed usage attached, the ledger advanced to its
         time here: for a round that runs in another process, whose ledger would be a copy.
-        What that round places is charged from the next observation on (at most one round
-        interval less than in-process)."""
+        What that round places is charged from the next observation on."""
         if self.usage is None:
             return snapshot
-        self._take_seed(snapshot)
-        size = len(snapshot.clusters[0].nodes.space) if snapshot.clusters else 0
-        allocated: dict[str, Vector] = {}
-        given = snapshot.backlog.allocated if snapshot.backlog is not None else None
-        if given is not None:
-            allocated = {
-                queue: np.asarray(amount, dtype=np.float64) for queue, amount in given.items()
-            }
-        else:
-            for running in snapshot.running:
-                held = running.held(size)
-                queue = running.job.queue
-                allocated[queue] = allocated[queue] + held if queue in allocated else held.copy()
-        return replace(snapshot, usage=self.usage.observe(snapshot.time, allocated))
+        self.usage.take_seed(snapshot)
+        usage = self.usage.observe(snapshot.time, queue_allocations(snapshot))
+        return replace(snapshot, usage=usage)
 
     def seed_usage(self, at: float, by_queue: Mapping[str, Mapping[str, float]]) -> None:
-        """Start the ledger from usage derived from run history (queue → resource name →
-        resource-seconds decayed to ``at``): the service after a restart. Taken up by the next
-        round, which knows the resource space."""
+        """Start the ledger from run history (``DecayedUsage.seed_named``): the service after
+        a restart."""
         if self.usage is not None:
-            self._usage_seed = (at, by_queue)
-
-    def _take_seed(self, snapshot: SchedulingSnapshot) -> None:
-        seed = self._usage_seed
-        if seed is None or self.usage is None or not snapshot.clusters:
-            return
-        self._usage_seed = None
-        at, by_queue = seed
-        index = snapshot.clusters[0].nodes.space.index
-        vectors: dict[str, list[float]] = {}
-        for queue, amounts in by_queue.items():
-            vector = [0.0] * len(index)
-            for name, amount in amounts.items():
-                if name in index:  # a resource no cluster has any more orders nothing
-                    vector[index[name]] += amount
-            vectors[queue] = vector
-        self.usage.seed(at, vectors)
+            self.usage.seed_named(at, by_queue)
 
     def adopt_usage(self, previous: SchedulingAlgorithm) -> None:
         """Keep ``previous``'s ledger when the settings change but the half-life does not

@@ -26,7 +26,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from flotilla.framework.resources import Vector
+from flotilla.framework.snapshot import SchedulingSnapshot
 
 
 class DecayedUsage:
@@ -49,6 +52,8 @@ class DecayedUsage:
         self._held: dict[str, list[float]] = {}
         """Queue → what it held since ``_time`` (charged at the next ``advance``)."""
         self._time: float | None = None
+        self._named_seed: tuple[float, Mapping[str, Mapping[str, float]]] | None = None
+        """Usage by resource name waiting for a snapshot's resource space (``seed_named``)."""
 
     @property
     def time(self) -> float | None:
@@ -104,6 +109,42 @@ class DecayedUsage:
         """Start from usage derived elsewhere (run history read back after a restart)."""
         self._usage = {queue: list(amounts) for queue, amounts in usage.items()}
         self._time = now
+
+    def seed_named(self, at: float, by_queue: Mapping[str, Mapping[str, float]]) -> None:
+        """Start from usage derived from run history (queue → resource name → resource-
+        seconds decayed to ``at``: ``store.decayed_usage``), taken up by the next snapshot,
+        whose resource space orders the names."""
+        self._named_seed = (at, by_queue)
+
+    def take_seed(self, snapshot: SchedulingSnapshot) -> None:
+        seed = self._named_seed
+        if seed is None or not snapshot.clusters:
+            return
+        self._named_seed = None
+        at, by_queue = seed
+        index = snapshot.clusters[0].nodes.space.index
+        vectors: dict[str, list[float]] = {}
+        for queue, amounts in by_queue.items():
+            vector = [0.0] * len(index)
+            for name, amount in amounts.items():
+                if name in index:  # a resource no cluster has any more orders nothing
+                    vector[index[name]] += amount
+            vectors[queue] = vector
+        self.seed(at, vectors)
+
+
+def queue_allocations(snapshot: SchedulingSnapshot) -> dict[str, Vector]:
+    """What each queue's running jobs hold in ``snapshot`` (as the round computes it)."""
+    given = snapshot.backlog.allocated if snapshot.backlog is not None else None
+    if given is not None:
+        return {queue: np.asarray(amount, dtype=np.float64) for queue, amount in given.items()}
+    size = len(snapshot.clusters[0].nodes.space) if snapshot.clusters else 0
+    allocated: dict[str, Vector] = {}
+    for running in snapshot.running:
+        held = running.held(size)
+        queue = running.job.queue
+        allocated[queue] = allocated[queue] + held if queue in allocated else held.copy()
+    return allocated
 
 
 def decayed_run_usage(
