@@ -93,6 +93,8 @@ def test_the_setting_must_be_positive() -> None:
     with pytest.raises(ValidationError, match="usage_half_life"):
         Settings.model_validate({"usage_half_life": 0})
     assert Settings.model_validate({"usage_half_life": 86400}).usage_half_life == 86400
+    with pytest.raises(ValidationError, match=r"usage_half_life: .*fair_share: drf"):
+        Settings.model_validate({"usage_half_life": 86400, "fair_share": "fifo"})
 
 
 SCENARIO = (

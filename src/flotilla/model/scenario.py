@@ -55,6 +55,12 @@ class Settings(Strict):
     max_time: Seconds | None = None
     plugins: PluginSettings = PluginSettings()
 
+    @model_validator(mode="after")
+    def _decay_needs_drf(self) -> Settings:
+        if self.usage_half_life is not None and self.fair_share is not FairShare.DRF:
+            raise ValueError("usage_half_life: orders queues by DRF; it needs fair_share: drf")
+        return self
+
 
 class ScenarioJobState(StrEnum):
     """A job's state in a simulated scenario: what the report shows and an ``expect`` entry
