@@ -64,6 +64,11 @@ def main() -> None:
         help="fill the fleet to this share first, outside schedule() (e.g. 0.9)",
     )
     parser.add_argument(
+        "--usage-half-life",
+        type=float,
+        help="order by usage decayed with this half-life, seconds (settings.usage_half_life)",
+    )
+    parser.add_argument(
         "--callgrind",
         action="store_true",
         help="under callgrind --instr-atstart=no: instrument schedule() only",
@@ -74,6 +79,8 @@ def main() -> None:
     case = replace(ENGINE_CASES[arguments.case], budget_s=math.inf)
     if arguments.profile is not None:
         case = replace(case, config=SchedulingConfig(profile=arguments.profile))
+    if arguments.usage_half_life is not None:
+        case = replace(case, config=replace(case.config, usage_half_life=arguments.usage_half_life))
     if arguments.jobs is not None:
         case = replace(case, workload=replace(case.workload, jobs=arguments.jobs))
     if arguments.cycles is not None:
@@ -89,6 +96,7 @@ def main() -> None:
             {
                 "case": arguments.case,
                 "profile": case.config.profile,
+                "usage_half_life": case.config.usage_half_life,
                 "jobs": case.workload.jobs,
                 "cycles": result["cycle_count"],
                 "placements": result["placements"],

@@ -3,6 +3,7 @@ SQLite and PostgreSQL, like every store contract test (the time arithmetic is in
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -176,3 +177,20 @@ def test_a_run_ends_at_its_engines_time_within_its_start_and_now(
 
 
 HOUR_DELTA = timedelta(hours=1)
+
+
+def test_decayed_usage_from_run_history_halves_per_half_life(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    # The fair-share ledger's start after a restart (settings.usage_half_life): team-a held
+    # 8 cpu (2 × 4) from 0 to 1h, team-b 1 cpu from 1h and still runs at 2h. With a half-life
+    # of 1h, read at 2h: team-a 8 · τ · (2^-1 − 2^-2), team-b 1 · τ · (1 − 2^-1), τ = h/ln 2.
+    train, other = store.submit_jobs([gpu_job("train", replicas=2), job("other", "team-b")])
+    run_for(store, clock, train, hours=1)
+    run_for(store, clock, other, hours=1, end=None)
+    now, usage = store.decayed_usage(HOUR)
+    assert now == clock.now
+    tau = HOUR / math.log(2)
+    assert usage["team-a"]["cpu"] == pytest.approx(8 * tau / 4, rel=1e-6)
+    assert usage["team-a"]["gpu"] == pytest.approx(4 * tau / 4, rel=1e-6)
+    assert usage["team-b"]["cpu"] == pytest.approx(tau / 2, rel=1e-6)

@@ -79,6 +79,10 @@ class SchedulingSnapshot:
     backlog: BacklogView | None = None
     """The same jobs as the caller keeps them (``BacklogView``); ``None`` to have the round
     group, sort and sum them."""
+    usage: Mapping[str, list[float]] | None = None
+    """Each queue's decayed usage as an average allocation, attached by
+    ``SchedulingAlgorithm.observe_usage`` when the round runs elsewhere (a forked child);
+    ``None``: the engine observes its own ledger (``scheduler/decayed_usage.py``)."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,7 @@ class SchedulingConfig:
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     profile: str = "default"
+    usage_half_life: float | None = None
     enabled_plugins: tuple[str, ...] = ()
     disabled_plugins: tuple[str, ...] = ()
 
@@ -256,6 +261,7 @@ def scheduling_config(settings: Settings) -> SchedulingConfig:
         fair_share=settings.fair_share,
         queueing=settings.queueing,
         profile=settings.plugins.profile,
+        usage_half_life=settings.usage_half_life,
         enabled_plugins=tuple(enabled),
         disabled_plugins=tuple(settings.plugins.disabled),
     )

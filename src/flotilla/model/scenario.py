@@ -49,8 +49,17 @@ class Settings(Strict):
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     fair_share_preemption: bool = False
     priority_preemption: bool = False
+    usage_half_life: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    """Extension: with DRF, order queues by usage decayed with this half-life (seconds) added
+    to what they hold now (``scheduler/decayed_usage.py``); ``None``: current holdings only."""
     max_time: Seconds | None = None
     plugins: PluginSettings = PluginSettings()
+
+    @model_validator(mode="after")
+    def _decay_needs_drf(self) -> Settings:
+        if self.usage_half_life is not None and self.fair_share is not FairShare.DRF:
+            raise ValueError("usage_half_life: orders queues by DRF; it needs fair_share: drf")
+        return self
 
 
 class ScenarioJobState(StrEnum):

@@ -47,6 +47,7 @@ from flotilla.model.job import GangMode
 from flotilla.model.scenario import FairShare, Queueing
 from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.caches import EngineCaches
+from flotilla.scheduler.decayed_usage import DecayedUsage, queue_allocations
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
@@ -75,6 +76,10 @@ class SchedulingAlgorithm:
         """The speed machinery this engine owns and hands to each round."""
         self.sort_queue = self.framework.queue_sort.sort
         self.priority_order = self.framework.queue_sort.name == PRIORITY_ORDER
+        self.usage: DecayedUsage | None = None
+        """Decayed usage per queue (``usage_half_life``), fed by the rounds this engine runs."""
+        if config.usage_half_life is not None and config.fair_share is FairShare.DRF:
+            self.usage = DecayedUsage(config.usage_half_life)
 
     def schedule(
         self,
@@ -87,8 +92,16 @@ class SchedulingAlgorithm:
         is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
-        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence)
+        usage = snapshot.usage
+        ledger = self.usage if usage is None else None
+        if ledger is not None:
+            ledger.take_seed(snapshot)
+        if ledger is not None:
+            usage = ledger.observe(snapshot.time, scheduling_round.allocated)
+        loop = _Loop(self, scheduling_round, snapshot, cancel, precedence, usage)
         loop.execute()
+        if ledger is not None:
+            ledger.hold(scheduling_round.allocated)
         stats = CycleStats(
             considered=loop.considered,
             scheduled=len(scheduling_round.scheduled),
@@ -106,6 +119,32 @@ class SchedulingAlgorithm:
             growing=loop.growing,
             stats=stats,
         )
+
+    def observe_usage(self, snapshot: SchedulingSnapshot) -> SchedulingSnapshot:
+        """``snapshot`` with the queues' decayed usage attached, the ledger advanced to its
+        time here: for a round that runs in another process, whose ledger would be a copy.
+        What that round places is charged from the next observation on."""
+        if self.usage is None:
+            return snapshot
+        self.usage.take_seed(snapshot)
+        usage = self.usage.observe(snapshot.time, queue_allocations(snapshot))
+        return replace(snapshot, usage=usage)
+
+    def seed_usage(self, at: float, by_queue: Mapping[str, Mapping[str, float]]) -> None:
+        """Start the ledger from run history (``DecayedUsage.seed_named``): the service after
+        a restart."""
+        if self.usage is not None:
+            self.usage.seed_named(at, by_queue)
+
+    def adopt_usage(self, previous: SchedulingAlgorithm) -> None:
+        """Keep ``previous``'s ledger when the settings change but the half-life does not
+        (a fleet apply rebuilds the engine)."""
+        if (
+            self.usage is not None
+            and previous.usage is not None
+            and previous.usage.half_life == self.usage.half_life
+        ):
+            self.usage = previous.usage
 
     def jobs_by_queue(self, snapshot: SchedulingSnapshot) -> Mapping[str, Sequence[SchedulingJob]]:
         """Each queue's jobs in QueueSort order: as the caller keeps them if it does and they
@@ -153,6 +192,7 @@ class _Loop:
         snapshot: SchedulingSnapshot,
         cancel: threading.Event | None,
         precedence: Precedence | None,
+        usage: Mapping[str, list[float]] | None = None,
     ) -> None:
         self.cancel = cancel
         self.precedence = precedence
@@ -183,7 +223,11 @@ class _Loop:
         else:
             jobs_by_queue = algorithm.jobs_by_queue(snapshot)
             self.order = DrfOrder(
-                snapshot.queues, jobs_by_queue, scheduling_round.allocated, scheduling_round.total
+                snapshot.queues,
+                jobs_by_queue,
+                scheduling_round.allocated,
+                scheduling_round.total,
+                usage,
             )
 
     @property

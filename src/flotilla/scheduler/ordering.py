@@ -3,6 +3,11 @@
 DRF (Ghodsi et al., Armada's rule): the next job comes from the queue whose weighted dominant
 share, counting that job, would be lowest. Only the chosen queue's share changes when a job is
 placed, so a heap keyed on each queue's cost-with-its-head is exact.
+
+With ``usage_half_life`` each queue's decayed past usage (``scheduler/decayed_usage.py``, as an
+average allocation) is added to what it holds before the dominant share is taken: a queue that
+used a lot lately ranks behind one that did not, and progressive filling within the round
+works as before on top of it.
 """
 
 from __future__ import annotations
@@ -36,8 +41,18 @@ class DrfOrder:
         jobs_by_queue: Mapping[str, Sequence[SchedulingJob]],
         allocated: Mapping[str, Vector],
         total: Vector,
+        usage: Mapping[str, list[float]] | None = None,
     ) -> None:
         self._jobs = jobs_by_queue
+        self._past: dict[str, list[float]] = {}
+        """Queue → decayed past usage as an average allocation; a queue absent used nothing."""
+        if usage:
+            size = len(total)
+            for name, amounts in usage.items():
+                # The resource space only grows: a shorter vector is padded with zeros.
+                padded = amounts[:size] + [0.0] * (size - len(amounts))
+                if any(padded):
+                    self._past[name] = padded
         self._weights = {queue.name: queue.weight for queue in queues}
         self._order = {queue.name: queue.order for queue in queues}
         self._allocated: dict[str, list[float]] = {
@@ -74,7 +89,11 @@ class DrfOrder:
 
     def _push(self, queue: str) -> None:
         head = self._jobs[queue][self._heads[queue]]
-        share = _dominant(self._allocated[queue], head.total.tolist(), self._inverse_total)
+        extra = head.total.tolist()
+        past = self._past.get(queue)
+        if past is not None:
+            extra = [a + b for a, b in zip(extra, past, strict=True)]
+        share = _dominant(self._allocated[queue], extra, self._inverse_total)
         entry = (share / self._weights[queue], self._order[queue], self._version[queue], queue)
         heapq.heappush(self._heap, entry)
 

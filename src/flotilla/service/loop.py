@@ -172,6 +172,7 @@ class SchedulingLoop:
         self._allocator = AllocatorTrim(glibc_malloc_trim())
         self.jobdb = self._finished.load(store)
         self.algorithm = SchedulingAlgorithm(self.settings.scheduling)
+        self._seed_usage()
         self.runner: AsyncSchedulingRunner | None = None
         if self.settings.mode is Mode.ASYNC:
             self.runner = self._async_runner()
@@ -217,6 +218,14 @@ class SchedulingLoop:
         self._last_pass = float("-inf")
         self._draining = False
 
+    def _seed_usage(self) -> None:
+        """With ``usage_half_life``, start the engine's decayed usage from run history in the
+        store, so that a restart (or a fleet apply that changes the half-life) forgets nothing."""
+        ledger = self.algorithm.usage
+        if ledger is not None:
+            now, by_queue = self.store.decayed_usage(ledger.half_life)
+            self.algorithm.seed_usage(now.timestamp(), by_queue)
+
     def _async_runner(self) -> AsyncSchedulingRunner:
         """The runner of async mode: each round in a child process (``forked.py``), or on a
         thread of this one with ``algorithm_process=False``."""
@@ -227,8 +236,15 @@ class SchedulingLoop:
         def schedule_forked(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
             return self.algorithm.schedule(snapshot, cancel)  # nothing to yield to in the child
 
+        forked = ForkedRound(schedule_forked)
+
+        def schedule_in_child(snapshot: SchedulingSnapshot, cancel: threading.Event) -> CycleResult:
+            # The decayed-usage ledger lives in this process: advance it before the fork. What
+            # the child's round starts is held from the next observation (a cycle later).
+            return forked(self.algorithm.observe_usage(snapshot), cancel)
+
         return AsyncSchedulingRunner(
-            ForkedRound(schedule_forked) if self.settings.algorithm_process else schedule,
+            schedule_in_child if self.settings.algorithm_process else schedule,
             ThreadExecutor(),
             on_duration=self.metrics.algorithm_seconds.observe,
         )
@@ -409,7 +425,10 @@ class SchedulingLoop:
             return False
         settings = _with_fleet_settings(self.settings, self.fleet)
         if settings.scheduling != self.settings.scheduling or settings.mode != self.settings.mode:
-            self.algorithm = SchedulingAlgorithm(settings.scheduling)
+            previous, self.algorithm = self.algorithm, SchedulingAlgorithm(settings.scheduling)
+            self.algorithm.adopt_usage(previous)
+            if self.algorithm.usage is not previous.usage:
+                self._seed_usage()
             if self.runner is not None:
                 self.runner.reset()
             self.runner = None
@@ -519,4 +538,10 @@ class SchedulingLoop:
             # A non-strict gang with replicas still to place needs rounds too (growth.py).
             if read.count(JobState.QUEUED) or self._committer.growth.incomplete:
                 self.runner.trigger(self._snapshots.build(read).snapshot)
+            elif self.algorithm.usage is not None:
+                # No round: charge the decayed usage anyway, so that a run ending while
+                # nothing waits is not charged until the next submission.
+                self.algorithm.observe_usage(
+                    self._snapshots.build(read, include_queued=False).snapshot
+                )
         return committed

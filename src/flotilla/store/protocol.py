@@ -363,6 +363,12 @@ class Store(Protocol):
         up to now. Read-only."""
         ...
 
+    def decayed_usage(self, half_life: float) -> tuple[datetime, dict[str, dict[str, float]]]:
+        """Now, and each queue's usage decayed to now with ``half_life`` (resource name →
+        resource-seconds) from run history (``flotilla.store.usage.decayed_usage``): the fair-
+        share ledger's start after a restart. Read-only."""
+        ...
+
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         """Apply a fleet in one transaction, all or nothing: raises ``ConflictError`` naming
         every problem (a removed queue that has jobs, a removed cluster with active jobs, a

@@ -47,7 +47,7 @@ from flotilla.store.records import (
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
 from flotilla.store.states import JobState
-from flotilla.store.usage import UsageQuery, UsageReport, compute_usage
+from flotilla.store.usage import UsageQuery, UsageReport, compute_usage, decayed_usage
 
 Clock = Callable[[], datetime]
 
@@ -510,6 +510,11 @@ class SqlStore:
     def usage(self, query: UsageQuery) -> UsageReport:
         with self._sessions() as session:
             return compute_usage(session, query, self._now())
+
+    def decayed_usage(self, half_life: float) -> tuple[datetime, dict[str, dict[str, float]]]:
+        now = self._now()
+        with self._sessions() as session:
+            return now, decayed_usage(session, now, half_life)
 
     def apply_fleet(self, change: FleetChange) -> FleetRecord:
         return self._upsert(lambda session: fleet.apply_fleet(session, change, self._now()))

@@ -14,6 +14,7 @@ jobs the caller may see, and each run's clipped seconds (``julianday`` on SQLite
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -216,3 +217,59 @@ class _Sums:
             memory_gib_hours=self.memory_byte_seconds / GIB / HOUR,
             gpu_hours=self.gpu_seconds / HOUR,
         )
+
+
+DECAY_HORIZON_HALF_LIVES = 30.0
+"""Runs that ended more than this many half-lives ago add less than 2^-30 of their usage:
+the history read at start stops there."""
+
+
+def decayed_usage(session: Session, now: datetime, half_life: float) -> dict[str, dict[str, float]]:
+    """Each queue's usage decayed to ``now`` with ``half_life`` (resource name → resource-
+    seconds, base units), derived from run history: the service's fair-share ledger
+    (``flotilla.scheduler.decayed_usage``) starts from it after a restart.
+
+    A run held its request from start to end (a run still running: to ``now``), the same
+    runs ``compute_usage`` counts; it adds ``held · τ · (2^(-(now-end)/h) − 2^(-(now-start)/h))``
+    with ``τ = h / ln 2``, the integral the engine's accumulator keeps.
+    """
+    runs = Run.__table__.c
+    jobs = Job.__table__.c
+    moment = literal(now, UtcDateTime())
+    ran_to_end = runs.state.in_([RunState.SUCCEEDED.value, RunState.FAILED.value])
+    start = func.coalesce(runs.started_at, case((ran_to_end, runs.created_at)))
+    end = _clamp(session, "min", func.coalesce(runs.finished_at, moment), moment)
+    since_start = _seconds_between(session, start, moment).label("since_start")
+    since_end = _seconds_between(session, end, moment).label("since_end")
+    horizon = now.timestamp() - DECAY_HORIZON_HALF_LIVES * half_life
+    oldest = datetime.fromtimestamp(max(horizon, 0.0), tz=now.tzinfo)
+    statement = (
+        select(runs.job_id, jobs.queue, since_start, since_end, cast(runs.assignment, Text))
+        .join(Job.__table__, jobs.id == runs.job_id)
+        .where(start.is_not(None), start < moment, end > literal(oldest, UtcDateTime()))
+    )
+    found = session.execute(statement).all()
+    requests = _task_requests(session, {row[0] for row in found})
+    mean_life = half_life / math.log(2)
+    usage: dict[str, dict[str, float]] = {}
+    for job_id, queue, age_start, age_end, assignment_text in found:
+        age_start, age_end = float(age_start or 0.0), max(0.0, float(age_end or 0.0))
+        if age_start <= age_end:
+            continue
+        factor = mean_life * (2.0 ** (-age_end / half_life) - 2.0 ** (-age_start / half_life))
+        held = _held_by_name(requests.get(job_id, {}), assignment_text)
+        sums = usage.setdefault(queue, {})
+        for name, amount in held.items():
+            sums[name] = sums.get(name, 0.0) + amount * factor
+    return usage
+
+
+def _held_by_name(requests: Mapping[str, Any], assignment_text: str | None) -> dict[str, float]:
+    """What one run holds, every resource of its placed replicas' requests summed."""
+    held: dict[str, float] = {}
+    assignment = AssignmentRecord.unmarshal(json.loads(assignment_text) if assignment_text else {})
+    for placement in assignment.placements:
+        for name, amount in (requests.get(placement.task) or {}).items():
+            if isinstance(amount, int | float):
+                held[name] = held.get(name, 0.0) + float(amount)
+    return held
