@@ -5,9 +5,9 @@ The service runs in wall time; a scenario speaks in its own seconds. At speed N 
 second is N scenario seconds: the fleet's ``cycle_interval`` and each cluster's
 ``startup_delay`` are divided by N, and so is each job's ``duration``, which travels in the
 job's payload (``{"sim": {"duration": …}}``) for the ``sim`` backend to end the run after it.
-Gang timeouts, retry delays and ``max_runtime`` are durations of the job spec the service
-reads as wall seconds: they are divided by N too, so that every clock of the scenario runs at
-one speed. The job keeps its (scaled) ``duration``: the engine's expected runtime, which EASY
+Gang timeouts, retry delays and ``max_runtime`` (durations of the job spec) and the fleet's
+``usage_half_life`` (fair share's memory) are read by the service as wall seconds: they are
+divided by N too, so that every clock of the scenario runs at one speed. The job keeps its (scaled) ``duration``: the engine's expected runtime, which EASY
 backfill's reservations are made of.
 """
 
@@ -111,6 +111,8 @@ def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
     simulating the scenario's nodes."""
     settings = scenario.settings.model_dump(mode="json")
     settings["cycle_interval"] = scenario.settings.cycle_interval / speed
+    if settings.get("usage_half_life") is not None:  # usage decays in the service's wall time
+        settings["usage_half_life"] = settings["usage_half_life"] / speed
     settings.pop("max_time", None)  # the replay stops there itself
     clusters = []
     for cluster in scenario.clusters:
