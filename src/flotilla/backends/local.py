@@ -43,6 +43,9 @@ from flotilla.backends.common import (
     saved_run_ids,
     sync_file,
 )
+from flotilla.backends.gpu_inventory import GPU_ENV as GPU_ENV  # where it was defined before
+from flotilla.backends.gpu_inventory import discover_gpus, with_gpus
+from flotilla.backends.gpu_sources import GpuSource
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
@@ -64,30 +67,29 @@ from flotilla.backends.local_records import Replica, Run, Stop, record_path, sav
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.framework.nodes import NodeInfo
 
-GPU_ENV = "FLOTILLA_LOCAL_GPUS"
-
 
 def default_state_dir(cluster: str) -> Path:
     base = os.environ.get("FLOTILLA_STATE_DIR") or Path.home() / ".local/state/flotilla"
     return Path(base) / "backends" / cluster
 
 
-def local_node(name: str | None = None, gpus: int | None = None) -> NodeInfo:
-    """This machine as one node: its usable cores, its memory, GPUs from ``FLOTILLA_LOCAL_GPUS``."""
+def local_node(
+    name: str | None = None, gpus: int | None = None, gpu_source: GpuSource | None = None
+) -> NodeInfo:
+    """This machine as one node: its usable cores, its memory, and its GPUs as
+    ``gpu_inventory.discover_gpus`` finds them (``gpus`` or ``FLOTILLA_LOCAL_GPUS``, else NVML)."""
     host = name or socket.gethostname()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    if gpus is None:
-        gpus = int(os.environ.get(GPU_ENV, "0") or 0)
-    return NodeInfo(
+    bare = NodeInfo(
         name=host,
-        capacity={"cpu": float(cores), "memory": float(_memory_bytes()), "gpu": float(gpus)},
+        capacity={"cpu": float(cores), "memory": float(_memory_bytes())},
         labels={"hostname": host, "backend": "local"},
         taints=(),
-        gpu_count=gpus,
     )
+    return with_gpus(bare, discover_gpus(gpus, gpu_source))
 
 
 def _memory_bytes() -> int:
@@ -127,6 +129,8 @@ class LocalBackend:
     isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
+    gpu_source: GpuSource | None = None
+    """Where GPUs are discovered when no count is given (NVML; a recording in tests)."""
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
@@ -140,7 +144,10 @@ class LocalBackend:
         self.working_dir = Path(self.working_dir or Path.cwd()).absolute()
         self._account = local_environment.account(self.run_as)
         self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
-        self._node = local_node(self.node_name, self.gpus)
+        discovery = discover_gpus(self.gpus, self.gpu_source)
+        self.gpu_notice = discovery.notice
+        """One line: the GPUs found and how (``flotilla up`` shows it)."""
+        self._node = with_gpus(local_node(self.node_name, gpus=0), discovery)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()

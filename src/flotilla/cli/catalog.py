@@ -127,12 +127,27 @@ def clusters(
     console().print(table if found else "no clusters")
     for name, node_list in node_lists.items():
         detail = Table(
-            "NODE", "STATE", "RESOURCES", title=name, box=None, header_style="bold",
+            "NODE", "STATE", "RESOURCES", "GPUS", title=name, box=None, header_style="bold",
             title_justify="left",
         )  # fmt: skip
         for node in node_list:
-            detail.add_row(node.name, node.state, resources(node.resources))
+            detail.add_row(node.name, node.state, resources(node.resources), gpus_cell(node.gpus))
         console().print(detail)
+
+
+def gpus_cell(gpus: dict[str, Any] | None) -> str:
+    """``8 × NVIDIA A100-SXM4-80GB, 80Gi each, nvlink, 2 NUMA nodes`` (``-`` for none)."""
+    if not gpus or not gpus.get("count"):
+        return "-"
+    parts = [f"{gpus['count']} × {gpus.get('model') or 'GPU'}"]
+    if gpus.get("memory") is not None:
+        parts.append(f"{format_quantity('gpu_memory', float(gpus['memory']))} each")
+    topology = gpus.get("topology") or {}
+    if topology.get("interconnect") and gpus["count"] > 1:
+        parts.append(str(topology["interconnect"]))
+    if (gpus.get("numa_nodes") or 1) > 1:
+        parts.append(f"{gpus['numa_nodes']} NUMA nodes")
+    return ", ".join(parts)
 
 
 def usage(allocated: dict[str, float], capacity: dict[str, float]) -> str:

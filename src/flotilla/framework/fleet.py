@@ -28,6 +28,8 @@ def node_infos(group: NodeGroup) -> list[NodeInfo]:
             gpu_memory=gpu_memory,
             numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
             pcie_switches=group.gpus.pcie_switches if group.gpus else None,
+            gpu_model=group.gpus.model if group.gpus else None,
+            gpu_topology=group.gpus.topology if group.gpus else None,
         )
         for name in group.node_names()
     ]

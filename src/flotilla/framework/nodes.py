@@ -16,7 +16,7 @@ import numpy.typing as npt
 from flotilla.framework import versions
 from flotilla.framework.resources import ResourceSpace, Vector
 from flotilla.framework.versions import ContentVersions, Version
-from flotilla.model.cluster import Taint, TaintEffect
+from flotilla.model.cluster import GpuTopology, Taint, TaintEffect
 
 Mask = npt.NDArray[np.bool_]
 
@@ -51,6 +51,9 @@ class NodeInfo:
     gpu_memory: float | None = None
     numa_nodes: int = 1
     pcie_switches: int | None = None
+    gpu_model: str | None = None
+    gpu_topology: GpuTopology | None = None
+    """As discovered (``backends/gpu_inventory.py``): shown and kept, not read by placement."""
 
 
 class NodeTable:
