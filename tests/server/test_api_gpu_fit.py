@@ -80,18 +80,21 @@ def test_a_fraction_asking_more_than_one_device_holds_is_refused_on_an_nvlink_bo
     )
 
 
-def test_gpus_counted_by_the_environment_have_no_memory_limit_at_submit(
+def test_gpus_counted_by_the_environment_offer_no_gpu_memory(
     lifecycle_client: TestClient,
     any_store: SqlStore,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Memory unknown is no limit (as placement takes it), not "the largest node has 0"."""
+    """A count alone says nothing of the memory: the scheduler could never place a
+    ``gpu_memory`` job there, so it is refused at submit rather than left queued for ever."""
     monkeypatch.setenv(GPU_ENV, "1")
     local_cluster(any_store, tmp_path, None)
-    assert (
-        len(
-            submit(lifecycle_client, spec("share", tasks=[task(cpu=1, gpu=0.5, gpu_memory="10Gi")]))
-        )
-        == 1
+    assert len(submit(lifecycle_client, spec("share", tasks=[task(cpu=1, gpu=0.5)]))) == 1
+    response = lifecycle_client.post(
+        "/v1/jobs", json=spec("memory", tasks=[task(cpu=1, gpu=0.5, gpu_memory="10Gi")])
     )
+    assert response.status_code == 422, response.text
+    assert response.json()["problems"] == [
+        "tasks[0].resources.gpu_memory: 10Gi per replica, but the largest node of the fleet has 0"
+    ]

@@ -46,9 +46,9 @@ def _node_shape(group: Mapping[str, Any]) -> NodeShape:
     device_memory = math.inf if gpus.get("memory") is None else float(gpus["memory"])
     if "gpu" not in capacity and count:
         capacity["gpu"] = float(count)
-    if "gpu_memory" not in capacity and count:
-        # The devices' memory together, as the scheduler's resources see it (unknown memory
-        # is no limit there: neither is it here).
+    if "gpu_memory" not in capacity and count and gpus.get("memory") is not None:
+        # The devices' memory together, as the scheduler's resources see it (a node whose
+        # GPU memory is not known offers none there: a count from FLOTILLA_LOCAL_GPUS).
         capacity["gpu_memory"] = device_memory * count
     labels = dict(group.get("labels") or {})
     return NodeShape(capacity, labels, int(group.get("count") or 1), device_memory)
@@ -114,9 +114,8 @@ def _per_node(task: TaskSpec, node: NodeShape) -> float:
         return 0.0
     most = math.inf
     for resource, amount in task.resources.items():
-        have = node.capacity.get(resource, 0.0)
-        if amount > 0 and have < math.inf:  # unknown GPU memory: no limit
-            most = min(most, math.floor(have / amount + EPSILON))
+        if amount > 0:
+            most = min(most, math.floor(node.capacity.get(resource, 0.0) / amount + EPSILON))
     return most
 
 
