@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.resources import Vector
+from flotilla.model.cluster import GpuSharing
 
 
 class ClusterState(StrEnum):
@@ -27,6 +28,8 @@ class Cluster:
     nodes: NodeTable
     state: ClusterState = ClusterState.READY
     backend: str = "sim"
+    gpu_sharing: GpuSharing = GpuSharing.SHARED
+    """How fractions of different jobs may share a device (``plugins/devices.py``)."""
 
     @property
     def ready(self) -> bool:
@@ -46,4 +49,5 @@ class Cluster:
             nodes=self.nodes.copy(),
             state=self.state,
             backend=self.backend,
+            gpu_sharing=self.gpu_sharing,
         )

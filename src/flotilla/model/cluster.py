@@ -107,9 +107,23 @@ class NodeGroup(Strict):
         return [f"{self.name}-{index}" for index in range(self.count)]
 
 
+class GpuSharing(StrEnum):
+    """How fractional GPU requests (``gpu`` < 1) of different jobs may share a device."""
+
+    SHARED = "shared"
+    """Fractions share devices up to 1.0 of each; nothing limits a fraction's memory or
+    compute (the default, and Flotilla's behaviour before the setting existed)."""
+    NONE = "none"
+    """A fraction gets a device to itself unless it and the others there opt in
+    (``share_gpu: true`` on their tasks)."""
+    EXCLUSIVE = "exclusive"
+    """Every fraction gets a device to itself."""
+
+
 class ClusterSpec(Strict):
     name: Name
     labels: Labels = {}
+    gpu_sharing: GpuSharing = GpuSharing.SHARED
     cost: dict[str, float] = {}
     """Price per unit-hour by resource (``cpu``, ``memory_gib``, ``gpu``, …)."""
     backend: str = "sim"
