@@ -1,5 +1,6 @@
 """A cluster's ``gpu_sharing`` survives the service's refresh of its nodes: from the fleet
-file when the backend reports its inventory, and from the record at every later refresh."""
+file when the backend reports its inventory, from the record at every later refresh, and
+from a scenario into the fleet a replay runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from flotilla.framework.nodes import NodeInfo
 from flotilla.model import ClusterSpec
 from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet
+from flotilla.model.scenario import Scenario
+from flotilla.replay.plan import fleet_document
 from flotilla.service.fleet import FleetRuntime
 from flotilla.service.transitions import spec_from_record
 from flotilla.store import ClusterRecord
@@ -53,3 +56,22 @@ def test_a_refresh_keeps_the_recorded_gpu_sharing() -> None:
         updated_at=datetime.now(UTC),
     )
     assert spec_from_record(record, [NODE]).gpu_sharing is GpuSharing.EXCLUSIVE
+
+
+def test_a_replayed_scenario_keeps_its_clusters_gpu_sharing() -> None:
+    scenario = Scenario.model_validate(
+        {
+            "name": "s",
+            "clusters": [
+                {
+                    "name": "gpus",
+                    "gpu_sharing": "none",
+                    "nodes": [{"name": "g", "resources": {"cpu": 8, "gpu": 1}}],
+                }
+            ],
+            "queues": [{"name": "q"}],
+            "jobs": [],
+        }
+    )
+    fleet = Fleet.model_validate(fleet_document(scenario, 1.0))
+    assert fleet.clusters[0].gpu_sharing is GpuSharing.NONE
