@@ -296,10 +296,11 @@ def _gpu_fill() -> Case:
         "gpu-fill",
         "GPU fill test: 1,000 nodes (CPU-only, 2- and 8-GPU), pods of 0, fractional, 1, 2, 4, 8 "
         "GPUs through one FIFO queue with nothing finishing (3 seeds); GPU allocation ratio at "
-        "90 % demand and at the end for default, first-fit, best-fit and gpu-packing",
+        "90 % demand and at the end, unallocated GPUs when the first pod fails and at the end, "
+        "for binpack, first-fit, best-fit, gpu-packing and the FGD baseline",
         quick=False,
         run=run,
-        target="gpu-packing above first-fit and best-fit",
+        target="gpu-packing: at least 40 % fewer unallocated GPUs than first-fit at the end",
     )
 
 

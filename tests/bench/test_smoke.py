@@ -120,7 +120,10 @@ def test_gpu_fill_reports_each_profile_and_allocation_only_grows() -> None:
         # Nothing finishes, so the share allocated at 90 % demand is at most the final one.
         assert 0.0 < row["at_90"] <= row["end"] <= 1.0
         assert 0 < row["placed"] <= row["pods"]
-    assert "gpu-packing" in render(result)
+        assert 0.0 <= row["unallocated_end"] <= row["unallocated_first_failure"]
+        assert row["decision_us"] > 0
+    shown = render(result)
+    assert "gpu-packing" in shown and "| fgd |" in shown
 
 
 def test_decision_cost_runs_a_case_with_the_profile_named_and_every_cycle() -> None:

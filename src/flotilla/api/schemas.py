@@ -366,9 +366,13 @@ class Node(BaseModel):
     labels: dict[str, str]
     state: str
     heartbeat_at: datetime | None
+    gpus: dict[str, Any] | None = None
+    """The node's GPU inventory (``count``, ``memory`` per device, ``model``, ``topology``…),
+    which ``resources`` leaves out."""
 
     @classmethod
     def from_record(cls, node: NodeRecord) -> Node:
+        gpus = node.spec.get("gpus")
         return cls(
             cluster=node.cluster,
             name=node.name,
@@ -376,6 +380,7 @@ class Node(BaseModel):
             labels=dict(node.labels),
             state=node.state,
             heartbeat_at=node.heartbeat_at,
+            gpus=dict(gpus) if gpus else None,
         )
 
 

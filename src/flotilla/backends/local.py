@@ -53,6 +53,9 @@ from flotilla.backends.common import (
     saved_run_ids,
     sync_file,
 )
+from flotilla.backends.gpu_inventory import GPU_ENV as GPU_ENV  # where it was defined before
+from flotilla.backends.gpu_inventory import discover_gpus, with_gpus
+from flotilla.backends.gpu_sources import GpuSource
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
@@ -83,8 +86,6 @@ from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
 from flotilla.model.node_info import NodeInfo
 
-GPU_ENV = "FLOTILLA_LOCAL_GPUS"
-
 SWEEP_SECONDS = 5.0
 """How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
 backend over the state dir."""
@@ -97,22 +98,23 @@ def default_state_dir(cluster: str) -> Path:
     return Path(base) / "backends" / cluster
 
 
-def local_node(name: str | None = None, gpus: int | None = None) -> NodeInfo:
-    """This machine as one node: its usable cores, its memory, GPUs from ``FLOTILLA_LOCAL_GPUS``."""
+def local_node(
+    name: str | None = None, gpus: int | None = None, gpu_source: GpuSource | None = None
+) -> NodeInfo:
+    """This machine as one node: its usable cores, its memory, and its GPUs as
+    ``gpu_inventory.discover_gpus`` finds them (``gpus`` or ``FLOTILLA_LOCAL_GPUS``, else NVML)."""
     host = name or socket.gethostname()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    if gpus is None:
-        gpus = int(os.environ.get(GPU_ENV, "0") or 0)
-    return NodeInfo(
+    bare = NodeInfo(
         name=host,
-        capacity={"cpu": float(cores), "memory": float(_memory_bytes()), "gpu": float(gpus)},
+        capacity={"cpu": float(cores), "memory": float(_memory_bytes())},
         labels={"hostname": host, "backend": "local"},
         taints=(),
-        gpu_count=gpus,
     )
+    return with_gpus(bare, discover_gpus(gpus, gpu_source))
 
 
 def _memory_bytes() -> int:
@@ -158,6 +160,8 @@ class LocalBackend:
     isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
+    gpu_source: GpuSource | None = None
+    """Where GPUs are discovered when no count is given (NVML; a recording in tests)."""
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
@@ -188,7 +192,10 @@ class LocalBackend:
         self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
         """Runs whose uid is being swept of processes, to be released when the sweep ends."""
         self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
-        self._node = local_node(self.node_name, self.gpus)
+        discovery = discover_gpus(self.gpus, self.gpu_source)
+        self.gpu_notice = discovery.notice
+        """One line: the GPUs found and how (``flotilla up`` shows it)."""
+        self._node = with_gpus(local_node(self.node_name, gpus=0), discovery)
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()

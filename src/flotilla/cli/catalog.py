@@ -129,8 +129,8 @@ def clusters(
     console().print(table if found else "no clusters")
     for name, node_list in node_lists.items():
         detail = Table(
-            "NODE", "STATE", "ALLOCATED/CAPACITY", "GPUS IN USE", "JOBS", title=name, box=None,
-            header_style="bold", title_justify="left",
+            "NODE", "STATE", "ALLOCATED/CAPACITY", "GPUS", "GPUS IN USE", "JOBS", title=name,
+            box=None, header_style="bold", title_justify="left",
         )  # fmt: skip
         for node in node_list:
             held = in_use.get((name, node.name), {})
@@ -140,6 +140,7 @@ def clusters(
                 node.name,
                 node.state,
                 usage(held.get("allocated") or {}, node.resources),
+                gpus_cell(node.gpus),
                 f"{busy}/{devices}" if devices else "-",
                 str(len(held.get("jobs") or [])),
             )
@@ -158,6 +159,21 @@ def _node_usage(client: Client) -> dict[tuple[str, str], dict[str, Any]]:
         for cluster in clusters
         for node in cluster.get("nodes", [])
     }
+
+
+def gpus_cell(gpus: dict[str, Any] | None) -> str:
+    """``8 × NVIDIA A100-SXM4-80GB, 80Gi each, nvlink, 2 NUMA nodes`` (``-`` for none)."""
+    if not gpus or not gpus.get("count"):
+        return "-"
+    parts = [f"{gpus['count']} × {gpus.get('model') or 'GPU'}"]
+    if gpus.get("memory") is not None:
+        parts.append(f"{format_quantity('gpu_memory', float(gpus['memory']))} each")
+    topology = gpus.get("topology") or {}
+    if topology.get("interconnect") and gpus["count"] > 1:
+        parts.append(str(topology["interconnect"]))
+    if (gpus.get("numa_nodes") or 1) > 1:
+        parts.append(f"{gpus['numa_nodes']} NUMA nodes")
+    return ", ".join(parts)
 
 
 def usage(allocated: dict[str, float], capacity: dict[str, float]) -> str:

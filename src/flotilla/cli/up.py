@@ -124,8 +124,9 @@ def up(
 ) -> None:
     """Start Flotilla here: REST API + scheduler + a local cluster that runs jobs as processes.
 
-    The local cluster is this machine: its usable cores, its memory, and as many GPUs as the
-    environment variable FLOTILLA_LOCAL_GPUS says (default 0). With ``--fleet FILE``, the
+    The local cluster is this machine: its usable cores, its memory, and the NVIDIA GPUs NVML
+    finds (model, memory, NUMA nodes, links), or as many as the environment variable
+    FLOTILLA_LOCAL_GPUS says when set (0 hides them). With ``--fleet FILE``, the
     clusters (each run by its backend), queues, quotas, priority classes and scheduling
     settings of a fleet file instead (see docs/fleet.md)."""
     from flotilla.collector import settle_collector
@@ -181,6 +182,7 @@ def up(
     else:
         lines.append(scheduling)
     lines += _isolation_notices(runtime)  # what of a job's requests is not enforced here
+    lines += _gpu_notices(runtime)  # the GPUs found here, and how (NVML, or as told)
     serving = (
         f"API http://{host}:{port} (dashboard /ui, OpenAPI /docs)"
         if api
@@ -238,6 +240,17 @@ def _isolation_notices(runtime: FleetRuntime) -> list[str]:
         if isinstance(backend, LocalBackend)
     }
     return sorted(notice for notice in notices if notice)
+
+
+def _gpu_notices(runtime: FleetRuntime) -> list[str]:
+    """One line per local cluster: the GPUs it found and how (``backends/gpu_inventory.py``)."""
+    from flotilla.backends.local import LocalBackend
+
+    return [
+        f"cluster {name}: {backend.gpu_notice}"
+        for name, backend in sorted(runtime.backends.items())
+        if isinstance(backend, LocalBackend)
+    ]
 
 
 def _until_stopped(scheduler: threading.Thread) -> None:

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from flotilla.framework.nodes import NodeTable
 from flotilla.framework.resources import Vector
+from flotilla.model.cluster import GpuSharing
 
 
 class ClusterState(StrEnum):
@@ -30,6 +31,8 @@ class Cluster:
     grows: bool = True
     """Whether its backend can add replicas to a running run: the engine grows a non-strict
     gang that started here only if it can (the simulator's clusters all can)."""
+    gpu_sharing: GpuSharing = GpuSharing.SHARED
+    """How fractions of different jobs may share a device (``plugins/devices.py``)."""
 
     @property
     def ready(self) -> bool:
@@ -50,4 +53,5 @@ class Cluster:
             state=self.state,
             backend=self.backend,
             grows=self.grows,
+            gpu_sharing=self.gpu_sharing,
         )

@@ -23,6 +23,7 @@ def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluste
         cost=dict(spec.cost),
         nodes=NodeTable(space, infos),
         backend=spec.backend,
+        gpu_sharing=spec.gpu_sharing,
     )
 
 

@@ -25,6 +25,9 @@ class TaskRequest:
     gpu_memory: float
     gpu_scope: TopologyScope | None
     resources: Mapping[str, float]
+    share_gpu: bool = False
+    """The task's fractions may share a device with others that opt in (``gpu_sharing:
+    none``); see ``plugins/devices.py``."""
     wanted: npt.NDArray[np.intp] = field(init=False)
     """Positions of the resources it asks for: filters and scores look only at these."""
 
@@ -166,11 +169,12 @@ def _build_shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
                 gpu_memory=task.resources.get("gpu_memory", 0.0),
                 gpu_scope=task.topology.gpu if task.topology else None,
                 resources=dict(task.resources),
+                share_gpu=task.share_gpu,
             )
         )
     total.flags.writeable = False
     key: tuple[object, ...] = (
-        tuple((t.replicas, tuple(t.request.tolist()), t.gpu_scope) for t in tasks),
+        tuple((t.replicas, tuple(t.request.tolist()), t.gpu_scope, t.share_gpu) for t in tasks),
         spec.affinity.model_dump_json(),
         tuple(t.model_dump_json() for t in spec.tolerations),
     )
@@ -254,6 +258,7 @@ def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
             gpu=task.gpu,
             gpu_memory=task.gpu_memory,
             gpu_scope=task.gpu_scope,
+            share_gpu=task.share_gpu,
             resources=task.resources,
         )
         for member in sorted(members, key=lambda job: job.sequence)
@@ -295,6 +300,7 @@ def remaining_replicas(job: SchedulingJob, placed: dict[str, int]) -> Scheduling
                     gpu=task.gpu,
                     gpu_memory=task.gpu_memory,
                     gpu_scope=task.gpu_scope,
+                    share_gpu=task.share_gpu,
                     resources=task.resources,
                 )
             )

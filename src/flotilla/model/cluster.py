@@ -34,6 +34,26 @@ class Taint(Strict):
     effect: TaintEffect = TaintEffect.NO_SCHEDULE
 
 
+class GpuInterconnect(StrEnum):
+    NVLINK = "nvlink"
+    """Every pair of devices joined by NVLink (directly or through NVSwitch)."""
+    PARTIAL_NVLINK = "partial-nvlink"
+    """Some pairs by NVLink, the others over PCIe."""
+    PCIE = "pcie"
+
+
+class GpuTopology(Strict):
+    """How a node's GPUs are joined, as discovery found them. Shown and kept; placement reads
+    ``numa_nodes`` and ``pcie_switches``, which discovery derives from the same facts."""
+
+    interconnect: GpuInterconnect = GpuInterconnect.PCIE
+    numa: list[int | None] = Field(default=[], max_length=MAX_COUNT)
+    """The NUMA node of each device, by id (``None``: unknown)."""
+    links: list[list[str]] = Field(default=[], max_length=MAX_COUNT)
+    """``nvidia-smi topo -m``'s matrix between devices: ``X`` (itself), ``NV<n>`` (NVLink),
+    ``PIX``/``PXB`` (PCIe bridges), ``PHB`` (host bridge), ``NODE``, ``SYS`` (across NUMA)."""
+
+
 class GpuInventory(Strict):
     """A node's GPUs: ids 0..count-1.
 
@@ -42,6 +62,10 @@ class GpuInventory(Strict):
 
     count: int = Field(ge=0, le=MAX_COUNT)
     memory: Quantity | None = None
+    """Per device (the smallest device's, when they differ)."""
+    model: str | None = Field(default=None, max_length=256)
+    """As the driver names it, e.g. ``NVIDIA H200``."""
+    topology: GpuTopology | None = None
     numa_nodes: int = Field(default=1, ge=1, le=MAX_COUNT)
     pcie_switches: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
@@ -83,9 +107,23 @@ class NodeGroup(Strict):
         return [f"{self.name}-{index}" for index in range(self.count)]
 
 
+class GpuSharing(StrEnum):
+    """How fractional GPU requests (``gpu`` < 1) of different jobs may share a device."""
+
+    SHARED = "shared"
+    """Fractions share devices up to 1.0 of each; nothing limits a fraction's memory or
+    compute (the default, and Flotilla's behaviour before the setting existed)."""
+    NONE = "none"
+    """A fraction gets a device to itself unless it and the others there opt in
+    (``share_gpu: true`` on their tasks)."""
+    EXCLUSIVE = "exclusive"
+    """Every fraction gets a device to itself."""
+
+
 class ClusterSpec(Strict):
     name: Name
     labels: Labels = {}
+    gpu_sharing: GpuSharing = GpuSharing.SHARED
     cost: dict[str, float] = {}
     """Price per unit-hour by resource (``cpu``, ``memory_gib``, ``gpu``, …)."""
     backend: str = "sim"

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field, JsonValue, model_validator
 
 from flotilla.model.base import Labels, Name, Seconds, Strict
-from flotilla.model.cluster import NodeGroup, check_costs
+from flotilla.model.cluster import GpuSharing, NodeGroup, check_costs
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Settings
 
@@ -48,6 +48,8 @@ class FleetCluster(Strict):
     """Keyword settings of the backend's factory (``factory(cluster=name, **settings)``)."""
     labels: Labels = {}
     cost: dict[str, float] = {}
+    gpu_sharing: GpuSharing = GpuSharing.SHARED
+    """How fractions of different jobs may share a device (``plugins/devices.py``)."""
     startup_delay: Seconds = 0
     """Simulator only: seconds from dispatch to running."""
     fail_at: Seconds | None = None

@@ -32,6 +32,9 @@ class TaskSpec(Strict):
     replicas: int = Field(default=1, ge=1)
     resources: ResourceList
     topology: Topology | None = None
+    share_gpu: bool = False
+    """A fraction (``gpu`` < 1) that may share its device with other tasks that also opt in,
+    on a cluster whose ``gpu_sharing`` is ``none`` (elsewhere it changes nothing)."""
 
     @model_validator(mode="after")
     def _gpu_shape(self) -> TaskSpec:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flotilla.model.cluster import NodeGroup, Taint
+from flotilla.model.cluster import GpuTopology, NodeGroup, Taint
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class NodeInfo:
     gpu_memory: float | None = None
     numa_nodes: int = 1
     pcie_switches: int | None = None
+    gpu_model: str | None = None
+    gpu_topology: GpuTopology | None = None
+    """As discovered (``backends/gpu_inventory.py``): shown and kept, not read by placement."""
 
 
 def node_infos(group: NodeGroup) -> list[NodeInfo]:
@@ -44,6 +47,8 @@ def node_infos(group: NodeGroup) -> list[NodeInfo]:
             gpu_memory=gpu_memory,
             numa_nodes=group.gpus.numa_nodes if group.gpus else 1,
             pcie_switches=group.gpus.pcie_switches if group.gpus else None,
+            gpu_model=group.gpus.model if group.gpus else None,
+            gpu_topology=group.gpus.topology if group.gpus else None,
         )
         for name in group.node_names()
     ]

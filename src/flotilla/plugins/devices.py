@@ -5,6 +5,13 @@ least share left that still fits, and whole GPUs come from the NUMA group (or PC
 with the fewest usable devices that can hold them, so idle devices and idle groups stay whole
 for big requests. A task's ``topology.gpu`` scope (device, pcie, numa, node) keeps its GPUs
 within one such unit.
+
+A cluster's ``gpu_sharing`` says whether fractions of different jobs may meet on a device:
+``shared`` (the default) packs them as above; ``exclusive`` gives every fraction a whole idle
+device (it holds share 1.0 of it, so nothing joins it); ``none`` does so for a fraction whose
+task did not opt in (``share_gpu: true``), while opted-in fractions share devices only with
+each other (a device a non-opted fraction holds has no share left). Nothing here limits a
+fraction's memory or compute on the device: that is the backend's part, not done yet.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from flotilla.framework.interfaces import FilterInput, ReserveInput, ReserveResu
 from flotilla.framework.jobs import TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask, NodeTable
 from flotilla.framework.resources import EPSILON
+from flotilla.model.cluster import GpuSharing
 from flotilla.model.job import TopologyScope
 from flotilla.model.quantity import format_quantity
 
@@ -30,15 +38,25 @@ def _blocks(nodes: NodeTable, scope: TopologyScope | None) -> npt.NDArray[np.int
     return None
 
 
+def device_share(task: TaskRequest, sharing: GpuSharing) -> float:
+    """The share of a device one of the task's GPUs holds: a whole device for whole GPUs,
+    and for a fraction that may not meet other jobs there (see the module docstring)."""
+    if task.gpu >= 1 or sharing is GpuSharing.EXCLUSIVE:
+        return 1.0
+    if sharing is GpuSharing.NONE and not task.share_gpu:
+        return 1.0
+    return task.gpu
+
+
 def _usable_devices(
     task: TaskRequest,
     device_free: npt.NDArray[np.float64],
     device_memory_free: npt.NDArray[np.float64],
+    need_share: float,
 ) -> Mask:
-    """Devices (of the given rows) with enough free share and memory for one of the task's
-    GPUs: a fraction on its own device, or one whole device per GPU."""
+    """Devices (of the given rows) with ``need_share`` free and enough memory for one of the
+    task's GPUs: a fraction on its own device, or one whole device per GPU."""
     gpu, memory = task.gpu, task.gpu_memory
-    need_share = gpu if gpu < 1 else 1.0
     per_device_memory = memory if gpu < 1 else memory / gpu
     usable: Mask = (device_free >= need_share - EPSILON) & (
         device_memory_free >= per_device_memory - EPSILON
@@ -60,11 +78,14 @@ class GpuDevices:
         if gpu <= 0:
             return nodes.everywhere
         rows = request.rows
+        share = device_share(request.task, request.cluster.gpu_sharing)
         if rows is None:
-            usable = _usable_devices(request.task, nodes.device_free, nodes.device_memory_free)
+            usable = _usable_devices(
+                request.task, nodes.device_free, nodes.device_memory_free, share
+            )
         else:
             usable = _usable_devices(
-                request.task, nodes.device_free[rows], nodes.device_memory_free[rows]
+                request.task, nodes.device_free[rows], nodes.device_memory_free[rows], share
             )
         if gpu < 1:
             return np.asarray(usable.any(axis=1), dtype=bool)
@@ -93,7 +114,7 @@ class GpuDevices:
             return None
         nodes = request.cluster.nodes
         memory = request.task.gpu_memory
-        need_share = gpu if gpu < 1 else 1.0
+        need_share = device_share(request.task, request.cluster.gpu_sharing)
         per_device_memory = memory if gpu < 1 else memory / gpu
         share_floor = need_share - EPSILON
         memory_floor = per_device_memory - EPSILON
@@ -143,7 +164,10 @@ class GpuDevices:
         memory = request.task.gpu_memory
         extra = f" and {format_quantity('gpu_memory', memory)} GPU memory" if memory else ""
         scope = request.task.gpu_scope
-        if gpu < 1:
+        if gpu < 1 and device_share(request.task, request.cluster.gpu_sharing) >= 1:
+            sharing = request.cluster.gpu_sharing.value
+            what = f"no idle GPU{extra} (gpu_sharing {sharing}: a fraction gets a GPU to itself)"
+        elif gpu < 1:
             what = f"no single GPU with {gpu:g} of it free{extra}"
         elif scope in (TopologyScope.NUMA, TopologyScope.PCIE):
             what = f"no {scope.value} group with {int(gpu)} whole free GPUs{extra}"
@@ -179,8 +203,9 @@ class GpuDevices:
             shares: tuple[tuple[int, float], ...] = tuple((device, 1.0) for device in chosen)
             return ReserveResult(gpus=GpuAllocation(shares=shares, memory=request.task.gpu_memory))
         # The node's own devices only (the same comparisons as the filter's, on one row).
+        share = device_share(request.task, request.cluster.gpu_sharing)
         usable = _usable_devices(
-            request.task, nodes.device_free[row], nodes.device_memory_free[row]
+            request.task, nodes.device_free[row], nodes.device_memory_free[row], share
         )
         candidates = np.flatnonzero(usable)
         if len(candidates) == 0:
@@ -196,7 +221,7 @@ class GpuDevices:
         )
         device = int(candidates[np.lexsort((candidates, group_free, free))[0]])
         return ReserveResult(
-            gpus=GpuAllocation(shares=((device, gpu),), memory=request.task.gpu_memory)
+            gpus=GpuAllocation(shares=((device, share),), memory=request.task.gpu_memory)
         )
 
     def _whole_devices(

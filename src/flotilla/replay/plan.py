@@ -7,8 +7,9 @@ second is N scenario seconds: the fleet's ``cycle_interval`` and each cluster's
 job's payload (``{"sim": {"duration": …}}``) for the ``sim`` backend to end the run after it.
 Gang timeouts, retry delays and ``max_runtime`` (durations of the job spec) and the fleet's
 ``usage_half_life`` (fair share's memory) are read by the service as wall seconds: they are
-divided by N too, so that every clock of the scenario runs at one speed. The job keeps its (scaled) ``duration``: the engine's expected runtime, which EASY
-backfill's reservations are made of.
+divided by N too, so that every clock of the scenario runs at one speed. The job keeps its
+(scaled) ``duration``: the engine's expected runtime, which EASY backfill's reservations are
+made of.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
                 },
                 "labels": dict(cluster.labels),
                 "cost": dict(cluster.cost),
+                "gpu_sharing": cluster.gpu_sharing.value,
                 "nodes": [group.model_dump(mode="json") for group in cluster.nodes],
             }
         )

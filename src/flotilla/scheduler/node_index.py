@@ -61,6 +61,7 @@ def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
         task.gpu,
         task.gpu_memory,
         task.gpu_scope,
+        task.share_gpu,
         job.tolerations,
         tuple(node_affinity.required.items()),
         tuple(node_affinity.preferred.items()),

@@ -25,11 +25,13 @@ EPSILON = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class NodeShape:
-    """Identical nodes of one cluster: their capacity, labels and how many there are."""
+    """Identical nodes of one cluster: their capacity, labels and how many there are.
+    ``device_memory``: the memory of each GPU (infinite when not known, as placement takes it)."""
 
     capacity: Mapping[str, float]
     labels: Mapping[str, str]
     count: int
+    device_memory: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,16 @@ class ClusterShape:
 def _node_shape(group: Mapping[str, Any]) -> NodeShape:
     capacity = {name: float(amount) for name, amount in group.get("resources", {}).items()}
     gpus = group.get("gpus") or {}
-    if "gpu" not in capacity and gpus.get("count"):
-        capacity["gpu"] = float(gpus["count"])
-    return NodeShape(capacity, dict(group.get("labels") or {}), int(group.get("count") or 1))
+    count = gpus.get("count") or 0
+    device_memory = math.inf if gpus.get("memory") is None else float(gpus["memory"])
+    if "gpu" not in capacity and count:
+        capacity["gpu"] = float(count)
+    if "gpu_memory" not in capacity and count and gpus.get("memory") is not None:
+        # The devices' memory together, as the scheduler's resources see it (a node whose
+        # GPU memory is not known offers none there: a count from FLOTILLA_LOCAL_GPUS).
+        capacity["gpu_memory"] = device_memory * count
+    labels = dict(group.get("labels") or {})
+    return NodeShape(capacity, labels, int(group.get("count") or 1), device_memory)
 
 
 def _merged(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
@@ -52,12 +61,16 @@ def _merged(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
     node by node is checked once per kind of node, not once per node, for every job."""
     counts: dict[tuple[Any, ...], NodeShape] = {}
     for shape in shapes:
-        key = (tuple(sorted(shape.capacity.items())), tuple(sorted(shape.labels.items())))
+        key = (
+            tuple(sorted(shape.capacity.items())),
+            tuple(sorted(shape.labels.items())),
+            shape.device_memory,
+        )
         held = counts.get(key)
         counts[key] = (
             shape
             if held is None
-            else NodeShape(held.capacity, held.labels, held.count + shape.count)
+            else NodeShape(held.capacity, held.labels, held.count + shape.count, held.device_memory)
         )
     return tuple(counts.values())
 
@@ -87,8 +100,20 @@ def _amount(resource: str, value: float) -> str:
     return f"{resource}={format_quantity(resource, value)}"
 
 
+def _device_memory_needed(task: TaskSpec) -> float:
+    """The GPU memory one device must have for the task: a fraction's whole ``gpu_memory``
+    on its one device, whole GPUs' shared equally (as ``plugins/devices.py`` places them)."""
+    gpu = task.resources.get("gpu", 0.0)
+    memory = task.resources.get("gpu_memory", 0.0)
+    if gpu <= 0 or memory <= 0:
+        return 0.0
+    return memory if gpu < 1 else memory / gpu
+
+
 def _per_node(task: TaskSpec, node: NodeShape) -> float:
     """How many replicas of ``task`` one empty node of this shape holds."""
+    if _device_memory_needed(task) > node.device_memory + EPSILON:
+        return 0.0
     most = math.inf
     for resource, amount in task.resources.items():
         if amount > 0:
@@ -145,6 +170,18 @@ def unfit_problems(spec: JobSpec, clusters: Sequence[ClusterShape]) -> list[str]
                     f"tasks[{index}].resources.{resource}: {format_quantity(resource, amount)} per "
                     f"replica, but the largest {where} has {format_quantity(resource, largest)}"
                 )
+        per_device = _device_memory_needed(task)
+        largest_device = max(
+            (node.device_memory for node in nodes if node.capacity.get("gpu", 0.0) > 0),
+            default=0.0,
+        )
+        if not too_big and per_device > largest_device + EPSILON:
+            too_big = True
+            problems.append(
+                f"tasks[{index}].resources.gpu_memory: "
+                f"{format_quantity('gpu_memory', per_device)} on one GPU, but the largest GPU "
+                f"of any {where} has {format_quantity('gpu_memory', largest_device)}"
+            )
         if not too_big and not any(_per_node(task, node) >= 1 for node in nodes):
             asked = ", ".join(_amount(name, value) for name, value in task.resources.items())
             problems.append(f"tasks[{index}].resources: no {where} has {asked} at once")

@@ -194,6 +194,7 @@ def fleet_change(fleet: Fleet, expected_version: int | None = None) -> FleetChan
             labels=dict(cluster.labels),
             cost=dict(cluster.cost),
             backend=cluster.backend,
+            gpu_sharing=cluster.gpu_sharing,
             startup_delay=0.0,
             fail_at=None,
             nodes=list(cluster.nodes),
@@ -367,6 +368,8 @@ class FleetRuntime:
         spec = cluster_spec_from_inventory(name, backend, nodes, labels=labels)
         if cluster is not None and cluster.cost:
             spec = spec.model_copy(update={"cost": dict(cluster.cost)})
+        if cluster is not None:
+            spec = spec.model_copy(update={"gpu_sharing": cluster.gpu_sharing})
         return spec
 
     def connect(self) -> list[str]:

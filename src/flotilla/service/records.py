@@ -68,6 +68,8 @@ def cluster_spec_from_inventory(
                 memory=node.gpu_memory,
                 numa_nodes=node.numa_nodes,
                 pcie_switches=node.pcie_switches,
+                model=node.gpu_model,
+                topology=node.gpu_topology,
             )
         groups.append(
             NodeGroup(

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from flotilla.backends.interface import (
     Backend,
@@ -29,6 +30,7 @@ from flotilla.faults import crash_point
 from flotilla.lifecycle.gangs import timeout_reason
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd, RunEnded, after_run
 from flotilla.model import ClusterSpec
+from flotilla.model.cluster import GpuSharing
 from flotilla.model.node_info import NodeInfo
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
@@ -53,10 +55,14 @@ ClusterSpecBuilder = Callable[[ClusterRecord, Sequence[NodeInfo]], ClusterSpec]
 
 
 def spec_from_record(record: ClusterRecord, nodes: Sequence[NodeInfo]) -> ClusterSpec:
-    """Refreshed nodes, everything else as recorded (labels, cost, backend)."""
+    """Refreshed nodes, everything else as recorded (labels, cost, backend, gpu_sharing)."""
     spec = cluster_spec_from_inventory(record.name, record.backend, nodes, labels=record.labels)
-    cost = record.spec.get("cost") or {}
-    return spec.model_copy(update={"cost": dict(cost)}) if cost else spec
+    update: dict[str, Any] = {}
+    if cost := record.spec.get("cost"):
+        update["cost"] = dict(cost)
+    if sharing := record.spec.get("gpu_sharing"):
+        update["gpu_sharing"] = GpuSharing(sharing)
+    return spec.model_copy(update=update) if update else spec
 
 
 class RunTransitions:

@@ -1,0 +1,24 @@
+"""Recorded GPU machines for tests without a GPU: what ``nvidia-smi -q -x`` (``NAME.xml``) and
+``nvidia-smi topo -m`` (``NAME.topo``) print there, read back by ``RecordedSource``.
+
+``h200-1``: one NVIDIA H200 (143771 MiB) with one process holding 60 GiB. ``a100-8-nvlink``:
+eight NVIDIA A100-SXM4-80GB joined by NVLink (NV12, NVSwitch), GPUs 0-3 on NUMA node 0 and
+4-7 on node 1, three processes on devices 0 and 1. They are written in the element names,
+units and layout those commands print (nvsmi_device_v12), trimmed to the fields read; they
+were not captured on those machines, and ``scripts/gpu-check`` is what checks a real one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flotilla.backends.gpu_sources import RecordedSource
+
+HERE = Path(__file__).parent
+
+
+def recorded(name: str) -> RecordedSource:
+    topology = HERE / f"{name}.topo"
+    return RecordedSource(
+        (HERE / f"{name}.xml").read_text(), topology.read_text() if topology.exists() else ""
+    )

@@ -1,0 +1,63 @@
+"""A ``gpu_memory`` job runs on a local node whose GPU was discovered (a recorded H200): the
+scheduler places it on the device, and the process sees that device only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends.gpu_inventory import GPU_ENV
+from flotilla.backends.interface import LogsRequest
+from flotilla.backends.local import LocalBackend
+from flotilla.model import JobSpec, QueueSpec
+from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.store import JobState, SqlStore
+from tests.backends.gpu_recordings import recorded
+
+LIMIT = 60.0
+
+
+def test_a_gpu_memory_share_runs_on_the_discovered_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(GPU_ENV, raising=False)
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
+    backend = LocalBackend(
+        cluster="local",
+        state_dir=tmp_path / "runs",
+        grace_period=1.0,
+        stop_runs_on_close=True,
+        gpu_source=recorded("h200-1"),
+    )
+    loop = SchedulingLoop(
+        store, {"local": backend}, LoopSettings(cycle_interval=0.05, replica="gpu")
+    )
+    try:
+        store.upsert_cluster(
+            cluster_spec_from_inventory("local", "local", backend.inventory().nodes)
+        )
+        store.put_queue(QueueSpec(name="default"))
+        spec = JobSpec.model_validate(
+            {
+                "name": "share",
+                "queue": "default",
+                "tasks": [
+                    {"name": "main", "resources": {"cpu": 0.1, "gpu": 0.25, "gpu_memory": "10Gi"}}
+                ],
+                "payload": {"command": ["sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES]"']},
+            }
+        )
+        [job] = store.submit_jobs([spec])
+        deadline = time.monotonic() + LIMIT
+        while store.get_job(job).state is not JobState.SUCCEEDED:
+            assert time.monotonic() < deadline, store.get_job(job).state
+            loop.cycle()
+            time.sleep(0.05)
+        assert loop.logs(job, LogsRequest(run_id="")).data == b"[0]\n"
+    finally:
+        loop.close()
+        backend.close()
+        store.close()
