@@ -54,12 +54,17 @@ def test_a_restarted_scheduler_remembers_the_queues_usage(tmp_path: Path) -> Non
     store, backend, loop = local_loop(tmp_path, SETTINGS)
     try:
         # One round, for a job that queues no usage of its own yet: the ledger it orders by
-        # starts from history (busy held 0.5 cpu for at least 0.5 s).
+        # starts from history (busy held 0.5 cpu from its run's start to its end, as the
+        # engine reported them: about the 0.5 s of its sleep).
+        [run] = store.runs(busy)
+        assert run.started_at is not None and run.finished_at is not None
+        held = (run.finished_at - run.started_at).total_seconds()
+        assert held > 0.4
         later = submit(store, "later", "true")
         cycle_until(loop, lambda: store.get_job(later).state is not JobState.QUEUED)
         ledger = loop.algorithm.usage
         assert ledger is not None
-        assert ledger.usage()["default"][0] >= 0.5 * 0.5 * 0.99
+        assert ledger.usage()["default"][0] >= 0.5 * held * 0.99  # decayed by seconds of 1 h
     finally:
         loop.close()
         backend.close()
@@ -76,9 +81,13 @@ def test_rounds_in_a_child_process_keep_the_ledger_in_the_scheduler(tmp_path: Pa
         cycle_until(loop, lambda: store.get_job(busy).state is JobState.SUCCEEDED)
         later = submit(store, "later", "true")
         cycle_until(loop, lambda: store.get_job(later).state is not JobState.QUEUED)
+        [run] = store.runs(busy)
+        assert run.started_at is not None and run.finished_at is not None
+        held = (run.finished_at - run.started_at).total_seconds()
+        assert held > 0.4
         ledger = loop.algorithm.usage
         assert ledger is not None
-        assert ledger.usage().get("default", [0.0])[0] >= 0.5 * 0.5 * 0.99
+        assert ledger.usage().get("default", [0.0])[0] >= 0.5 * held * 0.99
     finally:
         loop.close()
         backend.close()
