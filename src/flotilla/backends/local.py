@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from flotilla.backends import (
@@ -85,6 +85,7 @@ from flotilla.backends.local_records import Replica, Run, Stop, record_path, sav
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
 from flotilla.model.node_info import NodeInfo
+from flotilla.model.payload import CommandPayload
 
 SWEEP_SECONDS = 5.0
 """How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
@@ -250,18 +251,7 @@ class LocalBackend:
                 if self._pool is not None and identity is not None:
                     self._pool.release(identity.uid, request.run_id)  # no process ran as it
                 raise
-            assert self.working_dir is not None
-            base = run.scratch or self.working_dir
-            local_starting.start_replicas(
-                run,
-                request,
-                payload,
-                base if relative is None else base / relative,
-                make_working_dir=run.scratch is not None,
-                passthrough=self.env_passthrough,
-                log_limit=self._log_limit,
-                trees=self._trees,
-            )
+            self._start(run, request, payload, relative)
             # Every pid is on disk and the gate open: the commands run.
             run.state, run.started_at = BackendRunState.RUNNING, self.clock()
             self._runs[request.run_id] = run
@@ -288,27 +278,41 @@ class LocalBackend:
             check_request(request, self.cluster, (self._node,))
             payload = command_payload_of(request, "local")
             relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
-            assert self.working_dir is not None
-            base = run.scratch or self.working_dir
             joining = [Replica(placement) for placement in added]
             gate = run.directory / f"gate-{len(run.replicas)}"
             run.replicas.extend(joining)
             run.result = replace(run.result, placements=run.result.placements + added)
             save_run(run)  # before any process exists, as a dispatch does
-            local_starting.start_replicas(
-                run,
-                request,
-                payload,
-                base if relative is None else base / relative,
-                make_working_dir=run.scratch is not None,
-                passthrough=self.env_passthrough,
-                log_limit=self._log_limit,
-                trees=self._trees,
-                replicas=joining,
-                gate=gate,
-            )
+            self._start(run, request, payload, relative, joining, gate)
             self._changes.mark(run.run_id)
             return run.result
+
+    def _start(
+        self,
+        run: Run,
+        request: DispatchRequest,
+        payload: CommandPayload,
+        relative: PurePosixPath | None,
+        replicas: Sequence[Replica] | None = None,
+        gate: Path | None = None,
+    ) -> None:
+        """Start ``replicas`` (default: all of the run's) in the run's working dir (its
+        scratch dir, or the backend's, with the payload's ``relative`` part), through
+        ``local_starting.start_replicas``: identity, log cap, cgroups, start gate."""
+        assert self.working_dir is not None
+        base = run.scratch or self.working_dir
+        local_starting.start_replicas(
+            run,
+            request,
+            payload,
+            base if relative is None else base / relative,
+            make_working_dir=run.scratch is not None,
+            passthrough=self.env_passthrough,
+            log_limit=self._log_limit,
+            trees=self._trees,
+            replicas=replicas,
+            gate=gate,
+        )
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
