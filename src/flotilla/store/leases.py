@@ -57,21 +57,8 @@ def acquire(session: Session, name: str, holder: str, ttl: float, now: datetime)
 
 
 def renew(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease | None:
-    expires = now + timedelta(seconds=ttl)
-    token = session.execute(
-        update(LeaseRow)
-        .where(
-            LeaseRow.name == lease.name,
-            LeaseRow.holder == lease.holder,
-            LeaseRow.fencing_token == lease.token,
-            LeaseRow.expires_at > now,
-        )
-        .values(expires_at=expires, renewed_at=now)
-        .returning(LeaseRow.fencing_token)
-    ).scalar_one_or_none()
-    if token is None:
-        return None
-    return Lease(name=lease.name, holder=lease.holder, token=lease.token, expires_at=expires)
+    """Extend ``lease`` while it has not expired; None once it has (or another term began)."""
+    return _extend(session, lease, ttl, now, LeaseRow.expires_at > now)
 
 
 def resume(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease | None:
@@ -80,6 +67,14 @@ def resume(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease |
     out while its holder was busy — a round longer than the TTL, the renewing thread kept
     off the CPU — goes on; nothing was written under another term meanwhile, so nothing its
     holder computed is stale for that reason. None once another term began."""
+    return _extend(session, lease, ttl, now)
+
+
+def _extend(
+    session: Session, lease: Lease, ttl: float, now: datetime, *conditions: Any
+) -> Lease | None:
+    """Move the term's expiry to ``now + ttl`` where the row still names its holder and token
+    (and ``conditions`` hold); the extended lease, or None."""
     expires = now + timedelta(seconds=ttl)
     token = session.execute(
         update(LeaseRow)
@@ -87,6 +82,7 @@ def resume(session: Session, lease: Lease, ttl: float, now: datetime) -> Lease |
             LeaseRow.name == lease.name,
             LeaseRow.holder == lease.holder,
             LeaseRow.fencing_token == lease.token,
+            *conditions,
         )
         .values(expires_at=expires, renewed_at=now)
         .returning(LeaseRow.fencing_token)
