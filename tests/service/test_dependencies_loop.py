@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from flotilla.model import JobSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState
 from tests.service.test_service_loop import Service
+from tests.service_builders import loop_over
 
 
 @pytest.fixture
@@ -91,10 +91,8 @@ def test_a_held_job_stays_held_across_a_restart_and_a_clean_up_runs_after_a_canc
     strict = submit(service, "strict", "echo never", ("prep", "finished_not_cancelled"))
     service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
     service.loop.close()
-    service.loop = SchedulingLoop(
-        service.store,
-        {"local": service.backend},
-        LoopSettings(cycle_interval=0.05, replica="replica-b"),
+    service.loop = loop_over(
+        service.store, {"local": service.backend}, cycle_interval=0.05, replica="replica-b"
     )
     for _ in range(3):
         service.loop.cycle()
@@ -124,10 +122,8 @@ def test_a_dependency_that_ended_long_ago_still_counts(service: Service, restart
     service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
     service.cycle_until(lambda: service.state(failed) is JobState.FAILED)
     service.loop.close()
-    service.loop = SchedulingLoop(
-        service.store,
-        {"local": service.backend},
-        LoopSettings(cycle_interval=0.05, finished_retention=0.0),
+    service.loop = loop_over(
+        service.store, {"local": service.backend}, cycle_interval=0.05, finished_retention=0.0
     )
     if not restart:  # the same loop forgets them once they are past the retention
         service.loop.cycle()

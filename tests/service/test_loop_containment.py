@@ -21,12 +21,12 @@ import pytest
 
 from flotilla.backends.interface import DispatchRequest, RunStatus
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec
 from flotilla.service import commit, dependencies, snapshots, transitions
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.loop import SchedulingLoop
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
+from tests.service_builders import loop_over
 
 WAIT = 60.0
 """How long the test waits for the jobs to end before failing (not a performance bound)."""
@@ -165,12 +165,8 @@ STAGES: dict[str, tuple[Inject, str, dict[str, Any]]] = {
 @pytest.fixture
 def loop_over_sim(tmp_path: Path) -> Iterator[tuple[SqlStore, SimBackend, SchedulingLoop]]:
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-    store.put_queue(QueueSpec(name="default"))
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 16}}])
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(
-        store, {"sim": backend}, LoopSettings(replica="only", cycle_interval=0.05)
-    )
+    loop = loop_over(store, {"sim": backend}, replica="only", cycle_interval=0.05)
     yield store, backend, loop
     backend.close()
     store.close()
