@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from flotilla.app import Service, ServiceConfig, build_service
 from flotilla.backends import (
     Backend,
@@ -38,6 +40,7 @@ from flotilla.model.fleet_loader import fleet_from_data
 from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import TEST_API
 
 Data = dict[str, Any]
 
@@ -121,11 +124,15 @@ class FleetService:
         """Build the service as ``flotilla up`` does over a database with a fleet in force
         (its clusters connected); ``notices`` holds what ``up`` would print."""
         settings = LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout)
-        self.service = build_service(
-            ServiceConfig(loop=settings), store=self.store, backend_factory=self.factory
-        )
+        config = ServiceConfig(loop=settings, api=TEST_API)
+        self.service = build_service(config, store=self.store, backend_factory=self.factory)
         self.loop = self.service.loop
         return self.loop
+
+    def api(self) -> TestClient:
+        """A client of the service's REST API (as ``flotilla up`` serves it)."""
+        assert self.service is not None, "not started"
+        return TestClient(self.service.app())
 
     @property
     def notices(self) -> list[str]:

@@ -49,7 +49,7 @@ def test_a_secret_on_a_numeric_setting_leaks_nowhere_and_the_cluster_is_unreacha
     service = FleetService(sqlite_url(tmp_path))
     try:
         service.apply(fleet_data(sim_cluster("c1")))
-        loop = service.start()
+        service.start()
         service.cycles(2)
         assert service.store.get_cluster("c1").state == "ready"
 
@@ -69,14 +69,7 @@ def test_a_secret_on_a_numeric_setting_leaks_nowhere_and_the_cluster_is_unreacha
         assert len(said) == 1, [r.getMessage() for r in said]  # once, not every cycle
         assert leaked(caplog.text) == []
 
-        api = TestClient(
-            create_app(
-                service.store,
-                loop,
-                AuthSettings.disabled(),
-                cluster_problems=service.runtime.problems,
-            )
-        )
+        api = service.api()  # its clusters' problems shown as their reasons
         [cluster] = api.get("/v1/clusters").json()
         assert cluster["state"] == "unreachable"
         assert cluster["reason"] == problem

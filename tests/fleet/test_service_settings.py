@@ -163,9 +163,6 @@ def test_mode_and_cycle_interval_come_from_the_fleet(service: FleetService) -> N
 def test_priority_classes_of_the_fleet_give_a_submitted_job_its_priority(
     service: FleetService,
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from flotilla.server import AuthSettings, create_app
 
     start(
         service,
@@ -176,7 +173,7 @@ def test_priority_classes_of_the_fleet_give_a_submitted_job_its_priority(
             {"name": "batch", "value": 0},
         ],
     )
-    api = TestClient(create_app(service.store, service.loop, AuthSettings.disabled()))
+    api = service.api()
 
     def submit(name: str, klass: str) -> str:
         body = {
