@@ -43,6 +43,7 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
+from flotilla.backends.kubernetes import growth
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.kept import KeptOutput
@@ -192,6 +193,25 @@ class KubernetesBackend:
             if not self._changes.knows(request.run_id):
                 self._changes.observe(request.run_id, BackendRunState.PENDING)
         return result
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: the run's Job grows to the request's placements (``growth``)."""
+        self._check_open()
+        job, pods = self._read(request.run_id)
+        if job is None:
+            raise DispatchRejected(f"run {request.run_id} has ended: it was cancelled")
+        if not growth.growth_of(job, pods, request, self.settings):
+            return growth.result_of_job(job, self.cluster)
+        nodes = self._nodes.read()
+        if any(p.node not in {n.name for n in nodes} for p in request.placements):
+            nodes = self._nodes.read(fresh=True)
+        check_request(request, self.cluster, nodes)
+        grown = growth.scale(self.api, job, request)
+        if len(request.placements) > 1:
+            self._create_rendezvous_service(grown)  # a run that started with one replica
+        with self._lock:
+            self._changes.mark(request.run_id)
+        return growth.result_of_job(grown, self.cluster)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         self._check_open()

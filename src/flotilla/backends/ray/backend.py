@@ -39,6 +39,8 @@ from flotilla.backends.interface import (
     RunStatus,
     StatusRequest,
     UnknownRun,
+    check_grown_in_order,
+    new_placements,
 )
 from flotilla.backends.ray.client import RayJobsClient
 from flotilla.backends.ray.jobs import (
@@ -51,7 +53,7 @@ from flotilla.backends.ray.jobs import (
     user_output,
 )
 from flotilla.backends.ray.nodes import RayNode, read_nodes
-from flotilla.model.payload import ContainerPayload
+from flotilla.model.payload import ContainerPayload, Payload
 
 CLUSTER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -73,8 +75,10 @@ class RunView:
 
     @property
     def complete(self) -> bool:
-        """Every replica was submitted (a dispatch interrupted half-way is not)."""
-        return len(self.replicas) == self.markers[0].replicas
+        """Every replica was submitted (a dispatch or a growth interrupted half-way is not):
+        each replica's marker counts the run's replicas when it was submitted, so a grown
+        run's last replicas say how many it has."""
+        return len(self.replicas) == max(marker.replicas for marker in self.markers)
 
     def result(self) -> DispatchResult:
         first = self.markers[0]
@@ -185,11 +189,80 @@ class RayBackend:
                 "type: 'container' jobs do not run on the ray backend (it runs command and ray "
                 "jobs; a container job needs a cluster whose backend is kubernetes)"
             )
+        dispatched_at = existing.result().dispatched_at if existing else self.clock()
+        submitted = {marker.index for marker in existing.markers} if existing else set()
+        self._submit(request, payload, nodes, dispatched_at, submitted)
+        with self._lock:
+            self._dispatched_here.add(request.run_id)
+        return DispatchResult(
+            run_id=request.run_id,
+            job=request.job,
+            cluster=self.cluster,
+            dispatched_at=dispatched_at,
+            placements=request.placements,
+        )
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: one more Ray job per new placement, submitted as ``dispatch``
+        submits a replica's, from the run's whole request as it stands now: a new replica's
+        ``RANK`` is its position in it, its ``WORLD_SIZE`` the grown run's size, its
+        ``MASTER_ADDR`` the first replica's node as before. Its marker counts the grown run's
+        replicas, so a growth cut short by a crash reads as unfinished (the service hands it
+        over again) and a fresh backend object finds every replica from Ray alone."""
+        self._check_open()
+        # Read with a listing, not the cache: another backend object may have grown it.
+        view = self._scan().get(request.run_id)
+        if view is None:
+            raise UnknownRun(request.run_id)
+        existing = view.result()
+        added = new_placements(existing, request)
+        if not added:
+            return existing
+        check_grown_in_order(existing, request)
+        with self._lock:
+            stopping = request.run_id in self._reasons
+        failed = any(replica.state is BackendRunState.FAILED for replica in view.replicas)
+        if stopping or failed or (view.complete and self._compose(view).state.terminal):
+            raise DispatchRejected(
+                f"run {request.run_id} has ended or is stopping: no replica can join it"
+            )
+        for index, placement in enumerate(request.placements):
+            if placement in added and not CLUSTER_PATTERN.match(placement.task):
+                raise DispatchRejected(
+                    f"placements[{index}].task: {placement.task!r} must be letters, digits, "
+                    "'.', '_' or '-' (it is part of the Ray submission id)"
+                )
+        nodes = self._nodes_for(request)
+        check_request(request, self.cluster, [node.info for node in nodes])
+        payload = any_payload_of(request)
+        if isinstance(payload, ContainerPayload):  # pragma: no cover - dispatch refused it
+            raise DispatchRejected("type: 'container' jobs do not run on the ray backend")
+        submitted = {
+            index for index, placement in enumerate(request.placements) if placement not in added
+        }
+        self._submit(request, payload, nodes, existing.dispatched_at, submitted)
+        self._changes.mark(request.run_id)
+        return DispatchResult(
+            run_id=request.run_id,
+            job=request.job,
+            cluster=self.cluster,
+            dispatched_at=existing.dispatched_at,
+            placements=request.placements,
+        )
+
+    def _submit(
+        self,
+        request: DispatchRequest,
+        payload: Payload,
+        nodes: Sequence[RayNode],
+        dispatched_at: float,
+        submitted: set[int],
+    ) -> None:
+        """One Ray job per placement of ``request`` whose index is not in ``submitted``; the
+        run's replicas are then known (cached) as every placement of ``request``."""
         node_ids = {node.info.name: node.node_id for node in nodes}
         first = next(node for node in nodes if node.info.name == request.placements[0].node)
         master_addr = first.info.labels.get("ray.io/node-ip", first.info.name)
-        dispatched_at = existing.result().dispatched_at if existing else self.clock()
-        submitted = {marker.index for marker in existing.markers} if existing else set()
         for index, placement in enumerate(request.placements):
             if index in submitted:
                 continue
@@ -218,14 +291,6 @@ class RayBackend:
             self._client.submit(**submission.fields)
         with self._lock:
             self._known[request.run_id] = self._submission_ids(request.run_id, request.placements)
-            self._dispatched_here.add(request.run_id)
-        return DispatchResult(
-            run_id=request.run_id,
-            job=request.job,
-            cluster=self.cluster,
-            dispatched_at=dispatched_at,
-            placements=request.placements,
-        )
 
     @staticmethod
     def _check_same_partial_run(existing: RunView, request: DispatchRequest) -> None:
@@ -233,7 +298,7 @@ class RayBackend:
         for marker in existing.markers:
             same = (
                 marker.job == request.job
-                and marker.replicas == len(request.placements)
+                and marker.replicas <= len(request.placements)
                 and marker.index < len(request.placements)
                 and request.placements[marker.index] == marker.placement
             )
@@ -245,7 +310,8 @@ class RayBackend:
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         self._check_open()
-        view = self._view(request.run_id)
+        # A listing, not the cache: every replica, those another object added included.
+        view = self._scan().get(request.run_id) if RUN_ID_PATTERN.match(request.run_id) else None
         if view is None:
             return CancelResult(
                 request.run_id, CancelOutcome.UNKNOWN_RUN, f"no run {request.run_id!r} on Ray"
