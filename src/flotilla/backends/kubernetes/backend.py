@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.kept import KeptOutput
 from flotilla.backends.kubernetes.nodes import NodeReader
-from flotilla.backends.kubernetes.status import pods_by_index, run_status
+from flotilla.backends.kubernetes.status import finished, pods_by_index, run_status
 from flotilla.backends.kubernetes.watch import ClusterWatch
 from flotilla.model.payload import RayPayload
 
@@ -143,7 +143,7 @@ class KubernetesBackend:
         active = sorted(
             job["metadata"]["annotations"][m.ANNOTATION_RUN_ID]
             for job in jobs
-            if not _finished(job) and m.ANNOTATION_RUN_ID in job["metadata"].get("annotations", {})
+            if not finished(job) and m.ANNOTATION_RUN_ID in job["metadata"].get("annotations", {})
         )
         return Inventory(self.cluster, tuple(nodes), time.time(), tuple(active))
 
@@ -429,25 +429,17 @@ class KubernetesBackend:
         return jobs, pods
 
     def _result_from_job(self, job: Obj, request: DispatchRequest) -> DispatchResult:
-        annotations = job["metadata"].get("annotations", {})
-        placements = m.placements_from_annotation(annotations[m.ANNOTATION_PLACEMENTS])
-        if (
-            annotations.get(m.ANNOTATION_RUN_ID) != request.run_id
-            or annotations.get(m.ANNOTATION_JOB) != request.job
-            or placements != request.placements
-        ):
-            raise DispatchRejected(
-                f"run_id: {request.run_id!r} was already dispatched for job "
-                f"{annotations.get(m.ANNOTATION_JOB)!r} with other placements; a run id names "
-                "one attempt"
-            )
-        return DispatchResult(
+        result = growth.result_of_job(job, self.cluster)
+        if (result.run_id, result.job, result.placements) != (
             request.run_id,
             request.job,
-            self.cluster,
-            float(annotations[m.ANNOTATION_DISPATCHED_AT]),
-            placements,
-        )
+            request.placements,
+        ):
+            raise DispatchRejected(
+                f"run_id: {request.run_id!r} was already dispatched for job {result.job!r} with "
+                "other placements; a run id names one attempt"
+            )
+        return result
 
     def _result_of(self, status: RunStatus, request: DispatchRequest) -> DispatchResult:
         if status.job != request.job:
@@ -504,13 +496,6 @@ class KubernetesBackend:
                     f"{job['metadata']['name']} (HTTP {error.code}: {error.message}); is "
                     "Volcano installed?"
                 ) from None
-
-
-def _finished(job: Mapping[str, Any]) -> bool:
-    return any(
-        item.get("type") in ("Complete", "Failed") and item.get("status") == "True"
-        for item in job.get("status", {}).get("conditions", []) or []
-    )
 
 
 def make_kubernetes_backend(**settings: Any) -> KubernetesBackend:

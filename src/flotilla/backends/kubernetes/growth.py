@@ -40,8 +40,8 @@ def result_of_job(job: Mapping[str, Any], cluster: str) -> DispatchResult:
     """The run a Job holds, as its annotations say (the placements as grown so far)."""
     annotations = job["metadata"]["annotations"]
     return DispatchResult(
-        annotations[m.ANNOTATION_RUN_ID],
-        annotations[m.ANNOTATION_JOB],
+        annotations.get(m.ANNOTATION_RUN_ID, ""),
+        annotations.get(m.ANNOTATION_JOB, ""),
         cluster,
         float(annotations[m.ANNOTATION_DISPATCHED_AT]),
         m.placements_from_annotation(annotations[m.ANNOTATION_PLACEMENTS]),
