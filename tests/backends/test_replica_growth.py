@@ -153,3 +153,16 @@ def test_which_registered_backends_can_grow_is_known_by_name() -> None:
         "slurm": False,
     }
     assert backend_can_grow("no-such-backend") is False
+
+
+def test_kubernetes_in_kueue_mode_says_it_cannot_grow(kube: KubernetesHarness) -> None:
+    """Kueue suspends a Job whose size changes: the backend says it cannot grow (the service
+    then records no growth there) and refuses new placements."""
+    backend = kube.make(mode="kueue", queue_name="team-a")
+    assert not can_grow(backend)
+    assert can_grow(kube.make())  # native mode grows
+    backend.dispatch(request(backend, "run-1", kube.long(), replicas=2))
+    same = request(backend, "run-1", kube.long(), replicas=2)
+    assert len(backend.add_replicas(same).placements) == 2  # type: ignore[attr-defined]
+    with pytest.raises(DispatchRejected, match="mode kueue"):
+        backend.add_replicas(request(backend, "run-1", kube.long(), replicas=4))  # type: ignore[attr-defined]

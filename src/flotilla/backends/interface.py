@@ -348,8 +348,10 @@ class ReplicaGrowth(Protocol):
 
 
 def can_grow(backend: object) -> bool:
-    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``)."""
-    return isinstance(backend, ReplicaGrowth)
+    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``): a backend
+    whose settings rule growth out (``kubernetes`` in ``kueue`` mode) says so with a false
+    ``grows`` attribute."""
+    return isinstance(backend, ReplicaGrowth) and bool(getattr(backend, "grows", True))
 
 
 def new_placements(

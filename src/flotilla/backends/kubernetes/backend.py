@@ -194,6 +194,11 @@ class KubernetesBackend:
                 self._changes.observe(request.run_id, BackendRunState.PENDING)
         return result
 
+    @property
+    def grows(self) -> bool:
+        """Whether runs here can add replicas (``can_grow``): not in ``kueue`` mode."""
+        return self.settings.mode != "kueue"
+
     def add_replicas(self, request: DispatchRequest) -> DispatchResult:
         """``ReplicaGrowth``: the run's Job grows to the request's placements (``growth``)."""
         self._check_open()
