@@ -191,7 +191,7 @@ def test_on_a_cluster_whose_backend_cannot_grow_the_gang_keeps_its_replicas_and_
 ) -> None:
     """The engine does not place the rest where they could never join (no room is held for
     them), and the job's reason says why they wait."""
-    service = SimService(tmp_path, engine="ray")
+    service = SimService(tmp_path, engine="slurm")
     try:
         blocker = service.submit("blocker", 2)
         service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.RUNNING)

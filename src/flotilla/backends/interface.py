@@ -348,8 +348,10 @@ class ReplicaGrowth(Protocol):
 
 
 def can_grow(backend: object) -> bool:
-    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``)."""
-    return isinstance(backend, ReplicaGrowth)
+    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``): a backend
+    whose settings rule growth out (``kubernetes`` in ``kueue`` mode) says so with a false
+    ``grows`` attribute."""
+    return isinstance(backend, ReplicaGrowth) and bool(getattr(backend, "grows", True))
 
 
 def new_placements(
@@ -367,3 +369,15 @@ def new_placements(
             "growing a run only adds replicas"
         )
     return tuple(p for p in request.placements if (p.task, p.replica) not in known)
+
+
+def check_grown_in_order(existing: DispatchResult, request: DispatchRequest) -> None:
+    """Refuse (``DispatchRejected``) a growth whose request does not keep the run's
+    placements first, in their order: for engines whose replica is known by its position
+    (its ``RANK``, a Kubernetes completion index), growing only appends."""
+    have = len(existing.placements)
+    if tuple(request.placements[:have]) != tuple(existing.placements):
+        raise DispatchRejected(
+            f"placements: growing run {request.run_id!r} must keep its {have} placements "
+            "first, in their order, and add the new ones after them"
+        )
