@@ -19,11 +19,11 @@ from flotilla.backends.kubernetes import KubernetesBackend
 from flotilla.backends.ray import RayBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
 from tests.backends.engines.fake_kube_apiserver import FakeApiServer
 from tests.backends.engines.ray_head import RayHead
+from tests.service_builders import loop_over
 
 ENGINE_LIMIT = 240.0
 """Seconds the service may take to get somewhere: a Ray job needs about 4 s to start on an
@@ -41,10 +41,13 @@ class EngineService:
         self.store.put_queue(QueueSpec(name="default"))
         nodes = backend.inventory().nodes
         self.store.upsert_cluster(cluster_spec_from_inventory(backend.cluster, engine, nodes))
-        self.loop = SchedulingLoop(
+        self.loop = loop_over(
             self.store,
             {backend.cluster: backend},
-            LoopSettings(replica="test", cycle_interval=0.05, mode=Mode.SYNC),
+            register=False,
+            replica="test",
+            cycle_interval=0.05,
+            mode=Mode.SYNC,
         )
 
     def submit(self, name: str, command: str, cpu: float, **fields: object) -> str:
