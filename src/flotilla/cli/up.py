@@ -205,7 +205,6 @@ def up(
                     settings,
                     allowed_hosts=allowed_hosts_for(host),
                     secrets=secrets,
-                    cluster_problems=runtime.problems,
                 )
                 run_server(
                     mount_dashboard(app),

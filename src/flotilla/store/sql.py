@@ -468,11 +468,11 @@ class SqlStore:
         with self._write() as session:
             return catalog.cluster_record(catalog.heartbeat(session, cluster, nodes, self._now()))
 
-    def set_cluster_state(self, name: str, state: str) -> ClusterRecord:
+    def set_cluster_state(
+        self, name: str, state: str, *, reason: str | None = None
+    ) -> ClusterRecord:
         with self._write() as session:
-            row = catalog.get_cluster(session, name)
-            row.state = state
-            row.updated_at = self._now()
+            row = catalog.set_cluster_state(session, name, state, reason, self._now())
             return catalog.cluster_record(row)
 
     def get_cluster(self, name: str) -> ClusterRecord:
