@@ -182,6 +182,7 @@ def up(
     else:
         lines.append(scheduling)
     lines += _isolation_notices(runtime)  # what of a job's requests is not enforced here
+    lines += _leftover_cgroups(runtime)  # what a server killed before left behind
     lines += _gpu_notices(runtime)  # the GPUs found here, and how (NVML, or as told)
     serving = (
         f"API http://{host}:{port} (dashboard /ui, OpenAPI /docs)"
@@ -239,6 +240,23 @@ def _isolation_notices(runtime: FleetRuntime) -> list[str]:
         if isinstance(backend, LocalBackend)
     }
     return sorted(notice for notice in notices if notice)
+
+
+def _leftover_cgroups(runtime: FleetRuntime) -> list[str]:
+    """One line when the start removed run cgroups left behind, empty, by servers killed
+    before (``local_tree.sweep_leftovers``); none when there were none, or no local cluster."""
+    from flotilla.backends import local_tree
+    from flotilla.backends.local import LocalBackend
+
+    if not any(isinstance(backend, LocalBackend) for backend in runtime.backends.values()):
+        return []
+    try:
+        removed = local_tree.sweep_leftovers()
+    except OSError as error:  # never a reason not to start
+        return [f"could not sweep leftover run cgroups: {error}"]
+    if not removed:
+        return []
+    return [f"removed {removed} leftover run cgroup(s): empty, made by runs no longer running"]
 
 
 def _gpu_notices(runtime: FleetRuntime) -> list[str]:
