@@ -154,10 +154,11 @@ def test_a_cancelled_run_ends_with_its_command_not_with_its_supervisors_exit_fil
     local: LocalHarness,
 ) -> None:
     """A cancel takes effect when the command is gone: the backend does not wait for the
-    supervisor to wake, write its exit file and exit (most of a cancel's delay on a loaded
-    machine). Here the supervisor is stopped, so it never writes one; the run still ends
-    cancelled at once — not after the grace period — leaves no process or zombie behind, and
-    a restarted backend reads it cancelled from its record."""
+    supervisor to exit (most of a cancel's delay on a loaded machine), only for it to copy
+    what is left in the pipes. Here the supervisor is stopped, so it never writes its exit
+    file; the run still ends cancelled after at most ``DRAIN_SECONDS`` — not after the grace
+    period — leaves no process or zombie behind, and a restarted backend reads it cancelled
+    from its record."""
     backend = local.make(grace_period=60.0)
     backend.dispatch(request(backend, "run-1", local.long()))
     running = local.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
@@ -177,6 +178,61 @@ def test_a_cancelled_run_ends_with_its_command_not_with_its_supervisors_exit_fil
     local.close_leaving_runs(backend)
     restarted = local.make()
     assert restarted.status(StatusRequest("run-1")).state is BackendRunState.CANCELLED
+
+
+LAST_WORDS = "trap 'echo last-words; exit 3' TERM; echo ready; sleep 60 & wait"
+"""Says something when stopped (``sleep & wait``: the trap runs at once, not after sleep)."""
+
+
+def test_what_a_cancelled_command_wrote_before_it_ended_reaches_its_log(
+    local: LocalHarness,
+) -> None:
+    """Issue 23: output still in the pipes when a cancel ended the run was lost — the backend
+    killed the supervisor as soon as the command was over, before it copied the rest. Here the
+    supervisor is stopped while the command answers the cancel's SIGTERM, so its last words
+    wait in the pipe; resumed, the supervisor copies them into the log."""
+    backend = local.make(grace_period=60.0)
+    backend.dispatch(request(backend, "run-1", {"command": LAST_WORDS}))
+    local.wait_output(backend, "run-1", "ready")
+    supervisor = backend.status(StatusRequest("run-1")).replicas[0].process_id
+    assert supervisor is not None
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        backend.cancel(CancelRequest("run-1"))
+        wait_until(lambda: (command_ended(supervisor) or (False,))[0], "ended the command")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.CANCELLED
+    assert "last-words" in read_all(backend, "run-1")
+    local.assert_gone(status)
+
+
+def test_output_of_a_command_killed_after_the_grace_period_reaches_its_log(
+    local: LocalHarness,
+) -> None:
+    """The grace period's SIGKILL ends the command, not its supervisor, which first copies
+    what the command wrote (here while the supervisor was stopped) into the log."""
+    backend = local.make(grace_period=0.5)
+    command = "trap '' TERM; echo ready; read line; echo was-pending; sleep 60"
+    gate = local.scratch / "fifo"
+    os.mkfifo(gate)
+    backend.dispatch(request(backend, "run-1", {"command": f"{command} <{gate}"}))
+    with open(gate, "w") as writer:
+        local.wait_output(backend, "run-1", "ready")
+        supervisor = backend.status(StatusRequest("run-1")).replicas[0].process_id
+        assert supervisor is not None
+        os.kill(supervisor, signal.SIGSTOP)
+        writer.write("go\n")
+    try:
+        backend.cancel(CancelRequest("run-1"))
+        wait_until(lambda: (command_ended(supervisor) or (False,))[0], "killed the command")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.CANCELLED
+    assert "was-pending" in read_all(backend, "run-1")
+    local.assert_gone(status)
 
 
 def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(

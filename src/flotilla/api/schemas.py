@@ -324,8 +324,9 @@ class Cluster(BaseModel):
     allocated: dict[str, float] = {}
     """What its active runs hold, per resource in base units."""
     reason: str | None = None
-    """Why an unreachable cluster is so, when this server knows (its backend could not be
-    built here: a secret reference that does not resolve, a setting of the wrong type)."""
+    """Why an unreachable cluster is so, as the database keeps it (its backend could not be
+    built: a secret reference that does not resolve, a setting of the wrong type; or it
+    stopped answering). Never a secret's value."""
 
     @classmethod
     def from_record(

@@ -116,6 +116,22 @@ def isolation_notices(backends: Mapping[str, Backend]) -> list[str]:
     return sorted(notice for notice in notices if notice)
 
 
+def leftover_cgroup_notices(backends: Mapping[str, Backend]) -> list[str]:
+    """One line when the start removed run cgroups left behind, empty, by servers killed
+    before (``local_tree.sweep_leftovers``); none when there were none, or no local cluster."""
+    from flotilla.backends import local_tree
+
+    if not any(isinstance(backend, LocalBackend) for backend in backends.values()):
+        return []
+    try:
+        removed = local_tree.sweep_leftovers()
+    except OSError as error:  # never a reason not to start
+        return [f"could not sweep leftover run cgroups: {error}"]
+    if not removed:
+        return []
+    return [f"removed {removed} leftover run cgroup(s): empty, made by runs no longer running"]
+
+
 def gpu_notices(backends: Mapping[str, Backend]) -> list[str]:
     """One line per local cluster: the GPUs it found and how (``backends/gpu_inventory.py``)."""
     return [

@@ -18,7 +18,12 @@ from types import TracebackType
 
 from fastapi import FastAPI
 
-from flotilla.app.clusters import connect_clusters, gpu_notices, isolation_notices
+from flotilla.app.clusters import (
+    connect_clusters,
+    gpu_notices,
+    isolation_notices,
+    leftover_cgroup_notices,
+)
 from flotilla.app.clusters import register_clusters as register
 from flotilla.app.config import ApiConfig, ApiServiceConfig, ServiceConfig, StartupError
 from flotilla.app.store import ensure_default_queue, open_store
@@ -49,7 +54,6 @@ def _api_app(
     loop: SchedulingLoop | None,
     api: ApiConfig,
     secrets: SecretBox,
-    cluster_problems: Mapping[str, str] | None,
 ) -> FastAPI:
     from flotilla.server import allowed_hosts_for, create_app
 
@@ -60,7 +64,6 @@ def _api_app(
         poll_interval=api.poll_interval,
         allowed_hosts=None if api.any_host else allowed_hosts_for(api.host),
         secrets=secrets,
-        cluster_problems=cluster_problems,
     )
 
 
@@ -141,8 +144,7 @@ class Service:
         if self.config.api is None:
             raise RuntimeError("the service was configured without an API (api=None)")
         if self._app is None:
-            problems = self.runtime.problems if self.runtime is not None else None
-            self._app = _api_app(self.store, self.loop, self.config.api, self.secrets, problems)
+            self._app = _api_app(self.store, self.loop, self.config.api, self.secrets)
         return self._app
 
     def serve(
@@ -261,6 +263,7 @@ def _build(
     else:
         notices.append(_scheduling(loop))
     notices += isolation_notices(runtime.backends)  # what of a job's requests is not enforced
+    notices += leftover_cgroup_notices(runtime.backends)  # what a server killed before left
     notices += gpu_notices(runtime.backends)  # the GPUs found here, and how (NVML, or as told)
     return Service(
         config,
@@ -292,7 +295,7 @@ class ApiService:
 
     def app(self) -> FastAPI:
         if self._app is None:
-            self._app = _api_app(self.store, None, self.config.api, self.secrets, None)
+            self._app = _api_app(self.store, None, self.config.api, self.secrets)
         return self._app
 
     def serve(self, listener: socket.socket | None = None) -> None:

@@ -125,6 +125,8 @@ class DispatchRequest:
     backend asks its engine for its defaults. ``local`` and ``sim`` ignore it. ``labels`` and
     ``tolerations`` (each a mapping of ``key``/``operator``/``value``/``effect``) are the job's
     own; backends whose engine enforces them (``kubernetes``) pass them on, others ignore them.
+    ``queue`` and ``owner`` (the name of the token that submitted it): the job's, for a
+    backend that runs jobs as an account mapped from them (``local``'s ``run_as_accounts``).
     """
 
     run_id: str
@@ -138,6 +140,8 @@ class DispatchRequest:
     resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    queue: str | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)

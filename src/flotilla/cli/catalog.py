@@ -127,6 +127,9 @@ def clusters(
             labels or "-",
         )
     console().print(table if found else "no clusters")
+    for cluster in found:
+        if cluster.reason:
+            console().print(f"{cluster.name}: {cluster.state}: {cluster.reason}", markup=False)
     for name, node_list in node_lists.items():
         detail = Table(
             "NODE", "STATE", "ALLOCATED/CAPACITY", "GPUS", "GPUS IN USE", "JOBS", title=name,

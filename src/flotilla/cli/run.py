@@ -203,7 +203,12 @@ def run(
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the command; repeat.")
     ] = None,
     working_dir: Annotated[
-        str | None, typer.Option("--chdir", "-D", help="Working directory of the command.")
+        str | None,
+        typer.Option(
+            "--chdir",
+            "-D",
+            help="Working directory of the command, relative to its run's scratch dir.",
+        ),
     ] = None,
     array: Annotated[
         str | None, typer.Option("--array", "-a", help="N elements, or N%K: K at once.")

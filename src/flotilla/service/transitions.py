@@ -248,7 +248,11 @@ class RunTransitions:
 
     def _lose_cluster(self, cluster: str) -> None:
         context = self._context
-        context.store.set_cluster_state(cluster, "unreachable")
+        context.store.set_cluster_state(
+            cluster,
+            "unreachable",
+            reason=f"its backend has not answered for {self._heartbeat_timeout:g} s",
+        )
         reason = f"cluster {cluster} became unreachable"
         read = context.jobdb.read_txn()
         orphans = self._orphans.setdefault(cluster, set())

@@ -332,7 +332,13 @@ class Store(Protocol):
         """Record that the cluster (and ``nodes``, or all its nodes) reported just now."""
         ...
 
-    def set_cluster_state(self, name: str, state: str) -> ClusterRecord: ...
+    def set_cluster_state(
+        self, name: str, state: str, *, reason: str | None = None
+    ) -> ClusterRecord:
+        """Set the cluster's state and why (``reason``, kept in the database so every process
+        over it shows it; cleared when None, and by ``upsert_cluster``). Never give a
+        secret's value in ``reason``."""
+        ...
 
     def get_cluster(self, name: str) -> ClusterRecord: ...
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
@@ -468,11 +468,11 @@ class SqlStore:
         with self._write() as session:
             return catalog.cluster_record(catalog.heartbeat(session, cluster, nodes, self._now()))
 
-    def set_cluster_state(self, name: str, state: str) -> ClusterRecord:
+    def set_cluster_state(
+        self, name: str, state: str, *, reason: str | None = None
+    ) -> ClusterRecord:
         with self._write() as session:
-            row = catalog.get_cluster(session, name)
-            row.state = state
-            row.updated_at = self._now()
+            row = catalog.set_cluster_state(session, name, state, reason, self._now())
             return catalog.cluster_record(row)
 
     def get_cluster(self, name: str) -> ClusterRecord:
@@ -521,8 +521,16 @@ class SqlStore:
 
     # Leader lease -------------------------------------------------------------------------
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
-        with self._write() as session:
-            return leases.acquire(session, name, holder, ttl, self._lease_now(session))
+        try:
+            with self._write() as session:
+                return leases.acquire(session, name, holder, ttl, self._lease_now(session))
+        except OperationalError as error:
+            if not leases.lock_not_available(error):
+                raise
+            # Its holder is inside a write with it (or stopped there, until the server ends
+            # that transaction): not acquired this time.
+            log.info("lease %s: its row is locked by a writer; not acquired this time", name)
+            return None
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease | None:
         with self._write() as session:
