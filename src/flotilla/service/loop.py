@@ -54,6 +54,7 @@ from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, Thread
 from flotilla.secrets import SecretBox
 from flotilla.service.allocator import AllocatorTrim, glibc_malloc_trim
 from flotilla.service.cancel_signal import stop_runs_at_once
+from flotilla.service.cluster_watch import ClusterSpecBuilder, spec_from_record
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -65,7 +66,7 @@ from flotilla.service.metrics import SchedulerMetrics
 from flotilla.service.reporting import Reporter
 from flotilla.service.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.service.snapshots import CurrentState, SnapshotBuilder
-from flotilla.service.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.service.transitions import RunTransitions
 from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
 from flotilla.store import ClusterRecord, JobRecord, JobState, Lease, LeaseLostError, Store

@@ -23,9 +23,34 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
-from flotilla.lifecycle import gangs
-from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
-from flotilla.lifecycle.states import JobState
+from flotilla.lifecycle import gangs, machine
+from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.effects import (
+    FreeArraySlot,
+    GrowRun,
+    HoldUntil,
+    Offer,
+    ReleaseDependents,
+    SetState,
+    StartRun,
+    StopRun,
+    WaitForDependencies,
+)
+from flotilla.lifecycle.events import (
+    CancelRequested,
+    DependencyEnded,
+    Evicted,
+    RunEnded,
+    Scheduled,
+    Submitted,
+    TimerFired,
+    TimerKind,
+)
+from flotilla.lifecycle.events import Event as LifecycleEvent
+from flotilla.lifecycle.machine import Transition
+from flotilla.lifecycle.runs import RunEnd
+from flotilla.lifecycle.states import TERMINAL_JOB_STATES, JobState
+from flotilla.lifecycle.view import JobView
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -40,7 +65,7 @@ from flotilla.scheduler.types import (
     SchedulingSnapshot,
 )
 from flotilla.sim.backlog import Backlog
-from flotilla.sim.dependencies import Dependencies, Hold
+from flotilla.sim.dependencies import Dependencies
 from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.holds import ArraySlots
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
@@ -141,24 +166,81 @@ class Simulator:
         if kind is Timer.GANG_TIMEOUT:
             return self._gang_timeout(job, at, run)
         if kind is Timer.RETRY:
-            if run != job.run or job.terminal:
+            if run != job.run:
                 return False
-            self._enqueue(job, at, ScenarioJobState.QUEUED)
-            return True
+            return self._step(job, at, TimerFired(TimerKind.BACKOFF))
         if kind is Timer.CANCEL:
-            if job.terminal or job.state is None:
-                return False
-            self._end(job, at, ScenarioJobState.CANCELLED, "cancelled")
-            return True
+            return self._step(job, at, CancelRequested())
         if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
             self._start(job, at)
             return False
-        self._end(job, at, ScenarioJobState.SUCCEEDED, "succeeded")
-        return True
+        return self._step(job, at, RunEnded(RunEnd.SUCCEEDED))
 
-    # --- job transitions ------------------------------------------------------------------
+    # --- the lifecycle core's effects, in virtual time ------------------------------------
+
+    def _view(self, job: SimJob, *, cancel: bool = False, dependencies: bool = False) -> JobView:
+        """What the lifecycle core needs of ``job``: the simulator's ``running`` stands for
+        the service's leased, pending and running alike."""
+        assignment = job.assignment
+        return JobView(
+            spec=job.spec,
+            state=None if job.state is None else JobState(job.state.value),
+            attempt=job.attempts,
+            failures=job.failures,
+            cancel_requested=cancel,
+            placed=len(assignment.placements) if assignment is not None else 0,
+            cluster=assignment.cluster if assignment is not None else None,
+            dependencies=self._dependencies.views(job) if dependencies else (),
+            last_reason=job.reason,
+        )
+
+    def _step(self, job: SimJob, at: float, event: LifecycleEvent) -> bool:
+        """Step ``job`` through ``event`` and apply the core's effects; True if any."""
+        view = self._view(
+            job,
+            cancel=isinstance(event, CancelRequested),
+            dependencies=isinstance(event, (Submitted, DependencyEnded)),
+        )
+        return self._interpret(job, at, machine.step(view, event))
+
+    def _interpret(self, job: SimJob, at: float, step: Transition) -> bool:
+        """Apply the effects of ``step`` (the lifecycle core's answer about ``job``) at
+        ``at``. A run stops at once in virtual time: a ``StopRun`` that nothing else follows
+        ends the run cancelled, as the backend would report it."""
+        stop: StopRun | None = None
+        back: SetState | None = None
+        hold: HoldUntil | None = None
+        for effect in step.effects:
+            if isinstance(effect, SetState):
+                job.failures += effect.counted
+                if effect.state in TERMINAL_JOB_STATES:
+                    self._end(job, at, effect.state, effect.reason)
+                else:
+                    back = effect
+                    self._back_to_waiting(job, at, effect)
+            elif isinstance(effect, Offer):
+                self._offer(job, at)
+            elif isinstance(effect, WaitForDependencies):
+                self._dependencies.hold(job)
+                job.reason = effect.reason
+            elif isinstance(effect, StopRun):
+                stop = effect
+            elif isinstance(effect, HoldUntil):
+                hold = effect
+            elif isinstance(effect, FreeArraySlot):
+                for following in self._slots.release(job):
+                    self._enqueue(following, at, ScenarioJobState.QUEUED)
+            elif isinstance(effect, ReleaseDependents):
+                for waiter in self._dependencies.ended(job.name):
+                    self._step(waiter, at, DependencyEnded(job.name))
+        if back is not None:
+            self._wait_again(job, at, back, hold)
+        elif stop is not None and job.state is ScenarioJobState.RUNNING:
+            ended = RunEnded(RunEnd.CANCELLED, stop.reason)
+            self._interpret(job, at, machine.step(self._view(job, cancel=True), ended))
+        return bool(step)
 
     def _enqueue(self, job: SimJob, at: float, state: ScenarioJobState) -> None:
         """The job waits (again): queued, or preempted until it is rescheduled."""
@@ -166,17 +248,18 @@ class Simulator:
         job.assignment = None
         self._queued[job.name] = job
         self._admit(job, at)
-        self._dependencies.moved(job)
+        self._moved(job)
 
     def _admit(self, job: SimJob, at: float) -> None:
-        """Into the backlog, unless it waits for its dependencies (or never can start) or
-        for a slot of its array."""
-        hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
-        if hold is not Hold.NONE:
-            if hold is Hold.NEVER:
-                self._end(job, at, ScenarioJobState.FAILED, "failed", reason)
-            job.reason = reason
-            return
+        """Into the backlog, unless the lifecycle core holds it for its dependencies (or
+        fails it) or its array has no slot for it."""
+        if job.spec.depends_on:
+            self._step(job, at, Submitted())
+        else:
+            self._offer(job, at)
+
+    def _offer(self, job: SimJob, at: float) -> None:
+        self._dependencies.release(job)
         held = self._slots.take(job)
         job.held = held is not None
         if held is not None:
@@ -186,6 +269,14 @@ class Simulator:
         gang = job.spec.gang
         if gang is not None:
             self._schedule_timer(at + gang.timeout, Timer.GANG_TIMEOUT, job.name, job.run)
+
+    def _moved(self, job: SimJob) -> None:
+        """``job`` changed state without ending: the jobs waiting for it say its new state in
+        their reason, as the service's do (``waits for job prep to succeed (it is running)``)."""
+        for waiter in self._dependencies.held_waiters(job):
+            verdict, reason = machine.dependency_reason(self._dependencies.views(waiter))
+            if verdict is Verdict.WAITING:
+                waiter.reason = reason
 
     def _gang_timeout(self, job: SimJob, at: float, run: int) -> bool:
         if run != job.run or not job.waiting:
@@ -200,10 +291,7 @@ class Simulator:
                 if other.spec.gang is not None and other.spec.gang.name == gang.name
             ]
         for member in members:
-            last = member.reason
-            self._end(member, at, ScenarioJobState.FAILED, "failed")
-            member.reason = gangs.timeout_reason(member.spec, last)
-            self.events[-1].reason = member.reason
+            self._step(member, at, TimerFired(TimerKind.GANG_TIMEOUT))
         return True
 
     def _start(self, job: SimJob, at: float) -> None:
@@ -217,29 +305,48 @@ class Simulator:
         if job.spec.duration is not None:
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
 
-    def _end(
-        self, job: SimJob, at: float, state: ScenarioJobState, event: str, reason: str | None = None
-    ) -> None:
+    def _end(self, job: SimJob, at: float, state: JobState, reason: str) -> None:
+        """The job ended (``SetState`` to a terminal state). The report gives a reason for a
+        job that failed; one that succeeded or was cancelled has none (the scenario spec)."""
         if job.state is ScenarioJobState.RUNNING:
             self._release(job, at)
         job.run += 1
         if self._queued.pop(job.name, None) is not None and not job.held:
             self._backlog.remove(job.job)
         job.held = False
-        job.state = state
+        job.state = ScenarioJobState(state.value)
         self._terminal += 1
         job.finished_at = at
-        job.reason = reason
-        self.events.append(Event(at, job.name, event, reason=reason))
-        for following in self._slots.release(job):
-            self._enqueue(following, at, ScenarioJobState.QUEUED)
-        for waiter in self._dependencies.ended(job.name):
-            self._admit(waiter, at)
+        job.reason = reason if state is JobState.FAILED else None
+        self._dependencies.release(job)
+        self.events.append(Event(at, job.name, state.value, reason=job.reason))
 
-    def _requeue_slot(self, job: SimJob, at: float) -> None:
-        """``job`` goes back to waiting: its array slot goes to the elements held first."""
-        for following in self._slots.stopped(job):
-            self._enqueue(following, at, ScenarioJobState.QUEUED)
+    def _back_to_waiting(self, job: SimJob, at: float, change: SetState) -> None:
+        """The job's run ended and it waits again (preempted, or re-queued by its retry
+        policy or a lost node): its resources are freed."""
+        if job.state is ScenarioJobState.RUNNING:
+            self._release(job, at)
+            job.run += 1
+        if change.state is JobState.PREEMPTED:
+            job.preemptions += 1
+            self.preemptions += 1
+
+    def _wait_again(self, job: SimJob, at: float, change: SetState, hold: HoldUntil | None) -> None:
+        """After its array slot went to the elements held first: queued again at once, or
+        held out of the backlog until its backoff ends."""
+        state = ScenarioJobState(change.state.value)
+        why = (
+            change.reason if hold is None else hold.note(change.reason, f"t={at + hold.seconds:g}")
+        )
+        if hold is not None:
+            job.state, job.assignment = state, None
+            job.held, self._queued[job.name] = True, job
+            self._schedule_timer(at + hold.seconds, Timer.RETRY, job.name, job.run)
+        else:
+            self._enqueue(job, at, state)
+        job.reason = why
+        event = "preempted" if state is ScenarioJobState.PREEMPTED else "requeued"
+        self.events.append(Event(at, job.name, event, reason=why))
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -260,26 +367,7 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
-            outcome = after_run(
-                job.spec, RunEnded(RunEnd.NODE_FAILURE, reason, job.attempts, job.failures)
-            )
-            job.failures += outcome.counted
-            if outcome.state is JobState.FAILED:
-                self._end(job, at, ScenarioJobState.FAILED, "failed")
-                job.reason = self.events[-1].reason = outcome.reason
-                continue
-            self._release(job, at)
-            job.run += 1
-            self._requeue_slot(job, at)
-            why = outcome.with_backoff_note(f"t={at + outcome.delay:g}")
-            if outcome.delay > 0:
-                job.state, job.assignment = ScenarioJobState.QUEUED, None
-                job.held, self._queued[job.name] = True, job
-                self._schedule_timer(at + outcome.delay, Timer.RETRY, job.name, job.run)
-            else:
-                self._enqueue(job, at, ScenarioJobState.QUEUED)
-            job.reason = why
-            self.events.append(Event(at, job.name, "requeued", reason=why))
+            self._step(job, at, RunEnded(RunEnd.NODE_FAILURE, reason))
         self._capacity = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
         )
@@ -353,7 +441,7 @@ class Simulator:
                 if job.waiting:
                     job.reason = f"decision from t={result.time:g} dropped: {why}"
         for eviction in result.preempted:
-            self._preempt(self.job_by_name[eviction.job], now, eviction.reason)
+            self._step(self.job_by_name[eviction.job], now, Evicted(eviction.reason))
         applied = 0
         for decision in result.scheduled:
             job = self.job_by_name[decision.job.name]
@@ -362,21 +450,16 @@ class Simulator:
                 if unfit is not None:
                     job.reason = f"decision from t={result.time:g} dropped: {unfit}"
                     continue
-            self._run(job, decision, now)
+            event = Scheduled(decision.assignment.cluster, len(decision.assignment.placements))
+            for effect in machine.step(self._view(job), event).effects:
+                if isinstance(effect, StartRun):
+                    self._run(job, decision, now)
+                elif isinstance(effect, GrowRun):
+                    self._grow(job, decision, now)
             applied += 1
         # Per waiting job, every cycle: no dictionary built, no per-job state check.
         set_waiting_reasons(self._queued, result.pending)
         return applied
-
-    def _preempt(self, job: SimJob, now: float, reason: str) -> None:
-        self._release(job, now)
-        job.run += 1
-        job.preemptions += 1
-        self.preemptions += 1
-        self.events.append(Event(now, job.name, "preempted", reason=reason))
-        self._requeue_slot(job, now)
-        self._enqueue(job, now, ScenarioJobState.PREEMPTED)
-        job.reason = reason
 
     # --- CurrentState, for reconciliation ---------------------------------------------------
 
@@ -397,32 +480,37 @@ class Simulator:
                 return f"node {placement.node} no longer has room"
         return None
 
-    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
-        assignment = decision.assignment
+    def _allocate(self, job: SimJob, assignment: Assignment, now: float) -> None:
         cluster = self.cluster_by_name[assignment.cluster]
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
         self._account(now, assignment.held(len(self.space)), job.job.queue)
-        if job.state is ScenarioJobState.RUNNING and job.assignment is not None:
-            # A non-strict gang growing: more replicas join the running job.
-            job.assignment = Assignment(
-                job.assignment.cluster, job.assignment.placements + assignment.placements
-            )
-            self._running_views[job.name] = RunningJob(
-                job.job, job.assignment, job.scheduled_at or now
-            )
-            self.events.append(
-                Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
-            )
-            self._note_partial(job)
-            return
+
+    def _grow(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        """A non-strict gang growing (``GrowRun``): more replicas join the running job."""
+        assignment = decision.assignment
+        assert job.assignment is not None
+        self._allocate(job, assignment, now)
+        job.assignment = Assignment(
+            job.assignment.cluster, job.assignment.placements + assignment.placements
+        )
+        self._running_views[job.name] = RunningJob(job.job, job.assignment, job.scheduled_at or now)
+        self.events.append(
+            Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
+        )
+        self._note_partial(job)
+
+    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        """A run starts (``StartRun``): the simulator's ``running`` from the decision on."""
+        assignment = decision.assignment
+        self._allocate(job, assignment, now)
         job.scheduled_at = now
         if self._queued.pop(job.name, None) is not None:
             self._backlog.remove(job.job)
         self._running[job.name] = job
         self._slots.started(job)
         job.state = ScenarioJobState.RUNNING
-        self._dependencies.moved(job)
+        self._moved(job)
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
         self._note_partial(job)
