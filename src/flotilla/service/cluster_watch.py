@@ -59,8 +59,9 @@ class ClusterWatch:
     ) -> None:
         self._context = context
         self._transitions = transitions
-        self._heartbeat_timeout = heartbeat_timeout
-        """A cluster whose backend has not answered for this long becomes unreachable."""
+        self.heartbeat_timeout = heartbeat_timeout
+        """A cluster whose backend has not answered for this long becomes unreachable (the
+        fleet's ``settings.heartbeat_timeout`` when it sets one, taken up at each reload)."""
         self._cluster_spec = cluster_spec
         self._inventories: dict[str, tuple[NodeInfo, ...]] = {}
         """Cluster → the nodes last recorded in the store by this replica: a change (a node
@@ -104,7 +105,7 @@ class ClusterWatch:
                     self._stop_orphans(record.name, backend)
                     continue
             seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
-            silent = seen is None or now - seen > self._heartbeat_timeout
+            silent = seen is None or now - seen > self.heartbeat_timeout
             if silent and record.state != "unreachable" and backend is not None:
                 self._lose_cluster(record.name)
 
@@ -113,7 +114,7 @@ class ClusterWatch:
         at least every second): a heartbeat is a durable write, and one per 0.1 s cycle held
         up the transitions queued behind it."""
         now = time.monotonic()
-        every = min(1.0, self._heartbeat_timeout / 10)
+        every = min(1.0, self.heartbeat_timeout / 10)
         if now - self._heartbeats.get(cluster, float("-inf")) >= every:
             self._context.store.heartbeat(cluster)
             self._heartbeats[cluster] = now

@@ -108,6 +108,7 @@ def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSet
         scheduling=scheduling_config(given),
         mode=given.mode,
         cycle_interval=given.cycle_interval,
+        heartbeat_timeout=given.heartbeat_timeout or settings.heartbeat_timeout,
     )
 
 
@@ -436,6 +437,7 @@ class SchedulingLoop:
             if settings.mode is Mode.ASYNC:
                 self.runner = self._async_runner()
         self.settings = settings
+        self._transitions.clusters.heartbeat_timeout = settings.heartbeat_timeout
         log.info("fleet version %d in force", self.fleet.version)
         return True
 
