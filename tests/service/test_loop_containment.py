@@ -21,8 +21,9 @@ import pytest
 
 from flotilla.backends.interface import DispatchRequest, RunStatus
 from flotilla.backends.sim import SimBackend
+from flotilla.lifecycle import machine
 from flotilla.model import JobSpec
-from flotilla.service import commit, dependencies, snapshots, transitions
+from flotilla.service import commit, dependencies, snapshots
 from flotilla.service.loop import SchedulingLoop
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
@@ -70,14 +71,14 @@ def _report(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]
 def _retry(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:
     """The issue's case: the retry delay overflows (the edge now refuses such a delay, so the
     overflow itself is injected into the lifecycle core's rule for an ended run)."""
-    after_run = transitions.after_run
+    after_run = machine.after_run
 
     def raising(spec: JobSpec, ended: Any) -> Any:
         if spec.name == poison.name:
             raise OverflowError(f"{INJECTED}: date value out of range")
         return after_run(spec, ended)
 
-    monkeypatch.setattr(transitions, "after_run", raising)
+    monkeypatch.setattr(machine, "after_run", raising)
 
 
 def _dependencies(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:

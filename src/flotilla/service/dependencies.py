@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from flotilla.jobdb import ReadTxn
-from flotilla.lifecycle import dependencies as rules
+from flotilla.lifecycle import machine
 from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.view import DependencyView
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
 from flotilla.store import DependencyRecord, JobRecord
 
@@ -37,29 +38,26 @@ def _label(dependency: DependencyRecord, record: JobRecord | None) -> str:
     return f"job {record.queue}/{record.name} ({record.id[:8]})"
 
 
+def dependency_views(
+    dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
+) -> tuple[DependencyView, ...]:
+    """``state_of``: each dependency's current record (None when not known yet)."""
+    views = []
+    for dependency in dependencies:
+        record = state_of.get(dependency.job_id)
+        state = None if record is None else record.state.value
+        views.append(DependencyView(_label(dependency, record), dependency.condition, state))
+    return tuple(views)
+
+
 def dependency_status(
     dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
 ) -> DependencyStatus:
-    """``state_of``: each dependency's current record (None when not known yet). The rules
-    and their words are the lifecycle core's (``flotilla.lifecycle.dependencies``)."""
-    waits: list[str] = []
-    for dependency in dependencies:
-        record = state_of.get(dependency.job_id)
-        label = _label(dependency, record)
-        state = None if record is None else record.state.value
-        found = rules.verdict(dependency.condition, state)
-        if found is Verdict.MET:
-            continue
-        if found is Verdict.NEVER:
-            assert state is not None
-            return DependencyStatus(
-                Verdict.NEVER, rules.never_reason(label, dependency.condition, state)
-            )
-        status = "not seen yet" if state is None else f"it is {state}"
-        waits.append(rules.waits_for(label, dependency.condition, status))
-    if waits:
-        return DependencyStatus(Verdict.WAITING, rules.waiting_reason(waits))
-    return DependencyStatus(Verdict.MET, "")
+    """Where a job with ``dependencies`` stands against them (``state_of``: each one's
+    current record, None when not known yet). The rule and its words are the lifecycle
+    core's (``machine.dependency_reason``, what ``step`` applies to a waiting job)."""
+    verdict, reason = machine.dependency_reason(dependency_views(dependencies, state_of))
+    return DependencyStatus(verdict, reason)
 
 
 class DependencyGate:
