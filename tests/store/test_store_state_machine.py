@@ -26,9 +26,11 @@ from flotilla.store import (
 
 Q, L, P, R = JobState.QUEUED, JobState.LEASED, JobState.PENDING, JobState.RUNNING
 S, F, C, X = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED
+H = JobState.HELD
 
 LEGAL_JOB_MOVES: dict[JobState, set[JobState]] = {
-    Q: {L, C, F},  # leased only through record_run; a queued job never runs or succeeds
+    Q: {L, H, C, F},  # leased only through record_run; a queued job never runs or succeeds
+    H: {Q, C, F},  # held: released to queued, or ends without ever running
     L: {P, R, Q, S, F, C, X},  # a short job may end before the store hears it started
     P: {R, Q, S, F, C, X},
     R: {Q, S, F, C, X},
@@ -56,6 +58,7 @@ RUN_ORDER = [RunState.LEASED, RunState.PENDING, RunState.RUNNING]
 
 PATH_TO: dict[JobState, list[JobState]] = {
     Q: [],
+    H: [H],
     L: [L],
     P: [L, P],
     R: [L, P, R],

@@ -25,6 +25,7 @@ def console() -> Console:
 
 STATE_STYLES: dict[str, str] = {
     JobState.QUEUED: "yellow",
+    JobState.HELD: "dark_orange",
     JobState.LEASED: "cyan",
     JobState.PENDING: "cyan",
     JobState.RUNNING: "green",

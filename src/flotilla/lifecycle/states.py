@@ -3,6 +3,8 @@
 A job moves queued → leased → pending → running → succeeded | failed | cancelled | preempted.
 A preempted job, or one whose lease or run is lost before it finishes, may go back to queued and
 get a new run: a run is one attempt, so its state only ever moves forward and ends once.
+A queued job may be held (``flotilla hold``, Slurm's ``scontrol hold``): the scheduler passes
+it by until it is released back to queued.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from enum import StrEnum
 
 class JobState(StrEnum):
     QUEUED = "queued"
+    HELD = "held"
+    """Kept out of scheduling until released (``flotilla release``); never started."""
     LEASED = "leased"
     PENDING = "pending"
     RUNNING = "running"
@@ -48,6 +52,7 @@ WAITING_JOB_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.P
 
 JOB_STATE_ORDER: tuple[JobState, ...] = (
     JobState.QUEUED,
+    JobState.HELD,
     JobState.LEASED,
     JobState.PENDING,
     JobState.RUNNING,
@@ -69,7 +74,10 @@ ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(
 )
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.LEASED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.QUEUED: frozenset(
+        {JobState.LEASED, JobState.HELD, JobState.CANCELLED, JobState.FAILED}
+    ),
+    JobState.HELD: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.LEASED: frozenset(
         {
             JobState.PENDING,
@@ -105,8 +113,10 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
-"""Allowed moves. Leased and pending may jump straight to an end: a backend may report a
-short job's outcome before the store hears it started. Leasing happens through
+"""Allowed moves. Only a queued job is held: a preempted one may still hold its old run's
+resources until that run stops, and release makes a job queued. Leased and pending may jump
+straight to an end: a backend may report a short job's outcome before the store hears it
+started. Leasing happens through
 ``Store.record_run`` (it creates the run), never through ``transition``."""
 
 RUN_STATE_FOR_JOB: dict[JobState, RunState] = {
