@@ -17,7 +17,7 @@ from flotilla.jobdb import ReadTxn
 from flotilla.lifecycle import dependencies as rules
 from flotilla.lifecycle.dependencies import Verdict
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
-from flotilla.store import DependencyRecord, JobRecord
+from flotilla.store import DependencyRecord, JobRecord, JobState
 
 __all__ = ["DependencyGate", "DependencyStatus", "Verdict", "dependency_status"]
 
@@ -75,8 +75,9 @@ class DependencyGate:
         """Held job id → its queued record."""
         self.reasons: dict[str, str] = {}
         """Held job id → what it waits for (kept current from the change feed)."""
-        self.never: dict[str, str] = {}
-        """Job id → why it can never start: the loop fails these."""
+        self.never: dict[str, tuple[JobState, str]] = {}
+        """Job id → where it ends and why it can never start: skipped (a dependency ended as
+        its condition does not accept), or failed (its dependencies could not be read)."""
         self._waiters: dict[str, set[str]] = {}
         """Dependency id → ids of the held jobs that wait for it."""
 
@@ -103,12 +104,13 @@ class DependencyGate:
         except NOT_CONTAINED:
             raise
         except Exception as error:  # this job's own: it fails, the others go on
-            self.never[record.id] = self.faults.note("its dependencies", record.id, error)
+            note = self.faults.note("its dependencies", record.id, error)
+            self.never[record.id] = (JobState.FAILED, note)
             return False
         if status.verdict is Verdict.MET:
             return True
         if status.verdict is Verdict.NEVER:
-            self.never[record.id] = status.reason
+            self.never[record.id] = (rules.UNMET_END, status.reason)
             return False
         self.held[record.id] = record
         self.reasons[record.id] = status.reason

@@ -174,7 +174,7 @@ class Simulator:
         hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
         if hold is not Hold.NONE:
             if hold is Hold.NEVER:
-                self._end(job, at, ScenarioJobState.FAILED, "failed", reason)
+                self._end(job, at, ScenarioJobState.SKIPPED, "skipped", reason)
             job.reason = reason
             return
         held = self._slots.take(job)
