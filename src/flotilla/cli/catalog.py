@@ -206,8 +206,12 @@ def _validated(kind: type[QueueSpec] | type[QuotaSpec], data: dict[str, Any]) ->
         fail(f"invalid {kind.__name__}", from_pydantic(error).problems, code=2)
 
 
-queue_app = typer.Typer(help="Create, change or delete a queue (admin).", no_args_is_help=True)
-quota_app = typer.Typer(help="Create, change or delete a quota (admin).", no_args_is_help=True)
+queue_app = typer.Typer(
+    help="Create, change or delete a queue (admin).", no_args_is_help=True, rich_markup_mode=None
+)
+quota_app = typer.Typer(
+    help="Create, change or delete a quota (admin).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @queue_app.command("set")

@@ -26,6 +26,7 @@ app = typer.Typer(
     help="Flotilla: a batch job scheduler for ML and HPC platforms.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
