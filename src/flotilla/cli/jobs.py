@@ -21,7 +21,7 @@ from flotilla.cli.arrays import cancel_ref, element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
-from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES
+from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.client import DEFAULT_SERVER
 from flotilla.sdk.jobfile import read_job_file, read_job_text
@@ -278,7 +278,7 @@ def cancel(
         console().print("nothing to cancel")
     for job in done:
         what = "cancelled" if job.state == "cancelled" else "cancel requested"
-        if job.state in ("succeeded", "failed"):
+        if job.state in TERMINAL_STATE_NAMES - {"cancelled"}:
             what = f"already {job.state}"
         console().print(f"{job.id} {job.name}: {what}", highlight=False)
 
