@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -136,8 +137,10 @@ def reader_dir(tmp_path: Path) -> Path:
     shims = cwd / "shims"
     shims.mkdir()
     # The docs' curl prints an error body and exits 0 on a 4xx; here a refusal fails.
+    real = shutil.which("curl")
+    assert real is not None, "curl is needed: the docs show curl commands"
     curl = shims / "curl"
-    curl.write_text('#!/bin/sh\nexec /usr/bin/curl --fail-with-body --silent --show-error "$@"\n')
+    curl.write_text(f'#!/bin/sh\nexec {real} --fail-with-body --silent --show-error "$@"\n')
     curl.chmod(0o755)
     return cwd
 
