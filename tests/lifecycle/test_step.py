@@ -116,21 +116,21 @@ ROWS = [
         (Offer(),),
     ),
     Row(
-        "succeeded (afterok) after a failed dependency: fails, naming it",
+        "succeeded (afterok) after a failed dependency: skipped, naming it",
         job(S.QUEUED, dependencies=prep(C.SUCCEEDED, "failed")),
         DependencyEnded("prep"),
         (
-            SetState(S.FAILED, "dependency job prep ended failed; this job needed it succeeded"),
+            SetState(S.SKIPPED, "dependency job prep ended failed; this job needed it succeeded"),
             *ENDS,
         ),
     ),
     Row(
-        "finished_not_cancelled after a cancel: fails",
+        "finished_not_cancelled after a cancel: skipped",
         job(S.QUEUED, dependencies=prep(C.FINISHED_NOT_CANCELLED, "cancelled")),
         DependencyEnded("prep"),
         (
             SetState(
-                S.FAILED,
+                S.SKIPPED,
                 "dependency job prep ended cancelled; this job needed it finished_not_cancelled",
             ),
             *ENDS,

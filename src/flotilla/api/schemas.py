@@ -245,6 +245,12 @@ class CancelBody(_Closed):
     reason: Reason = "cancelled by user"
 
 
+class HoldBody(_Closed):
+    """Why a job is held or released (the event's reason; the default names the caller)."""
+
+    reason: Reason = ""
+
+
 class BulkCancelBody(_Closed):
     """A queue and/or labels: never every job."""
 

@@ -149,8 +149,8 @@ def _dependencies(job: JobView) -> Transition:
     if job.state not in WAITING_JOB_STATES:
         return NOTHING
     found, reason = dependency_reason(job.dependencies)
-    if found is Verdict.NEVER:
-        return _end(job, JobState.FAILED, reason)
+    if found is Verdict.NEVER:  # the branch not taken: skipped, an end that is no failure
+        return _end(job, rules.UNMET_END, reason)
     if found is Verdict.WAITING:
         return Transition((WaitForDependencies(reason),))
     return Transition((Offer(),))

@@ -78,6 +78,8 @@ class ScenarioJobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
+    SKIPPED = "skipped"
+    """A dependency ended as its condition does not accept (``flotilla.lifecycle``)."""
 
 
 class Expectation(Strict):

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flotilla.api.schemas import Cluster, Event, Job, JobDetail
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
 from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL = TERMINAL_STATE_NAMES
 READY_LIMIT = 120.0
 """Wall seconds the applied fleet's clusters may take to become ready."""
 STATE_POLL = 0.2

@@ -5,7 +5,7 @@ depends on has not ended. The gate indexes held jobs by the jobs they wait for, 
 JobDb's change feed brings a dependency's new state, only that dependency's waiters are
 looked at again: a job whose dependencies are all met is released into the backlog; one
 whose dependency ended in a state its condition does not accept can never start, and the
-loop fails it with a reason naming that dependency.
+loop ends it skipped with a reason naming that dependency.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from flotilla.jobdb import ReadTxn
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.dependencies import UNMET_END, Verdict
 from flotilla.lifecycle.view import DependencyView
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
-from flotilla.store import DependencyRecord, JobRecord
+from flotilla.store import DependencyRecord, JobRecord, JobState
 
 __all__ = ["DependencyGate", "DependencyStatus", "Verdict", "dependency_status"]
 
@@ -73,8 +73,9 @@ class DependencyGate:
         """Held job id → its queued record."""
         self.reasons: dict[str, str] = {}
         """Held job id → what it waits for (kept current from the change feed)."""
-        self.never: dict[str, str] = {}
-        """Job id → why it can never start: the loop fails these."""
+        self.never: dict[str, tuple[JobState, str]] = {}
+        """Job id → where it ends and why it can never start: skipped (a dependency ended as
+        its condition does not accept), or failed (its dependencies could not be read)."""
         self._waiters: dict[str, set[str]] = {}
         """Dependency id → ids of the held jobs that wait for it."""
 
@@ -101,12 +102,13 @@ class DependencyGate:
         except NOT_CONTAINED:
             raise
         except Exception as error:  # this job's own: it fails, the others go on
-            self.never[record.id] = self.faults.note("its dependencies", record.id, error)
+            note = self.faults.note("its dependencies", record.id, error)
+            self.never[record.id] = (JobState.FAILED, note)
             return False
         if status.verdict is Verdict.MET:
             return True
         if status.verdict is Verdict.NEVER:
-            self.never[record.id] = status.reason
+            self.never[record.id] = (UNMET_END, status.reason)
             return False
         self.held[record.id] = record
         self.reasons[record.id] = status.reason

@@ -421,8 +421,7 @@ class RunTransitions:
                     since = max(since, found.updated_at.timestamp())
         return since
 
-    def fail_unmet_dependencies(self, never: Mapping[str, str]) -> None:
-        """Queued jobs whose dependency can never be met fail, naming it (one write)."""
-        self.record(
-            [Transition(job_id, JobState.FAILED, reason) for job_id, reason in never.items()]
-        )
+    def fail_unmet_dependencies(self, never: Mapping[str, tuple[JobState, str]]) -> None:
+        """Queued jobs whose dependency can never be met end (skipped, or failed when it
+        could not be read), naming it (one write)."""
+        self.record([Transition(job_id, end, why) for job_id, (end, why) in never.items()])

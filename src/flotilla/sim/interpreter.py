@@ -177,7 +177,8 @@ class LifecycleInterpreter:
 
     def _end(self, job: SimJob, at: float, state: JobState, reason: str) -> None:
         """The job ended (``SetState`` to a terminal state). The report gives a reason for a
-        job that failed; one that succeeded or was cancelled has none (the scenario spec)."""
+        job that failed or was skipped; one that succeeded or was cancelled has none (the
+        scenario spec)."""
         if job.state is ScenarioJobState.RUNNING:
             self._release(job, at)
         job.run += 1
@@ -187,7 +188,7 @@ class LifecycleInterpreter:
         job.state = ScenarioJobState(state.value)
         self._terminal += 1
         job.finished_at = at
-        job.reason = reason if state is JobState.FAILED else None
+        job.reason = reason if state in (JobState.FAILED, JobState.SKIPPED) else None
         self._dependencies.release(job)
         self.events.append(Event(at, job.name, state.value, reason=job.reason))
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import cancels, catalog, cycle, feed, fleet, jobs, leases, lookup, wake
+from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -194,6 +194,16 @@ class SqlStore:
     def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write(announce=True) as session:
             touched = cancels.cancel_many(session, job_ids, reason, self._now())
+            return self._read_records(session, touched)
+
+    def hold_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = holds.move(session, job_ids, JobState.HELD, reason, self._now())
+            return self._read_records(session, touched)
+
+    def release_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = holds.move(session, job_ids, JobState.QUEUED, reason, self._now())
             return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
