@@ -1,9 +1,11 @@
 """Job transitions from what the backends report and what users asked for.
 
-Run states become job states (running, succeeded, failed, cancelled; a lost run re-queues its
-job); clusters that stop answering become unreachable and their runs re-queue; cancel
-requests stop runs; preempted runs re-queue their job once the backend confirms the stop;
-gangs past their timeout fail. Every write is fenced by the lease. Transitions are gathered
+Each is an event stepped through the lifecycle core (``lifecycle/machine.py``) and its
+effects applied here: run states become job states (running, succeeded, failed, cancelled; a
+lost run re-queues its job, a retry policy may re-queue a failed one after its backoff);
+cancel requests stop runs; preempted runs re-queue their job once the backend confirms the
+stop; gangs past their timeout fail. Clusters that stop answering are watched by
+``cluster_watch.py``. Every write is fenced by the lease. Transitions are gathered
 for the loop's next flush (``writes.py``): a pass's reports, however many, are one write.
 """
 
