@@ -36,6 +36,8 @@ from flotilla.model.scenario import Mode
 if TYPE_CHECKING:
     from flotilla.model.fleet import Fleet
     from flotilla.service.fleet import FleetRuntime
+    from flotilla.service.loop import SchedulingLoop
+    from flotilla.service.projection import Projection
     from flotilla.store import SqlStore
 
 
@@ -112,6 +114,23 @@ def up(
             "their submissions at its next cycle).",
         ),
     ] = True,
+    projection_interval: Annotated[
+        float,
+        typer.Option(
+            "--projection-interval",
+            help="Seconds between projections of the live fleet forward, which give every "
+            "waiting job an estimated start (sooner after many changes); 0 turns it off.",
+            min=0.0,
+        ),
+    ] = 60.0,
+    projection_runtimes: Annotated[
+        str,
+        typer.Option(
+            "--projection-runtimes",
+            help="Runtime estimators of the projection, comma-separated, the first shown: "
+            "auto (max_runtime, else history), max_runtime, history.",
+        ),
+    ] = "auto",
     drain: Annotated[
         bool,
         typer.Option(
@@ -196,6 +215,12 @@ def up(
         + (f"  {submit_hint(host, port)}" if api else "  stop with Ctrl-C or SIGTERM")
     )
     draining = Drain(store, loop) if drain and api else None
+    # The projection (issue 25): a component of its own, started and stopped here only.
+    projection = (
+        _start_projection(store, loop, projection_interval, projection_runtimes)
+        if api and projection_interval > 0
+        else None
+    )
     try:
         try:
             if api:
@@ -206,6 +231,7 @@ def up(
                     allowed_hosts=allowed_hosts_for(host),
                     secrets=secrets,
                     cluster_problems=runtime.problems,
+                    projection=projection,
                 )
                 run_server(
                     mount_dashboard(app),
@@ -221,12 +247,37 @@ def up(
             if draining is None or not draining.started:
                 shut_down(store, loop, drain)
     finally:
+        if projection is not None:
+            projection.stop()
         wakes.close()
         stop.set()
         loop.wake()  # not a cycle interval later
         scheduler.join(timeout=30)
         runtime.close()
         store.close()
+
+
+def _start_projection(
+    store: SqlStore, loop: SchedulingLoop, interval: float, runtimes: str
+) -> Projection:
+    """The background projection of the live fleet (``service/projection.py``), started."""
+    from flotilla.model.scenario import Settings
+    from flotilla.service.projection import Projection, ProjectionSettings
+    from flotilla.whatif.estimator import EstimatorMethod
+
+    try:
+        methods = tuple(EstimatorMethod(name.strip()) for name in runtimes.split(","))
+    except ValueError:
+        fail(f"--projection-runtimes: {runtimes!r}: give auto, max_runtime or history", code=2)
+    settings = ProjectionSettings(interval=interval, methods=methods)
+    scheduling = Settings(
+        cycle_interval=loop.settings.cycle_interval,
+        mode=loop.settings.mode,
+        assignment_strategy=loop.settings.scheduling.assignment_strategy,
+    )
+    projection = Projection(store, settings, scheduling)
+    projection.start()
+    return projection
 
 
 def _isolation_notices(runtime: FleetRuntime) -> list[str]:

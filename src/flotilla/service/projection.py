@@ -1,0 +1,210 @@
+"""The service's projection: an estimated start for every waiting job, kept in the background.
+
+A thread of its own exports the live fleet and workload (``whatif/export.py``) and runs the
+simulator over it (``whatif/project.py``) in a child process at a low CPU priority, so the
+scheduling loop never waits for it and a projection never holds the loop's interpreter. It
+recomputes every ``interval`` seconds, and sooner — but at most once every ``min_gap`` —
+when at least ``change_threshold`` writes (submissions, state changes) reached the store
+since the last one. The API reads the latest answer (``estimated_start``); a job submitted
+since has none until the next projection.
+
+Self-contained: ``start()`` and ``stop()``, nothing else of the service calls into it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from flotilla.model.scenario import RuntimeEstimate, RuntimeSource, Settings
+from flotilla.store import Store
+from flotilla.whatif.estimator import EstimatorMethod
+from flotilla.whatif.export import ExportInput, export_scenario
+from flotilla.whatif.project import ProjectedStarts, ProjectionInput, project
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProjectionSettings:
+    interval: float = 60.0
+    """Seconds between projections at most."""
+    min_gap: float = 5.0
+    """Seconds between projections at least."""
+    change_threshold: int = 50
+    """Store writes since the last projection that make the next one come sooner."""
+    horizon: float = 7 * 86400.0
+    """Seconds the simulation looks ahead; a job not started by then has no estimate."""
+    methods: tuple[EstimatorMethod, ...] = (EstimatorMethod.AUTO,)
+    """Runtime estimators to project with; the first is the one shown, all are in the API."""
+    in_process: bool = False
+    """Simulate on this thread instead of a child process (tests)."""
+    nice: int = 10
+
+
+@dataclass(frozen=True)
+class EstimatedStart:
+    """A waiting job's expected start in one projection, and what it rests on."""
+
+    job_id: str
+    projected_at: datetime
+    """When the projection's export was taken."""
+    start: datetime | None
+    """None: not within the projection's horizon."""
+    horizon: float
+    method: EstimatorMethod
+    basis: str
+    """The runtimes it assumed, in words: ``runtimes from history``, ``from max_runtime``…"""
+    runtime: RuntimeEstimate
+    """This job's own expected runtime."""
+    others: Mapping[str, datetime | None] = field(default_factory=dict)
+    """The start projected with each other method, by method name."""
+
+
+@dataclass(frozen=True)
+class _Round:
+    at: datetime
+    starts: dict[EstimatorMethod, dict[str, float | None]]
+    basis: dict[EstimatorMethod, str]
+    runtimes: dict[str, RuntimeEstimate]
+
+
+class Projection:
+    def __init__(
+        self,
+        store: Store,
+        settings: ProjectionSettings | None = None,
+        scheduling: Settings | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings or ProjectionSettings()
+        self.scheduling = scheduling
+        """Scheduling settings when no fleet file is in force (``flotilla up``'s own)."""
+        self._latest: _Round | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rounds = 0
+        self.last_seconds = 0.0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="flotilla-projection", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        last = float("-inf")
+        serial = -1
+        while not self._stop.is_set():
+            try:
+                now_serial = self.store.latest_serial()
+                due = time.monotonic() - last >= self.settings.interval
+                changed = now_serial - serial >= self.settings.change_threshold
+                if due or changed:
+                    serial = now_serial
+                    last = time.monotonic()
+                    self.refresh()
+            except Exception:  # the projection is advice: it must never stop the service
+                log.exception("the projection failed; trying again later")
+                last = time.monotonic()
+            self._stop.wait(self.settings.min_gap)
+
+    # --- one projection ---------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Project now (on the calling thread; the simulation itself in a child process)."""
+        started = time.perf_counter()
+        at = datetime.now(UTC)
+        starts: dict[EstimatorMethod, dict[str, float | None]] = {}
+        basis: dict[EstimatorMethod, str] = {}
+        runtimes: dict[str, RuntimeEstimate] = {}
+        for method in self.settings.methods:
+            exported = export_scenario(ExportInput(self.store, at, method, self.scheduling))
+            if not runtimes:
+                runtimes = dict(exported.estimates)
+            basis[method] = _basis(exported.estimates.values())
+            answer = self._simulate(ProjectionInput(exported.scenario, self.settings.horizon))
+            starts[method] = answer.starts
+        self._latest = _Round(at, starts, basis, runtimes)
+        self.rounds += 1
+        self.last_seconds = time.perf_counter() - started
+
+    def _simulate(self, request: ProjectionInput) -> ProjectedStarts:
+        if self.settings.in_process:
+            return project(request)
+        payload = json.dumps({"scenario": request.scenario, "horizon": request.horizon})
+        nice = self.settings.nice
+        done = subprocess.run(
+            [sys.executable, "-m", "flotilla.whatif.project"],
+            input=payload,
+            capture_output=True,
+            text=True,
+            check=False,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"projection child failed: {done.stderr.strip()[-2000:]}")
+        answer = json.loads(done.stdout)
+        return ProjectedStarts(dict(answer["starts"]), float(answer["wall_seconds"]))
+
+    # --- answers ----------------------------------------------------------------------------
+
+    def estimated_start(self, job_id: str) -> EstimatedStart | None:
+        """The latest projection's answer for a waiting job; None when it was not in it."""
+        latest = self._latest
+        if latest is None:
+            return None
+        method = self.settings.methods[0]
+        if job_id not in latest.starts.get(method, {}):
+            return None
+
+        def moment(found: Mapping[str, float | None]) -> datetime | None:
+            seconds = found.get(job_id)
+            return None if seconds is None else latest.at + timedelta(seconds=seconds)
+
+        return EstimatedStart(
+            job_id=job_id,
+            projected_at=latest.at,
+            start=moment(latest.starts[method]),
+            horizon=self.settings.horizon,
+            method=method,
+            basis=latest.basis[method],
+            runtime=latest.runtimes.get(job_id, RuntimeEstimate()),
+            others={
+                other.value: moment(latest.starts[other])
+                for other in self.settings.methods[1:]
+                if job_id in latest.starts[other]
+            },
+        )
+
+
+def _basis(estimates: Iterable[RuntimeEstimate]) -> str:
+    """``runtimes from history`` / ``from max_runtime`` / both, and jobs without one."""
+    sources = [estimate.source for estimate in estimates]
+    used = [
+        words
+        for source, words in (
+            (RuntimeSource.HISTORY, "history"),
+            (RuntimeSource.MAX_RUNTIME, "max_runtime"),
+        )
+        if source in sources
+    ]
+    text = "runtimes from " + " and ".join(used) if used else "no runtime known"
+    unknown = sources.count(RuntimeSource.NONE)
+    if used and unknown:
+        text += f"; {unknown} job(s) without one run past the horizon"
+    return text
