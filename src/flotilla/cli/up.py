@@ -275,7 +275,7 @@ def _start_projection(
         mode=loop.settings.mode,
         assignment_strategy=loop.settings.scheduling.assignment_strategy,
     )
-    projection = Projection(store, settings, scheduling)
+    projection = Projection(store, settings, scheduling, pace=loop.precedence.pace)
     projection.start()
     return projection
 

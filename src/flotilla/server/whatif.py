@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
 
 from flotilla.api.schemas import StartEstimate
 from flotilla.server.context import Caller, Context, ServerContext, require_admin
+from flotilla.server.errors import ApiError
 from flotilla.service.projection import EstimatedStart
 from flotilla.store import WAITING_JOB_STATES, JobRecord
 from flotilla.whatif.estimator import EstimatorMethod
@@ -30,6 +32,30 @@ def export_live_scenario(
     scheduling = context.projection.scheduling if context.projection is not None else None
     request = ExportInput(context.store, datetime.now(UTC), runtimes, scheduling)
     return export_scenario(request).scenario
+
+
+class Projected(BaseModel):
+    projected_at: datetime | None = Field(
+        description="When the latest projection's export was taken; null before the first."
+    )
+    basis: dict[str, str] = Field(default={}, description="By estimator: the runtimes assumed.")
+    starts: dict[str, dict[str, datetime | None]] = Field(
+        default={},
+        description="By estimator, job id → expected start (null: not within the horizon).",
+    )
+
+
+@router.get("/projection", tags=["jobs"])
+def latest_projection(context: Context, user: Caller) -> Projected:
+    """Every waiting job's expected start in the service's latest projection (admin); 404
+    when no projection runs in this process."""
+    require_admin(user, "read the projection")
+    if context.projection is None:
+        raise ApiError(404, "no projection runs in this process (flotilla up runs one)")
+    found = context.projection.all_starts()
+    if found is None:
+        return Projected(projected_at=None)
+    return Projected(projected_at=found.projected_at, basis=found.basis, starts=found.starts)
 
 
 def start_estimate(context: ServerContext, job: JobRecord) -> StartEstimate | None:

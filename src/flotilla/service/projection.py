@@ -1,8 +1,9 @@
 """The service's projection: an estimated start for every waiting job, kept in the background.
 
 A thread of its own exports the live fleet and workload (``whatif/export.py``) and runs the
-simulator over it (``whatif/project.py``) in a child process at a low CPU priority, so the
-scheduling loop never waits for it and a projection never holds the loop's interpreter. It
+simulator over it (``whatif/project.py``) in a long-lived child process at a low CPU
+priority, so the scheduling loop never waits for it and a simulation never holds the loop's
+interpreter (the export's reads of the store do, briefly). It
 recomputes every ``interval`` seconds, and sooner — but at most once every ``min_gap`` —
 when at least ``change_threshold`` writes (submissions, state changes) reached the store
 since the last one. The API reads the latest answer (``estimated_start``); a job submitted
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -45,6 +46,9 @@ class ProjectionSettings:
     """Seconds the simulation looks ahead; a job not started by then has no estimate."""
     methods: tuple[EstimatorMethod, ...] = (EstimatorMethod.AUTO,)
     """Runtime estimators to project with; the first is the one shown, all are in the API."""
+    max_waiting: int = 20_000
+    """Waiting jobs projected at most (the first in submission order); later ones have no
+    estimate: the export and the simulation grow with the backlog."""
     in_process: bool = False
     """Simulate on this thread instead of a child process (tests)."""
     nice: int = 10
@@ -70,6 +74,17 @@ class EstimatedStart:
 
 
 @dataclass(frozen=True)
+class ProjectedFleet:
+    """One projection's answer for every waiting job it saw."""
+
+    projected_at: datetime
+    basis: dict[str, str]
+    """By method: the runtimes it assumed, in words."""
+    starts: dict[str, dict[str, datetime | None]]
+    """By method, job id → expected start (None: not within the horizon)."""
+
+
+@dataclass(frozen=True)
 class _Round:
     at: datetime
     starts: dict[EstimatorMethod, dict[str, float | None]]
@@ -83,16 +98,20 @@ class Projection:
         store: Store,
         settings: ProjectionSettings | None = None,
         scheduling: Settings | None = None,
+        pace: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or ProjectionSettings()
         self.scheduling = scheduling
         """Scheduling settings when no fleet file is in force (``flotilla up``'s own)."""
+        self.pace = pace or (lambda: None)
+        """Called between the export's reads: the loop's ``Precedence.pace`` in a service."""
         self._latest: _Round | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rounds = 0
         self.last_seconds = 0.0
+        self._child: subprocess.Popen[str] | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -105,6 +124,7 @@ class Projection:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self._end_worker()
 
     def _run(self) -> None:
         last = float("-inf")
@@ -121,7 +141,7 @@ class Projection:
             except Exception:  # the projection is advice: it must never stop the service
                 log.exception("the projection failed; trying again later")
                 last = time.monotonic()
-            self._stop.wait(self.settings.min_gap)
+            self._stop.wait(min(self.settings.min_gap, self.settings.interval))
 
     # --- one projection ---------------------------------------------------------------------
 
@@ -133,7 +153,16 @@ class Projection:
         basis: dict[EstimatorMethod, str] = {}
         runtimes: dict[str, RuntimeEstimate] = {}
         for method in self.settings.methods:
-            exported = export_scenario(ExportInput(self.store, at, method, self.scheduling))
+            exported = export_scenario(
+                ExportInput(
+                    self.store,
+                    at,
+                    method,
+                    self.scheduling,
+                    pace=self.pace,
+                    max_waiting=self.settings.max_waiting,
+                )
+            )
             if not runtimes:
                 runtimes = dict(exported.estimates)
             basis[method] = _basis(exported.estimates.values())
@@ -147,21 +176,69 @@ class Projection:
         if self.settings.in_process:
             return project(request)
         payload = json.dumps({"scenario": request.scenario, "horizon": request.horizon})
-        nice = self.settings.nice
-        done = subprocess.run(
-            [sys.executable, "-m", "flotilla.whatif.project"],
-            input=payload,
-            capture_output=True,
-            text=True,
-            check=False,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"projection child failed: {done.stderr.strip()[-2000:]}")
-        answer = json.loads(done.stdout)
+        worker = self._worker()
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
+            worker.stdin.write(payload + "\n")
+            worker.stdin.flush()
+            line = worker.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            self._end_worker()
+            raise RuntimeError("the projection worker ended")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"the projection failed: {answer['error']}")
         return ProjectedStarts(dict(answer["starts"]), float(answer["wall_seconds"]))
 
+    def _worker(self) -> subprocess.Popen[str]:
+        """The child process that simulates (started on first use, and again after it
+        ended): it imports the engine once, runs at a low CPU priority."""
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        nice = self.settings.nice
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "flotilla.whatif.project"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+        )
+        return self._child
+
+    def _end_worker(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        if child.stdin is not None:
+            child.stdin.close()  # its input ends: it exits
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
     # --- answers ----------------------------------------------------------------------------
+
+    def all_starts(self) -> ProjectedFleet | None:
+        """Every waiting job's projected start in the latest projection, per method."""
+        latest = self._latest
+        if latest is None:
+            return None
+        return ProjectedFleet(
+            projected_at=latest.at,
+            basis={method.value: words for method, words in latest.basis.items()},
+            starts={
+                method.value: {
+                    job_id: None if seconds is None else latest.at + timedelta(seconds=seconds)
+                    for job_id, seconds in found.items()
+                }
+                for method, found in latest.starts.items()
+            },
+        )
 
     def estimated_start(self, job_id: str) -> EstimatedStart | None:
         """The latest projection's answer for a waiting job; None when it was not in it."""

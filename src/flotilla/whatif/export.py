@@ -14,7 +14,7 @@ settings (secret references included) — the simulator needs none of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -43,6 +43,10 @@ MIN_REMAINING = 1.0
 """Seconds left to a running job whose estimate it has already reached (it ends soon)."""
 
 
+def _no_pause() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class ExportInput:
     store: Store
@@ -51,6 +55,11 @@ class ExportInput:
     method: EstimatorMethod = EstimatorMethod.AUTO
     settings: Settings | None = None
     """Scheduling settings when no fleet file is in force (the embedded default)."""
+    pace: Callable[[], None] = _no_pause
+    """Called between pages read from the store: the service's ``Precedence.pace``, so an
+    export yields to urgent work (a cancel, a request) as a scheduling round does."""
+    max_waiting: int | None = None
+    """Export at most this many waiting jobs (the first in submission order); None: all."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +72,14 @@ class LiveExport:
     """Job id → its runtime estimate."""
 
 
-def learn_history(store: Store, limit: int = HISTORY_JOBS) -> RuntimeHistory:
+def learn_history(
+    store: Store, limit: int = HISTORY_JOBS, pace: Callable[[], None] = _no_pause
+) -> RuntimeHistory:
     """The runtimes of the most recent succeeded jobs, grouped for the estimator."""
     runs: list[PastRun] = []
     after: int | None = None
     while len(runs) < limit:
+        pace()
         page = store.list_jobs(
             states=[JobState.SUCCEEDED], newest_first=True, after=after, limit=PAGE
         )
@@ -85,10 +97,11 @@ def learn_history(store: Store, limit: int = HISTORY_JOBS) -> RuntimeHistory:
     return RuntimeHistory.of(runs[:limit])
 
 
-def live_jobs(store: Store) -> Iterator[JobRecord]:
+def live_jobs(store: Store, pace: Callable[[], None] = _no_pause) -> Iterator[JobRecord]:
     """Every job not ended, in submission order."""
     after: int | None = None
     while True:
+        pace()
         page = store.list_jobs(states=list(LIVE_STATES), after=after, limit=PAGE)
         yield from page.jobs
         if page.next_cursor is None:
@@ -109,8 +122,8 @@ def export_scenario(request: ExportInput) -> LiveExport:
     )
     cluster_specs = [dict(c.spec) for c in clusters]
     exported_clusters = {c.name for c in clusters}
-    history = learn_history(store)
-    jobs = list(live_jobs(store))
+    history = learn_history(store, pace=request.pace)
+    jobs = _within(live_jobs(store, request.pace), request.max_waiting)
     names = {job.id: _name(job) for job in jobs}
     specs: list[dict[str, Any]] = []
     live: list[LiveJob] = []
@@ -152,6 +165,19 @@ def export_scenario(request: ExportInput) -> LiveExport:
         "live": state.model_dump(mode="json", exclude_none=True),
     }
     return LiveExport(scenario=scenario, names=names, estimates=estimates)
+
+
+def _within(jobs: Iterator[JobRecord], max_waiting: int | None) -> list[JobRecord]:
+    """Every active job, and the waiting ones up to ``max_waiting``."""
+    kept: list[JobRecord] = []
+    waiting = 0
+    for job in jobs:
+        if job.state in WAITING_JOB_STATES:
+            if max_waiting is not None and waiting >= max_waiting:
+                continue
+            waiting += 1
+        kept.append(job)
+    return kept
 
 
 def _settings(document: Mapping[str, Any], given: Settings | None) -> Settings:

@@ -2,18 +2,18 @@
 
 ``project`` runs the simulator over a live export and answers, per job id, the virtual
 second its first run is expected to start (``None``: not within the horizon). Run it in a
-child process (``python -m flotilla.whatif.project`` reads the scenario as JSON on stdin and
-writes the answer as JSON on stdout) so that a projection never holds the interpreter of a
-service's scheduling loop.
+child process (``python -m flotilla.whatif.project`` reads one request as a JSON line on
+stdin and writes one JSON line back, for as long as its stdin stays open) so that a
+projection never holds the interpreter of a service's scheduling loop.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from flotilla.model.loader import scenario_from_data
 from flotilla.sim import SimulationOptions, simulate
@@ -50,10 +50,24 @@ def project(request: ProjectionInput) -> ProjectedStarts:
     return ProjectedStarts(starts, result.wall_seconds)
 
 
+def serve(lines: Iterable[str], out: TextIO) -> None:
+    """Answer one request per line (``{"scenario", "horizon"}``) with one line each, until
+    the input ends: a child process that imports the engine once."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            answer = project(ProjectionInput(request["scenario"], float(request["horizon"])))
+            reply: dict[str, Any] = {"starts": answer.starts, "wall_seconds": answer.wall_seconds}
+        except Exception as error:  # one bad export must not end the worker
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
 def main() -> None:
-    request = json.load(sys.stdin)
-    answer = project(ProjectionInput(request["scenario"], float(request["horizon"])))
-    json.dump({"starts": answer.starts, "wall_seconds": answer.wall_seconds}, sys.stdout)
+    serve(sys.stdin, sys.stdout)
 
 
 if __name__ == "__main__":
