@@ -110,6 +110,8 @@ def _errors(
 ) -> dict[str, Any]:
     ratios: list[float] = []
     lags: list[float] = []
+    waits: list[float] = []
+    signed: list[float] = []
     no_start = no_estimate = beyond = short = 0
     for job in jobs:
         run = job.get("run")
@@ -132,6 +134,8 @@ def _errors(
             beyond += 1
             continue
         ratios.append(abs((estimate - actual).total_seconds()) / wait)
+        waits.append(wait * speed)
+        signed.append((estimate - actual).total_seconds() * speed)
         lags.append(max(0.0, (projected_at - submitted).total_seconds()) * speed)
     ratios.sort()
     return {
@@ -144,13 +148,18 @@ def _errors(
         "waited_less_than_a_cycle": short,
         "estimate_beyond_horizon": beyond,
         "estimate_lag_scenario_s_median": statistics.median(lags) if lags else None,
+        "wait_scenario_s_median": statistics.median(waits) if waits else None,
+        "signed_error_scenario_s_median": statistics.median(signed) if signed else None,
+        "abs_error_scenario_s_median": statistics.median(abs(e) for e in signed)
+        if signed
+        else None,
     }
 
 
 def run_projection_accuracy(
     first_row: int = 40_000,
     slice_jobs: int = 200,
-    nodes: int = 4,
+    nodes: int = 2,
     max_time: float = 6 * 3600.0,
     cycle_interval: float = 60.0,
     speed: float = 100.0,
@@ -212,9 +221,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--first-row", type=int, default=40_000)
     parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--speed", type=float, default=100.0)
     parser.add_argument("--max-time", type=float, default=6 * 3600.0)
+    parser.add_argument("--projection-interval", type=float, default=1.0)
     args = parser.parse_args()
     print(
         json.dumps(
@@ -224,6 +234,7 @@ if __name__ == "__main__":
                 nodes=args.nodes,
                 speed=args.speed,
                 max_time=args.max_time,
+                projection_interval=args.projection_interval,
             ),
             indent=2,
         )

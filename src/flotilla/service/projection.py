@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from flotilla.model.scenario import RuntimeEstimate, RuntimeSource, Settings
 from flotilla.store import Store
 from flotilla.whatif.estimator import EstimatorMethod
-from flotilla.whatif.export import ExportInput, export_scenario
+from flotilla.whatif.export import ExportInput, export_scenarios
 from flotilla.whatif.project import ProjectedStarts, ProjectionInput, project
 
 log = logging.getLogger(__name__)
@@ -152,17 +152,16 @@ class Projection:
         starts: dict[EstimatorMethod, dict[str, float | None]] = {}
         basis: dict[EstimatorMethod, str] = {}
         runtimes: dict[str, RuntimeEstimate] = {}
-        for method in self.settings.methods:
-            exported = export_scenario(
-                ExportInput(
-                    self.store,
-                    at,
-                    method,
-                    self.scheduling,
-                    pace=self.pace,
-                    max_waiting=self.settings.max_waiting,
-                )
-            )
+        request = ExportInput(
+            self.store,
+            at,
+            self.settings.methods[0],
+            self.scheduling,
+            pace=self.pace,
+            max_waiting=self.settings.max_waiting,
+        )
+        exports = export_scenarios(request, self.settings.methods)
+        for method, exported in exports.items():
             if not runtimes:
                 runtimes = dict(exported.estimates)
             basis[method] = _basis(exported.estimates.values())

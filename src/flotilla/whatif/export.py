@@ -14,7 +14,7 @@ settings (secret references included) — the simulator needs none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -110,6 +110,14 @@ def live_jobs(store: Store, pace: Callable[[], None] = _no_pause) -> Iterator[Jo
 
 
 def export_scenario(request: ExportInput) -> LiveExport:
+    """The live fleet and workload with runtimes from ``request.method``."""
+    return export_scenarios(request, (request.method,))[request.method]
+
+
+def export_scenarios(
+    request: ExportInput, methods: Sequence[EstimatorMethod]
+) -> dict[EstimatorMethod, LiveExport]:
+    """One read of the store, exported once per runtime estimator: the same jobs in each."""
     store = request.store
     record = store.get_fleet()
     document: Mapping[str, Any] = record.document if record is not None else {}
@@ -120,25 +128,53 @@ def export_scenario(request: ExportInput) -> LiveExport:
         (c for c in store.list_clusters() if c.spec.get("nodes") and c.state == "ready"),
         key=lambda c: position.get(c.name, len(position)),
     )
-    cluster_specs = [dict(c.spec) for c in clusters]
     exported_clusters = {c.name for c in clusters}
     history = learn_history(store, pace=request.pace)
     jobs = _within(live_jobs(store, request.pace), request.max_waiting)
+    base: dict[str, Any] = {
+        "name": f"live-{document.get('name', 'fleet')}",
+        "description": f"the live fleet and its workload at {request.now.isoformat()}",
+        "settings": settings.model_dump(mode="json", exclude={"max_time"}),
+        "priority_classes": list(document.get("priority_classes", [])),
+        "clusters": [dict(c.spec) for c in clusters],
+        "quotas": [q.model_dump(mode="json", exclude_none=True) for q in store.list_quotas()],
+        "queues": [q.model_dump(mode="json", exclude_none=True) for q in store.list_queues()],
+    }
+    live_state = _Live(request.now, record.version if record is not None else 0, exported_clusters)
+    return {
+        method: _export(base, jobs, history, method, live_state)
+        for method in dict.fromkeys(methods)
+    }
+
+
+@dataclass(frozen=True)
+class _Live:
+    now: datetime
+    fleet_version: int
+    clusters: set[str]
+
+
+def _export(
+    base: Mapping[str, Any],
+    jobs: list[JobRecord],
+    history: RuntimeHistory,
+    method: EstimatorMethod,
+    at: _Live,
+) -> LiveExport:
     names = {job.id: _name(job) for job in jobs}
     specs: list[dict[str, Any]] = []
     live: list[LiveJob] = []
     estimates: dict[str, RuntimeEstimate] = {}
     for job in jobs:
-        running = _running(job, request.now, exported_clusters)
+        running = _running(job, at.now, at.clusters)
         if job.state in ACTIVE_JOB_STATES and running is None:
             continue  # on a cluster not exported (unreachable): the service requeues it
         elapsed = running.elapsed if running is not None else 0.0
         estimate = history.estimate(
-            EstimateInput(job.queue, job.owner, job.name, job.spec.max_runtime, elapsed),
-            request.method,
+            EstimateInput(job.queue, job.owner, job.name, job.spec.max_runtime, elapsed), method
         )
         estimates[job.id] = estimate
-        specs.append(_job(job, request.now, names, estimate, running))
+        specs.append(_job(job, at.now, names, estimate, running))
         live.append(
             LiveJob(
                 job=names[job.id],
@@ -148,19 +184,9 @@ def export_scenario(request: ExportInput) -> LiveExport:
                 running=running,
             )
         )
-    state = LiveState(
-        exported_at=request.now.isoformat(),
-        fleet_version=record.version if record is not None else 0,
-        jobs=live,
-    )
-    scenario: dict[str, Any] = {
-        "name": f"live-{document.get('name', 'fleet')}",
-        "description": f"the live fleet and its workload at {request.now.isoformat()}",
-        "settings": settings.model_dump(mode="json", exclude={"max_time"}),
-        "priority_classes": list(document.get("priority_classes", [])),
-        "clusters": cluster_specs,
-        "quotas": [q.model_dump(mode="json", exclude_none=True) for q in store.list_quotas()],
-        "queues": [q.model_dump(mode="json", exclude_none=True) for q in store.list_queues()],
+    state = LiveState(exported_at=at.now.isoformat(), fleet_version=at.fleet_version, jobs=live)
+    scenario = {
+        **base,
         "jobs": specs,
         "live": state.model_dump(mode="json", exclude_none=True),
     }
