@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flotilla.model.loader import scenario_from_data
+from flotilla.model.scenario import RuntimeSource
 from flotilla.server import AuthSettings, create_app
 from flotilla.service.projection import Projection, ProjectionSettings
 from flotilla.whatif.estimator import EstimatorMethod
@@ -77,12 +78,18 @@ def test_the_export_route_is_for_admins_and_gives_a_valid_scenario(live: Live) -
     assert bad.status_code == 422 and "runtimes" in bad.text
 
 
-def test_the_background_projection_simulates_in_a_child_process_and_stops(live: Live) -> None:
+def test_the_background_projection_reads_and_simulates_in_a_child_process_and_stops(
+    live: Live, tmp_path: Path
+) -> None:
     live.submit("holder", "a", 4, max_runtime=600)
     live.submit("other", "a", 4, max_runtime=600)
     live.loop.cycle()
     waiting = live.submit("next", "a", 4, max_runtime=600)
-    projection = Projection(live.store, ProjectionSettings(interval=3600, min_gap=0.05))
+    projection = Projection(
+        live.store,
+        ProjectionSettings(interval=3600, min_gap=0.05),
+        database=f"sqlite:///{tmp_path / 'flotilla.db'}",
+    )
     projection.start()
     try:
         deadline = time.monotonic() + 60
@@ -94,3 +101,5 @@ def test_the_background_projection_simulates_in_a_child_process_and_stops(live: 
     found = projection.estimated_start(waiting)
     assert found is not None and found.start is not None
     assert (found.start - found.projected_at).total_seconds() == pytest.approx(600, abs=2)
+    assert found.runtime.source is RuntimeSource.MAX_RUNTIME
+    assert projection._child is None  # stopped with the projection

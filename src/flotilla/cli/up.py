@@ -217,7 +217,7 @@ def up(
     draining = Drain(store, loop) if drain and api else None
     # The projection (issue 25): a component of its own, started and stopped here only.
     projection = (
-        _start_projection(store, loop, projection_interval, projection_runtimes)
+        _start_projection(store, db, loop, projection_interval, projection_runtimes)
         if api and projection_interval > 0
         else None
     )
@@ -258,7 +258,7 @@ def up(
 
 
 def _start_projection(
-    store: SqlStore, loop: SchedulingLoop, interval: float, runtimes: str
+    store: SqlStore, database: str, loop: SchedulingLoop, interval: float, runtimes: str
 ) -> Projection:
     """The background projection of the live fleet (``service/projection.py``), started."""
     from flotilla.model.scenario import Settings
@@ -275,7 +275,9 @@ def _start_projection(
         mode=loop.settings.mode,
         assignment_strategy=loop.settings.scheduling.assignment_strategy,
     )
-    projection = Projection(store, settings, scheduling, pace=loop.precedence.pace)
+    projection = Projection(
+        store, settings, scheduling, pace=loop.precedence.pace, database=database
+    )
     projection.start()
     return projection
 

@@ -1,9 +1,10 @@
 """The service's projection: an estimated start for every waiting job, kept in the background.
 
-A thread of its own exports the live fleet and workload (``whatif/export.py``) and runs the
-simulator over it (``whatif/project.py``) in a long-lived child process at a low CPU
-priority, so the scheduling loop never waits for it and a simulation never holds the loop's
-interpreter (the export's reads of the store do, briefly). It
+A thread of its own asks a long-lived child process at a low CPU priority to export the live
+fleet and workload (``whatif/export.py``, from a store connection of the child's own) and to
+simulate it (``whatif/project.py``); the thread only waits for the answer. So the scheduling
+loop never waits for a projection, and neither the export's reads nor the simulation hold the
+loop's interpreter. It
 recomputes every ``interval`` seconds, and sooner — but at most once every ``min_gap`` —
 when at least ``change_threshold`` writes (submissions, state changes) reached the store
 since the last one. The API reads the latest answer (``estimated_start``); a job submitted
@@ -21,15 +22,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from flotilla.model.scenario import RuntimeEstimate, RuntimeSource, Settings
+from flotilla.model.scenario import RuntimeEstimate, Settings
 from flotilla.store import Store
 from flotilla.whatif.estimator import EstimatorMethod
-from flotilla.whatif.export import ExportInput, export_scenarios
-from flotilla.whatif.project import ProjectedStarts, ProjectionInput, project
+from flotilla.whatif.project import StoreProjection, StoreProjectionInput, project_store
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class Projection:
         settings: ProjectionSettings | None = None,
         scheduling: Settings | None = None,
         pace: Callable[[], None] | None = None,
+        database: str | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or ProjectionSettings()
@@ -106,6 +107,9 @@ class Projection:
         """Scheduling settings when no fleet file is in force (``flotilla up``'s own)."""
         self.pace = pace or (lambda: None)
         """Called between the export's reads: the loop's ``Precedence.pace`` in a service."""
+        self.database = database
+        """The store's URL: the child process opens a connection of its own and reads the
+        store there; None: the export runs on the projection's thread (tests)."""
         self._latest: _Round | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,39 +150,48 @@ class Projection:
     # --- one projection ---------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Project now (on the calling thread; the simulation itself in a child process)."""
+        """Project now: in the child process when the store's URL is known (it reads the
+        store itself), else on the calling thread (tests)."""
         started = time.perf_counter()
         at = datetime.now(UTC)
-        starts: dict[EstimatorMethod, dict[str, float | None]] = {}
-        basis: dict[EstimatorMethod, str] = {}
-        runtimes: dict[str, RuntimeEstimate] = {}
-        request = ExportInput(
-            self.store,
+        if self.database is None or self.settings.in_process:
+            answer = project_store(
+                StoreProjectionInput(
+                    self.store,
+                    at,
+                    self.settings.methods,
+                    self.settings.horizon,
+                    self.scheduling,
+                    self.settings.max_waiting,
+                    self.pace,
+                )
+            )
+        else:
+            answer = self._in_child(at)
+        self._latest = _Round(
             at,
-            self.settings.methods[0],
-            self.scheduling,
-            pace=self.pace,
-            max_waiting=self.settings.max_waiting,
+            {EstimatorMethod(name): found for name, found in answer.starts.items()},
+            {EstimatorMethod(name): words for name, words in answer.basis.items()},
+            answer.runtimes,
         )
-        exports = export_scenarios(request, self.settings.methods)
-        for method, exported in exports.items():
-            if not runtimes:
-                runtimes = dict(exported.estimates)
-            basis[method] = _basis(exported.estimates.values())
-            answer = self._simulate(ProjectionInput(exported.scenario, self.settings.horizon))
-            starts[method] = answer.starts
-        self._latest = _Round(at, starts, basis, runtimes)
         self.rounds += 1
         self.last_seconds = time.perf_counter() - started
 
-    def _simulate(self, request: ProjectionInput) -> ProjectedStarts:
-        if self.settings.in_process:
-            return project(request)
-        payload = json.dumps({"scenario": request.scenario, "horizon": request.horizon})
+    def _in_child(self, at: datetime) -> StoreProjection:
+        request = {
+            "db": self.database,
+            "now": at.isoformat(),
+            "methods": [method.value for method in self.settings.methods],
+            "horizon": self.settings.horizon,
+            "settings": None
+            if self.scheduling is None
+            else self.scheduling.model_dump(mode="json"),
+            "max_waiting": self.settings.max_waiting,
+        }
         worker = self._worker()
         assert worker.stdin is not None and worker.stdout is not None
         try:
-            worker.stdin.write(payload + "\n")
+            worker.stdin.write(json.dumps(request) + "\n")
             worker.stdin.flush()
             line = worker.stdout.readline()
         except OSError:
@@ -189,7 +202,14 @@ class Projection:
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"the projection failed: {answer['error']}")
-        return ProjectedStarts(dict(answer["starts"]), float(answer["wall_seconds"]))
+        return StoreProjection(
+            starts=answer["starts"],
+            basis=answer["basis"],
+            runtimes={
+                job_id: RuntimeEstimate.model_validate(found)
+                for job_id, found in answer["runtimes"].items()
+            },
+        )
 
     def _worker(self) -> subprocess.Popen[str]:
         """The child process that simulates (started on first use, and again after it
@@ -266,21 +286,3 @@ class Projection:
                 if job_id in latest.starts[other]
             },
         )
-
-
-def _basis(estimates: Iterable[RuntimeEstimate]) -> str:
-    """``runtimes from history`` / ``from max_runtime`` / both, and jobs without one."""
-    sources = [estimate.source for estimate in estimates]
-    used = [
-        words
-        for source, words in (
-            (RuntimeSource.HISTORY, "history"),
-            (RuntimeSource.MAX_RUNTIME, "max_runtime"),
-        )
-        if source in sources
-    ]
-    text = "runtimes from " + " and ".join(used) if used else "no runtime known"
-    unknown = sources.count(RuntimeSource.NONE)
-    if used and unknown:
-        text += f"; {unknown} job(s) without one run past the horizon"
-    return text
