@@ -103,3 +103,16 @@ def test_the_background_projection_reads_and_simulates_in_a_child_process_and_st
     assert (found.start - found.projected_at).total_seconds() == pytest.approx(600, abs=2)
     assert found.runtime.source is RuntimeSource.MAX_RUNTIME
     assert projection._child is None  # stopped with the projection
+
+
+def test_up_refuses_an_unknown_estimator_before_anything_starts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flotilla.cli.main import app
+
+    db = tmp_path / "db" / "flotilla.db"
+    args = ["up", "--port", "0", "--db", f"sqlite:///{db}", "--state-dir", str(tmp_path / "s")]
+    result = CliRunner().invoke(app, [*args, "--projection-runtimes", "auto,guess"])
+    assert result.exit_code == 2
+    assert "--projection-runtimes: 'auto,guess': give auto, max_runtime or history" in result.output
+    assert not db.parent.exists()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from flotilla.service.loop import SchedulingLoop
     from flotilla.service.projection import Projection
     from flotilla.store import SqlStore
+    from flotilla.whatif.estimator import EstimatorMethod
 
 
 def up(
@@ -163,6 +164,7 @@ def up(
         listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
         port = listener.getsockname()[1]
     uid_range = _identities(run_as, uid_range)  # before any database is touched
+    estimators = _projection_methods(projection_runtimes)
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     store = open_store_or_fail(db)
     secrets = SecretBox.from_file()
@@ -217,7 +219,7 @@ def up(
     draining = Drain(store, loop) if drain and api else None
     # The projection (issue 25): a component of its own, started and stopped here only.
     projection = (
-        _start_projection(store, db, loop, projection_interval, projection_runtimes)
+        _start_projection(store, db, loop, projection_interval, estimators)
         if api and projection_interval > 0
         else None
     )
@@ -257,18 +259,27 @@ def up(
         store.close()
 
 
+def _projection_methods(runtimes: str) -> tuple[EstimatorMethod, ...]:
+    """``--projection-runtimes`` read, or exit 2 naming it (before anything starts)."""
+    from flotilla.whatif.estimator import EstimatorMethod
+
+    try:
+        return tuple(EstimatorMethod(name.strip()) for name in runtimes.split(","))
+    except ValueError:
+        fail(f"--projection-runtimes: {runtimes!r}: give auto, max_runtime or history", code=2)
+
+
 def _start_projection(
-    store: SqlStore, database: str, loop: SchedulingLoop, interval: float, runtimes: str
+    store: SqlStore,
+    database: str,
+    loop: SchedulingLoop,
+    interval: float,
+    methods: tuple[EstimatorMethod, ...],
 ) -> Projection:
     """The background projection of the live fleet (``service/projection.py``), started."""
     from flotilla.model.scenario import Settings
     from flotilla.service.projection import Projection, ProjectionSettings
-    from flotilla.whatif.estimator import EstimatorMethod
 
-    try:
-        methods = tuple(EstimatorMethod(name.strip()) for name in runtimes.split(","))
-    except ValueError:
-        fail(f"--projection-runtimes: {runtimes!r}: give auto, max_runtime or history", code=2)
     settings = ProjectionSettings(interval=interval, methods=methods)
     scheduling = Settings(
         cycle_interval=loop.settings.cycle_interval,
