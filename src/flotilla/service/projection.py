@@ -125,7 +125,11 @@ class Projection:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop at once: a simulation under way is ended with its child process."""
         self._stop.set()
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.terminate()  # a long simulation must not hold up the service's shutdown
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._end_worker()
@@ -143,6 +147,8 @@ class Projection:
                     last = time.monotonic()
                     self.refresh()
             except Exception:  # the projection is advice: it must never stop the service
+                if self._stop.is_set():
+                    return
                 log.exception("the projection failed; trying again later")
                 last = time.monotonic()
             self._stop.wait(min(self.settings.min_gap, self.settings.interval))
