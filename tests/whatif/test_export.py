@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec, QueueSpec, QuotaSpec
 from flotilla.model.loader import scenario_from_data
 from flotilla.model.scenario import RuntimeSource
 from flotilla.service.loop import LoopSettings, SchedulingLoop
@@ -106,6 +106,40 @@ def test_the_export_of_a_live_fleet_places_in_its_first_cycle_what_the_service_p
     served = live.active() - before
     assert served == simulated
     assert served and served < set(later)
+
+
+def test_with_a_quota_tree_the_first_cycle_still_places_what_the_service_places(
+    live: Live,
+) -> None:
+    """Queue a may use 3 cores of its quota (min 2, max 3), b borrows the rest."""
+    quota = QuotaSpec.model_validate(
+        {
+            "name": "org",
+            "max": {"cpu": 8},
+            "children": [
+                {"name": "qa", "min": {"cpu": 2}, "max": {"cpu": 3}},
+                {"name": "qb", "min": {"cpu": 2}},
+            ],
+        }
+    )
+    live.store.put_quota(quota)
+    live.store.put_queue(QueueSpec(name="a", weight=2, quota="qa"))
+    live.store.put_queue(QueueSpec(name="b", quota="qb"))
+    first = [live.submit("a0", "a", 2), live.submit("b0", "b", 2)]
+    live.loop.cycle()
+    assert set(first) <= live.active()
+    for index in range(3):
+        live.submit(f"a{index + 1}", "a", 1)
+        live.submit(f"b{index + 1}", "b", 1)
+    big = live.submit("b-big", "b", 3)
+    simulated = first_cycle_placed(export(live))
+    before = live.active()
+    live.loop.cycle()
+    served = live.active() - before
+    assert served == simulated
+    names = sorted(live.store.get_job(job).name for job in served)
+    assert names[0] == "a1" and "a2" not in names  # a's quota ends at 3 cores
+    assert big not in served
 
 
 def test_running_jobs_keep_their_nodes_and_queued_ones_their_order(live: Live) -> None:
