@@ -177,9 +177,10 @@ def run_cancel_latency(
     cancellable: int = 100,
     queued_cancels: int = 20,
     database: str = "sqlite",
+    up_flags: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``database``: ``sqlite`` (a file) or ``postgresql`` (a fresh database at
-    ``POSTGRES_URL``)."""
+    ``POSTGRES_URL``); ``up_flags``: more options of ``flotilla up``."""
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
         trace_file = Path(tmp) / "trace.jsonl"
         with _flotilla_up(
@@ -190,6 +191,7 @@ def run_cancel_latency(
             "async",
             "--cycle-interval",
             "0.1",
+            *up_flags,
             env={ENVIRONMENT: str(trace_file)},
         ) as http:
             result = _cancel_phases(http, backlog, cancellable, queued_cancels)

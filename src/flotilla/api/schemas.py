@@ -149,6 +149,29 @@ class GangMembers(BaseModel):
     )
 
 
+class StartEstimate(BaseModel):
+    """When a waiting job is expected to start: the service's latest projection of the live
+    fleet forward (docs/scenarios.md, *What-if from the live fleet*)."""
+
+    start: datetime | None = Field(
+        description="The expected start; null when not within the projection's horizon."
+    )
+    projected_at: datetime = Field(description="When the projection's export was taken.")
+    horizon_seconds: float
+    method: str = Field(description="The runtime estimator: auto, max_runtime or history.")
+    basis: str = Field(description="The runtimes the projection assumed, in words.")
+    runtime_seconds: float | None = Field(description="This job's own expected runtime.")
+    runtime_source: str = Field(description="max_runtime, history or none.")
+    runtime_basis: str
+    others: dict[str, datetime | None] = Field(
+        default={}, description="The start projected with each other estimator, by name."
+    )
+    summary: str = Field(
+        description="In words: `expected to start in about 40 min (projection of 12:03 UTC; "
+        "runtimes from history)`."
+    )
+
+
 class JobDetail(Job):
     """One job in full: spec as stored, every run, and why it waits if it does."""
 
@@ -170,6 +193,11 @@ class JobDetail(Job):
         default=None,
         description="A non-strict gang that runs (it may start with `min_member` replicas and "
         "grow): replicas placed and wanted, and why the rest wait.",
+    )
+    estimated_start: StartEstimate | None = Field(
+        default=None,
+        description="A waiting job's expected start from the service's projection, when one "
+        "runs in this process and has seen the job.",
     )
 
     @classmethod
@@ -420,6 +448,9 @@ class Why(BaseModel):
     waiting_for: list[Dependency] = Field(
         default=[],
         description="The dependencies of a queued job not met yet, with their states now.",
+    )
+    estimated_start: StartEstimate | None = Field(
+        default=None, description="A waiting job's expected start (see `JobDetail`)."
     )
 
 

@@ -31,6 +31,7 @@ from flotilla.backends import Backend
 from flotilla.secrets import SecretBox
 from flotilla.service.fleet import FleetRuntime
 from flotilla.service.loop import SchedulingLoop
+from flotilla.service.projection import Projection
 from flotilla.store import SqlStore
 from flotilla.store.wake import WakeListener
 
@@ -54,6 +55,7 @@ def _api_app(
     loop: SchedulingLoop | None,
     api: ApiConfig,
     secrets: SecretBox,
+    projection: Projection | None = None,
 ) -> FastAPI:
     from flotilla.server import allowed_hosts_for, create_app
 
@@ -64,6 +66,7 @@ def _api_app(
         poll_interval=api.poll_interval,
         allowed_hosts=None if api.any_host else allowed_hosts_for(api.host),
         secrets=secrets,
+        projection=projection,
     )
 
 
@@ -116,6 +119,8 @@ class Service:
         self._wakes: WakeListener | None = None
         self._app: FastAPI | None = None
         self._stopped = False
+        self.projection = _projection(config, store, loop)
+        """Each waiting job's estimated start, kept in the background (None: off)."""
 
     @property
     def backends(self) -> Mapping[str, Backend]:
@@ -138,13 +143,17 @@ class Service:
         )
         self._scheduler.start()
         self._wakes = self.store.listen_for_wakes(self.loop.wake)
+        if self.projection is not None:
+            self.projection.start()
 
     def app(self) -> FastAPI:
         """The REST API over this service (built once); the config must ask for one."""
         if self.config.api is None:
             raise RuntimeError("the service was configured without an API (api=None)")
         if self._app is None:
-            self._app = _api_app(self.store, self.loop, self.config.api, self.secrets)
+            self._app = _api_app(
+                self.store, self.loop, self.config.api, self.secrets, self.projection
+            )
         return self._app
 
     def serve(
@@ -166,6 +175,8 @@ class Service:
             return
         self._stopped = True
         try:
+            if self.projection is not None:
+                self.projection.stop()
             if self._wakes is not None:
                 self._wakes.close()
             self._stop.set()
@@ -273,6 +284,23 @@ def _build(
         secrets=secrets,
         notices=notices,
         owns_store=owns_store,
+    )
+
+
+def _projection(config: ServiceConfig, store: SqlStore, loop: SchedulingLoop) -> Projection | None:
+    """The background projection the config asks for (not started), simulating with the
+    loop's own scheduling settings; its child process opens the database itself."""
+    if config.projection is None:
+        return None
+    from flotilla.model.scenario import Settings
+
+    scheduling = Settings(
+        cycle_interval=loop.settings.cycle_interval,
+        mode=loop.settings.mode,
+        assignment_strategy=loop.settings.scheduling.assignment_strategy,
+    )
+    return Projection(
+        store, config.projection, scheduling, pace=loop.precedence.pace, database=config.db
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from flotilla.model.fleet import Fleet
 from flotilla.server import AuthSettings
 from flotilla.service.loop import LoopSettings
+from flotilla.service.projection import ProjectionSettings
 
 
 class StartupError(Exception):
@@ -63,6 +64,9 @@ class ServiceConfig:
     """``FIRST-LAST``: the uids local runs get one each of (needs root)."""
     api: ApiConfig | None = None
     """Serve the REST API in this process; None: the scheduler and its clusters alone."""
+    projection: ProjectionSettings | None = None
+    """The background projection that estimates each waiting job's start
+    (``service/projection.py``); None: off."""
     secret_key_file: Path | None = None
     """The key that seals jobs' secret values (None: ``FLOTILLA_SECRET_KEY_FILE``, else
     ``~/.local/state/flotilla/secret.key``; made if missing)."""

@@ -59,6 +59,8 @@ def _facts(job: JobDetail) -> Table:
         facts.add_row("Waiting", job.pending_reason)
     elif job.reason:
         facts.add_row("Reason", job.reason)
+    if job.estimated_start is not None:
+        facts.add_row("Start", job.estimated_start.summary)
     return facts
 
 
@@ -154,6 +156,8 @@ def why(
     if emit(answer, output):
         return
     console().print(answer.summary, highlight=False)
+    if answer.estimated_start is not None:
+        console().print(f"  {answer.estimated_start.summary}", highlight=False)
     for dependency in answer.waiting_for:
         console().print(
             f"  depends on {dependency.job} ({dependency.job_id[:8]}): needs "

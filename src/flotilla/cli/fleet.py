@@ -66,6 +66,52 @@ def fleet_show(
     typer.echo(yaml.safe_dump(readable(found["fleet"]), sort_keys=False).rstrip("\n"))
 
 
+@fleet_app.command("export")
+def fleet_export(
+    scenario: Annotated[
+        bool,
+        typer.Option(
+            "--scenario",
+            help="Export as a scenario: the fleet and its live workload (the only form so far).",
+        ),
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write it here (default: stdout).")
+    ] = None,
+    runtimes: Annotated[
+        str,
+        typer.Option(
+            help="Runtime estimator: auto (max_runtime, else history), max_runtime, history."
+        ),
+    ] = "auto",
+    output_format: Annotated[
+        str, typer.Option("--format", help="yaml or json.", case_sensitive=False)
+    ] = "yaml",
+    server: ServerOption = DEFAULT_SERVER,
+) -> None:
+    """Write the live fleet and workload as a scenario for `flotilla simulate` (admin):
+    running jobs where they run, waiting and held ones in order, each job's runtime
+    estimated and its source recorded; payloads and secrets are never exported."""
+    from flotilla.files import write_text_safely
+
+    if not scenario:
+        fail("fleet export: say what to export: --scenario", code=2)
+    with api(server) as client:
+        found = client.export_scenario(runtimes)
+    if output_format.lower() == "json":
+        text = json.dumps(found, indent=2) + "\n"
+    else:
+        # Quantities in a file's units; placements (``live``) stay in the stored form.
+        shown = {key: value if key == "live" else readable(value) for key, value in found.items()}
+        text = yaml.safe_dump(shown, sort_keys=False)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_text_safely(output, text)
+    jobs = len(found.get("jobs", []))
+    console().print(f"wrote {output}: {jobs} job(s) of the live fleet", highlight=False)
+
+
 def readable(value: Any, key: str = "") -> Any:
     """The stored fleet (quantities in base units) in a file's units: ``memory: 4Gi``, not
     ``memory: 4294967296.0``; whole numbers without ``.0``. JSON keeps the base units."""

@@ -51,11 +51,29 @@ def main(
     """Flotilla: a batch job scheduler for ML and HPC platforms."""
 
 
+def _until(value: str | None) -> float | None:
+    if value is None:
+        return None
+    from flotilla.model.durations import seconds
+
+    try:
+        found = seconds(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    return found
+
+
 @app.command()
 def simulate(
-    scenario: Annotated[Path, typer.Argument(help="Scenario file (YAML or JSON).")],
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(help="Scenario file (YAML or JSON); not with --from-server."),
+    ] = None,
     until: Annotated[
-        float | None, typer.Option(help="Stop after the cycle at this virtual time.", min=0)
+        str | None,
+        typer.Option(
+            help="Stop after the cycle at this virtual time: seconds, or e.g. 90m, 24h, 7d."
+        ),
     ] = None,
     output_format: Annotated[
         OutputFormat | None,
@@ -78,8 +96,35 @@ def simulate(
             "--fleet", help="A fleet file: replaces the scenario's clusters, queues and settings."
         ),
     ] = None,
+    from_server: Annotated[
+        str | None,
+        typer.Option(
+            "--from-server",
+            help="What-if from a live service (admin): simulate its fleet and workload now "
+            "(`flotilla fleet export --scenario`) and, with --fleet, a changed fleet beside "
+            "it; the report compares the two per queue.",
+        ),
+    ] = None,
+    runtimes: Annotated[
+        str,
+        typer.Option(
+            help="With --from-server: the runtime estimator, auto (max_runtime, else "
+            "history), max_runtime or history."
+        ),
+    ] = "auto",
 ) -> None:
     """Run a scenario through the scheduling engine in virtual time and report what happened."""
+    until_seconds = _until(until)
+    if from_server is not None:
+        from flotilla.cli.whatif import what_if
+
+        if scenario is not None:
+            raise typer.BadParameter("give a scenario file or --from-server, not both")
+        shown = output_format.value if output_format is not None else None
+        what_if(from_server, fleet_file, until_seconds, until, shown, output, runtimes)
+        return
+    if scenario is None:
+        raise typer.BadParameter("give a scenario file (or --from-server URL)")
     from flotilla.sim.report import build_report, check_expectations
     from flotilla.sim.simulator import SimulationOptions
     from flotilla.sim.simulator import simulate as run_simulation
@@ -95,7 +140,7 @@ def simulate(
         raise typer.Exit(2)
     try:
         spec = _load(scenario, fleet_file)
-        options = SimulationOptions(until=until, progress=_progress(err))
+        options = SimulationOptions(until=until_seconds, progress=_progress(err))
         sim = run_simulation(spec, options)
     except SpecError as error:
         what = f"{error.source}: invalid fleet" if error.source == str(fleet_file) else None

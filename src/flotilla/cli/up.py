@@ -34,6 +34,7 @@ from flotilla.model.scenario import Mode
 if TYPE_CHECKING:
     from flotilla.app import Service
     from flotilla.model.fleet import Fleet
+    from flotilla.whatif.estimator import EstimatorMethod
 
 
 def up(
@@ -109,6 +110,23 @@ def up(
             "their submissions at its next cycle).",
         ),
     ] = True,
+    projection_interval: Annotated[
+        float,
+        typer.Option(
+            "--projection-interval",
+            help="Seconds between projections of the live fleet forward, which give every "
+            "waiting job an estimated start (sooner after many changes); 0 turns it off.",
+            min=0.0,
+        ),
+    ] = 60.0,
+    projection_runtimes: Annotated[
+        str,
+        typer.Option(
+            "--projection-runtimes",
+            help="Runtime estimators of the projection, comma-separated, the first shown: "
+            "auto (max_runtime, else history), max_runtime, history.",
+        ),
+    ] = "auto",
     drain: Annotated[
         bool,
         typer.Option(
@@ -128,6 +146,7 @@ def up(
     settings of a fleet file instead (see docs/fleet.md)."""
     from flotilla.app import ApiConfig, ServiceConfig, StartupError, build_service, settle_process
     from flotilla.service.loop import LoopSettings, default_replica_id
+    from flotilla.service.projection import ProjectionSettings
 
     if api:
         settings, token = auth_or_fail(auth, host)
@@ -136,6 +155,7 @@ def up(
         listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
         port = listener.getsockname()[1]
     uid_range = _identities(run_as, uid_range)  # before any database is touched
+    estimators = _projection_methods(projection_runtimes)
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     config = ServiceConfig(
         db=db,
@@ -154,6 +174,9 @@ def up(
         run_as=run_as,
         uid_range=uid_range,
         api=ApiConfig(host=host, port=port, auth=settings, local_token=token) if api else None,
+        projection=ProjectionSettings(interval=projection_interval, methods=estimators)
+        if api and projection_interval > 0
+        else None,
     )
     try:
         service = build_service(config)  # the composition root (src/flotilla/app/)
@@ -186,6 +209,16 @@ def up(
                 shut_down(service.store, service.loop, drain)
     finally:
         service.stop()
+
+
+def _projection_methods(runtimes: str) -> tuple[EstimatorMethod, ...]:
+    """``--projection-runtimes`` read, or exit 2 naming it (before anything starts)."""
+    from flotilla.whatif.estimator import EstimatorMethod
+
+    try:
+        return tuple(EstimatorMethod(name.strip()) for name in runtimes.split(","))
+    except ValueError:
+        fail(f"--projection-runtimes: {runtimes!r}: give auto, max_runtime or history", code=2)
 
 
 def _until_stopped(service: Service) -> None:

@@ -303,4 +303,33 @@ def check_references(scenario: Scenario) -> list[str]:
         cluster_names = {c.name for c in scenario.clusters}
         if expectation.cluster is not None and expectation.cluster not in cluster_names:
             problems.append(f"expect[{index}].cluster: unknown cluster {expectation.cluster!r}")
+    problems += _check_live(scenario, known_jobs)
+    return problems
+
+
+def _check_live(scenario: Scenario, known_jobs: set[str]) -> list[str]:
+    """A live export's jobs name jobs of the scenario, and its running ones their nodes."""
+    if scenario.live is None:
+        return []
+    problems: list[str] = []
+    nodes = {
+        cluster.name: {name for group in cluster.nodes for name in group.node_names()}
+        for cluster in scenario.clusters
+    }
+    for index, live in enumerate(scenario.live.jobs):
+        where = f"live.jobs[{index}]"
+        if live.job not in known_jobs:
+            problems.append(f"{where}.job: unknown job {live.job!r}")
+        if live.running is None:
+            continue
+        if live.running.cluster not in nodes:
+            problems.append(f"{where}.running.cluster: unknown cluster {live.running.cluster!r}")
+            continue
+        for number, placement in enumerate(live.running.placements):
+            node = placement.get("node")
+            if node not in nodes[live.running.cluster]:
+                problems.append(
+                    f"{where}.running.placements[{number}].node: cluster "
+                    f"{live.running.cluster} has no node {node!r}"
+                )
     return problems

@@ -7,7 +7,7 @@ added; none of the contract's fields is renamed or changes meaning.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -118,6 +118,59 @@ class Expectation(Strict):
         return self
 
 
+class RuntimeSource(StrEnum):
+    """Where a live export's runtime estimate of a job comes from."""
+
+    MAX_RUNTIME = "max_runtime"
+    """The job's own ``max_runtime``."""
+    HISTORY = "history"
+    """Quantiles of past runs of alike jobs (same queue, owner, name; or fewer of those)."""
+    NONE = "none"
+    """No estimate: the job runs past the end of the simulation."""
+
+
+class RuntimeEstimate(Strict):
+    """A job's expected runtime in a live export and how it was estimated."""
+
+    seconds: Seconds | None = None
+    source: RuntimeSource = RuntimeSource.NONE
+    basis: str = ""
+    """In words: e.g. ``p50 of 14 runs of queue a, owner bob, name train``."""
+
+
+class LiveRun(Strict):
+    """Where a job of a live export runs at t=0, and for how long it has run."""
+
+    cluster: str
+    elapsed: Seconds = 0
+    """Seconds it had run when the export was taken."""
+    placements: list[dict[str, Any]] = Field(min_length=1)
+    """Its placements in the assignment's one JSON form (``framework/assignment_record.py``):
+    ``{task, replica, node, gpus, shares, gpu_memory}``."""
+
+
+class LiveJob(Strict):
+    """One job of a live export: the service's id and state, and its runtime estimate."""
+
+    job: str
+    """The scenario job it became."""
+    id: str
+    state: str
+    estimate: RuntimeEstimate = RuntimeEstimate()
+    running: LiveRun | None = None
+    """Set for a job active at the export: it holds these placements from t=0, and its
+    ``duration`` is what is left of its run."""
+
+
+class LiveState(Strict):
+    """Extension: what a scenario exported from a live service (``flotilla fleet export
+    --scenario``) knows beyond a plan: when it was taken and each job's live state."""
+
+    exported_at: str = ""
+    fleet_version: int = 0
+    jobs: list[LiveJob] = []
+
+
 class Scenario(Strict):
     name: str = Field(min_length=1)
     description: str = ""
@@ -128,3 +181,5 @@ class Scenario(Strict):
     queues: list[QueueSpec] = Field(min_length=1)
     jobs: list[JobSpec] = []
     expect: list[Expectation] = []
+    live: LiveState | None = None
+    """Extension: set by a live export; its running jobs start placed at t=0."""

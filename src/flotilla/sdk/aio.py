@@ -240,6 +240,10 @@ class AsyncClient:
         secrets appear as their references."""
         return await self.call(calls.fleet())
 
+    async def export_scenario(self, runtimes: str = "auto") -> dict[str, Any]:
+        """The live fleet and its workload as a scenario (admin)."""
+        return await self.call(calls.export_scenario(runtimes))
+
     async def apply_fleet(
         self, document: Mapping[str, Any], expected_version: int | None = None
     ) -> dict[str, Any]:

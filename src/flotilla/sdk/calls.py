@@ -248,6 +248,12 @@ def fleet() -> Call[dict[str, Any]]:
     return Call("GET", "/v1/fleet", _mapping)
 
 
+def export_scenario(runtimes: str = "auto") -> Call[dict[str, Any]]:
+    """The live fleet and its workload as a scenario (admin), each job's runtime estimated
+    by ``runtimes`` (auto, max_runtime or history)."""
+    return Call("GET", "/v1/fleet/scenario", _mapping, params={"runtimes": runtimes})
+
+
 def apply_fleet(document: Mapping[str, Any], expected_version: int | None) -> Call[dict[str, Any]]:
     params = {} if expected_version is None else {"expected_version": expected_version}
     return Call("PUT", "/v1/fleet", _mapping, params=params, body=dict(document))

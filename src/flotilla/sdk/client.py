@@ -293,6 +293,11 @@ class Client:
         secrets appear as their references."""
         return self.call(calls.fleet())
 
+    def export_scenario(self, runtimes: str = "auto") -> dict[str, Any]:
+        """The live fleet and its workload as a scenario (admin): running jobs where they
+        run, waiting ones in submission order, each with its runtime estimate and source."""
+        return self.call(calls.export_scenario(runtimes))
+
     def apply_fleet(
         self, document: Mapping[str, Any], expected_version: int | None = None
     ) -> dict[str, Any]:

@@ -19,13 +19,14 @@ from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.precedence import Precedence
 from flotilla.secrets import SecretBox
-from flotilla.server import arrays, catalog, fleet, history, holds, jobs, ops, usage
+from flotilla.server import arrays, catalog, fleet, history, holds, jobs, ops, usage, whatif
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
 from flotilla.server.guard import RequestGuard, ServerLimits
 from flotilla.server.requests_first import RequestsFirst
 from flotilla.service.handle import SchedulerHandle
+from flotilla.service.projection import Projection
 from flotilla.store import Store
 
 DESCRIPTION = """Flotilla's REST API: submit and follow jobs, manage queues and quotas, see the
@@ -46,6 +47,7 @@ def create_app(
     limits: ServerLimits | None = None,
     allowed_hosts: frozenset[str] | None = None,
     secrets: SecretBox | None = None,
+    projection: Projection | None = None,
 ) -> FastAPI:
     """``poll_interval``: how often an event stream looks for new events (seconds).
     ``allowed_hosts``: the ``Host`` names to answer (``LOOPBACK_HOSTS`` for a server on
@@ -64,11 +66,12 @@ def create_app(
         limits=limits,
         secrets=secrets,
         precedence=scheduler.precedence if scheduler is not None else Precedence(),
+        projection=projection,
     )
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
-    for module in (jobs, holds, arrays, history, catalog, ops, fleet, usage):
+    for module in (jobs, holds, arrays, history, catalog, ops, fleet, usage, whatif):
         app.include_router(module.router)
     _count_requests(app, context)
     # A scheduling round of this process yields to requests, a large submission to the rest.

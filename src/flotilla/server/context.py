@@ -20,6 +20,7 @@ from flotilla.server.auth import AuthSettings, Permission, User
 from flotilla.server.errors import ApiError
 from flotilla.server.guard import ServerLimits
 from flotilla.service.handle import SchedulerHandle
+from flotilla.service.projection import Projection
 from flotilla.store import (
     AmbiguousJobError,
     CommittedChanges,
@@ -91,6 +92,9 @@ class ServerContext:
     it runs in this process: ``scheduler/precedence.py``)."""
     streams: dict[str, int] = field(default_factory=dict)
     """Open event streams by client address (see ``open_stream``)."""
+    projection: Projection | None = None
+    """The service's projection (``service/projection.py``) when it runs in this process:
+    each waiting job's estimated start."""
 
     def open_stream(self, client: str) -> None:
         """Count one more open event stream of ``client``; 429/503 past the limits."""

@@ -43,6 +43,7 @@ from flotilla.server.context import (
 from flotilla.server.errors import ApiError
 from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
 from flotilla.server.requests_first import is_bulk
+from flotilla.server.whatif import start_estimate
 from flotilla.server.working_dirs import check_working_dirs
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
@@ -368,9 +369,11 @@ JobReference = Annotated[
 
 
 def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
-    return JobDetail.build(
+    detail = JobDetail.build(
         job, context.store.runs(job.id), pending_reason(context, job), gang_members(context, job)
     )
+    estimate = start_estimate(context, job)
+    return detail if estimate is None else detail.model_copy(update={"estimated_start": estimate})
 
 
 def gang_members(context: ServerContext, job: JobRecord) -> GangMembers | None:

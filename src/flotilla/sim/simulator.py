@@ -55,6 +55,7 @@ from flotilla.sim.dependencies import Dependencies
 from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.holds import ArraySlots
 from flotilla.sim.interpreter import LifecycleInterpreter
+from flotilla.sim.live import start_live_runs
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -354,6 +355,10 @@ class Simulator(LifecycleInterpreter):
         else:
             self._start(job, now)
 
+    def place(self, job: SimJob, assignment: Assignment, now: float) -> None:
+        """Run ``job`` on ``assignment`` outside a round (a live export's running jobs)."""
+        self._run(job, ScheduledJob(job.job, assignment), now)
+
     def _note_partial(self, job: SimJob) -> None:
         assert job.assignment is not None
         if len(job.assignment.placements) < job.job.replica_count:
@@ -372,6 +377,9 @@ class Simulator(LifecycleInterpreter):
         for spec in self.scenario.clusters:
             if spec.fail_at is not None:
                 self._schedule_timer(spec.fail_at, Timer.CLUSTER_FAILURE, spec.name)
+        if self.scenario.live is not None:
+            self._fire_timers(0.0)
+            start_live_runs(self)  # a live export's running jobs hold their nodes from t=0
         limits = [x for x in (self.options.until, self.scenario.settings.max_time) if x is not None]
         limit = min(limits) if limits else None
         watch_times = sorted(

@@ -128,6 +128,8 @@ async function jobPage(jobId) {
     const detail = await api("/v1/jobs/" + encodeURIComponent(jobId) + "/why");
     fill(why, h("h2", {}, WAITING.has(job.state) ? "Why it waits" : "State"),
       h("p", {class: "reason-text"}, detail.summary),
+      detail.estimated_start ? h("p", {class: "estimated-start"}, "Start: ",
+        h("strong", {}, detail.estimated_start.summary)) : null,
       detail.queue_position ? h("p", {}, "Place in queue: ",
         h("strong", {class: "position"}, detail.queue_position + " of " + detail.queued_in_queue)) : null,
       detail.quota.length ? h("p", {}, "Quota path: " + detail.quota.map((q) => q.name).join(" → ")) : null);

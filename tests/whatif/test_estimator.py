@@ -1,0 +1,49 @@
+"""The runtime estimator: its own max_runtime, else the most specific history with enough
+runs, with what it was based on in words."""
+
+from __future__ import annotations
+
+from flotilla.model.scenario import RuntimeSource
+from flotilla.whatif.estimator import EstimateInput, EstimatorMethod, PastRun, RuntimeHistory
+
+HISTORY = RuntimeHistory.of(
+    [
+        PastRun("a", "ana", "train", 100),
+        PastRun("a", "ana", "train", 300),
+        PastRun("a", "ana", "eval", 10),
+        PastRun("a", "bo", "x", 1000),
+        PastRun("b", "bo", "x", 50),
+    ]
+)
+
+
+def test_max_runtime_wins_unless_history_is_asked_for_first() -> None:
+    job = EstimateInput("a", "ana", "train", max_runtime=3600)
+    assert HISTORY.estimate(job).seconds == 3600
+    assert HISTORY.estimate(job).source is RuntimeSource.MAX_RUNTIME
+    learned = HISTORY.estimate(job, EstimatorMethod.HISTORY)
+    assert (learned.seconds, learned.source) == (200, RuntimeSource.HISTORY)
+
+
+def test_the_most_specific_group_with_enough_runs_is_used() -> None:
+    exact = HISTORY.estimate(EstimateInput("a", "ana", "train", None))
+    assert exact.basis == "p50 of 2 runs of queue a, owner ana, name train"
+    owner = HISTORY.estimate(EstimateInput("a", "ana", "new", None))
+    assert (owner.seconds, owner.basis) == (100, "p50 of 3 runs of queue a, owner ana")
+    queue = HISTORY.estimate(EstimateInput("a", "cy", "new", None))
+    assert queue.basis == "p50 of 4 runs of queue a"
+    anywhere = HISTORY.estimate(EstimateInput("c", None, "new", None))
+    assert anywhere.basis == "p50 of 5 runs of every queue"
+
+
+def test_a_running_job_gets_the_runs_that_lasted_longer_than_it_has() -> None:
+    job = EstimateInput("a", "ana", "train", None, elapsed=150)
+    assert HISTORY.estimate(job).seconds == 300
+    past_all = HISTORY.estimate(EstimateInput("a", "ana", "train", None, elapsed=400))
+    assert past_all.seconds == 500
+
+
+def test_max_runtime_only_gives_no_estimate_without_one() -> None:
+    job = EstimateInput("a", "ana", "train", None)
+    assert HISTORY.estimate(job, EstimatorMethod.MAX_RUNTIME).source is RuntimeSource.NONE
+    assert RuntimeHistory().estimate(job).seconds is None

@@ -1,0 +1,118 @@
+"""The service's projection: each waiting job's estimated start in ``GET /v1/jobs/{id}`` and
+``why``, with the projection's time and basis; the export as an admin route."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flotilla.model.loader import scenario_from_data
+from flotilla.model.scenario import RuntimeSource
+from flotilla.server import AuthSettings, create_app
+from flotilla.service.projection import Projection, ProjectionSettings
+from flotilla.whatif.estimator import EstimatorMethod
+from tests.whatif.test_export import Live
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    service = Live(tmp_path)
+    yield service
+    service.close()
+
+
+def projection_of(live: Live, *methods: EstimatorMethod) -> Projection:
+    settings = ProjectionSettings(in_process=True, methods=methods or (EstimatorMethod.AUTO,))
+    return Projection(live.store, settings)
+
+
+def test_a_waiting_job_shows_its_estimated_start_and_its_basis(live: Live) -> None:
+    holder = live.submit("holder", "a", 4, max_runtime=2400)
+    other = live.submit("other", "a", 4, max_runtime=2400)
+    live.loop.cycle()
+    waiting = live.submit("next", "a", 4, max_runtime=600)
+    projection = projection_of(live)
+    projection.refresh()
+    app = create_app(live.store, live.loop, AuthSettings.disabled(), projection=projection)
+    with TestClient(app) as client:
+        detail = client.get(f"/v1/jobs/{waiting}").json()
+        why = client.get(f"/v1/jobs/{waiting}/why").json()
+        running = client.get(f"/v1/jobs/{holder}").json()
+    estimate = detail["estimated_start"]
+    assert estimate is not None and why["estimated_start"]["start"] == estimate["start"]
+    projected_at = datetime.fromisoformat(estimate["projected_at"])
+    start = datetime.fromisoformat(estimate["start"])
+    assert (start - projected_at).total_seconds() == pytest.approx(2400, abs=2)
+    assert estimate["runtime_source"] == "max_runtime"
+    assert estimate["summary"].startswith("expected to start in about 40 min (projection of ")
+    assert estimate["summary"].endswith("UTC; runtimes from max_runtime)")
+    assert running["estimated_start"] is None  # only waiting jobs have one
+    assert other
+
+
+def test_each_estimator_gives_its_own_projection(live: Live) -> None:
+    live.submit("holder", "a", 4, max_runtime=1200)
+    live.submit("other", "a", 4, max_runtime=1200)
+    live.loop.cycle()
+    waiting = live.submit("next", "a", 4)
+    projection = projection_of(live, EstimatorMethod.AUTO, EstimatorMethod.MAX_RUNTIME)
+    projection.refresh()
+    found = projection.estimated_start(waiting)
+    assert found is not None and found.start is not None
+    assert found.others == {"max_runtime": found.start}
+
+
+def test_the_export_route_is_for_admins_and_gives_a_valid_scenario(live: Live) -> None:
+    live.submit("one", "a", 1)
+    app = create_app(live.store, live.loop, AuthSettings.disabled())
+    with TestClient(app) as client:
+        answer = client.get("/v1/fleet/scenario", params={"runtimes": "history"})
+        bad = client.get("/v1/fleet/scenario", params={"runtimes": "guess"})
+    assert answer.status_code == 200
+    assert [job.queue for job in scenario_from_data(answer.json()).jobs] == ["a"]
+    assert bad.status_code == 422 and "runtimes" in bad.text
+
+
+def test_the_background_projection_reads_and_simulates_in_a_child_process_and_stops(
+    live: Live, tmp_path: Path
+) -> None:
+    live.submit("holder", "a", 4, max_runtime=600)
+    live.submit("other", "a", 4, max_runtime=600)
+    live.loop.cycle()
+    waiting = live.submit("next", "a", 4, max_runtime=600)
+    projection = Projection(
+        live.store,
+        ProjectionSettings(interval=3600, min_gap=0.05),
+        database=f"sqlite:///{tmp_path / 'flotilla.db'}",
+    )
+    projection.start()
+    try:
+        deadline = time.monotonic() + 60
+        while projection.estimated_start(waiting) is None:
+            assert time.monotonic() < deadline, "no projection within a minute"
+            time.sleep(0.05)
+    finally:
+        projection.stop()
+    found = projection.estimated_start(waiting)
+    assert found is not None and found.start is not None
+    assert (found.start - found.projected_at).total_seconds() == pytest.approx(600, abs=2)
+    assert found.runtime.source is RuntimeSource.MAX_RUNTIME
+    assert projection._child is None  # stopped with the projection
+
+
+def test_up_refuses_an_unknown_estimator_before_anything_starts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flotilla.cli.main import app
+
+    db = tmp_path / "db" / "flotilla.db"
+    args = ["up", "--port", "0", "--db", f"sqlite:///{db}", "--state-dir", str(tmp_path / "s")]
+    result = CliRunner().invoke(app, [*args, "--projection-runtimes", "auto,guess"])
+    assert result.exit_code == 2
+    assert "--projection-runtimes: 'auto,guess': give auto, max_runtime or history" in result.output
+    assert not db.parent.exists()
