@@ -210,9 +210,11 @@ def build_job(
     priority: int,
     preemptible: bool,
     shapes: ShapeInterner | None = None,
+    owner: str | None = None,
 ) -> SchedulingJob:
     """Turn a validated ``JobSpec`` into the engine's vectorised job; with ``shapes``, jobs
-    built alike share their vectors and placement key."""
+    built alike share their vectors and placement key. The job's ``user`` is the spec's,
+    else ``owner`` (who submitted it): the owner that owner-level fairness counts."""
     shape = shapes.shape(spec, space) if shapes is not None else _build_shape(spec, space)
     return SchedulingJob(
         name=name,
@@ -229,7 +231,7 @@ def build_job(
         job_type=spec.type,
         labels=shape.labels,
         annotations=shape.annotations,
-        user=spec.user,
+        user=spec.user if spec.user is not None else owner,
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
         placement_key=shape.key,
     )
@@ -279,6 +281,7 @@ def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
         tolerations=first.tolerations,
         gang=first.gang,
         job_type=first.job_type,
+        user=first.user,
         expected_runtime=max(
             (m.expected_runtime for m in members if m.expected_runtime is not None), default=None
         ),

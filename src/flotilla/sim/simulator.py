@@ -72,6 +72,7 @@ class Simulator:
                 order=order,
                 quota=queue.quota,
                 preemption=queue.preemption,
+                owners=queue.owners,
             )
             for order, queue in enumerate(scenario.queues)
         ]
