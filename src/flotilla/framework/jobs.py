@@ -11,7 +11,14 @@ import numpy as np
 import numpy.typing as npt
 
 from flotilla.framework.resources import ResourceSpace, Vector
-from flotilla.model.job import Affinity, GangSpec, JobSpec, Toleration, TopologyScope
+from flotilla.model.job import (
+    Affinity,
+    GangSpec,
+    JobSpec,
+    JobTopology,
+    Toleration,
+    TopologyScope,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +66,8 @@ class SchedulingJob:
     expected_runtime: float | None = None
     placement_key: tuple[object, ...] = ()
     """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
+    topology: JobTopology | None = None
+    """All replicas within one domain of a cluster's topology level (``scheduler/topology.py``)."""
     replica_count: int = field(init=False)
     """Replicas over every task (computed once: read on every cycle's hot paths)."""
 
@@ -200,6 +209,12 @@ def _same_parts(built: JobSpec, spec: JobSpec) -> bool:
     )
 
 
+def _with_topology(key: tuple[object, ...], spec: JobSpec) -> tuple[object, ...]:
+    """A placement key that tells a topology request apart (placed differently)."""
+    assert spec.topology is not None
+    return (*key, ("topology", spec.topology.required, spec.topology.preferred))
+
+
 def build_job(
     spec: JobSpec,
     *,
@@ -233,7 +248,8 @@ def build_job(
         annotations=shape.annotations,
         user=spec.user if spec.user is not None else owner,
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
-        placement_key=shape.key,
+        placement_key=shape.key if spec.topology is None else _with_topology(shape.key, spec),
+        topology=spec.topology,
     )
 
 
@@ -282,6 +298,7 @@ def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
         gang=first.gang,
         job_type=first.job_type,
         user=first.user,
+        topology=first.topology,
         expected_runtime=max(
             (m.expected_runtime for m in members if m.expected_runtime is not None), default=None
         ),

@@ -129,6 +129,28 @@ class Dependency(Strict):
     condition: DependencyCondition = DependencyCondition.SUCCEEDED
 
 
+class JobTopology(Strict):
+    """Extension: keep the job's replicas in one domain of a cluster's topology level (a
+    node-label key the cluster declares in ``topology``)."""
+
+    required: str | None = None
+    """All replicas within one domain of this level, or the job waits."""
+    preferred: str | None = None
+    """One domain of this level if any can hold the job, else anywhere."""
+
+    @model_validator(mode="after")
+    def _one_level(self) -> JobTopology:
+        if (self.required is None) == (self.preferred is None):
+            raise ValueError("give one of required or preferred (a topology level)")
+        return self
+
+    @property
+    def level(self) -> str:
+        level = self.required if self.required is not None else self.preferred
+        assert level is not None
+        return level
+
+
 class JobSpec(Strict):
     """A job as submitted: the scenario contract's job schema."""
 
@@ -157,6 +179,8 @@ class JobSpec(Strict):
     will grow); by default such a job is refused at submission."""
     retry: RetrySpec | None = None
     array: ArraySpec | None = None
+    topology: JobTopology | None = None
+    """Extension: all the job's replicas within one domain of a topology level."""
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:

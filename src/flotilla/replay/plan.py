@@ -130,6 +130,7 @@ def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
                 "labels": dict(cluster.labels),
                 "cost": dict(cluster.cost),
                 "gpu_sharing": cluster.gpu_sharing.value,
+                "topology": list(cluster.topology),
                 "nodes": [group.model_dump(mode="json") for group in cluster.nodes],
             }
         )
