@@ -68,6 +68,10 @@ class SchedulingJob:
     """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
     topology: JobTopology | None = None
     """All replicas within one domain of a cluster's topology level (``scheduler/topology.py``)."""
+    min_runtime: float | None = None
+    """Not a preemption victim during its run's first ``min_runtime`` seconds."""
+    checkpoint_every: float | None = None
+    """Saves its work every this many seconds of its run (``framework/preemption.py``)."""
     replica_count: int = field(init=False)
     """Replicas over every task (computed once: read on every cycle's hot paths)."""
 
@@ -250,6 +254,8 @@ def build_job(
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
         placement_key=shape.key if spec.topology is None else _with_topology(shape.key, spec),
         topology=spec.topology,
+        min_runtime=spec.min_runtime,
+        checkpoint_every=spec.checkpoint_every,
     )
 
 
@@ -299,6 +305,8 @@ def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
         job_type=first.job_type,
         user=first.user,
         topology=first.topology,
+        min_runtime=max((m.min_runtime for m in members if m.min_runtime), default=None),
+        checkpoint_every=first.checkpoint_every,
         expected_runtime=max(
             (m.expected_runtime for m in members if m.expected_runtime is not None), default=None
         ),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flotilla.model.base import MAX_COUNT, Labels, Name, ResourceList, Seconds, Strict
 from flotilla.model.cluster import TaintEffect
@@ -151,6 +152,22 @@ class JobTopology(Strict):
         return level
 
 
+class JobPreemption(Strict):
+    """Extension: how a preempted run is told before it is stopped."""
+
+    grace: PositiveDuration = 30
+    """Seconds between the signal and the kill."""
+    signal: str = "SIGTERM"
+    """The signal sent first (a name such as ``SIGUSR1``)."""
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, name: str) -> str:
+        if name not in signal.Signals.__members__:
+            raise ValueError(f"{name!r} is not a signal name (such as SIGTERM or SIGUSR1)")
+        return name
+
+
 class JobSpec(Strict):
     """A job as submitted: the scenario contract's job schema."""
 
@@ -181,6 +198,13 @@ class JobSpec(Strict):
     array: ArraySpec | None = None
     topology: JobTopology | None = None
     """Extension: all the job's replicas within one domain of a topology level."""
+    preemption: JobPreemption | None = None
+    """Extension: the signal and grace a preempted run gets before it is killed."""
+    min_runtime: PositiveDuration | None = None
+    """Extension: never a preemption victim during its run's first ``min_runtime`` seconds."""
+    checkpoint_every: PositiveDuration | None = None
+    """Extension: the job saves its work every this many seconds of its run: preemption
+    prefers victims with the least GPU time since their last checkpoint."""
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:

@@ -167,4 +167,10 @@ def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
     if spec.retry is not None:
         body["retry"]["delay"] = spec.retry.delay / speed
         body["retry"]["max_delay"] = spec.retry.max_delay / speed
+    if spec.min_runtime is not None:
+        body["min_runtime"] = spec.min_runtime / speed
+    if spec.checkpoint_every is not None:
+        body["checkpoint_every"] = spec.checkpoint_every / speed
+    if spec.preemption is not None:
+        body["preemption"]["grace"] = spec.preemption.grace / speed
     return body

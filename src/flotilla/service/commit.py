@@ -124,7 +124,7 @@ class Committer:
         assert victim.run is not None
         backend = context.backends.get(victim.run.cluster)
         if backend is not None:
-            backend.cancel(CancelRequest(victim.run.id, reason=reason))
+            backend.cancel(preemption_request(victim, reason))
             self._transitions.awaiting_stop[victim.run.id] = victim.id
         self._transitions.transition(victim.id, JobState.PREEMPTED, reason, run=victim.run.id)
         context.metrics.preemptions.labels(queue=victim.queue).inc()
@@ -181,3 +181,17 @@ class Committer:
                     )
                 )
         return requests, growing
+
+
+def preemption_request(victim: JobRecord, reason: str) -> CancelRequest:
+    """Stop a preempted run as its job asks (``preemption: {grace, signal}``): the signal
+    first, the kill after the grace; the backend's defaults otherwise."""
+    asked = victim.spec.preemption
+    if asked is None:
+        return CancelRequest(victim.run.id if victim.run else "", reason=reason)
+    return CancelRequest(
+        victim.run.id if victim.run else "",
+        reason=reason,
+        grace_period=asked.grace,
+        signal=asked.signal,
+    )

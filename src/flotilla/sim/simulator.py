@@ -20,6 +20,7 @@ import numpy as np
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster
 from flotilla.framework.interfaces import Assignment
+from flotilla.framework.preemption import lost_work
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
@@ -156,6 +157,8 @@ class Simulator:
         if kind is Timer.START:
             self._start(job, at)
             return False
+        if kind is Timer.PROTECTION_ENDS:  # a new victim: worth a round if anything waits
+            return bool(self._queued)
         self._end(job, at, ScenarioJobState.SUCCEEDED, "succeeded")
         return True
 
@@ -370,6 +373,9 @@ class Simulator:
         return applied
 
     def _preempt(self, job: SimJob, now: float, reason: str) -> None:
+        view = self._running_views.get(job.name)
+        if view is not None:
+            job.lost_gpu_seconds += lost_work(view, now)
         self._release(job, now)
         job.run += 1
         job.preemptions += 1
@@ -430,6 +436,10 @@ class Simulator:
         job.reason = None
         job.run += 1
         job.attempts += 1
+        if job.job.min_runtime is not None:  # a victim from then on: wake a round
+            self._schedule_timer(
+                now + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
+            )
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))
