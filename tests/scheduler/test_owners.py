@@ -109,3 +109,24 @@ def test_the_reason_names_the_owner_level_when_others_come_first() -> None:
     assert report.job("alice-2")["reason"].endswith(
         "owner alice's dominant share 0.67 > bob's 0.33 in queue q (owners share it by DRF)"
     )
+
+
+def test_strict_fifo_stops_the_queue_whoever_owns_its_head() -> None:
+    """Owners by DRF pick the head (bob, weight 8, has the lowest share counting his job);
+    the queue's strict FIFO still stops there: bob's 3-cpu job does not fit the 2 cpu left,
+    and alice's 1-cpu jobs behind it wait."""
+    data = scenario(
+        clusters=[cluster("c", nodes(1, cpu=4, memory="16Gi"))],
+        queues=[research(weights={"bob": 8}), {"name": "other"}],
+        jobs=[
+            job("filler", queue="other", cpu=2, duration=100),
+            with_user(job("alice", count=2, duration=100, submit_at=1), "alice"),
+            with_user(job("bob-big", cpu=3, duration=100, submit_at=1), "bob"),
+        ],
+    )
+    data["settings"] = {"queueing": "strict-fifo"}
+    report = simulate_report(data, until=1)
+    assert report.running() == {"filler"}
+    assert report.job("alice-1")["reason"] == (
+        "waiting behind bob-big, which heads its queue (strict-fifo)"
+    )
