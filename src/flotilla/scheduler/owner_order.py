@@ -159,10 +159,10 @@ class OwnerMerge(Sequence[SchedulingJob]):
         return self._dominant(used, extra, self._inverse_total) / self._weights.get(owner, 1.0)
 
     def lowest_other(self, owner: str) -> tuple[str, float] | None:
-        """The owner of this queue, other than ``owner``, with the lowest weighted dominant
-        share now (``None`` if there is none)."""
+        """The owner with jobs waiting in this queue at the round's start, other than
+        ``owner``, with the lowest weighted dominant share now (``None`` if there is none)."""
         best: tuple[float, str] | None = None
-        for other in self._allocated:
+        for other in self._lists:
             if other != owner:
                 candidate = (self.share(other), other)
                 if best is None or candidate < best:

@@ -19,6 +19,7 @@ from flotilla.faults import crash_point
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import gangs
+from flotilla.model import JobSpec
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
@@ -124,7 +125,7 @@ class Committer:
         assert victim.run is not None
         backend = context.backends.get(victim.run.cluster)
         if backend is not None:
-            backend.cancel(preemption_request(victim, reason))
+            backend.cancel(preemption_request(victim.run.id, victim.spec, reason))
             self._transitions.awaiting_stop[victim.run.id] = victim.id
         self._transitions.transition(victim.id, JobState.PREEMPTED, reason, run=victim.run.id)
         context.metrics.preemptions.labels(queue=victim.queue).inc()
@@ -183,15 +184,10 @@ class Committer:
         return requests, growing
 
 
-def preemption_request(victim: JobRecord, reason: str) -> CancelRequest:
+def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:
     """Stop a preempted run as its job asks (``preemption: {grace, signal}``): the signal
     first, the kill after the grace; the backend's defaults otherwise."""
-    asked = victim.spec.preemption
+    asked = spec.preemption
     if asked is None:
-        return CancelRequest(victim.run.id if victim.run else "", reason=reason)
-    return CancelRequest(
-        victim.run.id if victim.run else "",
-        reason=reason,
-        grace_period=asked.grace,
-        signal=asked.signal,
-    )
+        return CancelRequest(run_id, reason=reason)
+    return CancelRequest(run_id, reason=reason, grace_period=asked.grace, signal=asked.signal)
