@@ -111,3 +111,19 @@ def test_a_stop_sends_term_then_kill_once_its_grace_has_passed(
     clock.now = START + 6  # past it: the hard kill, not another TERM a trap can ignore
     enforce(backend)
     assert clients.signals[1:] == [(JOB_ID, "KILL")]
+
+
+def test_a_preempted_job_gets_its_own_signal_first_then_the_kill_after_its_grace(
+    running: tuple[SlurmBackend, RecordingClients, Clock],
+) -> None:
+    """``preemption: {signal: SIGUSR1, grace: 30}``: ``scancel --signal=USR1`` (Slurm's
+    ``--signal`` for a checkpoint), the kill only after the job's 30 s."""
+    backend, clients, clock = running
+    backend.cancel(CancelRequest("run-1", reason="preempted", grace_period=30, signal="SIGUSR1"))
+    assert clients.signals == [(JOB_ID, "USR1")]
+    clock.now = START + 29
+    enforce(backend)
+    assert clients.signals == [(JOB_ID, "USR1")]
+    clock.now = START + 31
+    enforce(backend)
+    assert clients.signals[1:] == [(JOB_ID, "KILL")]

@@ -57,6 +57,7 @@ class FakeContext:
     jobs: list[SchedulingJob]
     free: float = 0.0
     calls: list[list[str]] = field(default_factory=list)
+    now: float = 0.0
 
     @property
     def running_jobs(self) -> list[RunningJob]:

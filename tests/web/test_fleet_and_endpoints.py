@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from flotilla.model import ClusterSpec, JobSpec, QueueSpec, QuotaSpec
 from flotilla.server import AuthSettings, create_app
-from flotilla.store import JobState, RunRequest, SqlStore
+from flotilla.store import FleetRecord, JobState, RunRequest, SqlStore, Transition
 from flotilla.web import mount_dashboard
 from flotilla.web.recent import recent_activity
 from flotilla.web.timeline import Timeline
@@ -213,3 +214,30 @@ def test_with_the_local_token_the_page_says_who_is_signed_in(store: SqlStore) ->
     assert client.get("/ui/api/me").status_code == 401
     me = client.get("/ui/api/me", headers={"Authorization": "Bearer local-secret"}).json()
     assert (me["name"], me["admin"], me["auth_enabled"]) == ("alice", True, True)
+
+
+def test_with_a_half_life_the_queue_page_shows_decayed_usage_and_the_share_drf_orders_by(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 item 1: train (2 × 3 cpu, 1 GPU) has run for one half-life; its queue's
+    decayed usage is what it held on average over the decay window, and the share DRF orders
+    team-a by is what it holds now plus that."""
+    [train] = [job for job in store.list_jobs().jobs if job.name == "train"]
+    assert train.run is not None
+    half_life = 3600.0
+    started = datetime.now(UTC) - timedelta(seconds=half_life)
+    store.transition_many(
+        [Transition(train.id, JobState.RUNNING, "started", run=train.run.id, started_at=started)]
+    )
+    assert fleet_usage(store).as_dict()["queues"][0]["decayed_usage"] is None  # no half-life
+    document = {"settings": {"usage_half_life": half_life}}
+    monkeypatch.setattr(
+        store, "get_fleet", lambda: FleetRecord(version=1, document=document, applied_at=started)
+    )
+    queues = {queue["name"]: queue for queue in fleet_usage(store).as_dict()["queues"]}
+    # Held A for one half-life h: U = A·τ·(1 − 2^-1) = A·τ/2, read as U/τ = A/2.
+    assert queues["team-a"]["decayed_usage"]["cpu"] == pytest.approx(3.0, rel=1e-3)
+    assert queues["team-a"]["decayed_usage"]["gpu"] == pytest.approx(1.0, rel=1e-3)
+    assert queues["team-a"]["decayed_share"] == pytest.approx(9 / 16, rel=1e-3)
+    assert queues["team-b"]["decayed_usage"] == {}
+    assert queues["team-b"]["decayed_share"] == 0.0

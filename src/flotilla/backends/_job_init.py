@@ -60,7 +60,7 @@ def _report(descriptor: int, outcome: dict[str, Any]) -> None:
     os.close(descriptor)
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def _init(start: Callable[[], Any], name: str, cgroups: Sequence[str], descriptor: int) -> int:

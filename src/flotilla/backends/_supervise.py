@@ -211,8 +211,9 @@ def _pump(
     return command.wait()
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-"""What the supervisor outlives (a handler) and the command must not (the default)."""
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""What the supervisor outlives (a handler) and the command must not (the default). SIGUSR1
+and SIGUSR2: a preempted job's ``preemption.signal``, sent to the whole group before the kill."""
 
 
 def _enter(working_dir: str, make: bool) -> None:

@@ -166,6 +166,9 @@ class CancelRequest:
     run_id: str
     reason: str = "cancelled"
     grace_period: float | None = None
+    signal: str | None = None
+    """The polite signal's name (``SIGUSR1``: a preempted job's ``preemption.signal``, to
+    checkpoint); ``None`` = SIGTERM. Backends that cannot choose send their own."""
 
 
 class CancelOutcome(StrEnum):

@@ -339,8 +339,9 @@ class LocalBackend:
                 message = f"run is already stopping: {run.stop.message}"
             else:
                 grace = self.grace_period if request.grace_period is None else request.grace_period
-                self._begin_stop(run, Stop("cancel", request.reason, self.clock(), grace))
-                outcome, message = CancelOutcome.STOPPING, "SIGTERM sent to every replica"
+                polite = signal.Signals[request.signal] if request.signal else signal.SIGTERM
+                self._begin_stop(run, Stop("cancel", request.reason, self.clock(), grace), polite)
+                outcome, message = CancelOutcome.STOPPING, f"{polite.name} sent to every replica"
             return CancelResult(request.run_id, outcome, message, run.status())
 
     def status(self, request: StatusRequest) -> RunStatus:
@@ -567,9 +568,9 @@ class LocalBackend:
     def _reap_supervisors(self) -> None:
         self._reaping = local_ending.reap_supervisors(self._reaping)
 
-    def _begin_stop(self, run: Run, stop: Stop) -> None:
+    def _begin_stop(self, run: Run, stop: Stop, polite: signal.Signals = signal.SIGTERM) -> None:
         run.stop = stop
-        local_ending.signal_replicas(run, signal.SIGTERM)
+        local_ending.signal_replicas(run, polite)
         self._changes.mark(run.run_id)
         self._save_soon(run)  # signal first, persist after: the stop starts at once
 

@@ -33,6 +33,8 @@ class Cluster:
     gang that started here only if it can (the simulator's clusters all can)."""
     gpu_sharing: GpuSharing = GpuSharing.SHARED
     """How fractions of different jobs may share a device (``plugins/devices.py``)."""
+    topology: tuple[str, ...] = ()
+    """Node-label keys of its network levels, widest first (``scheduler/topology.py``)."""
 
     @property
     def ready(self) -> bool:
@@ -54,4 +56,5 @@ class Cluster:
             backend=self.backend,
             grows=self.grows,
             gpu_sharing=self.gpu_sharing,
+            topology=self.topology,
         )

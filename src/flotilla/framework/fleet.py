@@ -24,6 +24,7 @@ def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluste
         nodes=NodeTable(space, infos),
         backend=spec.backend,
         gpu_sharing=spec.gpu_sharing,
+        topology=tuple(spec.topology),
     )
 
 

@@ -438,6 +438,11 @@ class PreemptionContext(Protocol):
         """``RunningJob``s of the round's current view (the snapshot plus this round's starts)."""
         ...
 
+    @property
+    def now(self) -> float:
+        """The round's time (the snapshot's)."""
+        ...
+
     def fits_without(self, job: SchedulingJob, victims: Sequence[str]) -> bool: ...
 
     def queue_share(self, queue: str, change: Vector | None = None) -> float:

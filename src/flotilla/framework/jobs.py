@@ -11,7 +11,14 @@ import numpy as np
 import numpy.typing as npt
 
 from flotilla.framework.resources import ResourceSpace, Vector
-from flotilla.model.job import Affinity, GangSpec, JobSpec, Toleration, TopologyScope
+from flotilla.model.job import (
+    Affinity,
+    GangSpec,
+    JobSpec,
+    JobTopology,
+    Toleration,
+    TopologyScope,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +66,12 @@ class SchedulingJob:
     expected_runtime: float | None = None
     placement_key: tuple[object, ...] = ()
     """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
+    topology: JobTopology | None = None
+    """All replicas within one domain of a cluster's topology level (``scheduler/topology.py``)."""
+    min_runtime: float | None = None
+    """Not a preemption victim during its run's first ``min_runtime`` seconds."""
+    checkpoint_every: float | None = None
+    """Saves its work every this many seconds of its run (``framework/preemption.py``)."""
     replica_count: int = field(init=False)
     """Replicas over every task (computed once: read on every cycle's hot paths)."""
 
@@ -200,6 +213,12 @@ def _same_parts(built: JobSpec, spec: JobSpec) -> bool:
     )
 
 
+def _with_topology(key: tuple[object, ...], spec: JobSpec) -> tuple[object, ...]:
+    """A placement key that tells a topology request apart (placed differently)."""
+    assert spec.topology is not None
+    return (*key, ("topology", spec.topology.required, spec.topology.preferred))
+
+
 def build_job(
     spec: JobSpec,
     *,
@@ -210,9 +229,11 @@ def build_job(
     priority: int,
     preemptible: bool,
     shapes: ShapeInterner | None = None,
+    owner: str | None = None,
 ) -> SchedulingJob:
     """Turn a validated ``JobSpec`` into the engine's vectorised job; with ``shapes``, jobs
-    built alike share their vectors and placement key."""
+    built alike share their vectors and placement key. The job's ``user`` is the spec's,
+    else ``owner`` (who submitted it): the owner that owner-level fairness counts."""
     shape = shapes.shape(spec, space) if shapes is not None else _build_shape(spec, space)
     return SchedulingJob(
         name=name,
@@ -229,9 +250,12 @@ def build_job(
         job_type=spec.type,
         labels=shape.labels,
         annotations=shape.annotations,
-        user=spec.user,
+        user=spec.user if spec.user is not None else owner,
         expected_runtime=spec.duration if spec.duration is not None else spec.max_runtime,
-        placement_key=shape.key,
+        placement_key=shape.key if spec.topology is None else _with_topology(shape.key, spec),
+        topology=spec.topology,
+        min_runtime=spec.min_runtime,
+        checkpoint_every=spec.checkpoint_every,
     )
 
 
@@ -279,6 +303,10 @@ def combine_gang(name: str, members: list[SchedulingJob]) -> SchedulingJob:
         tolerations=first.tolerations,
         gang=first.gang,
         job_type=first.job_type,
+        user=first.user,
+        topology=first.topology,
+        min_runtime=max((m.min_runtime for m in members if m.min_runtime), default=None),
+        checkpoint_every=first.checkpoint_every,
         expected_runtime=max(
             (m.expected_runtime for m in members if m.expected_runtime is not None), default=None
         ),

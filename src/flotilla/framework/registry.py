@@ -37,6 +37,7 @@ STRATEGY_GROUP = "flotilla.strategies"
 _BASE = (
     "priority-sort",
     "elastic-quota",
+    "owner-limits",
     "resources-fit",
     "node-affinity",
     "taint-toleration",

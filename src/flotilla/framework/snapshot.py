@@ -13,7 +13,7 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import Vector
-from flotilla.model.queue import Preemption
+from flotilla.model.queue import Owners, Preemption
 from flotilla.model.scenario import FairShare, Queueing, Settings
 
 
@@ -24,6 +24,8 @@ class QueueInfo:
     order: int = 0
     quota: str | None = None
     preemption: Preemption = field(default_factory=Preemption)
+    owners: Owners | None = None
+    """Fairness and limits among the owners of the queue's jobs (``None``: none)."""
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,15 @@ class GpuSharing(StrEnum):
     """Every fraction gets a device to itself."""
 
 
+def check_topology(levels: list[str]) -> None:
+    """Topology levels are distinct label keys."""
+    for level in levels:
+        if not level:
+            raise ValueError("topology: a level is a node-label key, not empty")
+        if levels.count(level) > 1:
+            raise ValueError(f"topology: level {level!r} is named twice")
+
+
 class ClusterSpec(Strict):
     name: Name
     labels: Labels = {}
@@ -130,8 +139,12 @@ class ClusterSpec(Strict):
     startup_delay: Seconds = 0
     fail_at: Seconds | None = None
     nodes: list[NodeGroup] = Field(min_length=1)
+    topology: list[str] = []
+    """Extension: node-label keys naming the cluster's network levels, widest first (e.g.
+    ``[block, rack, host]``): a job's ``topology`` asks for one domain of a level."""
 
     @model_validator(mode="after")
     def _costs_in_range(self) -> ClusterSpec:
         check_costs(self.cost)
+        check_topology(self.topology)
         return self

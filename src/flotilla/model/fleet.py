@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field, JsonValue, model_validator
 
 from flotilla.model.base import Labels, Name, Seconds, Strict
-from flotilla.model.cluster import GpuSharing, NodeGroup, check_costs
+from flotilla.model.cluster import GpuSharing, NodeGroup, check_costs, check_topology
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Settings
 
@@ -49,6 +49,8 @@ class FleetCluster(Strict):
     labels: Labels = {}
     cost: dict[str, float] = {}
     gpu_sharing: GpuSharing = GpuSharing.SHARED
+    topology: list[str] = []
+    """Node-label keys naming the cluster's network levels, widest first."""
     """How fractions of different jobs may share a device (``plugins/devices.py``)."""
     startup_delay: Seconds = 0
     """Simulator only: seconds from dispatch to running."""
@@ -59,6 +61,7 @@ class FleetCluster(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> FleetCluster:
+        check_topology(self.topology)
         check_costs(self.cost)
         if "cluster" in self.settings:
             raise ValueError("settings.cluster: is the cluster's name; do not set it")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flotilla.model.base import MAX_COUNT, Labels, Name, ResourceList, Seconds, Strict
 from flotilla.model.cluster import TaintEffect
@@ -129,6 +130,44 @@ class Dependency(Strict):
     condition: DependencyCondition = DependencyCondition.SUCCEEDED
 
 
+class JobTopology(Strict):
+    """Extension: keep the job's replicas in one domain of a cluster's topology level (a
+    node-label key the cluster declares in ``topology``)."""
+
+    required: str | None = None
+    """All replicas within one domain of this level, or the job waits."""
+    preferred: str | None = None
+    """One domain of this level if any can hold the job, else anywhere."""
+
+    @model_validator(mode="after")
+    def _one_level(self) -> JobTopology:
+        if (self.required is None) == (self.preferred is None):
+            raise ValueError("give one of required or preferred (a topology level)")
+        return self
+
+    @property
+    def level(self) -> str:
+        level = self.required if self.required is not None else self.preferred
+        assert level is not None
+        return level
+
+
+class JobPreemption(Strict):
+    """Extension: how a preempted run is told before it is stopped."""
+
+    grace: PositiveDuration = 30
+    """Seconds between the signal and the kill."""
+    signal: str = "SIGTERM"
+    """The signal sent first (a name such as ``SIGUSR1``)."""
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, name: str) -> str:
+        if name not in signal.Signals.__members__:
+            raise ValueError(f"{name!r} is not a signal name (such as SIGTERM or SIGUSR1)")
+        return name
+
+
 class JobSpec(Strict):
     """A job as submitted: the scenario contract's job schema."""
 
@@ -157,6 +196,15 @@ class JobSpec(Strict):
     will grow); by default such a job is refused at submission."""
     retry: RetrySpec | None = None
     array: ArraySpec | None = None
+    topology: JobTopology | None = None
+    """Extension: all the job's replicas within one domain of a topology level."""
+    preemption: JobPreemption | None = None
+    """Extension: the signal and grace a preempted run gets before it is killed."""
+    min_runtime: PositiveDuration | None = None
+    """Extension: never a preemption victim during its run's first ``min_runtime`` seconds."""
+    checkpoint_every: PositiveDuration | None = None
+    """Extension: the job saves its work every this many seconds of its run: preemption
+    prefers victims with the least GPU time since their last checkpoint."""
 
     @model_validator(mode="after")
     def _priority_once(self) -> JobSpec:

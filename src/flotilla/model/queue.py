@@ -38,11 +38,35 @@ class Preemption(Strict):
     borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
 
 
+class OwnerOrder(StrEnum):
+    DRF = "drf"
+    """Owners by weighted DRF within the queue (Slurm's fair tree at the user level)."""
+    QUEUE = "queue"
+    """The queue's own order (priority, then submission) across owners: limits only."""
+
+
+class Owners(Strict):
+    """Extension: the owners of one queue's jobs (a job's ``user``, else whoever submitted
+    it) share the queue fairly and within limits (``scheduler/owner_order.py``,
+    ``plugins/owner_limits.py``)."""
+
+    order: OwnerOrder = OwnerOrder.DRF
+    weights: dict[str, Weight] = {}
+    """An owner's weight in the queue's DRF (1 if not named)."""
+    max_running_jobs: int | None = Field(default=None, ge=1)
+    """Each owner runs at most this many jobs of the queue at once."""
+    max_resources: ResourceList | None = None
+    """Each owner's running jobs of the queue hold at most this much of each resource named."""
+
+
 class QueueSpec(Strict):
     name: Name
     quota: str | None = None
     weight: Weight = 1.0
     preemption: Preemption = Preemption()
+    owners: Owners | None = None
+    """Extension: fairness and limits among the owners of the queue's jobs; ``None``: the
+    queue's order alone, whoever owns a job."""
 
 
 class PriorityClass(Strict):

@@ -1,8 +1,9 @@
 """Preemption policies as PostFilter plugins: Kueue's per-queue rules, Armada's urgency and
 fair-share preemption. Each finds a minimal victim set (``flotilla.framework.preemption``).
 
-Victim order, everywhere: least important first — lower priority, then the most recently
-started (it loses the least work); Kueue's rules put borrowers of other queues first.
+Victim order, everywhere: least important first — lower priority, then the least work lost
+(GPU-seconds since the last checkpoint), then the most recently started; Kueue's rules put
+borrowers of other queues first. A job within its ``min_runtime`` is never a victim.
 """
 
 from __future__ import annotations
@@ -13,13 +14,20 @@ import numpy as np
 
 from flotilla.framework.interfaces import PostFilterInput, PostFilterResult, PreemptionContext
 from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.preemption import Unit, candidate_units, minimal_victims
+from flotilla.framework.preemption import Unit, candidate_units, lost_work, minimal_victims
 from flotilla.framework.resources import EPSILON
 from flotilla.model.queue import BorrowPolicy, ReclaimWithinCohort, WithinQueue
 
 
-def _least_important(running: Any) -> tuple[Any, ...]:
-    return (running.job.priority, -running.started_at, -running.job.sequence)
+def _least_important(running: Any, now: float) -> tuple[Any, ...]:
+    """Lower priority first; then the least work lost (GPU-seconds since the last checkpoint,
+    ``lost_work``); then the most recently started."""
+    return (
+        running.job.priority,
+        lost_work(running, now),
+        -running.started_at,
+        -running.job.sequence,
+    )
 
 
 class QueuePreemption:
@@ -90,7 +98,7 @@ class QueuePreemption:
                 continue
             if victim.queue == job.queue:
                 if within and victim.priority < job.priority:
-                    eligible.append(((1, *_least_important(running)), victim))
+                    eligible.append(((1, *_least_important(running, context.now)), victim))
                 continue
             if not across:
                 continue
@@ -117,7 +125,7 @@ class QueuePreemption:
                 )
             if allowed:
                 cohort_borrowers.add(victim.queue)
-                eligible.append(((0, *_least_important(running)), victim))
+                eligible.append(((0, *_least_important(running, context.now)), victim))
         if not eligible:
             return PostFilterResult()
         eligible.sort(key=lambda item: item[0])
@@ -188,7 +196,7 @@ class PriorityPreemption:
             r.job
             for r in sorted(
                 (r for r in context.running_jobs if r.job.priority < job.priority),
-                key=_least_important,
+                key=lambda r: _least_important(r, context.now),
             )
         ]
         units = candidate_units(context, lower)
@@ -216,7 +224,8 @@ class FairSharePreemption:
         job = request.job
         mine = context.queue_share(job.queue, job.total)
         others = [r for r in context.running_jobs if r.job.queue != job.queue]
-        others.sort(key=lambda r: (-context.queue_share(r.job.queue), *_least_important(r)))
+        now = context.now
+        others.sort(key=lambda r: (-context.queue_share(r.job.queue), *_least_important(r, now)))
         units = candidate_units(context, [r.job for r in others])
         queue_of = {r.job.name: r.job.queue for r in others}
         total_of = {r.job.name: r.assignment.held(len(job.total)) for r in others}

@@ -156,6 +156,7 @@ def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
                 "labels": dict(cluster.labels),
                 "cost": dict(cluster.cost),
                 "gpu_sharing": cluster.gpu_sharing.value,
+                "topology": list(cluster.topology),
                 "nodes": [group.model_dump(mode="json") for group in cluster.nodes],
             }
         )
@@ -192,4 +193,10 @@ def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
     if spec.retry is not None:
         body["retry"]["delay"] = spec.retry.delay / speed
         body["retry"]["max_delay"] = spec.retry.max_delay / speed
+    if spec.min_runtime is not None:
+        body["min_runtime"] = spec.min_runtime / speed
+    if spec.checkpoint_every is not None:
+        body["checkpoint_every"] = spec.checkpoint_every / speed
+    if spec.preemption is not None:
+        body["preemption"]["grace"] = spec.preemption.grace / speed
     return body

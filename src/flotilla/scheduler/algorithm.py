@@ -33,6 +33,7 @@ from flotilla.framework.jobs import (
     combine_gang,
     remaining_replicas,
 )
+from flotilla.framework.owners import owner_of
 from flotilla.framework.registry import Framework, load_strategy
 from flotilla.framework.snapshot import (
     PRIORITY_ORDER,
@@ -49,6 +50,7 @@ from flotilla.scheduler.backfill import find_reservation
 from flotilla.scheduler.caches import EngineCaches
 from flotilla.scheduler.decayed_usage import DecayedUsage, queue_allocations
 from flotilla.scheduler.ordering import DrfOrder, FifoOrder, alike, sort_queues
+from flotilla.scheduler.owner_order import owner_allocations
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
 from flotilla.scheduler.scheduling_round import Outcome, SchedulingRound
@@ -219,7 +221,8 @@ class _Loop:
         self._gang_members: dict[str, list[SchedulingJob]] | None = None
         self.order: DrfOrder | FifoOrder
         if self.config.fair_share is FairShare.FIFO:
-            self.order = FifoOrder(snapshot.queued)
+            owner_queues = frozenset(q.name for q in snapshot.queues if q.owners is not None)
+            self.order = FifoOrder(snapshot.queued, owner_queues)
         else:
             jobs_by_queue = algorithm.jobs_by_queue(snapshot)
             self.order = DrfOrder(
@@ -228,6 +231,7 @@ class _Loop:
                 scheduling_round.allocated,
                 scheduling_round.total,
                 usage,
+                owner_allocations(snapshot, len(scheduling_round.total)),
             )
 
     @property
@@ -279,6 +283,10 @@ class _Loop:
                     reason = preempted.decision.reason
             if unit.waiting is None:
                 self.round.job_waits(unit.job, reason)
+            if attempt.kind == Outcome.PLACEMENT:  # no room: did other owners come first?
+                note = self.order.owner_note(job)
+                if note is not None:
+                    reason = f"{reason}; {note}"
             # The view this job was judged in, before a reservation of its own changes it.
             long = self._needs_long_view(job)
             shared_reason = reason
@@ -399,7 +407,8 @@ class _Loop:
 
     def _commit(self, unit: _Unit, assignment: Assignment) -> None:
         if not unit.combined:
-            self.order.adjust(unit.job.queue, self.round.commit(unit.job, assignment))
+            delta = self.round.commit(unit.job, assignment)
+            self.order.adjust(unit.job.queue, delta, owner_of(unit.job))
             self.handled.add(unit.job.name)
             return
         by_member: dict[str, list[Placement]] = {}
@@ -416,7 +425,7 @@ class _Loop:
                 self.handled.discard(member.name)
                 continue
             part = Assignment(assignment.cluster, tuple(placements), assignment.annotations)
-            self.order.adjust(member.queue, self.round.commit(member, part))
+            self.order.adjust(member.queue, self.round.commit(member, part), owner_of(member))
 
     def _pend(self, unit: _Unit, reason: str) -> None:
         for member in unit.members:
@@ -541,4 +550,4 @@ class _Loop:
             if now_placed < wanted:
                 why = f"no room for them on cluster {grown.cluster} yet"
                 self.growing[job.name] = gangs.members_wait_reason(now_placed, wanted, why)
-            self.order.adjust(job.queue, self.round.commit(job, grown))
+            self.order.adjust(job.queue, self.round.commit(job, grown), owner_of(job))

@@ -20,8 +20,11 @@ from operator import attrgetter, eq
 import numpy as np
 
 from flotilla.framework.jobs import SchedulingJob
+from flotilla.framework.owners import owner_label, owner_of
 from flotilla.framework.resources import EPSILON, Vector
 from flotilla.framework.snapshot import BacklogSlice
+from flotilla.model.queue import OwnerOrder
+from flotilla.scheduler.owner_order import OwnerMerge
 from flotilla.scheduler.types import QueueInfo
 
 
@@ -42,7 +45,10 @@ class DrfOrder:
         allocated: Mapping[str, Vector],
         total: Vector,
         usage: Mapping[str, list[float]] | None = None,
+        owner_allocated: Mapping[str, Mapping[str, Vector]] | None = None,
     ) -> None:
+        """``owner_allocated``: for each queue whose owners share it by DRF (``owners``),
+        what each owner's running jobs of the queue hold."""
         self._jobs = jobs_by_queue
         self._past: dict[str, list[float]] = {}
         """Queue → decayed past usage as an average allocation; a queue absent used nothing."""
@@ -66,6 +72,31 @@ class DrfOrder:
                 self._allocated[name] = list(zeros)
         inverse = np.divide(1.0, total, out=np.zeros_like(total), where=total > EPSILON)
         self._inverse_total: list[float] = inverse.tolist()
+        self._merges: dict[str, OwnerMerge] = {}
+        """Queues whose owners share them by DRF: their jobs, merged owner by owner."""
+        owner_queues = [
+            queue
+            for queue in queues
+            if queue.owners is not None
+            and queue.owners.order is OwnerOrder.DRF
+            and jobs_by_queue.get(queue.name)
+        ]
+        self._by_owner = {queue.name for queue in queues if queue.owners is not None}
+        """Queues whose owners matter (shares or limits): alike jobs must share the owner."""
+        if owner_queues:
+            merged: dict[str, Sequence[SchedulingJob]] = dict(jobs_by_queue)
+            for queue in owner_queues:
+                assert queue.owners is not None
+                held = (owner_allocated or {}).get(queue.name, {})
+                merge = OwnerMerge(
+                    jobs_by_queue[queue.name],
+                    queue.owners.weights,
+                    {owner: amount.tolist() for owner, amount in held.items()},
+                    self._inverse_total,
+                    _dominant,
+                )
+                merged[queue.name] = self._merges[queue.name] = merge
+            self._jobs = merged
         self._heads = dict.fromkeys(jobs_by_queue, 0)
         self._version = dict.fromkeys(jobs_by_queue, 0)
         self._stopped: set[str] = set()
@@ -113,6 +144,9 @@ class DrfOrder:
     def placed(self, job: SchedulingJob) -> None:
         used = self._allocated[job.queue]
         self._allocated[job.queue] = [a + b for a, b in zip(used, job.total.tolist(), strict=True)]
+        merge = self._merges.get(job.queue)
+        if merge is not None:
+            merge.charge(owner_of(job), job.total.tolist())
         self._advance(job.queue)
 
     def skipped(self, job: SchedulingJob) -> None:
@@ -125,6 +159,15 @@ class DrfOrder:
         """Skip ``job`` and every job right behind it in its queue that is ``alike`` and for
         which ``same`` holds (it would fail the same way); returns the ones skipped after it."""
         queue = job.queue
+        merge = self._merges.get(queue)
+        if merge is not None:  # alike jobs of the same owner: behind it in its own list
+            skipped = merge.skip_alike(
+                self._heads[queue], lambda jobs, start: _slice_end(jobs, start, job, same)
+            )
+            self._advance(queue)
+            return skipped
+        if queue in self._by_owner:
+            same = _same_owner(job, same)
         jobs = self._jobs[queue]
         start = self._heads[queue] + 1
         end = _slice_end(jobs, start, job, same)
@@ -139,12 +182,19 @@ class DrfOrder:
         start = self._heads[job.queue] + 1
         return self._jobs[job.queue][start:]
 
-    def adjust(self, queue: str, delta: Vector) -> None:
-        """A queue's allocation changed outside ``placed``: re-rank it."""
+    def adjust(self, queue: str, delta: Vector, owner: str | None = None) -> None:
+        """A queue's allocation changed outside ``placed``: re-rank it. ``owner``: whose
+        jobs of the queue changed, for a queue whose owners share it by DRF (an eviction,
+        which does not say, leaves the owners' shares as they were for the round)."""
         used = self._allocated.get(queue)
         if used is None:
             return
-        self._allocated[queue] = [a + b for a, b in zip(used, delta.tolist(), strict=True)]
+        amounts = delta.tolist()
+        self._allocated[queue] = [a + b for a, b in zip(used, amounts, strict=True)]
+        if owner is not None:
+            merge = self._merges.get(queue)
+            if merge is not None:
+                merge.charge(owner, amounts)
         # A new version, and a new entry before the next pop. Usually the queue is the one
         # being served and its _advance follows, which pushes anyway: deferring the push
         # saves computing a share that would only be dropped as stale.
@@ -152,6 +202,26 @@ class DrfOrder:
         if waiting and queue not in self._stopped:
             self._version[queue] += 1
             self._rerank.add(queue)
+
+    def owner_note(self, job: SchedulingJob) -> str | None:
+        """Why the owner level holds ``job`` back, for its reason: another owner of its queue
+        has a lower weighted dominant share and is served first (``None`` if none has, or
+        the queue's owners do not share it by DRF)."""
+        merge = self._merges.get(job.queue)
+        if merge is None:
+            return None
+        owner = owner_of(job)
+        lowest = merge.lowest_other(owner)
+        if lowest is None:
+            return None
+        mine = merge.share(owner)
+        other, theirs = lowest
+        if not mine > theirs:
+            return None
+        return (
+            f"owner {owner_label(owner)}'s dominant share {mine:.2f} > {owner_label(other)}'s "
+            f"{theirs:.2f} in queue {job.queue} (owners share it by DRF)"
+        )
 
     def _advance(self, queue: str) -> None:
         self._heads[queue] += 1
@@ -178,12 +248,26 @@ def _dominant(used: list[float], extra: list[float] | None, inverse_total: list[
     return dominant
 
 
+def _same_owner(
+    model: SchedulingJob, same: Callable[[SchedulingJob], bool] | None
+) -> Callable[[SchedulingJob], bool]:
+    """``same``, and the job has ``model``'s owner (an owner's limit refuses only its jobs)."""
+    owner = model.user
+    if same is None:
+        return lambda job: job.user == owner
+    return lambda job: job.user == owner and same(job)
+
+
 class FifoOrder:
     """Global submission order across every queue (``fair_share: fifo``)."""
 
-    def __init__(self, jobs: Sequence[SchedulingJob]) -> None:
+    def __init__(
+        self, jobs: Sequence[SchedulingJob], owner_queues: frozenset[str] = frozenset()
+    ) -> None:
+        """``owner_queues``: the queues whose owners matter (``owners``)."""
         self._jobs = sorted(jobs, key=lambda job: (job.submit_time, job.sequence))
         self._index = 0
+        self._by_owner = owner_queues
 
     def __iter__(self) -> Iterator[SchedulingJob]:
         while self._index < len(self._jobs):
@@ -198,6 +282,8 @@ class FifoOrder:
     def skip_alike(
         self, job: SchedulingJob, same: Callable[[SchedulingJob], bool] | None = None
     ) -> BacklogSlice:
+        if job.queue in self._by_owner:
+            same = _same_owner(job, same)
         start = self._index + 1
         end = _slice_end(self._jobs, start, job, same)
         self._index = end
@@ -208,8 +294,12 @@ class FifoOrder:
         self._index = len(self._jobs)
         return rest
 
-    def adjust(self, queue: str, delta: Vector) -> None:
+    def adjust(self, queue: str, delta: Vector, owner: str | None = None) -> None:
         """Global FIFO does not rank by share."""
+
+    def owner_note(self, job: SchedulingJob) -> str | None:
+        """Global FIFO does not share queues among owners."""
+        return None
 
 
 _SLICE_FIELDS = attrgetter("priority", "gang", "queue", "placement_key")

@@ -28,6 +28,7 @@ from flotilla.scheduler import node_index
 from flotilla.scheduler.caches import EngineCaches
 from flotilla.scheduler.failures import FailureKey
 from flotilla.scheduler.node_index import placement_key
+from flotilla.scheduler.topology import place_in_topology
 
 
 class _Reservation:
@@ -60,6 +61,14 @@ def place_job(
     """
     if caches is not None and caches.framework is not framework:
         raise ValueError("place_job: the caches were made for another framework")
+    if job.topology is not None:  # one domain of a level: placed domain by domain
+        return place_in_topology(
+            job,
+            cluster,
+            lambda part: place_job(
+                framework, part, cluster, cycle, keep=keep, minimum=minimum, caches=caches
+            ),
+        )
     fast = caches if caches is not None and caches.row_local else None
     if minimum is None and len(job.tasks) == 1 and job.tasks[0].replicas == 1:
         return _place_one_replica(framework, job, cluster, cycle, keep=keep, caches=fast)

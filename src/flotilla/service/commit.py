@@ -21,6 +21,7 @@ from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import machine
 from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
 from flotilla.lifecycle.events import Evicted, Scheduled
+from flotilla.model import JobSpec
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
@@ -129,7 +130,7 @@ class Committer:
             if isinstance(effect, StopRun):
                 backend = context.backends.get(victim.run.cluster)
                 if backend is not None:
-                    backend.cancel(CancelRequest(victim.run.id, reason=effect.reason))
+                    backend.cancel(preemption_request(victim.run.id, victim.spec, effect.reason))
                     self._transitions.awaiting_stop[victim.run.id] = victim.id
             elif isinstance(effect, SetState):
                 self._transitions.transition(
@@ -193,3 +194,12 @@ class Committer:
                     )
                 )
         return requests, growing
+
+
+def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:
+    """Stop a preempted run as its job asks (``preemption: {grace, signal}``): the signal
+    first, the kill after the grace; the backend's defaults otherwise."""
+    asked = spec.preemption
+    if asked is None:
+        return CancelRequest(run_id, reason=reason)
+    return CancelRequest(run_id, reason=reason, grace_period=asked.grace, signal=asked.signal)

@@ -195,6 +195,7 @@ def fleet_change(fleet: Fleet, expected_version: int | None = None) -> FleetChan
             cost=dict(cluster.cost),
             backend=cluster.backend,
             gpu_sharing=cluster.gpu_sharing,
+            topology=list(cluster.topology),
             startup_delay=0.0,
             fail_at=None,
             nodes=list(cluster.nodes),
@@ -369,7 +370,8 @@ class FleetRuntime:
         if cluster is not None and cluster.cost:
             spec = spec.model_copy(update={"cost": dict(cluster.cost)})
         if cluster is not None:
-            spec = spec.model_copy(update={"gpu_sharing": cluster.gpu_sharing})
+            update = {"gpu_sharing": cluster.gpu_sharing, "topology": list(cluster.topology)}
+            spec = spec.model_copy(update=update)
         return spec
 
     def connect(self) -> list[str]:

@@ -46,6 +46,7 @@ def job_from_record(
         priority=record.priority,
         preemptible=spec.preemptible if spec.preemptible is not None else True,
         shapes=shapes,
+        owner=record.owner,
     )
 
 

@@ -285,6 +285,7 @@ class SnapshotBuilder:
                 order=order,
                 quota=spec.quota,
                 preemption=spec.preemption,
+                owners=spec.owners,
             )
             for order, spec in enumerate(self._store.list_queues())
         ]

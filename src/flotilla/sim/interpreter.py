@@ -61,6 +61,9 @@ class LifecycleInterpreter:
     def _release(self, job: SimJob, at: float) -> None:
         raise NotImplementedError
 
+    def _charge_lost_work(self, job: SimJob, at: float) -> None:
+        """A running job is preempted: count the work since its last checkpoint as lost."""
+
     def _view(self, job: SimJob, *, cancel: bool = False, dependencies: bool = False) -> JobView:
         """What the lifecycle core needs of ``job``: the simulator's ``running`` stands for
         the service's leased, pending and running alike."""
@@ -196,6 +199,8 @@ class LifecycleInterpreter:
         """The job's run ended and it waits again (preempted, or re-queued by its retry
         policy or a lost node): its resources are freed."""
         if job.state is ScenarioJobState.RUNNING:
+            if change.state is JobState.PREEMPTED:
+                self._charge_lost_work(job, at)
             self._release(job, at)
             job.run += 1
         if change.state is JobState.PREEMPTED:

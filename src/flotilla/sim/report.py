@@ -80,6 +80,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "running": sum(1 for j in queue_jobs if j.state is ScenarioJobState.RUNNING),
                 "queued": sum(1 for j in queue_jobs if j.waiting),
                 "mean_wait": round(sum(queue_waits) / len(queue_waits), 3) if queue_waits else None,
+                "lost_gpu_seconds": _number(round(sum(j.lost_gpu_seconds for j in queue_jobs), 3)),
             }
         )
     states: dict[str, int] = {}
@@ -152,6 +153,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
             "end_reason": sim.end_reason,
             "decisions": sim.decisions,
             "preemptions": sim.preemptions,
+            "lost_gpu_seconds": _number(round(sum(job.lost_gpu_seconds for job in sim.jobs), 3)),
         },
     }
 

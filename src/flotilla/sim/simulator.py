@@ -20,6 +20,7 @@ import numpy as np
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster
 from flotilla.framework.interfaces import Assignment
+from flotilla.framework.preemption import lost_work
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
@@ -85,6 +86,7 @@ class Simulator(LifecycleInterpreter):
                 order=order,
                 quota=queue.quota,
                 preemption=queue.preemption,
+                owners=queue.owners,
             )
             for order, queue in enumerate(scenario.queues)
         ]
@@ -164,6 +166,8 @@ class Simulator(LifecycleInterpreter):
         if kind is Timer.START:
             self._start(job, at)
             return False
+        if kind is Timer.PROTECTION_ENDS:  # a new victim: worth a round if anything waits
+            return bool(self._queued)
         return self._step(job, at, RunEnded(RunEnd.SUCCEEDED))
 
     def _start(self, job: SimJob, at: float) -> None:
@@ -290,6 +294,11 @@ class Simulator(LifecycleInterpreter):
         set_waiting_reasons(self._queued, result.pending)
         return applied
 
+    def _charge_lost_work(self, job: SimJob, at: float) -> None:
+        view = self._running_views.get(job.name)
+        if view is not None:
+            job.lost_gpu_seconds += lost_work(view, at)
+
     # --- CurrentState, for reconciliation ---------------------------------------------------
 
     def waiting(self, job: str) -> bool:
@@ -346,6 +355,10 @@ class Simulator(LifecycleInterpreter):
         job.reason = None
         job.run += 1
         job.attempts += 1
+        if job.job.min_runtime is not None:  # a victim from then on: wake a round
+            self._schedule_timer(
+                now + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
+            )
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))

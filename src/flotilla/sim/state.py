@@ -34,6 +34,8 @@ class SimJob:
     scheduled_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
+    lost_gpu_seconds: float = 0.0
+    """GPU-seconds its preempted runs had done since their last checkpoint."""
     reason: str | None = None
     run: int = 0
     """Attempt counter: timers of an earlier run are ignored after a requeue."""
@@ -97,6 +99,8 @@ class Timer(IntEnum):
     CANCEL = 4
     GANG_TIMEOUT = 5
     RETRY = 6
+    PROTECTION_ENDS = 7
+    """A running job's ``min_runtime`` is over: it may be a preemption victim now."""
 
 
 def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str]) -> None:

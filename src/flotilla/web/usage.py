@@ -9,6 +9,7 @@ by the timeline sampler.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,6 +17,7 @@ from typing import Any
 
 from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.model import QuotaSpec
+from flotilla.model.scenario import FairShare
 from flotilla.store import ACTIVE_JOB_STATES, WAITING_JOB_STATES, JobRecord, Store
 
 Amounts = dict[str, float]
@@ -78,8 +80,15 @@ class QueueUsage:
     queued: int = 0
     dominant_share: float = 0.0
     fair_share: float = 0.0
+    decayed_usage: Amounts | None = None
+    """With ``usage_half_life``: what the queue held on average over the decay window (decayed
+    resource-seconds over the mean lifetime τ), per resource; ``None`` without a half-life."""
+    decayed_share: float | None = None
+    """With ``usage_half_life``: the dominant share DRF orders the queue by, of what it holds
+    now plus its decayed usage (``scheduler/ordering.py``), before its weight."""
 
     def as_dict(self) -> dict[str, Any]:
+        decayed = self.decayed_usage
         return {
             "name": self.name,
             "weight": self.weight,
@@ -89,6 +98,10 @@ class QueueUsage:
             "queued": self.queued,
             "dominant_share": round(self.dominant_share, 4),
             "fair_share": round(self.fair_share, 4),
+            "decayed_usage": (
+                None if decayed is None else {k: round(v, 6) for k, v in decayed.items()}
+            ),
+            "decayed_share": None if self.decayed_share is None else round(self.decayed_share, 4),
         }
 
 
@@ -208,6 +221,7 @@ def fleet_usage(
         if queue is not None:
             queue.queued = sum(states.get(state.value, 0) for state in WAITING_JOB_STATES)
     _shares(list(queues.values()), capacity)
+    _decayed_shares(store, list(queues.values()), capacity)
     quotas = _quota_usage(store.list_quotas(), list(queues.values()))
     return FleetUsage(cluster_rows, list(nodes.values()), list(queues.values()), quotas, capacity)
 
@@ -227,6 +241,41 @@ def _shares(queues: list[QueueUsage], capacity: Amounts) -> None:
     for queue in queues:
         wants = queue in demanding
         queue.fair_share = queue.weight / total if wants and total > 0 else 0.0
+
+
+def _half_life(store: Store) -> float | None:
+    """The fleet's ``usage_half_life`` in seconds when it orders queues by DRF, else None."""
+    fleet = store.get_fleet()
+    if fleet is None:
+        return None
+    settings = fleet.document.get("settings") or {}
+    if settings.get("fair_share", FairShare.DRF.value) != FairShare.DRF.value:
+        return None
+    half_life = settings.get("usage_half_life")
+    return float(half_life) if half_life is not None else None
+
+
+def _decayed_shares(store: Store, queues: list[QueueUsage], capacity: Amounts) -> None:
+    """Each queue's decayed usage from run history (``store.decayed_usage``, the ledger's
+    start after a restart) as an average allocation, and the share DRF orders it by: what it
+    holds now plus that average, as ``DrfOrder`` adds them."""
+    half_life = _half_life(store)
+    if half_life is None:
+        return
+    _, by_queue = store.decayed_usage(half_life)
+    inverse_mean_life = math.log(2) / half_life
+    for queue in queues:
+        average = {
+            name: amount * inverse_mean_life
+            for name, amount in by_queue.get(queue.name, {}).items()
+        }
+        queue.decayed_usage = average
+        combined = dict(queue.allocated)
+        _add(combined, average)
+        queue.decayed_share = max(
+            (amount / capacity[name] for name, amount in combined.items() if capacity.get(name)),
+            default=0.0,
+        )
 
 
 def _quota_usage(roots: list[QuotaSpec], queues: list[QueueUsage]) -> list[dict[str, Any]]:

@@ -267,7 +267,8 @@ class SlurmBackend:
                     known.status,
                 )
             grace = self.grace_period if request.grace_period is None else request.grace_period
-            self._stop(known, request.reason, grace)
+            polite = request.signal.removeprefix("SIG") if request.signal else "TERM"
+            self._stop(known, request.reason, grace, polite)
             return CancelResult(
                 request.run_id,
                 CancelOutcome.STOPPING,
@@ -396,8 +397,9 @@ class SlurmBackend:
 
     # --- stopping -------------------------------------------------------------------------
 
-    def _stop(self, known: _Seen, reason: str, grace: float) -> None:
-        """Write why and when the hard kill is due into the job's comment, then SIGTERM.
+    def _stop(self, known: _Seen, reason: str, grace: float, polite: str = "TERM") -> None:
+        """Write why and when the hard kill is due into the job's comment, then SIGTERM (or
+        ``polite``: a preempted job's ``preemption.signal``, e.g. ``USR1``).
 
         SIGTERM goes to the batch shell and every step (``scancel --signal=TERM --full``); the
         SIGKILL at the deadline is this backend's (any backend object's: the deadline is in
@@ -414,7 +416,7 @@ class SlurmBackend:
         if known.status.state is BackendRunState.PENDING:
             self.clients.cancel(known.job.job_id)
         else:
-            self.clients.cancel(known.job.job_id, signal="TERM")
+            self.clients.cancel(known.job.job_id, signal=polite)
         self._seen[marker.run_id] = _Seen(marker, known.job, known.status)
 
     def _enforce(self, item: _Seen, now: float) -> None:

@@ -22,7 +22,7 @@ async function queuesPage() {
   main.replaceChildren(h("h1", {}, "Queues"),
     h("div", {class: "table-wrap"}, h("table", {class: "queues"},
       h("thead", {}, h("tr", {}, ["Queue", "Weight", "Running", "Queued", "Dominant share",
-        "Fair share", "Allocated", "Quota"].map((t) => h("th", {scope: "col"}, t)))), table)),
+        "Fair share", "Decayed usage", "Allocated", "Quota"].map((t) => h("th", {scope: "col"}, t)))), table)),
     h("section", {class: "panel"}, h("h2", {}, "Quotas: use against min and max"), quotas),
     h("section", {class: "panel"}, h("h2", {}, "Dominant share (solid) against fair share (dashed) over time"), shareChart),
     h("section", {class: "panel"}, h("h2", {}, "Running and queued jobs over time"), countChart),
@@ -38,6 +38,10 @@ async function queuesPage() {
       h("td", {}, meter(q.dominant_share, 1, "dominant share " + (q.dominant_share * 100).toFixed(1) + "%"),
         " " + (q.dominant_share * 100).toFixed(1) + "%"),
       h("td", {class: "num"}, (q.fair_share * 100).toFixed(1) + "%"),
+      // With usage_half_life: the average held over the decay window, and the share DRF orders by.
+      q.decayed_usage === null ? h("td", {class: "num", title: "no usage_half_life set"}, "–")
+        : h("td", {title: "held now plus decayed usage: the share DRF orders this queue by"},
+          (q.decayed_share * 100).toFixed(1) + "% (", amounts(q.decayed_usage), ")"),
       h("td", {}, amounts(q.allocated)), h("td", {}, q.quota || "–"))));
     quotas.replaceChildren(fleet.quotas.length ? h("div", {class: "table-wrap"}, h("table", {class: "quotas"},
       h("thead", {}, h("tr", {}, ["Quota", "Resource", "Use / min / max", "", "Borrowing", "Lending"]
