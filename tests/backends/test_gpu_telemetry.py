@@ -11,12 +11,12 @@ import pytest
 from flotilla.backends.gpu_sources import GpuDevice, GpuProcess, GpuUnavailable
 from flotilla.backends.gpu_telemetry import (
     DeviceShare,
-    GpuUse,
     RunGpus,
     SampleRequest,
     sample_gpus,
     shares_of,
 )
+from flotilla.model.gpu_use import GpuUse
 from tests.backends.gpu_recordings import recorded
 
 GIB = 2**30

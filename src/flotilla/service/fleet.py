@@ -35,6 +35,7 @@ from flotilla.backends import (
 )
 from flotilla.framework.snapshot import SchedulingConfig, scheduling_config
 from flotilla.model import ClusterSpec, PriorityClass, format_quantity
+from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
 from flotilla.model.node_info import NodeInfo
@@ -329,6 +330,8 @@ class FleetRuntime:
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])
+            if cluster.gpu_sharing is GpuSharing.MONITOR:  # the backend enforces it
+                settings["gpu_sharing"] = cluster.gpu_sharing.value
         if cluster.backend == "sim" and "nodes" not in settings and cluster.nodes:
             settings["nodes"] = [group.model_dump(mode="json") for group in cluster.nodes]
         if self.factory is not None:
