@@ -142,6 +142,9 @@ class RunTransitions:
             with contain("its run's report", status.job, status.run_id):
                 changes += self.on_run_status(status)
         self.record(changes)
+        uses = {status.run_id: status.gpu for status in statuses if status.gpu is not None}
+        if uses:  # figures only, no state: a write of their own, not the cycle's
+            self._context.store.record_gpu_use(uses)
         for status in statuses:
             with contain("stopping an orphaned run", status.job, status.run_id):
                 self._stop_if_orphaned(backend, status)
