@@ -77,6 +77,8 @@ def test_usage_json_and_csv_by_owner(store: SqlStore) -> None:
         "cpu_hours",
         "memory_gib_hours",
         "gpu_hours",
+        "gpu_used_hours",
+        "gpu_efficiency",
     ]
     assert [(row["owner"], row["jobs"]) for row in rows] == [("ana", "1"), ("bo", "1")]
 
