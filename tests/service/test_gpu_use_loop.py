@@ -104,6 +104,16 @@ def test_a_jobs_gpu_use_is_kept_with_its_run(
         assert run.gpu.memory_peak == 60 * GIB
         assert run.gpu.held_gpu_seconds > 0
         assert run.gpu.used_gpu_seconds > 0
+        labels = {"cluster": "local", "queue": "default"}
+        registry = loop.metrics.registry
+        held = registry.get_sample_value("flotilla_gpu_held_seconds_total", labels)
+        used = registry.get_sample_value("flotilla_gpu_used_seconds_total", labels)
+        # A quarter GPU whose process kept the whole device 97 % busy uses more than it
+        # holds: monitor limits memory, not compute.
+        assert held == pytest.approx(run.gpu.held_gpu_seconds)
+        assert used == pytest.approx(run.gpu.used_gpu_seconds)
+        # Ended: it holds no GPU memory any more.
+        assert registry.get_sample_value("flotilla_gpu_memory_used_bytes", labels) == 0
     finally:
         loop.close()
         backend.close()

@@ -35,6 +35,7 @@ from flotilla.model.node_info import NodeInfo
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
+from flotilla.service.gpu_metrics import GpuUseMetrics
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.retry import counted_failures, end_of, transition_for
 from flotilla.service.writes import CycleWrites
@@ -88,6 +89,7 @@ class RunTransitions:
         again, since the engine may have kept them running. (A new leader's fresh backends
         report every active run on their first poll, which finds the same orphans.)"""
         """A cluster whose backend has not answered for this long becomes unreachable."""
+        self._gpu_metrics = GpuUseMetrics(context.metrics)
         self._heartbeats: dict[str, float] = {}
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
         self.awaiting_stop: dict[str, str] = {}
@@ -145,6 +147,13 @@ class RunTransitions:
         uses = {status.run_id: status.gpu for status in statuses if status.gpu is not None}
         if uses:  # figures only, no state: a write of their own, not the cycle's
             self._context.store.record_gpu_use(uses)
+        read = self._context.jobdb.read_txn()
+
+        def queue_of(job_id: str) -> str | None:
+            job = read.get(job_id)
+            return None if job is None else job.queue
+
+        self._gpu_metrics.observe(statuses, queue_of)
         for status in statuses:
             with contain("stopping an orphaned run", status.job, status.run_id):
                 self._stop_if_orphaned(backend, status)
