@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from flotilla.backends import (
+    gpu_mps,
     gpu_telemetry,
     local_ending,
     local_environment,
@@ -56,7 +57,7 @@ from flotilla.backends.common import (
 )
 from flotilla.backends.gpu_inventory import GPU_ENV as GPU_ENV  # where it was defined before
 from flotilla.backends.gpu_inventory import discover_gpus, with_gpus
-from flotilla.backends.gpu_sources import GpuSource
+from flotilla.backends.gpu_sources import GpuSource, GpuUnavailable
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
@@ -71,6 +72,7 @@ from flotilla.backends.interface import (
     Inventory,
     LogChunk,
     LogsRequest,
+    ReplicaPlacement,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -171,7 +173,8 @@ class LocalBackend:
     """Where GPUs are discovered when no count is given (NVML; a recording in tests), and
     sampled for each run's GPU use (``gpu_telemetry.py``)."""
     gpu_sharing: str = GpuSharing.SHARED.value
-    """The cluster's ``gpu_sharing``: ``monitor`` stops a run over its GPU memory share."""
+    """The cluster's ``gpu_sharing``: ``monitor`` stops a run over its GPU memory share;
+    ``mps`` runs GPU jobs as clients of an MPS daemon limited to their share (``gpu_mps.py``)."""
     gpu_sample_interval: float = 5.0
     """Seconds between two GPU samples (each initialises and shuts down NVML)."""
     name: str = field(default="local", init=False)
@@ -214,12 +217,24 @@ class LocalBackend:
         self._node = with_gpus(local_node(self.node_name, gpus=0), discovery)
         self._gpu_source = discovery.source
         try:
-            self._gpu_monitor = GpuSharing(self.gpu_sharing) is GpuSharing.MONITOR
+            sharing = GpuSharing(self.gpu_sharing)
         except ValueError:
             known = ", ".join(sharing.value for sharing in GpuSharing)
             raise ValueError(
                 f"gpu_sharing: expected one of {known}, got {self.gpu_sharing!r}"
             ) from None
+        self._gpu_monitor = sharing is GpuSharing.MONITOR
+        self._mps: gpu_mps.MpsDaemon | None = None
+        self._device_memory: dict[int, int] = {}
+        if sharing is GpuSharing.MPS and discovery.inventory is not None:
+            inventory = discovery.inventory
+            memory = int(inventory.memory or 0)
+            self._device_memory = {index: memory for index in range(inventory.count)}
+            self._mps = gpu_mps.MpsDaemon(self.state_dir / "mps")
+            try:
+                self.gpu_notice += "; " + self._mps.start(inventory.count)
+            except GpuUnavailable as error:
+                raise ValueError(f"gpu_sharing: {error}") from None
         self._gpu_sampled_at: float | None = None
         """When (monotonic) the GPUs were last sampled."""
         self._lock = threading.RLock()
@@ -345,7 +360,13 @@ class LocalBackend:
             trees=self._trees,
             replicas=replicas,
             gate=gate,
+            device_env=None if self._mps is None else self._mps_env(request),
         )
+
+    def _mps_env(self, request: DispatchRequest) -> Callable[[ReplicaPlacement], dict[str, str]]:
+        daemon = self._mps
+        assert daemon is not None
+        return lambda placement: gpu_mps.client_env(daemon, request, placement, self._device_memory)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
@@ -406,6 +427,8 @@ class LocalBackend:
             self._finish_sweeps(wait=SWEEP_SECONDS)
             self._trees.close()
         self._sync_records()
+        if self.stop_runs_on_close and self._mps is not None:
+            self._mps.stop()  # its clients are gone; runs left running keep it
 
     @property
     def isolation_notice(self) -> str | None:

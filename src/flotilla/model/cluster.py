@@ -123,6 +123,10 @@ class GpuSharing(StrEnum):
     and stops, failed, one that holds more than its share (``gpu_memory``, else its ``gpu``
     fraction of the device's memory). Enforced by ``local`` (through NVML); elsewhere it
     places as ``shared``."""
+    MPS = "mps"
+    """Fractions share devices as with ``shared``; ``local`` runs them as clients of an NVIDIA
+    MPS control daemon, each limited to its share's memory and SMs (``backends/gpu_mps.py``);
+    elsewhere it places as ``shared``."""
 
 
 class ClusterSpec(Strict):

@@ -330,7 +330,7 @@ class FleetRuntime:
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])
-            if cluster.gpu_sharing is GpuSharing.MONITOR:  # the backend enforces it
+            if cluster.gpu_sharing in (GpuSharing.MONITOR, GpuSharing.MPS):  # local enforces
                 settings["gpu_sharing"] = cluster.gpu_sharing.value
         if cluster.backend == "sim" and "nodes" not in settings and cluster.nodes:
             settings["nodes"] = [group.model_dump(mode="json") for group in cluster.nodes]
