@@ -29,7 +29,10 @@ FAKE_CONTROL = """#!/bin/sh
 } >> "$MPS_RECORD"
 if [ "$1" = "-d" ]; then mkfifo "$CUDA_MPS_PIPE_DIRECTORY/control"; fi
 """
-SHOW = 'echo "$CUDA_MPS_PIPE_DIRECTORY|$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT|$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"'
+SHOW = (
+    'echo "$CUDA_MPS_PIPE_DIRECTORY|$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'
+    '|$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"'
+)
 
 
 @pytest.fixture
@@ -102,5 +105,5 @@ def test_mps_without_the_control_command_is_refused_naming_the_setting(
 ) -> None:
     monkeypatch.delenv(GPU_ENV, raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(ValueError, match="gpu_sharing: .*nvidia-cuda-mps-control is not on PATH"):
+    with pytest.raises(ValueError, match=r"gpu_sharing: .*nvidia-cuda-mps-control is not on PATH"):
         local.make(gpu_sharing="mps", gpu_source=recorded("h200-1"))
