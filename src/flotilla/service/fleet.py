@@ -219,8 +219,10 @@ def fleet_of(record: FleetRecord) -> Fleet:
 
 
 def _fingerprint(cluster: FleetCluster) -> str:
-    """What a backend is built from (references, not values): a change rebuilds it."""
-    return json.dumps([cluster.backend, cluster.settings], sort_keys=True)
+    """What a backend is built from (references, not values): a change rebuilds it. A local
+    cluster's backend also enforces its ``gpu_sharing`` (monitor, mps)."""
+    sharing = cluster.gpu_sharing.value if cluster.backend == "local" else None
+    return json.dumps([cluster.backend, cluster.settings, sharing], sort_keys=True)
 
 
 @dataclass
