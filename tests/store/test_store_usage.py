@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from store_support import FakeClock, job
 
+from flotilla.model.gpu_use import GpuUse
 from flotilla.store import JobState, SqlStore, Transition, UsageGrouping, UsageQuery
 
 HOUR = 3600.0
@@ -194,3 +195,33 @@ def test_decayed_usage_from_run_history_halves_per_half_life(
     assert usage["team-a"]["cpu"] == pytest.approx(8 * tau / 4, rel=1e-6)
     assert usage["team-a"]["gpu"] == pytest.approx(4 * tau / 4, rel=1e-6)
     assert usage["team-b"]["cpu"] == pytest.approx(tau / 2, rel=1e-6)
+
+
+def test_usage_reports_gpu_hours_used_and_efficiency_of_the_measured_runs(
+    store: SqlStore, clock: FakeClock
+) -> None:
+    """Issue 26: GPU-hours held vs used, like ``seff``. The measured figures of a run are
+    scaled to the part of it inside the range; runs never measured add nothing."""
+    start = clock.now
+    measured, unmeasured = store.submit_jobs(
+        [gpu_job("measured"), gpu_job("unmeasured", "team-b")]  # type: ignore[list-item]
+    )
+    run_for(store, clock, measured, hours=2)
+    run_for(store, clock, unmeasured, hours=1)
+    [run] = store.runs(measured)
+    store.record_gpu_use(
+        {run.id: GpuUse(held_gpu_seconds=2 * 2 * HOUR, used_gpu_seconds=2 * 2 * HOUR * 0.25)}
+    )
+    assert store.runs(measured)[0].gpu == GpuUse(
+        held_gpu_seconds=2 * 2 * HOUR, used_gpu_seconds=HOUR
+    )
+    whole = store.usage(UsageQuery(since=start, until=clock.now))
+    by_queue = {row.key["queue"]: row for row in whole.rows}
+    assert by_queue["team-a"].gpu_hours == pytest.approx(4.0)
+    assert by_queue["team-a"].gpu_used_hours == pytest.approx(1.0)
+    assert by_queue["team-a"].gpu_efficiency == pytest.approx(0.25)
+    assert by_queue["team-b"].gpu_used_hours == 0.0
+    assert by_queue["team-b"].gpu_efficiency is None
+    assert whole.total is not None and whole.total.gpu_efficiency == pytest.approx(0.25)
+    first_hour = store.usage(UsageQuery(since=start, until=start + timedelta(hours=1)))
+    assert first_hour.rows[0].gpu_used_hours == pytest.approx(0.5)

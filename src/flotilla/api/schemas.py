@@ -29,6 +29,20 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RunGpu(BaseModel):
+    """A run's GPU use as its backend measured it (``model/gpu_use.py``)."""
+
+    memory_used: int = Field(description="Bytes of GPU memory its processes hold now.")
+    memory_peak: int = Field(description="The most GPU memory they held at any sample.")
+    utilization: float | None = Field(
+        description="Percent of the GPUs it holds kept busy, at the last sample."
+    )
+    gpu_hours_held: float
+    gpu_hours_used: float = Field(description="GPU-hours its processes kept the GPUs busy.")
+    efficiency: float | None = Field(description="Used over held (like seff's CPU efficiency).")
+    samples: int
+
+
 class Run(BaseModel):
     id: str
     attempt: int
@@ -40,9 +54,11 @@ class Run(BaseModel):
     finished_at: datetime | None
     exit_code: int | None
     message: str | None
+    gpu: RunGpu | None = None
 
     @classmethod
     def from_record(cls, run: RunRecord) -> Run:
+        use = run.gpu
         return cls(
             id=run.id,
             attempt=run.attempt,
@@ -54,6 +70,17 @@ class Run(BaseModel):
             finished_at=run.finished_at,
             exit_code=run.exit_code,
             message=run.message,
+            gpu=None
+            if use is None
+            else RunGpu(
+                memory_used=use.memory_used,
+                memory_peak=use.memory_peak,
+                utilization=use.utilization,
+                gpu_hours_held=use.held_gpu_seconds / 3600,
+                gpu_hours_used=use.used_gpu_seconds / 3600,
+                efficiency=use.efficiency,
+                samples=use.samples,
+            ),
         )
 
 

@@ -38,6 +38,8 @@ class Discovery:
     inventory: GpuInventory | None
     labels: Mapping[str, str]
     notice: str
+    source: GpuSource | None = None
+    """Where the devices were read from, for telemetry (None: told a count, or none found)."""
 
 
 def _override(gpus: int | None, environ: Mapping[str, str]) -> tuple[int, str] | None:
@@ -67,14 +69,16 @@ def discover_gpus(
         count, where = told
         inventory = GpuInventory(count=count) if count else None
         return Discovery(inventory, {}, f"GPUs: {count} from {where} (no discovery)")
+    source = source or NvmlSource()
     try:
-        devices = (source or NvmlSource()).devices()
+        devices = source.devices()
     except GpuUnavailable as error:
         return Discovery(None, {}, f"GPUs: none ({error})")
     if not devices:
         return Discovery(None, {}, "GPUs: none (NVML reports no device)")
     inventory = inventory_of(devices)
-    return Discovery(inventory, gpu_labels(inventory), f"GPUs: {describe(inventory)} (NVML)")
+    notice = f"GPUs: {describe(inventory)} (NVML)"
+    return Discovery(inventory, gpu_labels(inventory), notice, source)
 
 
 def inventory_of(devices: Sequence[GpuDevice]) -> GpuInventory:

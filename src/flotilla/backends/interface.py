@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from flotilla.model.gpu_use import GpuUse
 from flotilla.model.node_info import NodeInfo
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -228,7 +229,11 @@ class RunStatus:
     replicas: tuple[ReplicaStatus, ...] = ()
     over_limit: bool = False
     """The backend ended it for exceeding a limit the job itself set (its ``max_runtime``, its
-    memory request): the job's failure even when a signal ended it, never the node's."""
+    memory request, its GPU memory share): the job's failure even when a signal ended it,
+    never the node's."""
+    gpu: GpuUse | None = None
+    """Its GPU use as the backend last measured it (``gpu_telemetry.py``); None: not measured
+    (no GPU, or a backend that does not sample)."""
 
 
 class LogStream(StrEnum):

@@ -34,6 +34,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from flotilla.backends import (
+    gpu_mps,
+    gpu_telemetry,
     local_ending,
     local_environment,
     local_identity,
@@ -55,7 +57,7 @@ from flotilla.backends.common import (
 )
 from flotilla.backends.gpu_inventory import GPU_ENV as GPU_ENV  # where it was defined before
 from flotilla.backends.gpu_inventory import discover_gpus, with_gpus
-from flotilla.backends.gpu_sources import GpuSource
+from flotilla.backends.gpu_sources import GpuSource, GpuUnavailable
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
     BackendClosed,
@@ -70,6 +72,7 @@ from flotilla.backends.interface import (
     Inventory,
     LogChunk,
     LogsRequest,
+    ReplicaPlacement,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -85,6 +88,7 @@ from flotilla.backends.local_identity import (
 from flotilla.backends.local_records import Replica, Run, Stop, record_path, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
+from flotilla.model.cluster import GpuSharing
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload
 
@@ -166,7 +170,13 @@ class LocalBackend:
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     gpu_source: GpuSource | None = None
-    """Where GPUs are discovered when no count is given (NVML; a recording in tests)."""
+    """Where GPUs are discovered when no count is given (NVML; a recording in tests), and
+    sampled for each run's GPU use (``gpu_telemetry.py``)."""
+    gpu_sharing: str = GpuSharing.SHARED.value
+    """The cluster's ``gpu_sharing``: ``monitor`` stops a run over its GPU memory share;
+    ``mps`` runs GPU jobs as clients of an MPS daemon limited to their share (``gpu_mps.py``)."""
+    gpu_sample_interval: float = 5.0
+    """Seconds between two GPU samples (each initialises and shuts down NVML)."""
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
@@ -205,6 +215,28 @@ class LocalBackend:
         self.gpu_notice = discovery.notice
         """One line: the GPUs found and how (``flotilla up`` shows it)."""
         self._node = with_gpus(local_node(self.node_name, gpus=0), discovery)
+        self._gpu_source = discovery.source
+        try:
+            sharing = GpuSharing(self.gpu_sharing)
+        except ValueError:
+            known = ", ".join(sharing.value for sharing in GpuSharing)
+            raise ValueError(
+                f"gpu_sharing: expected one of {known}, got {self.gpu_sharing!r}"
+            ) from None
+        self._gpu_monitor = sharing is GpuSharing.MONITOR
+        self._mps: gpu_mps.MpsDaemon | None = None
+        self._device_memory: dict[int, int] = {}
+        if sharing is GpuSharing.MPS and discovery.inventory is not None:
+            inventory = discovery.inventory
+            memory = int(inventory.memory or 0)
+            self._device_memory = {index: memory for index in range(inventory.count)}
+            self._mps = gpu_mps.MpsDaemon(self.state_dir / "mps")
+            try:
+                self.gpu_notice += "; " + self._mps.start(inventory.count)
+            except GpuUnavailable as error:
+                raise ValueError(f"gpu_sharing: {error}") from None
+        self._gpu_sampled_at: float | None = None
+        """When (monotonic) the GPUs were last sampled."""
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()
@@ -257,6 +289,9 @@ class LocalBackend:
                     scratch,
                     self.clock(),
                 )
+                run.gpu_shares = gpu_telemetry.shares_of(
+                    [(p.task, p.gpu_ids) for p in request.placements], request.resources
+                )
             except BaseException:
                 if self._pool is not None and pooled and identity is not None:
                     self._pool.release(identity.uid, request.run_id)  # no process ran as it
@@ -292,6 +327,9 @@ class LocalBackend:
             gate = run.directory / f"gate-{len(run.replicas)}"
             run.replicas.extend(joining)
             run.result = replace(run.result, placements=run.result.placements + added)
+            run.gpu_shares += gpu_telemetry.shares_of(
+                [(p.task, p.gpu_ids) for p in added], request.resources
+            )
             save_run(run)  # before any process exists, as a dispatch does
             self._start(run, request, payload, relative, joining, gate)
             self._changes.mark(run.run_id)
@@ -322,7 +360,13 @@ class LocalBackend:
             trees=self._trees,
             replicas=replicas,
             gate=gate,
+            device_env=None if self._mps is None else self._mps_env(request),
         )
+
+    def _mps_env(self, request: DispatchRequest) -> Callable[[ReplicaPlacement], dict[str, str]]:
+        daemon = self._mps
+        assert daemon is not None
+        return lambda placement: gpu_mps.client_env(daemon, request, placement, self._device_memory)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
@@ -384,6 +428,8 @@ class LocalBackend:
             self._finish_sweeps(wait=SWEEP_SECONDS)
             self._trees.close()
         self._sync_records()
+        if self.stop_runs_on_close and self._mps is not None:
+            self._mps.stop()  # its clients are gone; runs left running keep it
 
     @property
     def isolation_notice(self) -> str | None:
@@ -474,8 +520,54 @@ class LocalBackend:
                 self._refresh_all()
                 self._reap_supervisors()
                 self._finish_sweeps()
+            self._sample_gpus()
             self._sync_records()
             self._trees.sweep()  # ended runs' cgroups, outside the lock
+
+    def _sample_gpus(self) -> None:
+        """Every ``gpu_sample_interval``: each running run's GPU use (``gpu_telemetry.py``),
+        reported by the next poll; with ``gpu_sharing: monitor``, stop (failed) a run over
+        its GPU memory share. The source is read outside the lock (NVML takes milliseconds)."""
+        source, now = self._gpu_source, time.monotonic()
+        if source is None or (
+            self._gpu_sampled_at is not None
+            and now - self._gpu_sampled_at < self.gpu_sample_interval
+        ):
+            return
+        self._gpu_sampled_at = now
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.gpu_shares and not r.state.terminal]
+            request = gpu_telemetry.SampleRequest(
+                tuple(
+                    gpu_telemetry.RunGpus(
+                        run.run_id,
+                        tuple(r.pid for r in run.replicas if r.pid is not None and not r.finished),
+                        run.gpu_shares,
+                    )
+                    for run in runs
+                ),
+                {run.run_id: run.gpu for run in runs if run.gpu is not None},
+                self.clock(),
+                self._gpu_monitor,
+            )
+        if not request.runs:
+            return
+        sample = gpu_telemetry.sample_gpus(source, request)
+        if sample.error is not None:
+            log.warning("cluster %s: GPU sample failed: %s", self.cluster, sample.error)
+        with self._lock:
+            for run_id, use in sample.uses.items():
+                run = self._runs.get(run_id)
+                if run is None or run.state.terminal or use == run.gpu:
+                    continue
+                run.gpu = use
+                self._changes.mark(run_id)
+                self._save_soon(run)
+                reason = sample.over_share.get(run_id)
+                if reason is not None and run.stop is None:
+                    self._begin_stop(
+                        run, Stop("gpu-memory", reason, self.clock(), self.grace_period)
+                    )
 
     def _give_back_identity(self, run: Run) -> None:
         """A run that ended and holds a uid of its own: kill whatever still runs as that uid

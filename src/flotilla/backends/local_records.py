@@ -17,6 +17,7 @@ from flotilla.backends.common import (
     read_json,
     write_json_atomic,
 )
+from flotilla.backends.gpu_telemetry import DeviceShare
 from flotilla.backends.interface import (
     BackendRunState,
     DispatchResult,
@@ -26,6 +27,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.local_identity import Identity
 from flotilla.backends.processes import describe_exit
+from flotilla.model.gpu_use import GpuUse
 
 RECORD_VERSION = 1
 
@@ -34,7 +36,8 @@ RECORD_VERSION = 1
 class Stop:
     """Why and since when a run is being stopped; ``killed`` once SIGKILL was sent.
 
-    ``kind``: ``cancel`` (ends cancelled), ``max-runtime`` or ``replica-failed`` (end failed).
+    ``kind``: ``cancel`` (ends cancelled), ``max-runtime``, ``gpu-memory`` (over its GPU memory
+    share, ``gpu_sharing: monitor``) or ``replica-failed`` (end failed).
     """
 
     kind: str
@@ -145,6 +148,10 @@ class Run:
     """Who its commands run as (None: the server's user)."""
     identity_released: bool = False
     """A dynamic identity: every process of its uid is gone and the uid given back."""
+    gpu_shares: tuple[DeviceShare, ...] = ()
+    """What its replicas hold of each device (``gpu_telemetry.shares_of``)."""
+    gpu: GpuUse | None = None
+    """Its GPU use as last sampled (``gpu_telemetry.py``; None: never sampled)."""
 
     @property
     def run_id(self) -> str:
@@ -213,6 +220,7 @@ class Run:
             finished_at=self.finished_at,
             exit_code=self.exit_code,
             message=message,
+            gpu=self.gpu,
             replicas=tuple(
                 ReplicaStatus(
                     task=replica.placement.task,
@@ -226,7 +234,7 @@ class Run:
             ),
             over_limit=self.state is BackendRunState.FAILED
             and (
-                (self.stop is not None and self.stop.kind == "max-runtime")
+                (self.stop is not None and self.stop.kind in ("max-runtime", "gpu-memory"))
                 or any(replica.over_memory for replica in self.replicas)
             ),
         )
@@ -250,6 +258,8 @@ class Run:
             "identity": None if self.identity is None else self.identity.to_json(),
             "identity_released": self.identity_released,
             "replicas": [replica.to_json() for replica in self.replicas],
+            "gpu_shares": [vars(share).copy() for share in self.gpu_shares],
+            "gpu": None if self.gpu is None else self.gpu.to_json(),
         }
 
     @classmethod
@@ -281,6 +291,8 @@ class Run:
             scratch=Path(data["scratch"]) if data.get("scratch") else None,
             identity=Identity.from_json(identity) if identity else None,
             identity_released=bool(data.get("identity_released")),
+            gpu_shares=tuple(DeviceShare(**share) for share in data.get("gpu_shares", ())),
+            gpu=GpuUse.from_json(data["gpu"]) if data.get("gpu") else None,
         )
 
 

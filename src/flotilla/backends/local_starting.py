@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from flotilla.backends import local_environment, processes
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.common import rendezvous_env
-from flotilla.backends.interface import DispatchRequest, DispatchResult
+from flotilla.backends.interface import DispatchRequest, DispatchResult, ReplicaPlacement
 from flotilla.backends.local_identity import Identity
 from flotilla.backends.local_records import Replica, Run, save_run
 from flotilla.backends.local_tree import ProcessTrees
@@ -106,13 +106,16 @@ def start_replicas(
     trees: ProcessTrees,
     replicas: Sequence[Replica] | None = None,
     gate: Path | None = None,
+    device_env: Callable[[ReplicaPlacement], Mapping[str, str]] | None = None,
 ) -> None:
     """Start a supervisor per replica, record every pid (once), then open the gate. A crash
     before the gate opens ends the gate pipe: the supervisors abandon the run, and the next
     backend reports it lost. A replica whose supervisor (or cgroup) cannot be made is finished
     with why. ``trees``: each replica's cgroups and PID namespace (``local_tree.py``).
     ``replicas``/``gate``: only these (replicas joining a running run, ``ReplicaGrowth``),
-    behind a gate file of their own; by default every replica, behind the run's gate."""
+    behind a gate file of their own; by default every replica, behind the run's gate.
+    ``device_env``: a replica's variables for its GPU share (``gpu_mps.client_env``), set
+    last like the backend's own."""
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
@@ -139,6 +142,7 @@ def start_replicas(
                     **rendezvous_env(request, replica.placement, "127.0.0.1"),
                     **payload.env,
                     **local_environment.backend_env(request, replica.placement),
+                    **(device_env(replica.placement) if device_env else {}),
                 }
                 try:
                     joins, namespace = trees.prepare(run, replica, request)

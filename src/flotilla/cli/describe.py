@@ -16,6 +16,7 @@ from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
 from flotilla.framework.assignment_record import AssignmentRecord
+from flotilla.model.quantity import format_quantity
 from flotilla.sdk.client import DEFAULT_SERVER
 
 
@@ -96,6 +97,27 @@ def _runs(runs: list[Run]) -> Table:
     return table
 
 
+def _gpu_use(runs: list[Run]) -> Table:
+    """What each sampled run did with its GPUs (``seff``-like efficiency: used over held)."""
+    table = _titled(
+        "ATTEMPT", "GPU MEM", "PEAK", "UTIL", "GPU-H HELD", "GPU-H USED", "EFF", title="GPU use"
+    )
+    for run in runs:
+        use = run.gpu
+        if use is None:
+            continue
+        table.add_row(
+            str(run.attempt),
+            format_quantity("memory", use.memory_used),
+            format_quantity("memory", use.memory_peak),
+            "-" if use.utilization is None else f"{use.utilization:.0f}%",
+            f"{use.gpu_hours_held:.3f}",
+            f"{use.gpu_hours_used:.3f}",
+            "-" if use.efficiency is None else f"{use.efficiency:.0%}",
+        )
+    return table
+
+
 def _placements(run: Run) -> Table:
     """Where each replica of the latest run went: node and GPU devices."""
     table = _titled("TASK", "REPLICA", "NODE", "GPUS", title=f"Placement (attempt {run.attempt})")
@@ -141,6 +163,8 @@ def describe(
         parts.append(_placements(job.run))
     if job.runs:
         parts.append(_runs(job.runs))
+    if any(run.gpu is not None for run in job.runs):
+        parts.append(_gpu_use(job.runs))
     parts.append(_events(events))
     console().print(Group(*parts))
 

@@ -15,13 +15,24 @@ from flotilla.cli.client import ServerOption, api
 from flotilla.cli.render import console
 from flotilla.sdk.client import DEFAULT_SERVER
 
-FIGURES = ("jobs", "runs", "elapsed_hours", "cpu_hours", "memory_gib_hours", "gpu_hours")
+FIGURES = (
+    "jobs",
+    "runs",
+    "elapsed_hours",
+    "cpu_hours",
+    "memory_gib_hours",
+    "gpu_hours",
+    "gpu_used_hours",
+    "gpu_efficiency",
+)
 KEYS = {"queue": ("queue",), "owner": ("owner",), "job": ("job", "name", "queue", "owner")}
 HEADERS = {
     "elapsed_hours": "ELAPSED-H",
     "cpu_hours": "CPU-H",
     "memory_gib_hours": "MEM-GIB-H",
     "gpu_hours": "GPU-H",
+    "gpu_used_hours": "GPU-H USED",
+    "gpu_efficiency": "GPU-EFF",
 }
 
 
@@ -69,7 +80,8 @@ def to_csv(report: dict[str, Any]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*keys, *FIGURES])
     for row in report["rows"]:
-        writer.writerow([row.get(key) or "" for key in keys] + [row[name] for name in FIGURES])
+        figures = [_unset(row.get(name)) for name in FIGURES]
+        writer.writerow([row.get(key) or "" for key in keys] + figures)
     return buffer.getvalue()
 
 
@@ -82,15 +94,23 @@ def to_table(report: dict[str, Any]) -> Table:
         table.add_column(key.upper(), footer="TOTAL" if index == 0 else "")
     for name in FIGURES:
         table.add_column(
-            HEADERS.get(name, name.upper()), justify="right", footer=_cell(total[name])
+            HEADERS.get(name, name.upper()), justify="right", footer=_cell(name, total.get(name))
         )
     for row in report["rows"]:
         cells = [str(row.get(key) or "-") for key in keys]
-        table.add_row(*cells, *(_cell(row[name]) for name in FIGURES))
+        table.add_row(*cells, *(_cell(name, row.get(name)) for name in FIGURES))
     return table
 
 
-def _cell(value: float | int) -> str:
+def _unset(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _cell(name: str, value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    if name == "gpu_efficiency":
+        return f"{value:.0%}"
     return str(value) if isinstance(value, int) else f"{value:,.2f}"
 
 

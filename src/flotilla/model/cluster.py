@@ -118,6 +118,15 @@ class GpuSharing(StrEnum):
     (``share_gpu: true`` on their tasks)."""
     EXCLUSIVE = "exclusive"
     """Every fraction gets a device to itself."""
+    MONITOR = "monitor"
+    """Fractions share devices as with ``shared``; the backend watches each run's GPU memory
+    and stops, failed, one that holds more than its share (``gpu_memory``, else its ``gpu``
+    fraction of the device's memory). Enforced by ``local`` (through NVML); elsewhere it
+    places as ``shared``."""
+    MPS = "mps"
+    """Fractions share devices as with ``shared``; ``local`` runs them as clients of an NVIDIA
+    MPS control daemon, each limited to its share's memory and SMs (``backends/gpu_mps.py``);
+    elsewhere it places as ``shared``."""
 
 
 def check_topology(levels: list[str]) -> None:

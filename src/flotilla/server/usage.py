@@ -62,6 +62,12 @@ class UsageRowBody(BaseModel):
     cpu_hours: float
     memory_gib_hours: float
     gpu_hours: float
+    gpu_used_hours: float = Field(
+        0.0, description="GPU-hours kept busy, of the runs whose GPU use was measured."
+    )
+    gpu_efficiency: float | None = Field(
+        None, description="GPU-hours used over held, of the measured runs (like seff)."
+    )
 
 
 class UsageBody(BaseModel):

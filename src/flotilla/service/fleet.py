@@ -35,6 +35,7 @@ from flotilla.backends import (
 )
 from flotilla.framework.snapshot import SchedulingConfig, scheduling_config
 from flotilla.model import ClusterSpec, PriorityClass, format_quantity
+from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
 from flotilla.model.node_info import NodeInfo
@@ -219,8 +220,10 @@ def fleet_of(record: FleetRecord) -> Fleet:
 
 
 def _fingerprint(cluster: FleetCluster) -> str:
-    """What a backend is built from (references, not values): a change rebuilds it."""
-    return json.dumps([cluster.backend, cluster.settings], sort_keys=True)
+    """What a backend is built from (references, not values): a change rebuilds it. A local
+    cluster's backend also enforces its ``gpu_sharing`` (monitor, mps)."""
+    sharing = cluster.gpu_sharing.value if cluster.backend == "local" else None
+    return json.dumps([cluster.backend, cluster.settings, sharing], sort_keys=True)
 
 
 @dataclass
@@ -330,6 +333,8 @@ class FleetRuntime:
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])
+            if cluster.gpu_sharing in (GpuSharing.MONITOR, GpuSharing.MPS):  # local enforces
+                settings["gpu_sharing"] = cluster.gpu_sharing.value
         if cluster.backend == "sim" and "nodes" not in settings and cluster.nodes:
             settings["nodes"] = [group.model_dump(mode="json") for group in cluster.nodes]
         if self.factory is not None:

@@ -88,6 +88,24 @@ class SchedulerMetrics:
             buckets=_WAIT_SECONDS,
             registry=r,
         )
+        self.gpu_held_seconds = Counter(
+            "flotilla_gpu_held_seconds_total",
+            "GPU-seconds held by runs whose GPU use was measured (service/gpu_metrics.py).",
+            ["cluster", "queue"],
+            registry=r,
+        )
+        self.gpu_used_seconds = Counter(
+            "flotilla_gpu_used_seconds_total",
+            "GPU-seconds those runs kept GPUs busy (utilisation × time); over held: efficiency.",
+            ["cluster", "queue"],
+            registry=r,
+        )
+        self.gpu_memory_used = Gauge(
+            "flotilla_gpu_memory_used_bytes",
+            "GPU memory the active measured runs hold, as last sampled.",
+            ["cluster", "queue"],
+            registry=r,
+        )
         self.leader = Gauge(
             "flotilla_leader", "1 while this replica holds the scheduling lease.", registry=r
         )

@@ -42,6 +42,7 @@ from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spe
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
+from flotilla.service.gpu_metrics import GpuUseMetrics
 from flotilla.service.retry import counted_failures, end_of, transition_for, view_of
 from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
@@ -66,6 +67,7 @@ class RunTransitions:
         self._context = context
         self._writes = writes
         self.clusters = ClusterWatch(context, self, heartbeat_timeout, cluster_spec)
+        self._gpu_metrics = GpuUseMetrics(context.metrics)
         self.awaiting_stop: dict[str, str] = {}
         """Run id → job id of preempted runs: the job re-queues when the backend confirms."""
         self._cancelling: dict[str, str] = {}
@@ -120,6 +122,16 @@ class RunTransitions:
             with contain("its run's report", status.job, status.run_id):
                 changes += self.on_run_status(status)
         self.record(changes)
+        uses = {status.run_id: status.gpu for status in statuses if status.gpu is not None}
+        if uses:  # figures only, no state: a write of their own, not the cycle's
+            self._context.store.record_gpu_use(uses)
+        read = self._context.jobdb.read_txn()
+
+        def queue_of(job_id: str) -> str | None:
+            job = read.get(job_id)
+            return None if job is None else job.queue
+
+        self._gpu_metrics.observe(statuses, queue_of)
         for status in statuses:
             with contain("stopping an orphaned run", status.job, status.run_id):
                 self._stop_if_orphaned(backend, status)

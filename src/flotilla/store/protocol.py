@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
+from flotilla.model.gpu_use import GpuUse
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
@@ -252,6 +253,10 @@ class Store(Protocol):
 
     def runs(self, job_id: str) -> list[RunRecord]:
         """The job's runs, first attempt first."""
+        ...
+
+    def record_gpu_use(self, uses: Mapping[str, GpuUse]) -> None:
+        """Replace each run's recorded GPU use (run id → its figures so far)."""
         ...
 
     def list_jobs(

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from flotilla.model import ClusterSpec, DependencyCondition, JobSpec, QueueSpec, QuotaSpec
+from flotilla.model.gpu_use import GpuUse
 from flotilla.store.states import JobState, RunState
 
 
@@ -34,6 +35,9 @@ class RunRecord:
     finished_at: datetime | None = None
     exit_code: int | None = None
     message: str | None = None
+    gpu: GpuUse | None = None
+    """Its GPU use as its backend last reported it (``store/gpu_use.py``); filled by
+    ``Store.runs`` only."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,21 @@ class Run(Base):
     message: Mapped[str | None] = mapped_column(Text)
 
 
+class RunGpuUse(Base):
+    """A run's GPU use as its backend last measured it (migration 0009; ``model/gpu_use.py``):
+    one row per run that held a GPU and was sampled, rewritten on every report."""
+
+    __tablename__ = "run_gpu_use"
+    run_id: Mapped[str] = mapped_column(String(ID), primary_key=True)
+    memory_used: Mapped[int] = mapped_column(BigInteger)
+    memory_peak: Mapped[int] = mapped_column(BigInteger)
+    utilization: Mapped[float | None] = mapped_column(Float)
+    held_gpu_seconds: Mapped[float] = mapped_column(Float)
+    used_gpu_seconds: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    sampled_at: Mapped[datetime | None]
+
+
 class Event(Base):
     """A job's history. No foreign keys (migration 0006): the store writes each event with its
     job and run in one transaction and never deletes either, and checking them cost a third

@@ -6,6 +6,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
+from flotilla.model.gpu_use import GpuUse
 from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
 from flotilla.store.convert import (
     SpecCache,
@@ -32,6 +34,7 @@ from flotilla.store.engine import (
     upgrade,
 )
 from flotilla.store.errors import InvalidJobError, NotFoundError
+from flotilla.store.gpu_use import gpu_use_of, record_gpu_use
 from flotilla.store.observe import CommitObserver, notify, take_changes
 from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Transition
 from flotilla.store.records import (
@@ -360,7 +363,14 @@ class SqlStore:
         with self._sessions() as session:
             self._require_job(session, job_id)
             rows = session.scalars(select(Run).where(Run.job_id == job_id).order_by(Run.attempt))
-            return [run_record(row) for row in rows]
+            found = [run_record(row) for row in rows]
+            uses = gpu_use_of(session, [run.id for run in found])
+        return [replace(run, gpu=uses[run.id]) if run.id in uses else run for run in found]
+
+    def record_gpu_use(self, uses: Mapping[str, GpuUse]) -> None:
+        if uses:
+            with self._write() as session:
+                record_gpu_use(session, uses)
 
     def _require_job(self, session: Session, job_id: str) -> None:
         if session.get(Job, job_id) is None:

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.store.jobs import chunks
-from flotilla.store.schema import Job, Run, UtcDateTime
+from flotilla.store.schema import Job, Run, RunGpuUse, UtcDateTime
 from flotilla.store.states import RunState
 
 GIB = float(2**30)
@@ -70,6 +70,13 @@ class UsageRow:
     cpu_hours: float
     memory_gib_hours: float
     gpu_hours: float
+    gpu_used_hours: float = 0.0
+    """GPU-hours its runs kept GPUs busy, as their backends measured it (``gpu_use.py``): a
+    run's measured figure times the part of the run inside the range. Runs never measured
+    (no GPU, an engine that does not report) add nothing."""
+    gpu_efficiency: float | None = None
+    """Used over held, of the measured runs only (``seff``'s efficiency for GPUs); None when
+    none was measured."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +87,8 @@ class UsageRow:
             "cpu_hours": self.cpu_hours,
             "memory_gib_hours": self.memory_gib_hours,
             "gpu_hours": self.gpu_hours,
+            "gpu_used_hours": self.gpu_used_hours,
+            "gpu_efficiency": self.gpu_efficiency,
         }
 
 
@@ -117,9 +126,22 @@ def compute_usage(session: Session, query: UsageQuery, now: datetime) -> UsageRe
     clipped_start = _clamp(session, "max", start, since)
     clipped_end = _clamp(session, "min", end, until)
     seconds = _seconds_between(session, clipped_start, clipped_end).label("seconds")
+    whole = _seconds_between(session, start, end).label("whole")
+    gpu = RunGpuUse.__table__.c
     statement = (
-        select(runs.job_id, jobs.queue, jobs.owner, jobs.name, seconds, cast(runs.assignment, Text))
+        select(
+            runs.job_id,
+            jobs.queue,
+            jobs.owner,
+            jobs.name,
+            seconds,
+            cast(runs.assignment, Text),
+            whole,
+            gpu.held_gpu_seconds,
+            gpu.used_gpu_seconds,
+        )
         .join(Job.__table__, jobs.id == runs.job_id)
+        .outerjoin(RunGpuUse.__table__, gpu.run_id == runs.id)
         .where(start.is_not(None), start < until, end > since)
     )
     if query.visible_queues is not None or query.visible_owner is not None:
@@ -132,11 +154,16 @@ def compute_usage(session: Session, query: UsageQuery, now: datetime) -> UsageRe
     found = session.execute(statement).all()
     requests = _task_requests(session, {row[0] for row in found})
     groups: dict[tuple[str | None, ...], _Sums] = {}
-    for job_id, queue, owner, name, run_seconds, assignment_text in found:
+    for job_id, queue, owner, name, run_seconds, assignment_text, *measured in found:
         run_seconds = max(0.0, float(run_seconds or 0.0))
         key = _key(query.by, job_id, queue, owner, name)
         sums = groups.setdefault(tuple(key.values()), _Sums(key))
         sums.add(job_id, run_seconds, _held(requests.get(job_id, {}), assignment_text))
+        whole_seconds, held_measured, used_measured = measured
+        if held_measured is not None:
+            inside = min(1.0, run_seconds / whole_seconds) if whole_seconds else 1.0
+            sums.gpu_measured_held += float(held_measured) * inside
+            sums.gpu_measured_used += float(used_measured) * inside
     rows = sorted(
         (sums.row() for sums in groups.values()),
         key=lambda row: (-row.cpu_hours, [str(value) for value in row.key.values()]),
@@ -190,6 +217,8 @@ class _Sums:
     cpu_seconds: float = 0.0
     memory_byte_seconds: float = 0.0
     gpu_seconds: float = 0.0
+    gpu_measured_held: float = 0.0
+    gpu_measured_used: float = 0.0
 
     def add(self, job_id: str, seconds: float, held: Mapping[str, float]) -> None:
         self.job_ids.add(job_id)
@@ -206,6 +235,8 @@ class _Sums:
         self.cpu_seconds += other.cpu_seconds
         self.memory_byte_seconds += other.memory_byte_seconds
         self.gpu_seconds += other.gpu_seconds
+        self.gpu_measured_held += other.gpu_measured_held
+        self.gpu_measured_used += other.gpu_measured_used
 
     def row(self) -> UsageRow:
         return UsageRow(
@@ -216,6 +247,12 @@ class _Sums:
             cpu_hours=self.cpu_seconds / HOUR,
             memory_gib_hours=self.memory_byte_seconds / GIB / HOUR,
             gpu_hours=self.gpu_seconds / HOUR,
+            gpu_used_hours=self.gpu_measured_used / HOUR,
+            gpu_efficiency=(
+                self.gpu_measured_used / self.gpu_measured_held
+                if self.gpu_measured_held > 0
+                else None
+            ),
         )
 
 

@@ -211,8 +211,16 @@ def _overall(
 _LIVE = (BackendRunState.PENDING, BackendRunState.RUNNING)
 
 
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+"""Labels NVIDIA's GPU feature discovery (GPU operator) puts on a node: the model
+(``NVIDIA-H200``) and each device's memory in MiB (``143771``)."""
+
+
 def node_info(node: Obj, gpu_resource: str) -> NodeInfo:
-    """A Node as Flotilla sees it: allocatable resources, labels, taints, GPU count."""
+    """A Node as Flotilla sees it: allocatable resources, labels, taints, and its GPUs (count
+    from ``gpu_resource``; model and per-device memory from the GPU operator's labels, so a
+    ``gpu_memory`` job can be placed there)."""
     allocatable = node.get("status", {}).get("allocatable", {})
     gpus = int(parse_quantity(allocatable.get(gpu_resource, "0")))
     capacity: dict[str, float] = {
@@ -220,6 +228,12 @@ def node_info(node: Obj, gpu_resource: str) -> NodeInfo:
         "memory": parse_quantity(allocatable.get("memory", "0")),
         "gpu": float(gpus),
     }
+    labels = dict(node["metadata"].get("labels", {}))
+    memory_mib = str(labels.get(GPU_MEMORY_LABEL, "")).strip()
+    gpu_memory = float(int(memory_mib) * 2**20) if gpus and memory_mib.isdigit() else None
+    if gpu_memory:
+        capacity["gpu_memory"] = gpu_memory * gpus
+    product = labels.get(GPU_PRODUCT_LABEL) if gpus else None
     taints = tuple(
         Taint(
             key=item["key"],
@@ -231,9 +245,11 @@ def node_info(node: Obj, gpu_resource: str) -> NodeInfo:
     return NodeInfo(
         name=node["metadata"]["name"],
         capacity=capacity,
-        labels=dict(node["metadata"].get("labels", {})),
+        labels=labels,
         taints=taints,
         gpu_count=gpus,
+        gpu_memory=gpu_memory or None,
+        gpu_model=str(product) if product else None,
     )
 
 

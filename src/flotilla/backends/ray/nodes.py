@@ -25,6 +25,18 @@ class RayNode:
     node_id: str
 
 
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
+
+
+def accelerator_type(total: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+    """The node's GPU model as Ray knows it: its ``ray.io/accelerator-type`` label, else its
+    one ``accelerator_type:<type>`` resource (``A100``, ``H100``)."""
+    if labels.get(ACCELERATOR_LABEL):
+        return labels[ACCELERATOR_LABEL]
+    types = [key.split(":", 1)[1] for key in total if key.startswith("accelerator_type:")]
+    return types[0] if len(types) == 1 else None
+
+
 def read_nodes(listed: Sequence[Mapping[str, Any]]) -> list[RayNode]:
     """The alive nodes, named by their IP address (the name Ray's own tools show), or by
     ``<ip>-<node id prefix>`` where several nodes share an address (several raylets on one
@@ -53,7 +65,12 @@ def read_nodes(listed: Sequence[Mapping[str, Any]]) -> list[RayNode]:
         nodes.append(
             RayNode(
                 info=NodeInfo(
-                    name=name, capacity=capacity, labels=labels, taints=(), gpu_count=gpus
+                    name=name,
+                    capacity=capacity,
+                    labels=labels,
+                    taints=(),
+                    gpu_count=gpus,
+                    gpu_model=accelerator_type(total, labels) if gpus else None,
                 ),
                 node_id=node_id,
             )

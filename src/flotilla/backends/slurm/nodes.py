@@ -35,6 +35,16 @@ def gpu_count(gres: str) -> int:
     return sum(int(count) for count in _GPU.findall(gres))
 
 
+_GPU_TYPE = re.compile(r"(?:^|,)gpu:([^:,(]+):\d+")
+
+
+def gpu_model(gres: str) -> str | None:
+    """The GPU type a node's Gres names (``gpu:a100:4`` → ``a100``); None when it names none
+    or several (``gpu:a100:2,gpu:v100:1``: no one model)."""
+    types = set(_GPU_TYPE.findall(gres))
+    return types.pop() if len(types) == 1 else None
+
+
 def usable(node: SlurmNode) -> bool:
     states = set(node.state.replace("+", " ").split())
     return not (states & UNUSABLE_STATES) and not (set(node.flags) & UNUSABLE_FLAGS)
@@ -57,4 +67,5 @@ def node_info(node: SlurmNode) -> NodeInfo | None:
         labels=labels,
         taints=(),
         gpu_count=gpus,
+        gpu_model=gpu_model(node.gres) if gpus else None,
     )

@@ -2,7 +2,7 @@
 "use strict";
 
 import {TERMINAL, WAITING, STATES, PAGE_SIZE, main, h, short, badge, when, fill, every, say, api,
-  can, loadMe, stale, currentRoute, clearTimers} from "./common.js";
+  can, loadMe, fmtAmount, stale, currentRoute, clearTimers} from "./common.js";
 
 // --- jobs --------------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ async function jobPage(jobId) {
   function renderRuns() {
     fill(runs, h("h2", {}, "Runs"), job.runs.length ? h("div", {class: "table-wrap"}, h("table", {class: "runs-table"},
       h("thead", {}, h("tr", {}, ["Attempt", "Cluster", "State", "Started", "Finished", "Exit",
-        "Replicas (node, GPUs)"].map((t) => h("th", {scope: "col"}, t)))),
+        "Replicas (node, GPUs)", "GPU use"].map((t) => h("th", {scope: "col"}, t)))),
       h("tbody", {}, job.runs.map((run) => h("tr", {},
         h("td", {class: "num"}, String(run.attempt)), h("td", {}, short(run.cluster, 16)),
         h("td", {}, badge(run.state)), h("td", {}, when(run.started_at)),
@@ -154,8 +154,20 @@ async function jobPage(jobId) {
         h("td", {}, h("ul", {class: "placements"}, (run.assignment.placements || []).map((p) =>
           h("li", {}, p.task + "[" + p.replica + "] on ", short(p.node, 20),
             (p.gpus && p.gpus.length) ? " · GPUs " + p.gpus.join(",") : "",
-            (p.shares && p.shares.length) ? " · GPU share " + p.shares.map((s) => s[0] + ":" + s[1]).join(",") : "")))))))))
+            (p.shares && p.shares.length) ? " · GPU share " + p.shares.map((s) => s[0] + ":" + s[1]).join(",") : "")))),
+        h("td", {class: "gpu-use"}, gpuUse(run.gpu)))))))
       : h("p", {}, "No run yet."));
+  }
+
+  /** A run's measured GPU use: memory now (peak), utilisation, GPU-hours used of held. */
+  function gpuUse(gpu) {
+    if (!gpu) return "–";
+    const parts = ["memory " + fmtAmount("memory", gpu.memory_used) +
+      " (peak " + fmtAmount("memory", gpu.memory_peak) + ")"];
+    if (gpu.utilization !== null) parts.push("util " + gpu.utilization.toFixed(0) + "%");
+    parts.push(gpu.gpu_hours_used.toFixed(3) + " of " + gpu.gpu_hours_held.toFixed(3) + " GPU-h");
+    if (gpu.efficiency !== null) parts.push("efficiency " + (100 * gpu.efficiency).toFixed(0) + "%");
+    return parts.join(" · ");
   }
 
   function renderActions() {

@@ -1,0 +1,97 @@
+"""The local backend samples each run's GPU use and, with ``gpu_sharing: monitor``, stops a
+run over its GPU memory share. The GPU is a recorded H200 (``h200-1``) whose one process is
+reported as the job's own: the command writes its pid where the fake source reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flotilla.backends import BackendRunState, DispatchRequest, ReplicaPlacement
+from flotilla.backends.gpu_inventory import GPU_ENV
+from flotilla.backends.gpu_sources import GpuDevice, GpuProcess
+from flotilla.backends.interface import Backend, RunStatus
+
+from .gpu_recordings import recorded
+from .support import LocalHarness, node_of
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class JobOnRecordedGpu:
+    """The recorded H200, its recorded process (60 GiB) being whatever pid the job wrote."""
+
+    pid_file: Path
+
+    def devices(self) -> Sequence[GpuDevice]:
+        return recorded("h200-1").devices()
+
+    def processes(self) -> Sequence[GpuProcess]:
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return []
+        [process] = recorded("h200-1").processes()
+        return [GpuProcess(process.device, pid, process.memory_used)]
+
+
+def gpu_request(backend: Backend, pid_file: Path, resources: dict[str, float]) -> DispatchRequest:
+    """One replica on device 0, whose command writes its pid and sleeps."""
+    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 30"
+    return DispatchRequest(
+        run_id="run-1",
+        job="job-a",
+        cluster="local",
+        placements=(ReplicaPlacement("main", 0, node_of(backend), gpu_ids=(0,)),),
+        payload={"command": ["sh", "-c", command]},
+        resources={"main": resources},
+    )
+
+
+@pytest.fixture(autouse=True)
+def _discovered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GPU_ENV, raising=False)
+
+
+def test_monitor_stops_a_run_over_its_gpu_memory_share(local: LocalHarness, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    backend = local.make(
+        gpu_source=JobOnRecordedGpu(pid_file),
+        gpu_sharing="monitor",
+        gpu_sample_interval=0.02,
+        isolate=False,
+    )
+    request = gpu_request(backend, pid_file, {"cpu": 0.1, "gpu": 0.25, "gpu_memory": 35 * GIB})
+    backend.dispatch(request)
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED
+    assert status.message == "used 60Gi of GPU memory, its share is 35Gi"
+    assert status.over_limit
+    assert status.gpu is not None and status.gpu.memory_peak == 60 * GIB
+
+
+def test_telemetry_reports_a_runs_gpu_memory_and_utilisation(
+    local: LocalHarness, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    backend = local.make(
+        gpu_source=JobOnRecordedGpu(pid_file), gpu_sample_interval=0.02, isolate=False
+    )
+    request = gpu_request(backend, pid_file, {"cpu": 0.1, "gpu": 1})
+    backend.dispatch(request)
+
+    def sampled_twice(status: RunStatus) -> bool:
+        return status.gpu is not None and status.gpu.samples >= 2 and status.gpu.memory_used > 0
+
+    status = local.wait(backend, "run-1", sampled_twice, "sampled")
+    assert status.state is BackendRunState.RUNNING  # a whole device: no share to exceed
+    assert status.gpu is not None
+    assert status.gpu.memory_used == 60 * GIB
+    assert status.gpu.utilization == pytest.approx(97.0)
+    # Held from the first sample; busy (97 %) only once the command had written its pid.
+    assert status.gpu.efficiency is not None
+    assert 0 < status.gpu.efficiency <= 0.97 + 1e-9
