@@ -443,7 +443,10 @@ class LocalBackend:
             if not run.gate_file().exists():
                 # The earlier backend died while starting this run: let it run only if
                 # every replica's process is on record, else make sure none ever does.
-                tracked = all(r.pid is not None or r.finished for r in run.replicas)
+                tracked = all(
+                    r.pid is not None or r.finished or r.supervisor is not None
+                    for r in run.replicas
+                )
                 claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
             self._refresh(run)
             self._changes.mark(run_id)
@@ -533,8 +536,18 @@ class LocalBackend:
             return
         now = self.clock()
         changed = False
+        # Replicas of a batch supervisor are looked at only when an exit file may have come
+        # or a supervisor ended (a run of 10,000 replicas is refreshed every monitor tick).
+        batches = bool(run.supervisors) and (
+            local_ending.exit_files_changed(run)
+            or not all(map(local_ending.supervisor_alive, run.supervisors))
+        )
+        if batches:
+            local_ending.learn_pids(run)
         for replica in run.replicas:
-            if not replica.finished and local_ending.reap(run, replica, self._reaping):
+            if replica.finished or (replica.supervisor is not None and not batches):
+                continue
+            if local_ending.reap(run, replica, self._reaping):
                 self._trees.ended(run, replica)
                 changed = True
         if run.stop is None:
@@ -545,6 +558,7 @@ class LocalBackend:
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
+            self._reaping.extend(s.process for s in run.supervisors if s.process is not None)
             self._trees.settled(run)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)

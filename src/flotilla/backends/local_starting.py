@@ -1,11 +1,14 @@
-"""How the ``local`` backend starts a run: its record, then one supervisor per replica, then
-the gate that lets their commands run (``_supervise.py``).
+"""How the ``local`` backend starts a run: its record, then one supervisor per batch of up to
+``BATCH`` replicas (one for most runs), then the gate that lets them start the commands, each
+by ``fork`` from itself (``_supervise.py``).
 
 The order is what prevents a double run and an untracked process: the record is on disk
-before the first process exists, every pid is on disk (one write for all replicas: linear in
-the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours) before
-the gate opens. What each supervisor is told travels in its launch spec, never in its own
-arguments or environment (see ``_supervise.py``).
+before the first process exists, every supervisor's pid is on disk (one write for all: linear
+in the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours)
+before the gate opens, and every command lives and dies with its supervisor. One interpreter
+per batch, not per replica: 10,000 replicas start in seconds (``docs/performance.md``). What
+each supervisor is told travels in its launch spec, never in its own arguments or environment
+(see ``_supervise.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from flotilla.backends._supervise import claim_gate
 from flotilla.backends.common import rendezvous_env
 from flotilla.backends.interface import DispatchRequest, DispatchResult
 from flotilla.backends.local_identity import Identity
-from flotilla.backends.local_records import Replica, Run, save_run
+from flotilla.backends.local_records import Replica, Run, Supervisor, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.model.payload import CommandPayload
 from flotilla.model.quantity import parse_quantity
@@ -94,6 +97,12 @@ def record_run(
     return run
 
 
+BATCH = 1000
+"""Replicas per supervisor: one starts them all by ``fork`` and pumps their output. Bounded so
+that a supervisor's descriptors (two pipes and two logs per replica) stay within the usual
+hard limit, and so that a huge run starts on several cores at once."""
+
+
 def start_replicas(
     run: Run,
     request: DispatchRequest,
@@ -107,10 +116,13 @@ def start_replicas(
     replicas: Sequence[Replica] | None = None,
     gate: Path | None = None,
 ) -> None:
-    """Start a supervisor per replica, record every pid (once), then open the gate. A crash
+    """Start a supervisor per batch of ``BATCH`` replicas (one for most runs), record every
+    supervisor (once), then open the gate: each then forks its replicas' commands. A crash
     before the gate opens ends the gate pipe: the supervisors abandon the run, and the next
-    backend reports it lost. A replica whose supervisor (or cgroup) cannot be made is finished
-    with why. ``trees``: each replica's cgroups and PID namespace (``local_tree.py``).
+    backend reports it lost; after it, every command lives in its supervisor's PID namespace
+    (or dies with its supervisor, ``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for
+    all of them. A replica whose cgroup, or whose supervisor, cannot be made is finished with
+    why. ``trees``: each replica's cgroups and the PID namespace (``local_tree.py``).
     ``replicas``/``gate``: only these (replicas joining a running run, ``ReplicaGrowth``),
     behind a gate file of their own; by default every replica, behind the run's gate."""
     gate_path = run.gate_file() if gate is None else gate
@@ -128,45 +140,70 @@ def start_replicas(
         "log_usage_file": str(run.log_usage_file()),
         "log_limit": log_limit,
         "log_note": log_note(log_limit),
+        "pid_namespace": trees.pid_namespace,
     }
+    position = {id(replica): index for index, replica in enumerate(run.replicas)}
+    startable: list[tuple[int, dict[str, Any]]] = []
+    for replica in run.replicas if replicas is None else replicas:
+        env = {
+            **shared_env,
+            # Every replica of a local run is on this machine.
+            **rendezvous_env(request, replica.placement, "127.0.0.1"),
+            **payload.env,
+            **local_environment.backend_env(request, replica.placement),
+        }
+        try:
+            joins = trees.prepare(run, replica, request)
+        except OSError as error:
+            replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
+            continue
+        startable.append(
+            (
+                position[id(replica)],
+                {
+                    "env": env,
+                    "exit_file": str(run.exit_file(replica)),
+                    "stdout": str(run.log_file(replica, "stdout")),
+                    "stderr": str(run.log_file(replica, "stderr")),
+                    "cgroups": [str(join) for join in joins],
+                },
+            )
+        )
     gate_read, gate_write = os.pipe()
     try:
         try:
-            for replica in run.replicas if replicas is None else replicas:
-                env = {
-                    **shared_env,
-                    # Every replica of a local run is on this machine.
-                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                    **payload.env,
-                    **local_environment.backend_env(request, replica.placement),
-                }
-                try:
-                    joins, namespace = trees.prepare(run, replica, request)
-                except OSError as error:
-                    replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
-                    continue
+            for first in range(0, len(startable), BATCH):
+                batch = startable[first : first + BATCH]
+                number = len(run.supervisors)
                 spec = {
                     **common,
-                    "env": env,
-                    "exit_file": str(run.exit_file(replica)),
                     "gate_fd": gate_read,
-                    "cgroups": [str(join) for join in joins],
-                    "pid_namespace": namespace,
+                    "pids_file": str(run.pids_file(number)),
+                    "replicas": [item for _, item in batch],
                 }
                 try:
                     process = processes.start_supervised(
                         spec,
-                        stdout=run.log_file(replica, "stdout"),
-                        stderr=run.log_file(replica, "stderr"),
+                        stdout=Path(os.devnull),
+                        stderr=run.supervisor_log(number),
                         gate_fd=gate_read,
                     )
                 except OSError as error:  # its strerror only: no path of the server's
-                    replica.finish(None, error=f"could not start: {error.strerror or error}")
+                    for index, _ in batch:
+                        run.replicas[index].finish(
+                            None, error=f"could not start: {error.strerror or error}"
+                        )
                     continue
-                replica.attach(process, processes.start_ticks(process.pid))
+                members = [index for index, _ in batch]
+                supervisor = Supervisor(
+                    process.pid, processes.start_ticks(process.pid), members, process=process
+                )
+                run.supervisors.append(supervisor)
+                for index in members:
+                    run.replicas[index].supervisor = number
         finally:
             os.close(gate_read)
-        save_run(run)  # every pid durable before the gate opens: no untracked command
+        save_run(run)  # every supervisor durable before the gate opens: no untracked command
         claim_gate(str(gate_path), "go")
     finally:
         os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)

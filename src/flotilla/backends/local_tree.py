@@ -129,13 +129,11 @@ class ProcessTrees:
             why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
 
-    def prepare(
-        self, run: Run, replica: Replica, request: DispatchRequest
-    ) -> tuple[tuple[Path, ...], bool]:
-        """The cgroup directories the replica joins (made now, with its limits) and whether it
-        gets a PID namespace. Raises ``OSError`` when its cgroup cannot be made."""
+    def prepare(self, run: Run, replica: Replica, request: DispatchRequest) -> tuple[Path, ...]:
+        """The cgroup directories the replica joins (made now, with its limits). Raises
+        ``OSError`` when its cgroup cannot be made."""
         if self.hierarchy is None:
-            return (), self.pid_namespace
+            return ()
         wanted = request.resources.get(replica.placement.task, {})
         memory = wanted.get("memory")
         cpu = wanted.get("cpu")
@@ -146,7 +144,7 @@ class ProcessTrees:
         )
         if memory and "memory" in self.hierarchy.enforced:
             replica.memory_request = float(memory)
-        return self.hierarchy.create(self.path(run, replica), limits), self.pid_namespace
+        return self.hierarchy.create(self.path(run, replica), limits)
 
     def ended(self, run: Run, replica: Replica) -> None:
         """``replica`` was just found over: kill whatever of it is left in its cgroup (the
