@@ -86,13 +86,20 @@ def learn_pids(run: Run) -> None:
                 replica.pid, replica.start_ticks = int(known[0]), known[1]
 
 
-def reap_supervised(run: Run, replica: Replica) -> bool:
+def reap_supervised(
+    run: Run, replica: Replica, alive: bool | None = None, present: set[str] | None = None
+) -> bool:
     """True when ``replica`` (started by a batch's supervisor) has just been found finished:
     its exit file is there, or its supervisor is gone without writing one (killed: its
-    commands died with its PID namespace; one left over without a namespace is killed)."""
+    commands died with its PID namespace; one left over without a namespace is killed).
+    ``alive``: whether its supervisor was alive, and ``present``: the names in the run's
+    directory, both looked at just before (``None``: look now)."""
     assert replica.supervisor is not None
     supervisor = run.supervisors[replica.supervisor]
-    alive = supervisor_alive(supervisor)
+    if alive is None:
+        alive = supervisor_alive(supervisor)
+    if alive and present is not None and run.exit_file(replica).name not in present:
+        return False
     outcome = read_json(run.exit_file(replica))  # after the look at the supervisor: no race
     if outcome is None:
         if alive:

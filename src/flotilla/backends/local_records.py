@@ -172,6 +172,8 @@ class Run:
     """A dynamic identity: every process of its uid is gone and the uid given back."""
     supervisors: list[Supervisor] = field(default_factory=list)
     """The supervisors that started its replicas, a batch each (``local_starting.py``)."""
+    starting: bool = field(default=False, compare=False)
+    """Its replicas are being started (``LocalBackend.dispatch``'s starter thread)."""
     seen_directory: int | None = field(default=None, compare=False)
     """The run directory's mtime (ns) when its exit files were last looked for."""
 

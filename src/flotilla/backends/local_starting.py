@@ -13,15 +13,17 @@ each supervisor is told travels in its launch spec, never in its own arguments o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from flotilla.backends import local_environment, processes
 from flotilla.backends._supervise import claim_gate
-from flotilla.backends.common import rendezvous_env
+from flotilla.backends.common import rendezvous_envs
 from flotilla.backends.interface import DispatchRequest, DispatchResult
 from flotilla.backends.local_identity import Identity
 from flotilla.backends.local_records import Replica, Run, Supervisor, save_run
@@ -115,7 +117,9 @@ def start_replicas(
     trees: ProcessTrees,
     replicas: Sequence[Replica] | None = None,
     gate: Path | None = None,
-) -> None:
+    guard: AbstractContextManager[Any] | None = None,
+    decide: Callable[[], str] = lambda: "go",
+) -> str:
     """Start a supervisor per batch of ``BATCH`` replicas (one for most runs), record every
     supervisor (once), then open the gate: each then forks its replicas' commands. A crash
     before the gate opens ends the gate pipe: the supervisors abandon the run, and the next
@@ -124,7 +128,10 @@ def start_replicas(
     all of them. A replica whose cgroup, or whose supervisor, cannot be made is finished with
     why. ``trees``: each replica's cgroups and the PID namespace (``local_tree.py``).
     ``replicas``/``gate``: only these (replicas joining a running run, ``ReplicaGrowth``),
-    behind a gate file of their own; by default every replica, behind the run's gate."""
+    behind a gate file of their own; by default every replica, behind the run's gate.
+    ``guard`` (the backend's lock) is held while the record is saved and the gate decided:
+    ``decide`` says ``go``, or ``abandon`` (the run was cancelled while it started). Returns
+    the decision in force."""
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
@@ -144,11 +151,11 @@ def start_replicas(
     }
     position = {id(replica): index for index, replica in enumerate(run.replicas)}
     startable: list[tuple[int, dict[str, Any]]] = []
+    rendezvous = rendezvous_envs(request, "127.0.0.1")  # every replica is on this machine
     for replica in run.replicas if replicas is None else replicas:
         env = {
             **shared_env,
-            # Every replica of a local run is on this machine.
-            **rendezvous_env(request, replica.placement, "127.0.0.1"),
+            **rendezvous[replica.placement],
             **payload.env,
             **local_environment.backend_env(request, replica.placement),
         }
@@ -203,7 +210,8 @@ def start_replicas(
                     run.replicas[index].supervisor = number
         finally:
             os.close(gate_read)
-        save_run(run)  # every supervisor durable before the gate opens: no untracked command
-        claim_gate(str(gate_path), "go")
+        with contextlib.nullcontext() if guard is None else guard:
+            save_run(run)  # every supervisor durable before the gate opens: no untracked one
+            return claim_gate(str(gate_path), decide())
     finally:
         os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)
