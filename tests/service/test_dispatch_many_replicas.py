@@ -5,7 +5,8 @@ hung). The ``local`` backend records the run and starts its replicas on a thread
 Here the start of the big run is held (its ``start_replicas`` waits for the test), which is
 what a long start looks like from the loop: meanwhile another queue's job is scheduled, runs
 and succeeds, and the big job's cancel reaches the backend; released, the big run's replicas
-never start and the job ends cancelled. On the old code the loop was stuck in the dispatch until the hold timed out."""
+never start and the job ends cancelled. On the old code the loop was stuck in the dispatch
+until the hold timed out."""
 
 from __future__ import annotations
 
