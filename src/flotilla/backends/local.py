@@ -532,6 +532,10 @@ class LocalBackend:
                     for r in run.replicas
                 )
                 claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
+            if run.state is BackendRunState.PENDING and local_ending.gate_open(run):
+                # Its starter died between the gate and the record that says so.
+                run.state, run.started_at = BackendRunState.RUNNING, self.clock()
+                self._save_soon(run)
             self._refresh(run)
             self._changes.mark(run_id)
         return run

@@ -185,6 +185,14 @@ def reap(run: Run, replica: Replica, reaping: list[subprocess.Popen[bytes]]) -> 
     return True
 
 
+def gate_open(run: Run) -> bool:
+    """Whether the run's gate says ``go``: its commands were let run."""
+    try:
+        return run.gate_file().read_text().strip() == "go"
+    except OSError:
+        return False
+
+
 def exit_time(run: Run, replica: Replica) -> float | None:
     """When the supervisor wrote the command's exit file (right after the command exited):
     the file's modification time, which also serves supervisors started by older versions."""
