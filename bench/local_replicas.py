@@ -4,14 +4,17 @@
 250 500 1000), dispatch one run of N replicas of ``true`` (``--sleep S``: of ``sleep S``) on a
 fresh state dir, then wait until it is terminal. Prints, from the dispatch call: when it
 returned, when the run was ``running`` (every supervisor on record, the gate open), when every
-replica's command had started (its pid known), and when the run was terminal; and the time per
-replica to start. A linear start keeps the time per replica flat as N grows (issue 23: a
-record rewrite per replica made N=10,000 take hours, then an interpreter per replica minutes).
+replica's command had started (its pid known), and when the run was terminal; the time per
+replica to start; and the CPU time of the whole (this process, the supervisors and the commands
+they reaped), less dependent on the machine's load than the wall clock. A linear start keeps
+the time per replica flat as N grows (issue 23: a record rewrite per replica made N=10,000
+take hours, then an interpreter per replica minutes).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +37,7 @@ def start_replicas(replicas: int, sleep: float | None) -> dict[str, float]:
         placements = tuple(ReplicaPlacement("main", index, node) for index in range(replicas))
         command = ["true"] if sleep is None else ["sleep", f"{sleep:g}"]
         marks: dict[str, float] = {}
+        before = os.times()
         try:
             began = time.perf_counter()
             backend.dispatch(
@@ -56,6 +60,10 @@ def start_replicas(replicas: int, sleep: float | None) -> dict[str, float]:
                 backend.cancel(CancelRequest("run-1"))
             backend.stop_runs_on_close = True
             backend.close()
+    after = os.times()
+    # CPU of this process and of every process it reaped (the supervisors, and below them the
+    # commands they reaped): less dependent on the machine's load than the wall clock.
+    marks["cpu"] = sum(after[:4]) - sum(before[:4])
     return marks
 
 
@@ -71,7 +79,8 @@ def main() -> None:
             f"{replicas:>6} replicas: dispatch returned {marks['dispatch returned']:6.2f} s, "
             f"running {marks.get('running', float('nan')):6.2f} s, all started {started:6.2f} s "
             f"({started / replicas * 1e3:5.2f} ms per replica), "
-            f"terminal {marks['terminal']:6.2f} s",
+            f"terminal {marks['terminal']:6.2f} s; CPU {marks['cpu']:6.2f} s "
+            f"({marks['cpu'] / replicas * 1e3:5.2f} ms per replica)",
             flush=True,
         )
 

@@ -29,6 +29,18 @@ from typing import Any
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+RESET = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+"""The signals the supervisor handles or ignores (Python ignores SIGPIPE and SIGXFSZ): the
+command gets their default action (every other one has it already)."""
+
 PIPE_LINE = 3800
 """A refusal line stays below ``PIPE_BUF`` (4096), so lines of many children never mix."""
 
@@ -126,11 +138,8 @@ def _child(
     parent: int,
 ) -> None:  # pragma: no cover - runs in the child
     signal.set_wakeup_fd(-1)
-    for number in range(1, signal.NSIG):
-        if number in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        with contextlib.suppress(OSError, ValueError, RuntimeError):
-            signal.signal(number, signal.SIG_DFL)
+    for number in RESET:
+        signal.signal(number, signal.SIG_DFL)
     os.setsid()
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     die_with_parent()
