@@ -627,23 +627,19 @@ class LocalBackend:
         # Replicas of a batch supervisor are looked at only when an exit file may have come
         # or a supervisor ended (a run of 10,000 replicas is refreshed every monitor tick).
         alive = [local_ending.supervisor_alive(supervisor) for supervisor in run.supervisors]
-        present: set[str] | None = None
+        candidates: list[int] = []
         if run.supervisors and (local_ending.exit_files_changed(run) or not all(alive)):
             local_ending.learn_pids(run)
-            with contextlib.suppress(OSError):
-                present = set(os.listdir(run.directory))
-        for replica in run.replicas:
-            if replica.finished:
-                continue
-            if replica.supervisor is None:
-                ended = local_ending.reap(run, replica, self._reaping)
-            elif present is None and alive[replica.supervisor]:
-                continue  # no exit file came since the last look
-            else:
-                ended = local_ending.reap_supervised(
-                    run, replica, alive[replica.supervisor], present
-                )
-            if ended:
+            candidates = local_ending.maybe_ended(run, alive)
+        for replica in run.replicas:  # those with a supervisor of their own (older versions)
+            old = not replica.finished and replica.supervisor is None
+            if old and local_ending.reap(run, replica, self._reaping):
+                self._trees.ended(run, replica)
+                changed = True
+        for index in candidates:  # those of a batch whose exit file came, or whose supervisor
+            replica = run.replicas[index]
+            assert replica.supervisor is not None
+            if local_ending.reap_supervised(run, replica, alive[replica.supervisor]):
                 self._trees.ended(run, replica)
                 changed = True
         if run.stop is None:

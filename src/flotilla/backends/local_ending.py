@@ -86,20 +86,47 @@ def learn_pids(run: Run) -> None:
                 replica.pid, replica.start_ticks = int(known[0]), known[1]
 
 
-def reap_supervised(
-    run: Run, replica: Replica, alive: bool | None = None, present: set[str] | None = None
-) -> bool:
+def maybe_ended(run: Run, alive: list[bool]) -> list[int]:
+    """The replicas (positions in ``run.replicas``) of the run's batches that may have ended
+    since the last look: those whose exit file appeared since (one listing of the run's
+    directory, not a look per replica: a run of 10,000 replicas is refreshed every monitor
+    tick while they end), and every unfinished one of a supervisor that is gone (``alive``:
+    each supervisor's liveness, looked at just before)."""
+    if len(run.exit_names) != len(run.replicas):  # new, or grown (``add_replicas``)
+        run.exit_names = {
+            run.exit_file(replica).name: position for position, replica in enumerate(run.replicas)
+        }
+    try:
+        names = set(os.listdir(run.directory))
+    except OSError:
+        names = set(run.exit_names)
+    found = names - run.seen_exits
+    ended = {run.exit_names[name] for name in found if name in run.exit_names}
+    for number, running in enumerate(alive):
+        if not running:
+            ended.update(run.supervisors[number].members)
+    # Seen for good: what is no exit file, and the exit files of replicas already over (one
+    # found now is looked at again until its replica is).
+    run.seen_exits |= {
+        name
+        for name in found
+        if name not in run.exit_names or run.replicas[run.exit_names[name]].finished
+    }
+    replicas = run.replicas
+    return sorted(
+        i for i in ended if not replicas[i].finished and replicas[i].supervisor is not None
+    )
+
+
+def reap_supervised(run: Run, replica: Replica, alive: bool | None = None) -> bool:
     """True when ``replica`` (started by a batch's supervisor) has just been found finished:
     its exit file is there, or its supervisor is gone without writing one (killed: its
     commands died with its PID namespace; one left over without a namespace is killed).
-    ``alive``: whether its supervisor was alive, and ``present``: the names in the run's
-    directory, both looked at just before (``None``: look now)."""
+    ``alive``: whether its supervisor was alive, looked at just before (``None``: look)."""
     assert replica.supervisor is not None
     supervisor = run.supervisors[replica.supervisor]
     if alive is None:
         alive = supervisor_alive(supervisor)
-    if alive and present is not None and run.exit_file(replica).name not in present:
-        return False
     outcome = read_json(run.exit_file(replica))  # after the look at the supervisor: no race
     if outcome is None:
         if alive:

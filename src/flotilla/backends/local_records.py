@@ -174,6 +174,10 @@ class Run:
     """The supervisors that started its replicas, a batch each (``local_starting.py``)."""
     starting: bool = field(default=False, compare=False)
     """Its replicas are being started (``LocalBackend.dispatch``'s starter thread)."""
+    exit_names: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    """Exit file name → the position of its replica (those of batches; made when needed)."""
+    seen_exits: set[str] = field(default_factory=set, compare=False, repr=False)
+    """The names in its directory at the last look for exit files."""
     seen_directory: int | None = field(default=None, compare=False)
     """The run directory's mtime (ns) when its exit files were last looked for."""
 
