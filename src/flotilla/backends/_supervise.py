@@ -1,39 +1,47 @@
-"""The tiny parent of every local replica: starts the command, copies its output into the
-run's logs (capped), and records its exit status in a file.
+"""The supervisor of a batch of a ``local`` run's replicas (up to ``local_starting.BATCH``):
+starts each replica's command by ``fork`` from itself, copies their output into the run's logs
+(capped), and records each exit status in a file.
 
 Run as ``python -I -S _supervise.py`` (standard library only, so it starts fast and needs no
-environment) with its launch spec, a JSON object, on stdin; its own stdout and stderr are the
-replica's log files. Nothing of the job is ever the supervisor's own (issue 23): the spec
+environment) with its launch spec, a JSON object, on stdin: what the batch's replicas share
+(``argv``, identity, working dir, gate, log cap) and, per replica, its ``env``, log files,
+exit file and cgroups. Nothing of the job is ever the supervisor's own (issue 23): the spec
 travels on stdin, not in its arguments (``/proc/PID/cmdline`` is readable by every user) nor
 in its environment (``LD_PRELOAD`` there would run a job's library in a process of the
-server's, root's when the server is root); the supervisor's working dir is ``/``. The job's
-environment, working dir and identity are applied only in the job's own process: it drops to
-the spec's ``uid``/``gid``/``groups`` first, then changes into ``working_dir`` as that user
-(creating it there when ``make_working_dir``), and its ``env`` takes effect at ``exec``. The
-supervisor keeps the server's identity: it must write the exit file, which the command must
-not be able to forge.
+server's, root's when the server is root); its working dir is ``/``. The job's environment,
+working dir and identity are applied only in the forked child that becomes the command
+(``_job_init.py``): it drops to the spec's ``uid``/``gid``/``groups`` first, then changes
+into ``working_dir`` as that user, and its ``env`` takes effect at ``exec``. The supervisor
+keeps the server's identity: it writes the exit files, which a command must not forge.
 
-Start gate: the command runs only once the run's gate file says ``go``. The backend writes it
-after every replica's pid is on disk, then closes the write end of a pipe whose read end every
-supervisor of the run inherits (``gate_fd``), so all of them wake at once. A backend that dies
-before closes it too (the kernel does): a supervisor woken while no gate file exists claims
-``abandon``, and so does a backend restarted after a crash in between. Whoever creates the file
-first decides (exclusive create), so a run whose start was interrupted is either fully
-tracked or never runs at all — never run twice. No timeout: a dispatch of many replicas may
-take long, and a supervisor that gave up early would lose its replica.
+Start gate: no command starts until the run's gate file says ``go``. The backend writes it
+after every supervisor's pid is on disk, then closes the write end of a pipe whose read end
+every supervisor of the run inherits (``gate_fd``), so all of them wake at once. A backend that
+dies before closes it too (the kernel does): a supervisor woken while no gate file exists
+claims ``abandon``, and so does a backend restarted after a crash in between. Whoever creates
+the file first decides (exclusive create), so a run whose start was interrupted is either fully
+tracked or never runs at all — never run twice. No timeout: a start of many replicas may take
+long, and a supervisor that gave up early would lose its replicas.
 
-It leads the replica's process group, so a SIGTERM to the group reaches the command
-directly; the supervisor itself outlives SIGTERM to write down how the command ended. The
-file is what lets a restarted backend report the outcome of a run that finished while no
-backend was watching. A supervisor killed with SIGKILL writes nothing; the backend then knows
-the outcome from its own records (it sent the kill, or it stopped the run for a cancel and
-saw the command end: it then kills the supervisor without waiting for the file) or reports
-the run lost.
+Once ``go``, where PID namespaces work, the supervisor forks a copy of itself that is PID 1 of
+a new namespace and does the rest there (this one passes stops on to it and waits): every
+command of the batch lives in that namespace and dies with it (and with its supervisor:
+``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for every command. Each command leads
+a process group of its own. A stop (SIGTERM, SIGINT, SIGHUP) to the supervisor is passed on to
+every command's group; ``KILL`` (SIGUSR1) SIGKILLs them, and the supervisor stays to write down
+how each ended. A stop before a command started means it never starts.
 
-Logs: the command writes into pipes; the supervisor appends what it reads to its stdout and
-stderr, within the run's budget of ``log_limit`` bytes over all its replicas and streams
-(a counter in ``log_usage_file``, under ``flock``). Past it, output is read and dropped, and
-the stream that first lost some gets ``log_note`` as its last line.
+Exit files: ``{"exit_code": N, "pid": P}`` (with ``error`` when the command could not start,
+``abandoned`` when the gate said so), written once the command's pipes are drained and the
+rest of its group killed, made durable with one ``syncfs`` per round unless the batch was
+stopped (the backend then settles the outcome from its own record). A supervisor killed with
+SIGKILL writes nothing; the backend then knows the outcome from its own records (it sent the
+kill, or stopped the run for a cancel) or reports the replicas lost.
+
+Logs: the commands write into pipes; the supervisor appends what it reads to their log files,
+within the run's budget of ``log_limit`` bytes over all its replicas and streams (a counter in
+``log_usage_file``, under ``flock``, shared with the run's other supervisors). Past it, output
+is read and dropped, and the stream that first lost some gets ``log_note`` as its last line.
 """
 
 from __future__ import annotations
