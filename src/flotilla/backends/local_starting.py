@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -105,6 +106,15 @@ that a supervisor's descriptors (two pipes and two logs per replica) stay within
 hard limit, and so that a huge run starts on several cores at once."""
 
 
+def batch_size() -> int:
+    """``BATCH``, or fewer where the descriptor limit a supervisor inherits (its hard limit,
+    which it raises itself to) would not hold four per replica."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        return BATCH
+    return max(1, min(BATCH, (hard - 64) // 4))
+
+
 def start_replicas(
     run: Run,
     request: DispatchRequest,
@@ -176,11 +186,12 @@ def start_replicas(
                 },
             )
         )
+    size = batch_size()
     gate_read, gate_write = os.pipe()
     try:
         try:
-            for first in range(0, len(startable), BATCH):
-                batch = startable[first : first + BATCH]
+            for first in range(0, len(startable), size):
+                batch = startable[first : first + size]
                 number = len(run.supervisors)
                 spec = {
                     **common,
