@@ -12,11 +12,12 @@ backlog never empties, the next round starts as soon as one commits. ``cancellab
 queued jobs (answered at once by the API). The algorithm rounds' own durations come from the
 scheduling report (``algorithm_seconds`` of each committed round).
 
-**submit → scheduled** (``run_submit_to_scheduled``): the same service pieces in one process —
-``create_app`` served by uvicorn on 127.0.0.1 and ``SchedulingLoop`` (sync, 0.1 s cycles) over
-SQLite — with a ``sim`` cluster (fake nodes in wall time), since ``flotilla up`` only offers the
-local cluster and starting thousands of processes would measure ``fork``. Jobs are submitted
-over HTTP in batches; *scheduled* means the job left ``queued`` (leased, dispatched to the sim
+**submit → scheduled** (``run_submit_to_scheduled``): the service ``flotilla up`` runs, built by
+the same composition root (``flotilla.app``) in one process — its API served by uvicorn on
+127.0.0.1 and its scheduling loop (sync, 0.1 s cycles) over SQLite — with a ``sim`` cluster
+(fake nodes in wall time), since ``flotilla up`` only offers the local cluster and starting
+thousands of processes would measure ``fork``. Jobs are submitted over HTTP in batches;
+*scheduled* means the job left ``queued`` (leased, dispatched to the sim
 backend, and possibly running). Throughput is jobs / (first submit → last job scheduled).
 """
 
@@ -312,36 +313,28 @@ def run_submit_to_scheduled(
     """``database``: ``sqlite`` (a file) or ``postgresql`` (``POSTGRES_URL``)."""
     import uvicorn
 
+    from flotilla.app import ApiConfig, ServiceConfig, build_service, settle_process
     from flotilla.backends.sim import SimBackend
-    from flotilla.collector import settle_collector
-    from flotilla.model import QueueSpec
-    from flotilla.server import AuthSettings, create_app
-    from flotilla.service.loop import LoopSettings, SchedulingLoop
-    from flotilla.service.records import cluster_spec_from_inventory
-    from flotilla.store import SqlStore
+    from flotilla.service.loop import LoopSettings
 
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(tmp, database) as url:
-        store = SqlStore.open(url)
         node_group = {"name": "sim", "count": nodes, "resources": {"cpu": 64, "memory": "256Gi"}}
         backend = SimBackend(cluster="sim", nodes=[node_group], default_duration=3600.0)
-        store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-        store.put_queue(QueueSpec(name="default"))
-        loop = SchedulingLoop(
-            store, {"sim": backend}, LoopSettings(cycle_interval=0.1, replica="bench")
-        )
-        stop = threading.Event()
-        scheduler = threading.Thread(target=loop.run, args=(stop,), name="bench-scheduler")
         port = _free_port()
-        config = uvicorn.Config(
-            create_app(store, loop, AuthSettings.disabled()),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
+        service = build_service(  # as flotilla up builds it, over a sim cluster
+            ServiceConfig(
+                db=url,
+                loop=LoopSettings(cycle_interval=0.1, replica="bench"),
+                api=ApiConfig(host="127.0.0.1", port=port),
+                secret_key_file=Path(tmp) / "secret.key",
+            ),
+            backends={"sim": backend},
         )
+        config = uvicorn.Config(service.app(), host="127.0.0.1", port=port, log_level="warning")
         server = uvicorn.Server(config)
         api = threading.Thread(target=server.run, name="bench-api")
-        settle_collector()  # as flotilla up does once started
-        scheduler.start()
+        settle_process()  # as flotilla up does once started
+        service.start()
         api.start()
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)
         try:
@@ -369,10 +362,8 @@ def run_submit_to_scheduled(
             http.close()
             server.should_exit = True
             api.join(timeout=30)
-            stop.set()
-            scheduler.join(timeout=60)
+            service.stop()
             backend.close()
-            store.close()
     return {
         "kind": "service-throughput",
         "params": {"jobs": jobs, "nodes": nodes, "batch": BATCH, "database": database},

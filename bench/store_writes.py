@@ -172,17 +172,16 @@ def loop_cpu(database: str, jobs: int, batches: int) -> tuple[float, float, floa
     other thread) over a
     ``sim`` cluster of 160 × 64 CPUs: per batch, ``jobs`` jobs are submitted to the store and
     two cycles run (the first leases and dispatches them, the second records them running)."""
+    from flotilla.app import ServiceConfig, build_service
     from flotilla.backends.sim import SimBackend
-    from flotilla.service.loop import LoopSettings, SchedulingLoop
-    from flotilla.service.records import cluster_spec_from_inventory
+    from flotilla.service.loop import LoopSettings
 
     with _store(database) as (store, name):
         server_of = name if database == "postgresql" else None
-        store.put_queue(QueueSpec(name="default"))
         nodes = [{"name": "sim", "count": 160, "resources": {"cpu": 64, "memory": "256Gi"}}]
         backend = SimBackend(cluster="sim", nodes=nodes, default_duration=3600.0)
-        store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-        loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="bench"))
+        config = ServiceConfig(loop=LoopSettings(replica="bench"))  # the loop flotilla up runs
+        loop = build_service(config, store=store, backends={"sim": backend}).loop
         try:
             loop.cycle()
             cpu = wall = server = 0.0

@@ -3,12 +3,12 @@ own thread, the local backend running real processes, and the real API app over 
 
 For API and CLI tests whose subject is what the service does (why a job waits, its logs, a
 cancel that stops a process, ``wait``/``watch``/``logs -f``), not what a fake says it does.
-The loop runs exactly as in ``flotilla up``, only with a short cycle.
+The service is built by the composition root as ``flotilla up`` builds it (``flotilla.app``),
+only with a short cycle and a local backend that stops its runs when closed.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,39 +18,40 @@ from typing import Any
 from fastapi import FastAPI
 
 from flotilla.backends.local import LocalBackend
-from flotilla.model import JobSpec, QueueSpec
-from flotilla.server import AuthSettings, create_app
+from flotilla.model import JobSpec
 from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import TEST_API, service_over
 
 CYCLE = 0.05
 
 
-def local_loop(root: Path, settings: LoopSettings) -> tuple[SqlStore, LocalBackend, SchedulingLoop]:
-    """A SQLite store under ``root`` with this machine as cluster ``local`` (real processes)
-    and a ``default`` queue, and the scheduling loop over them."""
-    store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
-    backend = LocalBackend(
+def local_backend(root: Path) -> LocalBackend:
+    """This machine as cluster ``local`` (real processes), its runs under ``root``."""
+    return LocalBackend(
         cluster="local", state_dir=root / "runs", grace_period=1.0, stop_runs_on_close=True
     )
-    store.upsert_cluster(cluster_spec_from_inventory("local", "local", backend.inventory().nodes))
-    store.put_queue(QueueSpec(name="default"))
-    return store, backend, SchedulingLoop(store, {"local": backend}, settings)
+
+
+def local_loop(root: Path, settings: LoopSettings) -> tuple[SqlStore, LocalBackend, SchedulingLoop]:
+    """A SQLite store under ``root`` with this machine as cluster ``local`` (real processes)
+    and a ``default`` queue, and the scheduling loop over them, as the composition root
+    builds them (not started: the test cycles it)."""
+    backend = local_backend(root)
+    service = service_over({"local": backend}, root=root, settings=settings)
+    return service.store, backend, service.loop
 
 
 class LiveService:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.store, self.backend, self.loop = local_loop(
-            root, LoopSettings(cycle_interval=CYCLE, replica="live")
+        self.backend = local_backend(root)
+        self.service = service_over(
+            {"local": self.backend}, root=root, api=TEST_API, cycle_interval=CYCLE, replica="live"
         )
-        self.app: FastAPI = create_app(
-            self.store, self.loop, AuthSettings.disabled(), poll_interval=0.05
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.loop.run, args=(self._stop,), daemon=True)
-        self._thread.start()
+        self.store, self.loop = self.service.store, self.service.loop
+        self.app: FastAPI = self.service.app()
+        self.service.start()
 
     @property
     def cpus(self) -> float:
@@ -85,11 +86,8 @@ class LiveService:
             time.sleep(0.05)
 
     def close(self) -> None:
-        self._stop.set()
-        self.loop.wake()
-        self._thread.join(timeout=30)
+        self.service.stop()
         self.backend.close()
-        self.store.close()
 
 
 @contextmanager

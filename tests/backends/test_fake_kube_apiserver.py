@@ -155,6 +155,65 @@ def test_merge_strategic_and_json_patches_are_applied(
     assert answer.json()["metadata"]["annotations"] == {"a": "1"}
 
 
+def merge(http: httpx.Client, name: str, body: dict[str, Any]) -> httpx.Response:
+    return http.patch(
+        f"{JOBS}/{name}",
+        content=json.dumps(body),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+
+
+def test_an_indexed_job_grows_by_completions_and_parallelism_together(
+    http: httpx.Client, server: FakeApiServer
+) -> None:
+    """Elastic Indexed Jobs (GA in 1.31): ``completions`` changes only in tandem with
+    ``parallelism``; the controller then makes the new indexes' pods."""
+    http.post(JOBS, json=job("elastic", "sleep 60", completions=2)).raise_for_status()
+    until(lambda: len(pods_of(server, "elastic")) == 2, "two pods")
+    alone = merge(http, "elastic", {"spec": {"completions": 4}})
+    assert alone.status_code == 422
+    assert alone.json()["message"] == (
+        'Job.batch "elastic" is invalid: spec.completions: Invalid value: 4: can only be '
+        "modified in tandem with spec.parallelism"
+    )
+    grown = merge(http, "elastic", {"spec": {"completions": 4, "parallelism": 4}})
+    assert grown.status_code == 200
+    assert (grown.json()["spec"]["completions"], grown.json()["spec"]["parallelism"]) == (4, 4)
+    until(lambda: len(pods_of(server, "elastic")) == 4, "four pods")
+    indexes = sorted(
+        int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+        for pod in pods_of(server, "elastic")
+    )
+    assert indexes == [0, 1, 2, 3]
+
+
+def test_a_jobs_template_and_a_non_indexed_jobs_completions_are_immutable(
+    http: httpx.Client,
+) -> None:
+    http.post(JOBS, json=job("fixed", "sleep 60", completions=2)).raise_for_status()
+    template = merge(http, "fixed", {"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}})
+    assert template.status_code == 422
+    assert "spec.template: Invalid value: " in template.json()["message"]
+    assert template.json()["message"].endswith(": field is immutable")
+    plain = job("plain", "sleep 60", completions=2, completionMode="NonIndexed")
+    http.post(JOBS, json=plain).raise_for_status()
+    refused = merge(http, "plain", {"spec": {"completions": 3, "parallelism": 3}})
+    assert refused.status_code == 422
+    assert refused.json()["message"] == (
+        'Job.batch "plain" is invalid: spec.completions: Invalid value: 3: field is immutable'
+    )
+    assert merge(http, "plain", {"spec": {"parallelism": 1}}).status_code == 200
+
+
+def test_no_more_pods_are_active_than_parallelism(
+    http: httpx.Client, server: FakeApiServer
+) -> None:
+    http.post(JOBS, json=job("narrow", "sleep 60", completions=3, parallelism=1)).raise_for_status()
+    until(lambda: len(pods_of(server, "narrow")) == 1, "one pod")
+    assert merge(http, "narrow", {"spec": {"parallelism": 3}}).status_code == 200
+    until(lambda: len(pods_of(server, "narrow")) == 3, "three pods")
+
+
 def test_an_unknown_propagation_policy_is_invalid(http: httpx.Client) -> None:
     http.post(JOBS, json=job("kept")).raise_for_status()
     refused = http.request("DELETE", f"{JOBS}/kept", json={"propagationPolicy": "Sideways"})

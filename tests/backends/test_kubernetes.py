@@ -29,11 +29,11 @@ from flotilla.backends import (
     UnknownRun,
 )
 from flotilla.backends.kubernetes import manifests as m
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.loop import SchedulingLoop
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import loop_over
 
 from .engines.fake_kube_apiserver import FakeApiServer
 from .kube_support import Manual, gpu_request, make, only_job, until
@@ -364,16 +364,17 @@ class Service:
         self.kube = kube
         self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
         self.backend = kube.make(cluster="k8s")
-        nodes = self.backend.inventory().nodes
-        self.store.upsert_cluster(cluster_spec_from_inventory("k8s", "kubernetes", nodes))
-        self.store.put_queue(QueueSpec(name="default"))
         self.loop = self.new_loop()
 
     def new_loop(self) -> SchedulingLoop:
-        return SchedulingLoop(
+        """The loop the composition root builds over the store and the backend (the cluster
+        recorded as the backend reports it, a ``default`` queue): a restarted ``up``."""
+        return loop_over(
             self.store,
             {"k8s": self.backend},
-            LoopSettings(mode=Mode.SYNC, cycle_interval=0.05, replica="replica-a"),
+            mode=Mode.SYNC,
+            cycle_interval=0.05,
+            replica="replica-a",
         )
 
     def submit(self, name: str, command: str) -> str:

@@ -192,6 +192,62 @@ def test_a_cancelled_run_whose_supervisor_was_killed_ends_cancelled_with_nothing
     assert restarted.status(StatusRequest("run-1")).state is BackendRunState.CANCELLED
 
 
+LAST_WORDS = "trap 'echo last-words; exit 3' TERM; echo ready; sleep 60 & wait"
+"""Says something when stopped (``sleep & wait``: the trap runs at once, not after sleep)."""
+
+
+def test_what_a_cancelled_command_wrote_before_it_ended_reaches_its_log(
+    local: LocalHarness,
+) -> None:
+    """Issue 23: output still in the pipes when a cancel ended the run was lost — the backend
+    killed the supervisor as soon as the command was over, before it copied the rest. Here the
+    supervisor is stopped while the command answers the cancel's SIGTERM (sent here to the
+    command's group, as the supervisor passes it on), so its last words wait in the pipe;
+    resumed, the supervisor copies them into the log before it writes the exit file."""
+    backend = local.make(grace_period=60.0)
+    backend.dispatch(request(backend, "run-1", {"command": LAST_WORDS}))
+    local.wait_output(backend, "run-1", "ready")
+    status = local.wait(backend, "run-1", lambda s: bool(s.replicas[0].process_id), "started")
+    command = status.replicas[0].process_id
+    assert command is not None
+    supervisor = supervisors_of(command)[0]  # the one that copies its output
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        backend.cancel(CancelRequest("run-1"))
+        os.killpg(command, signal.SIGTERM)
+        wait_until(lambda: not process_alive(command, None), "ended the command")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.CANCELLED
+    assert "last-words" in read_all(backend, "run-1")
+    local.assert_gone(status)
+
+
+def test_output_of_a_command_killed_after_the_grace_period_reaches_its_log(
+    local: LocalHarness,
+) -> None:
+    """The grace period's SIGKILL ends the command, not its supervisor (it passes the kill
+    on), which copies what the command wrote into the log."""
+    backend = local.make(grace_period=0.5)
+    command = "trap '' TERM; echo ready; read line; echo was-pending; sleep 60"
+    gate = local.scratch / "fifo"
+    os.mkfifo(gate)
+    backend.dispatch(request(backend, "run-1", {"command": f"{command} <{gate}"}))
+    with open(gate, "w") as writer:
+        local.wait_output(backend, "run-1", "ready")
+        status = local.wait(backend, "run-1", lambda s: bool(s.replicas[0].process_id), "started")
+        command = status.replicas[0].process_id
+        assert command is not None
+        writer.write("go\n")
+    backend.cancel(CancelRequest("run-1"))  # the TERM is ignored; the SIGKILL after 0.5 s
+    wait_until(lambda: not process_alive(command, None), "killed the command")
+    status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.CANCELLED
+    assert "was-pending" in read_all(backend, "run-1")
+    local.assert_gone(status)
+
+
 def test_a_stopped_command_still_gets_its_exit_code_from_the_supervisor(
     local: LocalHarness,
 ) -> None:

@@ -155,6 +155,9 @@ def test_queues_quotas_clusters_and_why(servers: list[str], store: SqlStore) -> 
     assert quotas.exit_code == 0 and "org" in quotas.output and "vision" in quotas.output
     clusters = run("clusters", "--nodes")
     assert clusters.exit_code == 0 and "east" in clusters.output and "n-1" in clusters.output
+    store.set_cluster_state("east", "unreachable", reason="settings.token: GONE is not set")
+    clusters = run("clusters")
+    assert "east: unreachable: settings.token: GONE is not set" in clusters.output
     why = run("why", job_id)
     assert why.exit_code == 0 and "1 of 1 queued in team-a" in why.output
     assert "quota vision" in why.output

@@ -129,8 +129,9 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
             os.kill(victim.process.pid, signal.SIGSTOP)
             try:
                 [standby] = [server for server in servers if server is not victim]
-                # Stopped inside a transaction, the leader holds the lease row (PostgreSQL's
-                # share lock of the fence): the standby then takes over only after it resumes.
+                # Stopped inside a fenced write, the leader holds the lease row (PostgreSQL's
+                # share lock of the fence) until the server ends its idle transaction, after
+                # the term's length (docs/store.md): the standby takes over after that.
                 with contextlib.suppress(AssertionError):
                     wait_for(lambda: _leader(standby), PAUSE_LIMIT, "the standby to lead")
                     took_over = True

@@ -1,7 +1,8 @@
-"""A service driven by a fleet: a real SchedulingLoop over SQLite whose backends are built
-from a fleet file by ``FleetRuntime`` (sim clusters here: fake nodes and fake runs), and a
-fake remote backend that keeps its truth "in the engine" (an object shared by every backend
-instance, as a Ray head or a Slurm controller is shared by every replica)."""
+"""A service driven by a fleet: the service the composition root (``flotilla.app``) builds
+over SQLite, its backends built from a fleet file by ``FleetRuntime`` (sim clusters here: fake
+nodes and fake runs), and a fake remote backend that keeps its truth "in the engine" (an
+object shared by every backend instance, as a Ray head or a Slurm controller is shared by
+every replica)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastapi.testclient import TestClient
+
+from flotilla.app import Service, ServiceConfig, build_service
 from flotilla.backends import (
     Backend,
     BackendRunState,
@@ -36,6 +40,7 @@ from flotilla.model.fleet_loader import fleet_from_data
 from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import TEST_API
 
 Data = dict[str, Any]
 
@@ -86,7 +91,8 @@ def job(
 
 
 class FleetService:
-    """One replica: a store, a fleet runtime and a loop the test cycles by hand."""
+    """One replica: a store, and the service the composition root builds over the fleet it
+    holds (``start``), whose loop the test cycles by hand."""
 
     def __init__(
         self,
@@ -97,10 +103,17 @@ class FleetService:
         heartbeat_timeout: float = 30.0,
     ) -> None:
         self.store = SqlStore.open(db)
-        self.runtime = FleetRuntime(self.store, {}, factory=factory)
+        self.factory = factory
         self.replica = replica
         self.heartbeat_timeout = heartbeat_timeout
+        self.service: Service | None = None
         self.loop: SchedulingLoop | None = None
+
+    @property
+    def runtime(self) -> FleetRuntime:
+        """The fleet runtime that built the backends (once started)."""
+        assert self.service is not None and self.service.runtime is not None, "not started"
+        return self.service.runtime
 
     def apply(self, data: Data) -> Fleet:
         fleet = fleet_from_data(data)
@@ -108,15 +121,23 @@ class FleetService:
         return fleet
 
     def start(self) -> SchedulingLoop:
-        self.runtime.sync()
-        self.runtime.connect()
-        self.loop = SchedulingLoop(
-            self.store,
-            {},
-            LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout),
-            fleet=self.runtime,
-        )
+        """Build the service as ``flotilla up`` does over a database with a fleet in force
+        (its clusters connected); ``notices`` holds what ``up`` would print."""
+        settings = LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout)
+        config = ServiceConfig(loop=settings, api=TEST_API)
+        self.service = build_service(config, store=self.store, backend_factory=self.factory)
+        self.loop = self.service.loop
         return self.loop
+
+    def api(self) -> TestClient:
+        """A client of the service's REST API (as ``flotilla up`` serves it)."""
+        assert self.service is not None, "not started"
+        return TestClient(self.service.app())
+
+    @property
+    def notices(self) -> list[str]:
+        assert self.service is not None, "not started"
+        return self.service.notices
 
     def submit(self, *specs: JobSpec) -> list[str]:
         return self.store.submit_jobs(list(specs))
@@ -142,9 +163,8 @@ class FleetService:
             time.sleep(0.02)
 
     def close(self) -> None:
-        if self.loop is not None:
-            self.loop.close()
-        self.runtime.close()
+        if self.service is not None:
+            self.service.stop()  # the loop and the fleet's backends; the store is ours
         self.store.close()
 
 

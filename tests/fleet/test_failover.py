@@ -148,14 +148,12 @@ def test_an_engine_down_at_start_is_one_line_and_the_cluster_unreachable(
     service = replica(db, engine, "replica-a")
     try:
         service.apply(fleet_data(REMOTE))
-        service.runtime.sync()
-        [line] = service.runtime.connect()
-        assert line == (
+        service.start()
+        assert service.notices[0] == (
             "cluster remote (fake-remote): unreachable, retrying every cycle: "
             "fake engine at fake://engine does not answer"
         )
         assert service.store.get_cluster("remote").state == "unreachable"
-        service.start()
         engine.up = True
         service.cycles(1)
         assert service.store.get_cluster("remote").state == "ready"

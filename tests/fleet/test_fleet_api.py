@@ -161,7 +161,7 @@ def test_secrets_are_resolved_for_the_backend_but_never_stored_or_shown(
         loop = service.start()
         loop.cycle()
         assert seen["token"] == secret and seen["password"] == "file-secret-0d1e2f"
-        api = TestClient(create_app(service.store, loop, AuthSettings.disabled()))
+        api = service.api()
         shown = api.get("/v1/fleet")
         assert shown.status_code == 200
         settings = shown.json()["fleet"]["clusters"][0]["settings"]

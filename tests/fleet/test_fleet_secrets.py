@@ -20,7 +20,8 @@ from flotilla.backends import BackendUnavailable, Inventory
 from flotilla.model.fleet import FleetCluster
 from flotilla.server import AuthSettings, create_app
 from flotilla.service.fleet_settings import resolve
-from flotilla.store import JobState
+from flotilla.store import JobState, SqlStore
+from flotilla.web import mount_dashboard
 from tests.fleet.support import FleetService, fleet_data, job, sim_cluster, sqlite_url
 
 SHADOW = (
@@ -49,7 +50,7 @@ def test_a_secret_on_a_numeric_setting_leaks_nowhere_and_the_cluster_is_unreacha
     service = FleetService(sqlite_url(tmp_path))
     try:
         service.apply(fleet_data(sim_cluster("c1")))
-        loop = service.start()
+        service.start()
         service.cycles(2)
         assert service.store.get_cluster("c1").state == "ready"
 
@@ -69,14 +70,7 @@ def test_a_secret_on_a_numeric_setting_leaks_nowhere_and_the_cluster_is_unreacha
         assert len(said) == 1, [r.getMessage() for r in said]  # once, not every cycle
         assert leaked(caplog.text) == []
 
-        api = TestClient(
-            create_app(
-                service.store,
-                loop,
-                AuthSettings.disabled(),
-                cluster_problems=service.runtime.problems,
-            )
-        )
+        api = service.api()  # its clusters' problems shown as their reasons
         [cluster] = api.get("/v1/clusters").json()
         assert cluster["state"] == "unreachable"
         assert cluster["reason"] == problem
@@ -85,6 +79,38 @@ def test_a_secret_on_a_numeric_setting_leaks_nowhere_and_the_cluster_is_unreacha
             assert response.status_code == 200 and leaked(response.text) == [], path
         assert api.get("/v1/fleet").json()["fleet"]["clusters"][0]["settings"] == reference
     finally:
+        service.close()
+
+
+def test_the_reason_is_shown_by_an_api_of_another_process_and_cleared_when_fixed(
+    tmp_path: Path, shadow: Path
+) -> None:
+    """A ``flotilla serve`` over the same database (a store and app of its own, no scheduler)
+    showed ``reason: null``: the reason lived in the scheduler's memory only."""
+    service = FleetService(sqlite_url(tmp_path))
+    serve = SqlStore.open(sqlite_url(tmp_path))
+    try:
+        service.apply(fleet_data(sim_cluster("c1")))
+        service.start()
+        service.cycles(2)
+        reference = {"default_duration": {"file": str(shadow)}}
+        service.apply(fleet_data(sim_cluster("c1", settings=reference)))
+        service.cycles(3)
+        problem = service.runtime.problems["c1"]
+
+        api = TestClient(mount_dashboard(create_app(serve, None, AuthSettings.disabled())))
+        [cluster] = api.get("/v1/clusters").json()
+        assert (cluster["state"], cluster["reason"]) == ("unreachable", problem)
+        [row] = api.get("/ui/api/fleet").json()["clusters"]
+        assert row["reason"] == problem
+        assert leaked(api.get("/v1/clusters").text) == []
+
+        service.apply(fleet_data(sim_cluster("c1")))
+        service.cycles(3)
+        [cluster] = api.get("/v1/clusters").json()
+        assert (cluster["state"], cluster["reason"]) == ("ready", None)
+    finally:
+        serve.close()
         service.close()
 
 

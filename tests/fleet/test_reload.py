@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi.testclient import TestClient
-
-from flotilla.server import AuthSettings, create_app
 from flotilla.store import JobState
 from tests.fleet.support import FleetService, fleet_data, job, sim_cluster, sqlite_url
 
@@ -24,7 +21,7 @@ def test_an_applied_fleet_changes_clusters_and_settings_without_a_restart(
         assert service.cluster_of(first) == "old"
         old_backend = service.runtime.backends["old"]
 
-        api = TestClient(create_app(service.store, loop, AuthSettings.disabled()))
+        api = service.api()
         new = fleet_data(
             sim_cluster("old", cpu=2),
             sim_cluster("cheap", cpu=8, cost={"cpu": 0.01}),

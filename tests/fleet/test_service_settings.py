@@ -3,6 +3,7 @@ file's ``settings`` drive a real SchedulingLoop over SQLite (sim clusters, fake 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,12 +161,28 @@ def test_mode_and_cycle_interval_come_from_the_fleet(service: FleetService) -> N
     service.cycle_until(lambda: service.state(hello) in RUNNING)
 
 
+def test_a_silent_cluster_is_lost_after_the_fleets_heartbeat_timeout(
+    service: FleetService,
+) -> None:
+    """``settings.heartbeat_timeout``: the service's own 30 s otherwise (``flotilla replay``
+    sets it so a scenario's ``fail_at`` is replayed)."""
+    start(service, sim_cluster("c1"), heartbeat_timeout=0.2)
+    assert service.loop is not None and service.loop.settings.heartbeat_timeout == 0.2
+    [hello] = service.submit(job("hello"))
+    service.cycle_until(lambda: service.state(hello) in RUNNING)
+    # The cluster's backend stops answering (as flotilla replay fails a scenario's cluster).
+    service.apply(
+        fleet_data(sim_cluster("c1", settings={"fail_at": time.time()}), heartbeat_timeout=0.2)
+    )
+    service.cycle_until(lambda: service.state(hello) is JobState.QUEUED)  # well before 30 s
+    record = service.store.get_job(hello)
+    assert record.reason == "cluster c1 became unreachable"
+    assert {c.name: c.state for c in service.store.list_clusters()}["c1"] == "unreachable"
+
+
 def test_priority_classes_of_the_fleet_give_a_submitted_job_its_priority(
     service: FleetService,
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from flotilla.server import AuthSettings, create_app
 
     start(
         service,
@@ -176,7 +193,7 @@ def test_priority_classes_of_the_fleet_give_a_submitted_job_its_priority(
             {"name": "batch", "value": 0},
         ],
     )
-    api = TestClient(create_app(service.store, service.loop, AuthSettings.disabled()))
+    api = service.api()
 
     def submit(name: str, klass: str) -> str:
         body = {

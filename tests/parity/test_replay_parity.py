@@ -73,11 +73,6 @@ class Known:
 EVERY_FIELD = frozenset(
     {"state", "cluster", "runs", "placements", "submitted_at", "started_at", "finished_at"}
 )
-FAIL_AT = (
-    "clusters[].fail_at: a service's cluster cannot be made to fail on cue (a backend that "
-    "stops answering is declared unreachable only after the 30 s heartbeat timeout); the "
-    "replay keeps the cluster up, so its jobs are never lost and re-queued"
-)
 MAX_TIME_CUT = (
     "settings.max_time cuts a pipeline of 40 s jobs: each generation starts when the one "
     "before ends, so the service's lag adds up over ~5 generations, and the jobs of the last "
@@ -116,14 +111,6 @@ KNOWN: dict[str, list[Known]] = {
             "was placed, so it may end after d-again's submission, which then finds cheap full",
             always=False,
         )
-    ],
-    "cluster-failure": [
-        Known("*", EVERY_FIELD, FAIL_AT),
-        Known("queue q", frozenset({"start order"}), FAIL_AT, always=False),
-    ],
-    "retry-node-failure": [
-        Known("*", EVERY_FIELD, FAIL_AT),
-        Known("queue q", frozenset({"start order"}), FAIL_AT, always=False),
     ],
     "preemption-fair-share": [
         Known(

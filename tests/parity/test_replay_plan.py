@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from flotilla.api.submission import parse_submission
+from flotilla.backends.interface import BackendUnavailable
+from flotilla.backends.sim import make_sim_backend
 from flotilla.cli.main import app
 from flotilla.model import scenario_from_data
 from flotilla.model.fleet import FleetCluster
@@ -71,15 +74,28 @@ def test_the_plan_submits_what_the_service_accepts() -> None:
     assert all(body["hold_if_unfit"] for body in bodies)  # "huge" stays queued, as simulated
 
 
-def test_cancels_are_steps_of_their_own_and_fail_at_is_reported_unsupported() -> None:
+def test_cancels_and_cluster_failures_are_steps_of_their_own() -> None:
     plan = plan_replay(scenario_from_data(SCENARIO), speed=10)
     cancel = next(step for step in plan.steps if step.cancel)
     assert cancel.at == 50
     assert [job.name for job in cancel.cancel] == ["train-0", "train-1"]
-    assert plan.unsupported == [
-        "clusters[0].fail_at: a service's cluster cannot be made to fail on cue; cluster c "
-        "stays reachable"
-    ]
+    failure = next(step for step in plan.steps if step.fail)
+    assert (failure.at, failure.fail, failure.submit, failure.cancel) == (30, ["c"], [], [])
+    assert plan.unsupported == []
+
+
+def test_a_failed_cluster_stops_answering_and_the_service_loses_it_within_a_cycle() -> None:
+    plan = plan_replay(scenario_from_data(SCENARIO), speed=10)
+    # half the scenario's 2 s cycle, at speed 10: the simulator loses a cluster at once
+    assert plan.fleet["settings"]["heartbeat_timeout"] == 0.1
+    assert "fail_at" not in plan.fleet["clusters"][0]["settings"]
+    failing = plan.failing_fleet({"c": 1_800_000_000.0})
+    (cluster,) = failing["clusters"]
+    assert cluster["settings"]["fail_at"] == 1_800_000_000.0
+    FleetCluster.model_validate(cluster)
+    backend = make_sim_backend(cluster="c", **cluster["settings"], clock=lambda: 1_800_000_000.0)
+    with pytest.raises(BackendUnavailable, match="cluster c failed"):
+        backend.poll()
 
 
 def test_an_invalid_scenario_exits_2_naming_the_field(tmp_path: Path) -> None:

@@ -161,20 +161,31 @@ def test_with_no_cluster_reported_yet_nothing_is_refused(lifecycle_client: TestC
 def test_a_non_strict_gang_that_could_never_grow_on_the_fleet_is_refused(
     lifecycle_client: TestClient, any_store: SqlStore
 ) -> None:
-    """Ray, Slurm and Kubernetes cannot add replicas to a running run: a gang that would
-    start with min_member replicas there and never grow is refused, naming the clusters."""
+    """Slurm cannot add replicas to a running run: a gang that would start with min_member
+    replicas there and never grow is refused, naming the clusters. Ray and Kubernetes can."""
     for data in (
+        {**cluster("hpc", nodes(4, cpu=8), labels={"engine": "slurm"}), "backend": "slurm"},
         {**cluster("ray-pool", nodes(4, cpu=8), labels={"engine": "ray"}), "backend": "ray"},
+        {**cluster("kube", nodes(4, cpu=8), labels={"engine": "kube"}), "backend": "kubernetes"},
         {**cluster("box", nodes(4, cpu=8), labels={"engine": "local"}), "backend": "local"},
     ):
         any_store.upsert_cluster(ClusterSpec.model_validate(data))
     elastic = {"tasks": [task(replicas=4, cpu=8)], "gang": {"mode": "non-strict", "min_member": 2}}
-    pinned = spec("elastic", affinity={"clusters": {"required": {"engine": "ray"}}}, **elastic)
+    pinned = spec("elastic", affinity={"clusters": {"required": {"engine": "slurm"}}}, **elastic)
     problems = refused(lifecycle_client, {"jobs": [spec("fine"), pinned]}, 422)
     assert len(problems) == 1 and problems[0].startswith("jobs[1].gang.mode: non-strict")
-    assert "ray-pool (ray)" in problems[0] and "(local, sim)" in problems[0]
+    assert "hpc (slurm)" in problems[0] and "(kubernetes, local, ray, sim)" in problems[0]
     assert any_store.list_jobs().jobs == []
     submit(lifecycle_client, spec("elastic", **elastic))  # box (local) can grow it
+    for engine in ("ray", "kube"):  # so can Ray and Kubernetes clusters
+        submit(
+            lifecycle_client,
+            spec(
+                f"on-{engine}", affinity={"clusters": {"required": {"engine": engine}}}, **elastic
+            ),
+        )
     strict = {"tasks": [task(replicas=4, cpu=8)], "gang": {"mode": "strict"}}
-    pinned_strict = spec("whole", affinity={"clusters": {"required": {"engine": "ray"}}}, **strict)
+    pinned_strict = spec(
+        "whole", affinity={"clusters": {"required": {"engine": "slurm"}}}, **strict
+    )
     submit(lifecycle_client, pinned_strict)

@@ -14,7 +14,6 @@ Bounded: ``FUZZ_EXAMPLES`` examples per operation (default 25; the CI runs the d
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,13 +22,11 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
+from flotilla.app import ApiConfig
 from flotilla.backends.sim import SimBackend
-from flotilla.model import QueueSpec
-from flotilla.server import AuthSettings, create_app
+from flotilla.server import AuthSettings
 from flotilla.server.auth import token_hash
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import SqlStore
+from tests.service_builders import service_over
 
 TOKEN = "fuzz-submitter"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
@@ -38,14 +35,7 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("fuzz")
-    store = SqlStore.open(f"sqlite:///{root / 'flotilla.db'}")
-    store.put_queue(QueueSpec(name="default"))
     backend = SimBackend(state_dir=root / "sim", default_duration=0.05)
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(cycle_interval=0.05, replica="f"))
-    stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-    thread.start()
     auth = AuthSettings.from_data(
         {
             "users": [
@@ -57,16 +47,16 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             ]
         }
     )
-    app = create_app(store, loop, auth, poll_interval=0.01)
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    api = ApiConfig(auth=auth, poll_interval=0.01, any_host=True)
+    service = service_over({"sim": backend}, root=root, api=api, cycle_interval=0.05, replica="f")
+    schema = schemathesis.openapi.from_asgi("/openapi.json", service.app())
+    service.start()
     schema.hook(map_body)
     try:
         yield schema
     finally:
-        stop.set()
-        thread.join(timeout=30)
+        service.stop()
         backend.close()
-        store.close()
 
 
 def _harmless(job: Any) -> Any:

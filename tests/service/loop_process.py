@@ -9,17 +9,19 @@ import sys
 import threading
 from pathlib import Path
 
+from flotilla.app import ServiceConfig, build_service
 from flotilla.backends.local import LocalBackend
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.store import SqlStore
+from flotilla.service.loop import LoopSettings
 
 
 def main(url: str, state_dir: str, replica: str) -> None:
-    store = SqlStore.open(url)
     backend = LocalBackend(cluster="local", state_dir=Path(state_dir), grace_period=1.0)
     settings = LoopSettings(cycle_interval=0.05, lease_ttl=1.5, replica=replica)
+    config = ServiceConfig(db=url, loop=settings)
+    # The cluster is the test's to record: this replica only drives it.
+    service = build_service(config, backends={"local": backend}, register_clusters=False)
     print("ready", flush=True)
-    SchedulingLoop(store, {"local": backend}, settings).run(threading.Event())
+    service.loop.run(threading.Event())
 
 
 if __name__ == "__main__":

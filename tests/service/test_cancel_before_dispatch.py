@@ -16,10 +16,10 @@ import pytest
 
 from flotilla.backends.interface import DispatchRequest, DispatchResult
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.model import JobSpec
+from flotilla.service.loop import SchedulingLoop
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import loop_over
 
 
 class HookedSim(SimBackend):
@@ -38,10 +38,8 @@ class HookedSim(SimBackend):
 
 def two_jobs(tmp_path: Path) -> tuple[SqlStore, HookedSim, SchedulingLoop, list[str]]:
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-    store.put_queue(QueueSpec(name="default"))
     backend = HookedSim(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 8}}])
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="cancel-leased"))
+    loop = loop_over(store, {"sim": backend}, replica="cancel-leased")
     specs = [
         JobSpec.model_validate(
             {

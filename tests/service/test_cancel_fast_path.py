@@ -17,8 +17,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.backends.sim import FakeClock, SimBackend
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.loop import SchedulingLoop
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     CycleCommit,
@@ -26,6 +25,7 @@ from flotilla.store import (
     JobState,
     SqlStore,
 )
+from tests.service_builders import loop_over
 
 
 class CountingSim(SimBackend):
@@ -81,8 +81,7 @@ def running_jobs(
     backend = backend_type(
         cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 64}}], **settings
     )
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="fast-path"))
+    loop = loop_over(store, {"sim": backend}, replica="fast-path")
     ids = store.submit_jobs(long_jobs(count))
     for _ in range(20):
         loop.cycle()

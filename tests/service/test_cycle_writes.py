@@ -15,9 +15,7 @@ from flotilla.backends.sim import SimBackend
 from flotilla.jobdb import JobDb
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.context import LoopContext
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.metrics import SchedulerMetrics
-from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.service.writes import CycleWrites
 from flotilla.store import (
     CycleCommit,
@@ -28,6 +26,7 @@ from flotilla.store import (
     SqlStore,
     Transition,
 )
+from tests.service_builders import loop_over
 
 
 class Recorder:
@@ -172,8 +171,7 @@ def test_a_cycle_writes_its_leases_with_the_last_cycles_dispatches_in_one_transa
         nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}],
         default_duration=3600.0,
     )
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="test"))
+    loop = loop_over(store, {"sim": backend}, replica="test")
     try:
         first = submit(store, 4, cpu=1)
         loop.cycle()  # leases and dispatches the first batch
@@ -207,8 +205,7 @@ def test_with_cycles_far_apart_a_cycle_writes_its_dispatches_at_its_end(store: S
         nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}],
         default_duration=3600.0,
     )
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(store, {"sim": backend}, LoopSettings(replica="t", cycle_interval=30))
+    loop = loop_over(store, {"sim": backend}, replica="t", cycle_interval=30)
     try:
         jobs = submit(store, 4, cpu=1)
         loop.cycle()

@@ -1,5 +1,5 @@
 """Dependencies in the service's loop: a job waits until the jobs it depends on ended as its
-condition asks, then runs; one whose dependency can never be met fails naming it. Real
+condition asks, then runs; one whose dependency can never be met ends skipped, naming it. Real
 store (SQLite), real local processes."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from flotilla.model import JobSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState
 from tests.service.test_service_loop import Service
+from tests.service_builders import loop_over
 
 
 @pytest.fixture
@@ -63,14 +63,15 @@ def test_a_job_waits_for_its_dependency_to_succeed_then_runs(
     )
 
 
-def test_a_dependency_that_ends_otherwise_fails_its_dependents_naming_it(
+def test_a_dependency_that_ends_otherwise_skips_its_dependents_naming_it(
     service: Service,
 ) -> None:
     prep = submit(service, "prep", "exit 1")
     train = submit(service, "train", "echo never", ("prep", "succeeded"))
     report = submit(service, "report", "echo never", ("train", "succeeded"))
     cleanup = submit(service, "cleanup", "echo cleaned", ("prep", "failed"))
-    service.cycle_until(lambda: service.state(report) is JobState.FAILED)
+    service.cycle_until(lambda: service.state(report) is JobState.SKIPPED)
+    assert service.state(train) is JobState.SKIPPED
     assert service.state(prep) is JobState.FAILED and service.store.runs(train) == []
     failed = service.store.get_job(train).reason
     assert failed.startswith("dependency job default/prep") and "ended failed" in failed
@@ -91,17 +92,15 @@ def test_a_held_job_stays_held_across_a_restart_and_a_clean_up_runs_after_a_canc
     strict = submit(service, "strict", "echo never", ("prep", "finished_not_cancelled"))
     service.cycle_until(lambda: service.state(prep) is JobState.RUNNING)
     service.loop.close()
-    service.loop = SchedulingLoop(
-        service.store,
-        {"local": service.backend},
-        LoopSettings(cycle_interval=0.05, replica="replica-b"),
+    service.loop = loop_over(
+        service.store, {"local": service.backend}, cycle_interval=0.05, replica="replica-b"
     )
     for _ in range(3):
         service.loop.cycle()
     assert service.state(cleanup) is JobState.QUEUED
     assert "to finish (it is running)" in (service.loop.pending_reason(cleanup) or "")
     service.store.cancel(prep, "not needed")
-    service.cycle_until(lambda: service.state(strict) is JobState.FAILED)
+    service.cycle_until(lambda: service.state(strict) is JobState.SKIPPED)
     assert "ended cancelled" in service.store.get_job(strict).reason
     service.cycle_until(lambda: service.state(cleanup) is JobState.SUCCEEDED)
     service.cycle_until(lambda: service.state(on_failure) is JobState.SUCCEEDED)
@@ -124,15 +123,13 @@ def test_a_dependency_that_ended_long_ago_still_counts(service: Service, restart
     service.cycle_until(lambda: service.state(prep) is JobState.SUCCEEDED)
     service.cycle_until(lambda: service.state(failed) is JobState.FAILED)
     service.loop.close()
-    service.loop = SchedulingLoop(
-        service.store,
-        {"local": service.backend},
-        LoopSettings(cycle_interval=0.05, finished_retention=0.0),
+    service.loop = loop_over(
+        service.store, {"local": service.backend}, cycle_interval=0.05, finished_retention=0.0
     )
     if not restart:  # the same loop forgets them once they are past the retention
         service.loop.cycle()
     train = submit(service, "train", "echo trained", ("prep", "succeeded"))
     never = submit(service, "never", "echo never", ("broken", "succeeded"))
     service.cycle_until(lambda: service.state(train) is JobState.SUCCEEDED)
-    service.cycle_until(lambda: service.state(never) is JobState.FAILED)
+    service.cycle_until(lambda: service.state(never) is JobState.SKIPPED)
     assert "dependency job default/broken" in service.store.get_job(never).reason

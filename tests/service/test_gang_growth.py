@@ -27,9 +27,9 @@ from flotilla.cli import main as cli_main
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.scenario import Mode
 from flotilla.server import AuthSettings, create_app
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import loop_over
 
 NODES = [{"name": "n", "count": 4, "resources": {"cpu": 8}}]
 
@@ -42,10 +42,13 @@ class SimService:
         nodes = self.backend.inventory().nodes
         # ``engine``: the backend the store records for the cluster (what decides growth)
         self.store.upsert_cluster(cluster_spec_from_inventory("sim", engine, nodes))
-        self.loop = SchedulingLoop(
+        self.loop = loop_over(
             self.store,
             {"sim": self.backend},
-            LoopSettings(replica="test", cycle_interval=0.05, mode=mode),
+            register=False,  # recorded above, as ``engine``
+            replica="test",
+            cycle_interval=0.05,
+            mode=mode,
         )
 
     def submit(self, name: str, replicas: int, **fields: Any) -> str:
@@ -188,7 +191,7 @@ def test_on_a_cluster_whose_backend_cannot_grow_the_gang_keeps_its_replicas_and_
 ) -> None:
     """The engine does not place the rest where they could never join (no room is held for
     them), and the job's reason says why they wait."""
-    service = SimService(tmp_path, engine="ray")
+    service = SimService(tmp_path, engine="slurm")
     try:
         blocker = service.submit("blocker", 2)
         service.cycle_until(lambda: service.store.get_job(blocker).state is JobState.RUNNING)

@@ -11,11 +11,10 @@ import pytest
 from flotilla.backends.gpu_inventory import GPU_ENV
 from flotilla.backends.interface import LogsRequest
 from flotilla.backends.local import LocalBackend
-from flotilla.model import JobSpec, QueueSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
 from tests.backends.gpu_recordings import recorded
+from tests.service_builders import loop_over
 
 LIMIT = 60.0
 
@@ -32,14 +31,8 @@ def test_a_gpu_memory_share_runs_on_the_discovered_device(
         stop_runs_on_close=True,
         gpu_source=recorded("h200-1"),
     )
-    loop = SchedulingLoop(
-        store, {"local": backend}, LoopSettings(cycle_interval=0.05, replica="gpu")
-    )
+    loop = loop_over(store, {"local": backend}, cycle_interval=0.05, replica="gpu")
     try:
-        store.upsert_cluster(
-            cluster_spec_from_inventory("local", "local", backend.inventory().nodes)
-        )
-        store.put_queue(QueueSpec(name="default"))
         spec = JobSpec.model_validate(
             {
                 "name": "share",

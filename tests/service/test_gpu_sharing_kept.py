@@ -12,8 +12,8 @@ from flotilla.model.fleet import Fleet
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.scenario import Scenario
 from flotilla.replay.plan import fleet_document
+from flotilla.service.cluster_watch import spec_from_record
 from flotilla.service.fleet import FleetRuntime
-from flotilla.service.transitions import spec_from_record
 from flotilla.store import ClusterRecord
 
 NODE = NodeInfo("g", {"cpu": 8.0, "gpu": 1.0}, {}, (), gpu_count=1)

@@ -3,16 +3,15 @@ between them, so a wake long after the last cycle schedules at once, in the same
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import JobState, SqlStore
+from flotilla.model import JobSpec
+from flotilla.service.loop import LoopSettings
+from flotilla.store import JobState
+from tests.service_builders import service_over
 
 WAIT = 10.0
 """How long the test waits for something before failing (not a performance bound)."""
@@ -37,17 +36,13 @@ def job(name: str) -> JobSpec:
 
 
 def test_a_wake_long_after_the_last_cycle_schedules_in_the_same_term(tmp_path: Path) -> None:
-    store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-    store.put_queue(QueueSpec(name="default"))
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 8}}])
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
     # A TTL of seconds: renewed every fifth of it, the lease survives the loop's thread being
     # kept off the CPU for most of one (a loaded CI machine did that to a 1 s lease).
     settings = LoopSettings(replica="only", cycle_interval=30.0, lease_ttl=3.0)
-    loop = SchedulingLoop(store, {"sim": backend}, settings)
-    stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-    thread.start()
+    service = service_over({"sim": backend}, root=tmp_path, settings=settings)
+    store, loop = service.store, service.loop
+    service.start()
     try:
         wait_for(lambda: loop.lease is not None, "the loop to lead")
         assert loop.lease is not None
@@ -58,7 +53,5 @@ def test_a_wake_long_after_the_last_cycle_schedules_in_the_same_term(tmp_path: P
         wait_for(lambda: store.get_job(job_id).state is not JobState.QUEUED, "the job's lease")
         assert loop.lease is not None and loop.lease.token == term
     finally:
-        stop.set()
-        thread.join(timeout=WAIT)
+        service.stop()
         backend.close()
-        store.close()

@@ -10,7 +10,6 @@ a newer one.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,12 +18,11 @@ from typing import Any
 import pytest
 
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
+from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import JobState, SqlStore
+from flotilla.store import JobState
+from tests.service_builders import service_over
 
 TTL = 2.0
 SLOW_ROUND = 3 * TTL
@@ -55,32 +53,30 @@ class Service:
     """One replica's loop on its own thread over a SQLite store and a simulated cluster."""
 
     def __init__(self, tmp_path: Path, mode: Mode, nodes: int) -> None:
-        self.store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-        self.store.put_queue(QueueSpec(name="default"))
         self.backend = SimBackend(
             cluster="sim",
             nodes=[{"name": f"n{i}", "resources": {"cpu": 64}} for i in range(nodes)],
         )
-        self.store.upsert_cluster(
-            cluster_spec_from_inventory("sim", "sim", self.backend.inventory().nodes)
+        self.service = service_over(
+            {"sim": self.backend},
+            root=tmp_path,
+            replica="only",
+            cycle_interval=0.1,
+            lease_ttl=TTL,
+            mode=mode,
         )
-        settings = LoopSettings(replica="only", cycle_interval=0.1, lease_ttl=TTL, mode=mode)
-        self.loop = SchedulingLoop(self.store, {"sim": self.backend}, settings)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.loop.run, args=(self._stop,), daemon=True)
+        self.store, self.loop = self.service.store, self.service.loop
 
     def start(self) -> None:
-        self._thread.start()
+        self.service.start()
         wait_for(lambda: self.loop.lease is not None, "the loop to lead")
 
     def queued(self) -> int:
         return self.store.count_jobs(states=[JobState.QUEUED])
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=WAIT)
+        self.service.stop()
         self.backend.close()
-        self.store.close()
 
 
 @pytest.fixture

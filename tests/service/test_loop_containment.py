@@ -21,12 +21,13 @@ import pytest
 
 from flotilla.backends.interface import DispatchRequest, RunStatus
 from flotilla.backends.sim import SimBackend
-from flotilla.model import JobSpec, QueueSpec
-from flotilla.service import commit, dependencies, snapshots, transitions
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.lifecycle import machine
+from flotilla.model import JobSpec
+from flotilla.service import commit, dependencies, snapshots
+from flotilla.service.loop import SchedulingLoop
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
+from tests.service_builders import loop_over
 
 WAIT = 60.0
 """How long the test waits for the jobs to end before failing (not a performance bound)."""
@@ -70,14 +71,14 @@ def _report(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]
 def _retry(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:
     """The issue's case: the retry delay overflows (the edge now refuses such a delay, so the
     overflow itself is injected into the lifecycle core's rule for an ended run)."""
-    after_run = transitions.after_run
+    after_run = machine.after_run
 
     def raising(spec: JobSpec, ended: Any) -> Any:
         if spec.name == poison.name:
             raise OverflowError(f"{INJECTED}: date value out of range")
         return after_run(spec, ended)
 
-    monkeypatch.setattr(transitions, "after_run", raising)
+    monkeypatch.setattr(machine, "after_run", raising)
 
 
 def _dependencies(monkeypatch: pytest.MonkeyPatch, _: SimBackend, poison: type[Poison]) -> None:
@@ -165,12 +166,8 @@ STAGES: dict[str, tuple[Inject, str, dict[str, Any]]] = {
 @pytest.fixture
 def loop_over_sim(tmp_path: Path) -> Iterator[tuple[SqlStore, SimBackend, SchedulingLoop]]:
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
-    store.put_queue(QueueSpec(name="default"))
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "resources": {"cpu": 16}}])
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(
-        store, {"sim": backend}, LoopSettings(replica="only", cycle_interval=0.05)
-    )
+    loop = loop_over(store, {"sim": backend}, replica="only", cycle_interval=0.05)
     yield store, backend, loop
     backend.close()
     store.close()

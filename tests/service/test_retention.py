@@ -14,10 +14,10 @@ import pytest
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.allocator import AllocatorTrim
-from flotilla.service.loop import LoopSettings, SchedulingLoop
-from flotilla.service.records import cluster_spec_from_inventory
+from flotilla.service.loop import SchedulingLoop
 from flotilla.service.retention import FinishedJobs
 from flotilla.store import JobState, SqlStore
+from tests.service_builders import loop_over
 
 
 class Clock:
@@ -118,11 +118,8 @@ def test_a_negative_retention_is_refused_naming_it() -> None:
 def sim_loop(store: SqlStore) -> Iterator[SchedulingLoop]:
     """A loop over a small sim cluster that drops finished jobs at once (retention 0)."""
     backend = SimBackend(cluster="sim", nodes=[{"name": "n", "count": 4, "resources": {"cpu": 8}}])
-    store.upsert_cluster(cluster_spec_from_inventory("sim", "sim", backend.inventory().nodes))
-    loop = SchedulingLoop(
-        store,
-        {"sim": backend},
-        LoopSettings(cycle_interval=0.05, replica="retention", finished_retention=0.0),
+    loop = loop_over(
+        store, {"sim": backend}, cycle_interval=0.05, replica="retention", finished_retention=0.0
     )
     try:
         yield loop

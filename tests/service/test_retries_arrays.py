@@ -11,9 +11,9 @@ import pytest
 from flotilla.backends.interface import BackendUnavailable, Inventory, LogsRequest, RunStatus
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState
 from tests.service.test_service_loop import Service as LoopService
+from tests.service_builders import loop_over
 
 
 class Service(LoopService):
@@ -30,10 +30,8 @@ class Service(LoopService):
         self.backend = LocalBackend(
             cluster="local", state_dir=self.tmp_path / "runs", grace_period=1.0
         )
-        self.loop = SchedulingLoop(
-            self.store,
-            {"local": self.backend},
-            LoopSettings(cycle_interval=0.05, replica="replica-b"),
+        self.loop = loop_over(
+            self.store, {"local": self.backend}, cycle_interval=0.05, replica="replica-b"
         )
 
     def submit_spec(self, command: str, **fields: Any) -> list[str]:
@@ -209,10 +207,12 @@ def test_a_cluster_that_stops_answering_is_a_node_failure_for_its_runs(tmp_path:
     )
     service.backend = backend
     service.loop.close()
-    service.loop = SchedulingLoop(
+    service.loop = loop_over(
         service.store,
         {"local": backend},
-        LoopSettings(cycle_interval=0.05, replica="replica-c", heartbeat_timeout=0.5),
+        cycle_interval=0.05,
+        replica="replica-c",
+        heartbeat_timeout=0.5,
     )
     try:
         (counted,) = service.submit_spec(

@@ -1,14 +1,16 @@
 """What a job's retry policy makes of an attempt that ended badly, as the service writes it
-(no loop, no store): the lifecycle core's outcome (``lifecycle/runs.py``) as a transition."""
+(no loop, no store): the lifecycle core's answer (``lifecycle/machine.py``) as a transition."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus
-from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
+from flotilla.lifecycle.events import RunEnded
+from flotilla.lifecycle.machine import step
+from flotilla.lifecycle.runs import RunEnd
 from flotilla.model import JobSpec, RetryCause
-from flotilla.service.retry import cause_of, transition_for
+from flotilla.service.retry import cause_of, transition_for, view_of
 from flotilla.store import JobRecord, JobState, RunRecord, RunState
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -47,8 +49,10 @@ def after_failure(
     record: JobRecord, end: RunEnd, reason: str, earlier: int
 ) -> tuple[JobState, RunState | None, datetime | None, str]:
     assert record.run is not None
-    ended = RunEnded(end, reason, record.run.attempt, earlier)
-    change = transition_for(record, after_run(record.spec, ended), ended, record.run.id, now=NOW)
+    ended = RunEnded(end, reason)
+    answer = step(view_of(record, failures=earlier), ended)
+    change = transition_for(record, answer, ended, record.run.id, now=NOW)
+    assert change is not None
     return change.new_state, change.run_state, change.not_before, change.reason
 
 

@@ -19,9 +19,10 @@ from flotilla.model import JobSpec
 from flotilla.model.scenario import Mode
 from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RunnerState
-from flotilla.service.loop import LoopSettings, SchedulingLoop
+from flotilla.service.loop import LoopSettings
 from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
 from tests.live_service import local_loop, process_gone, read_pids, sleeper_writing_pids
+from tests.service_builders import loop_over
 
 
 class Service:
@@ -153,9 +154,7 @@ def test_a_job_no_node_can_hold_waits_with_a_reason(service: Service) -> None:
 
 
 def test_only_one_of_two_loops_on_one_store_leads(service: Service) -> None:
-    other = SchedulingLoop(
-        service.store, {"local": service.backend}, LoopSettings(replica="replica-b")
-    )
+    other = loop_over(service.store, {"local": service.backend}, replica="replica-b")
     service.loop.cycle()
     other.cycle()
     assert service.loop.is_leader and not other.is_leader

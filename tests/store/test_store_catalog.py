@@ -87,8 +87,24 @@ def test_clusters_expand_node_groups_and_keep_heartbeats(store: SqlStore, clock:
     store.upsert_node("c1", NodeGroup(name="cpu", resources={"cpu": 4}), state="cordoned")
     assert {node.name: node.state for node in store.list_nodes("c1")}["cpu"] == "cordoned"
     assert store.set_cluster_state("c1", "unreachable").state == "unreachable"
+    assert store.get_cluster("c1").reason is None
     assert [cluster.name for cluster in store.list_clusters()] == ["c1"]
     store.delete_cluster("c1")
     assert store.list_clusters() == []
     with pytest.raises(NotFoundError):
         store.list_nodes("c1")
+
+
+def test_an_unreachable_clusters_reason_is_kept_until_it_is_ready_again(store: SqlStore) -> None:
+    """The reason lives in the database (issue 23): every process over it shows the same."""
+    spec = ClusterSpec(name="c1", nodes=[NodeGroup(name="n", resources={})])
+    store.upsert_cluster(spec)
+    record = store.set_cluster_state("c1", "unreachable", reason="settings.x: not set")
+    assert (record.state, record.reason) == ("unreachable", "settings.x: not set")
+    assert store.get_cluster("c1").reason == "settings.x: not set"
+    assert [cluster.reason for cluster in store.list_clusters()] == ["settings.x: not set"]
+    long = store.set_cluster_state("c1", "unreachable", reason="y" * 10_000).reason
+    assert long is not None and len(long) == 2000 and long.endswith("…")
+    assert store.set_cluster_state("c1", "ready").reason is None
+    store.set_cluster_state("c1", "unreachable", reason="again")
+    assert store.upsert_cluster(spec).reason is None  # it answered

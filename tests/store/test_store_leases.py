@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -209,3 +212,73 @@ def test_renewal_extends_the_stored_lease_of_that_name_only_and_never_revives_an
     clock.now = renewed.expires_at  # expired exactly now: lost, even though nobody took it
     assert store.renew_lease(renewed, ttl=10) is None
     assert other.current_lease("leader") is None
+
+
+STOPPED_IN_A_FENCED_WRITE = """
+import sys
+from flotilla.model import QueueSpec
+from flotilla.store import SqlStore, catalog, make_engine
+store = SqlStore(make_engine(sys.argv[1]))
+lease = store.try_acquire_lease("leader", "old", ttl=float(sys.argv[2]))
+assert lease is not None
+try:
+    with store._write() as session:  # a fenced write, as every write of the leader is
+        store._fence(session, lease)
+        print(lease.token, flush=True)  # the test stops this process here
+        sys.stdin.readline()  # (resumed) go on with the write
+        catalog.put_queue(session, QueueSpec(name="old-term"), store._now())
+    print("committed", flush=True)
+except Exception as error:
+    print("refused:", type(error).__name__, flush=True)
+"""
+
+
+def test_a_leader_stopped_inside_a_fenced_write_does_not_keep_the_standby_out(
+    postgres_url: str,
+) -> None:
+    """Issue 23: a leader SIGSTOPped inside a fenced write kept the lease row share-locked,
+    and the standby's acquire waited for it until the leader resumed (past the TTL,
+    indefinitely). Now the server ends the stopped transaction after the term's length, the
+    standby takes the lease with a newer token, and the resumed leader's write commits
+    nothing."""
+    ttl = 1.0
+    standby = SqlStore.open(postgres_url)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_IN_A_FENCED_WRITE, postgres_url, str(ttl)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert leader.stdin is not None and leader.stdout is not None
+    taken: list[Lease | None] = []
+    try:
+        old_token = int(leader.stdout.readline())
+        leader.send_signal(signal.SIGSTOP)
+
+        def take_over() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                lease = standby.try_acquire_lease("leader", "standby", ttl=60)
+                if lease is not None:
+                    taken.append(lease)
+                    return
+                time.sleep(0.05)  # the next cycle's try
+
+        trying = threading.Thread(target=take_over, daemon=True)
+        trying.start()
+        trying.join(timeout=90)
+        assert taken, "the standby did not take the lease while the leader was stopped"
+        assert taken[0].token == old_token + 1
+    finally:
+        leader.send_signal(signal.SIGCONT)
+        leader.stdin.write("go\n")
+        leader.stdin.flush()
+        outcome = leader.communicate(timeout=60)[0].strip()
+        standby.close()
+    assert outcome.startswith("refused:"), outcome
+    check = SqlStore.open(postgres_url)
+    try:
+        assert "old-term" not in {queue.name for queue in check.list_queues()}
+        assert check.current_lease("leader") == taken[0]
+    finally:
+        check.close()

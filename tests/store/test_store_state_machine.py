@@ -26,9 +26,11 @@ from flotilla.store import (
 
 Q, L, P, R = JobState.QUEUED, JobState.LEASED, JobState.PENDING, JobState.RUNNING
 S, F, C, X = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED
+H, K = JobState.HELD, JobState.SKIPPED
 
 LEGAL_JOB_MOVES: dict[JobState, set[JobState]] = {
-    Q: {L, C, F},  # leased only through record_run; a queued job never runs or succeeds
+    Q: {L, H, C, F, K},  # leased only through record_run; a queued job never runs or succeeds
+    H: {Q, C, F, K},  # held: released to queued, or ends without ever running
     L: {P, R, Q, S, F, C, X},  # a short job may end before the store hears it started
     P: {R, Q, S, F, C, X},
     R: {Q, S, F, C, X},
@@ -36,6 +38,7 @@ LEGAL_JOB_MOVES: dict[JobState, set[JobState]] = {
     S: set(),
     F: set(),
     C: set(),
+    K: set(),  # skipped: a dependency ended as its condition does not accept
 }
 """The job state machine: from → every state it may move to."""
 
@@ -56,6 +59,8 @@ RUN_ORDER = [RunState.LEASED, RunState.PENDING, RunState.RUNNING]
 
 PATH_TO: dict[JobState, list[JobState]] = {
     Q: [],
+    H: [H],
+    K: [K],
     L: [L],
     P: [L, P],
     R: [L, P, R],

@@ -245,6 +245,12 @@ class CancelBody(_Closed):
     reason: Reason = "cancelled by user"
 
 
+class HoldBody(_Closed):
+    """Why a job is held or released (the event's reason; the default names the caller)."""
+
+    reason: Reason = ""
+
+
 class BulkCancelBody(_Closed):
     """A queue and/or labels: never every job."""
 
@@ -324,8 +330,9 @@ class Cluster(BaseModel):
     allocated: dict[str, float] = {}
     """What its active runs hold, per resource in base units."""
     reason: str | None = None
-    """Why an unreachable cluster is so, when this server knows (its backend could not be
-    built here: a secret reference that does not resolve, a setting of the wrong type)."""
+    """Why an unreachable cluster is so, as the database keeps it (its backend could not be
+    built: a secret reference that does not resolve, a setting of the wrong type; or it
+    stopped answering). Never a secret's value."""
 
     @classmethod
     def from_record(

@@ -8,8 +8,10 @@ with a 422; the SDK raises it as ``InvalidSpec`` before sending anything.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import ValidationError
@@ -79,6 +81,50 @@ def check_payload(spec: JobSpec) -> list[str]:
     except PayloadError as error:
         return error.problems
     return []
+
+
+def _working_dir(spec: JobSpec) -> str | None:
+    """A command job's ``payload.working_dir`` as given (container and Ray jobs name a path
+    inside their image or a source to upload: not a directory of a Flotilla machine)."""
+    if spec.type != "command" or not isinstance(spec.payload, Mapping):
+        return None
+    working_dir = spec.payload.get("working_dir")
+    return working_dir if isinstance(working_dir, str) and working_dir else None
+
+
+def check_working_dir(spec: JobSpec) -> list[str]:
+    """A command job's ``working_dir`` is relative to its run's scratch dir: one that leaves
+    it (``..``) is refused here, by the client and the server alike (the local backend
+    refuses it again at dispatch)."""
+    working_dir = _working_dir(spec)
+    if working_dir is None or PurePosixPath(working_dir).is_absolute():
+        return []
+    if ".." in PurePosixPath(working_dir).parts:
+        return [
+            f"payload.working_dir: {working_dir!r} leaves the run's scratch dir ('..'); give "
+            "a path inside it"
+        ]
+    return []
+
+
+def absolute_working_dir_problems(spec: JobSpec, allowed: Sequence[str] | None) -> list[str]:
+    """An absolute ``working_dir`` is allowed only under a directory an admin allows on some
+    cluster of the fleet (``allowed_working_dirs``). ``allowed``: every cluster's entries
+    together; None when not known (a cluster gives them by secret reference), and nothing is
+    refused here then. The answer names no allowed directory."""
+    working_dir = _working_dir(spec)
+    if allowed is None or working_dir is None or not PurePosixPath(working_dir).is_absolute():
+        return []
+    normal = PurePosixPath(posixpath.normpath(working_dir))
+    for entry in allowed:
+        root = PurePosixPath(posixpath.normpath(entry))
+        if root.is_absolute() and (normal == root or root in normal.parents):
+            return []
+    return [
+        f"payload.working_dir: {working_dir!r} is an absolute path no cluster of this fleet "
+        "allows; give a path relative to the run's scratch dir (or ask an admin to add its "
+        "directory to a cluster's allowed_working_dirs)"
+    ]
 
 
 def check_limits(spec: JobSpec, limits: SubmissionLimits) -> list[str]:
@@ -171,6 +217,7 @@ def parse_job(
     except ValidationError as error:
         return None, [_under(prefix, line) for line in from_pydantic(error).problems]
     problems = check_service_fields(spec, priority_classes) + check_payload(spec)
+    problems += check_working_dir(spec)
     problems += check_limits(spec, limits or SubmissionLimits())
     return with_priority_class(spec, priority_classes), [_under(prefix, line) for line in problems]
 

@@ -82,6 +82,11 @@ class Cgroups(Protocol):
         """Remove the cgroup and everything below it that no process holds any more."""
         ...
 
+    def listed(self) -> dict[str, float]:
+        """The cgroups right below flotilla's own: name → when it was made (seconds since
+        the epoch; the earliest over v1's hierarchies)."""
+        ...
+
 
 def _read(path: Path) -> str:
     try:
@@ -115,6 +120,26 @@ def _subtree(directory: Path) -> list[Path]:
         return []
     found = [Path(root) for root, _, _ in os.walk(directory)]
     return sorted(found, key=lambda path: len(path.parts), reverse=True)
+
+
+def _made(directories: Iterable[Path]) -> dict[str, float]:
+    """Name → when made (a cgroup directory's change time is its creation) of every cgroup
+    right below these ``flotilla`` directories."""
+    found: dict[str, float] = {}
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                made = entry.stat(follow_symlinks=False).st_ctime
+            except OSError:
+                continue  # removed meanwhile
+            found[entry.name] = min(made, found.get(entry.name, made))
+    return found
 
 
 def _remove_tree(directory: Path) -> None:
@@ -194,6 +219,9 @@ class CgroupV2:
     def remove(self, path: str) -> None:
         _remove_tree(self._at(path))
 
+    def listed(self) -> dict[str, float]:
+        return _made([self.base])
+
 
 class CgroupV1:
     """The legacy hierarchies, one per controller: ``memory`` (``memory.limit_in_bytes``, and
@@ -268,6 +296,9 @@ class CgroupV1:
     def remove(self, path: str) -> None:
         for directory in self._all(path):
             _remove_tree(directory)
+
+    def listed(self) -> dict[str, float]:
+        return _made(self._hierarchies)
 
 
 FREEZE_SECONDS = 1.0

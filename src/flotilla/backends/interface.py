@@ -125,6 +125,8 @@ class DispatchRequest:
     backend asks its engine for its defaults. ``local`` and ``sim`` ignore it. ``labels`` and
     ``tolerations`` (each a mapping of ``key``/``operator``/``value``/``effect``) are the job's
     own; backends whose engine enforces them (``kubernetes``) pass them on, others ignore them.
+    ``queue`` and ``owner`` (the name of the token that submitted it): the job's, for a
+    backend that runs jobs as an account mapped from them (``local``'s ``run_as_accounts``).
     """
 
     run_id: str
@@ -138,6 +140,8 @@ class DispatchRequest:
     resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    queue: str | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -348,8 +352,10 @@ class ReplicaGrowth(Protocol):
 
 
 def can_grow(backend: object) -> bool:
-    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``)."""
-    return isinstance(backend, ReplicaGrowth)
+    """Whether ``backend`` can add replicas to a running run (``ReplicaGrowth``): a backend
+    whose settings rule growth out (``kubernetes`` in ``kueue`` mode) says so with a false
+    ``grows`` attribute."""
+    return isinstance(backend, ReplicaGrowth) and bool(getattr(backend, "grows", True))
 
 
 def new_placements(
@@ -367,3 +373,15 @@ def new_placements(
             "growing a run only adds replicas"
         )
     return tuple(p for p in request.placements if (p.task, p.replica) not in known)
+
+
+def check_grown_in_order(existing: DispatchResult, request: DispatchRequest) -> None:
+    """Refuse (``DispatchRejected``) a growth whose request does not keep the run's
+    placements first, in their order: for engines whose replica is known by its position
+    (its ``RANK``, a Kubernetes completion index), growing only appends."""
+    have = len(existing.placements)
+    if tuple(request.placements[:have]) != tuple(existing.placements):
+        raise DispatchRejected(
+            f"placements: growing run {request.run_id!r} must keep its {have} placements "
+            "first, in their order, and add the new ones after them"
+        )

@@ -28,7 +28,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -76,6 +76,7 @@ from flotilla.backends.interface import (
     UnknownRun,
     new_placements,
 )
+from flotilla.backends.local_accounts import parse_account_map
 from flotilla.backends.local_environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local_identity import (
     IdentityPool,
@@ -158,6 +159,9 @@ class LocalBackend:
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     log_limit: float | str | None = local_starting.DEFAULT_LOG_LIMIT
     allowed_working_dirs: Sequence[str | Path] = ()
+    run_as_accounts: Mapping[str, Any] | None = None
+    """Owner or queue → the account its jobs run as, before ``run_as``/``uid_range``
+    (``local_accounts.py``)."""
     max_pids: int = DEFAULT_MAX_PIDS
     isolate: bool = True
     monitor_interval: float = 0.05
@@ -184,6 +188,10 @@ class LocalBackend:
                 "of its own per run), not both"
             )
         self._account = fixed_identity(self.run_as)
+        self._accounts = parse_account_map(
+            self.run_as_accounts,
+            None if self.uid_range is None else parse_uid_range(self.uid_range),
+        )
         self._pool = (
             None
             if self.uid_range is None
@@ -274,7 +282,9 @@ class LocalBackend:
         check_request(request, self.cluster, (self._node,))
         payload = command_payload_of(request, "local")
         relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
-        identity = self._pool.claim(request.run_id) if self._pool else self._account
+        mapped = self._accounts.identity_for(request.queue, request.owner)
+        pooled = mapped is None and self._pool is not None
+        identity = mapped or (self._pool.claim(request.run_id) if self._pool else self._account)
         try:
             scratch = None
             if self._scratch_runs:
@@ -287,7 +297,7 @@ class LocalBackend:
                 self.clock(),
             )
         except BaseException:
-            if self._pool is not None and identity is not None:
+            if self._pool is not None and pooled and identity is not None:
                 self._pool.release(identity.uid, request.run_id)  # no process ran as it
             raise
         return run, payload, relative

@@ -5,6 +5,12 @@ group, and SIGKILL once the grace period is over. A replica is over when its sup
 whole group is gone, or earlier when its outcome is known and the group is killed
 (``finish_early``); how it ended comes from the supervisor's exit file when there is one.
 The backend calls these under its lock and records the result (``local.py``).
+
+What a stopped command wrote before it ended reaches its log (issue 23: output still in the
+pipes when a cancel killed the run was lost): the supervisor is never killed together with
+its command. The grace period's SIGKILL goes to the rest of the group, and a cancelled run
+ends once the supervisor has copied what was left in the pipes and written the exit file —
+or, should it not within ``DRAIN_SECONDS`` of the command's end, it is killed then.
 """
 
 from __future__ import annotations
@@ -27,20 +33,31 @@ before leaving it to the next refresh: a run is reported ended only once nothing
 left running."""
 
 
+DRAIN_SECONDS = 5.0
+"""How long a stopped replica's supervisor has, once its command is over, to copy what is
+left in the pipes into the logs (milliseconds, as a rule) before it is killed too."""
+
+
 def signal_replicas(run: Run, signum: signal.Signals) -> None:
     """Send ``signum`` to the process group of every replica of ``run`` still going: through
     the supervisor of its batch, which passes it on to each of its commands' groups (SIGKILL
     as ``KILL``: the supervisor stays to write down how each ended), or directly to a replica
     with a supervisor of its own (started by an earlier version)."""
     going = [replica for replica in run.replicas if not replica.finished]
-    for number in {replica.supervisor for replica in going if replica.supervisor is not None}:
+    signal_supervisors(run, going, signum)
+    for replica in going:
+        if replica.supervisor is None and replica.pid is not None:
+            processes.signal_group(replica.pid, signum)
+
+
+def signal_supervisors(run: Run, replicas: list[Replica], signum: signal.Signals) -> None:
+    """Send ``signum`` (SIGKILL as ``KILL``) to the supervisors of ``replicas`` still alive,
+    once each: they pass it on to their commands' groups."""
+    for number in {replica.supervisor for replica in replicas if replica.supervisor is not None}:
         supervisor = run.supervisors[number]
         if supervisor_alive(supervisor):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(supervisor.pid, KILL if signum == signal.SIGKILL else signum)
-    for replica in going:
-        if replica.supervisor is None and replica.pid is not None:
-            processes.signal_group(replica.pid, signum)
 
 
 def supervisor_alive(supervisor: Supervisor) -> bool:
@@ -172,12 +189,23 @@ def over_time(run: Run, now: float) -> bool:
 
 def kill_overdue(run: Run, now: float) -> bool:
     """SIGKILL what is left of a stopping run once its grace period is over; True when it did
-    (once per stop)."""
+    (once per stop). Not the supervisors: each copies what its command left in the pipes
+    into the logs, then writes the exit file and exits. One still there ``DRAIN_SECONDS``
+    later is killed with the rest of its group."""
     stop = run.stop
-    if stop is None or stop.killed or now < stop.at + stop.grace_period:
+    if stop is None or now < stop.at + stop.grace_period:
+        return False
+    if stop.killed:
+        if now >= stop.at + stop.grace_period + DRAIN_SECONDS:
+            signal_replicas(run, signal.SIGKILL)
         return False
     stop.killed = True
-    signal_replicas(run, signal.SIGKILL)
+    batched = [r for r in run.replicas if not r.finished and r.supervisor is not None]
+    if batched:  # their supervisors SIGKILL the commands, then copy the pipes' rest
+        signal_supervisors(run, batched, signal.SIGKILL)
+    for replica in run.replicas:
+        if not replica.finished and replica.supervisor is None and replica.pid is not None:
+            processes.signal_followers(replica.pid, signal.SIGKILL)
     return True
 
 
@@ -238,10 +266,12 @@ def finish_early(
     """True when the replica is over although its supervisor is still alive.
 
     For a cancel (whose outcome does not depend on the exit code): as soon as the command
-    has exited, before the supervisor notices, writes its exit file and exits — on a
-    loaded machine that was most of a cancel's delay (``docs/performance.md``, *Third
-    pass: cancel*). The group is killed (the supervisor and any stragglers: nothing in it
-    runs again) and the supervisor put in ``reaping``, for the monitor thread to reap later.
+    has exited and the supervisor has copied what was left in the pipes into the logs (its
+    exit file is there), without waiting for the supervisor to exit — on a loaded machine
+    that was most of a cancel's delay (``docs/performance.md``, *Third pass: cancel*); or
+    ``DRAIN_SECONDS`` after the command's end, should the supervisor not get there. The
+    group is killed (the supervisor and any stragglers: nothing in it runs again) and the
+    supervisor put in ``reaping``, for the monitor thread to reap later.
     Otherwise: once the supervisor has written the command's outcome (the exit file appears
     by rename, so it is complete) and has only its own exit left; the group is killed and
     the replica reported ended once it is gone."""
@@ -254,6 +284,8 @@ def finish_early(
         ended = (True, None) if outcome is not None else processes.command_ended(replica.pid)
         if ended is None or not ended[0]:
             return False
+        if outcome is None and not _drain_over(replica):
+            return False  # the supervisor is copying what is left in the pipes
         code = ended[1]
         if code is None and outcome is None and run.stop is not None and run.stop.killed:
             # Its SIGKILL took the supervisor and the command's init at once: the init was
@@ -272,6 +304,15 @@ def finish_early(
         return False  # stragglers still running: the next refresh settles it
     finish(replica, outcome, None)
     return True
+
+
+def _drain_over(replica: Replica) -> bool:
+    """Whether the supervisor of ``replica``, whose command is over, has had its
+    ``DRAIN_SECONDS`` to copy the pipes' rest into the logs (counted from the first ask)."""
+    now = time.monotonic()
+    if replica.drain_until is None:
+        replica.drain_until = now + DRAIN_SECONDS
+    return now >= replica.drain_until
 
 
 def reap_supervisors(

@@ -90,6 +90,9 @@ class Replica:
     """When its command exited, from its supervisor's exit file (``None``: not known)."""
     supervisor: int | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    drain_until: float | None = field(default=None, repr=False, compare=False)
+    """Stopped, its command over: until when (monotonic) its supervisor may still copy what
+    is left in the pipes into the logs before it is killed too (``local_ending.py``)."""
 
     def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
         self.process, self.pid, self.start_ticks = process, process.pid, ticks

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,46 @@ def _detected() -> cgroups.Detected:
 def memory_message(request: float) -> str:
     """The reason a replica OOM-killed in its cgroup fails with."""
     return f"exceeded its memory request of {format_quantity('memory', request)}"
+
+
+LEFTOVER_AGE = 300.0
+"""Seconds a run's cgroup must have existed before a sweep of leftovers may remove it (when
+no process is in it): one just made for a run that is starting, by a server of its own, is
+empty too until the run's processes join it."""
+
+RUN_CGROUP = re.compile(r"^.+-[0-9a-f]{12}\.[A-Za-z0-9._-]+$")
+"""The name of a run's cgroup (``ProcessTrees.run_path``): ``CLUSTER-HASH.RUN_ID``."""
+
+
+def sweep_leftovers(
+    hierarchy: cgroups.Cgroups | None = None,
+    *,
+    older_than: float | None = None,
+    now: float | None = None,
+) -> int:
+    """Remove the run cgroups that no process holds and that were made more than
+    ``older_than`` (``LEFTOVER_AGE``) seconds ago: what a server killed with ``kill -9``
+    leaves behind when it never starts again over its state dir (a server that does
+    removes its own runs'). Of every server of this machine under the same cgroup, not only
+    this one's. How many were removed (``hierarchy``: this machine's, by default)."""
+    if hierarchy is None:
+        hierarchy = _detected().cgroups
+        if hierarchy is None:
+            return 0
+    now = time.time() if now is None else now
+    older_than = LEFTOVER_AGE if older_than is None else older_than
+    removed = 0
+    for name, made in sorted(hierarchy.listed().items()):
+        if not RUN_CGROUP.match(name) or now - made < older_than:
+            continue
+        if hierarchy.processes(name):
+            continue  # a run still going (or its processes still exiting)
+        hierarchy.remove(name)
+        if name not in hierarchy.listed():
+            removed += 1
+    if removed:
+        log.info("removed %d leftover run cgroup(s)", removed)
+    return removed
 
 
 @dataclass

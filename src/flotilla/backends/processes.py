@@ -149,6 +149,25 @@ def wait_reaped(process: subprocess.Popen[bytes], timeout: float) -> bool:
     return process.poll() is not None
 
 
+def signal_followers(group: int, number: signal.Signals) -> None:
+    """Send ``number`` to every process of group ``group`` but its leader (a replica's
+    supervisor, which then copies what its command left in the pipes into the logs). Where
+    there is no ``/proc`` to find them: to the whole group, leader included."""
+    if not _PROC.is_dir():
+        signal_group(group, number)
+        return
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == group:
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None or int(fields[2]) != group:
+            continue
+        try:
+            os.kill(int(entry.name), number)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
 def signal_group(group: int, number: signal.Signals) -> bool:
     """Send ``number`` to the group; False when nothing was left to signal."""
     try:

@@ -37,6 +37,7 @@ from flotilla.backends.common import (
 from flotilla.backends.interface import (
     BackendClosed,
     BackendRunState,
+    BackendUnavailable,
     CancelOutcome,
     CancelRequest,
     CancelResult,
@@ -235,6 +236,11 @@ class SimBackend:
     """Finished runs, once reported by ``poll``, kept in memory (the most recent ones; older
     ones are read back from ``state_dir`` if there is one, else unknown): memory follows the
     active runs, not every run ever dispatched."""
+    fail_at: float | None = None
+    """When (on ``clock``) the cluster fails: from then on every call raises
+    ``BackendUnavailable``, as an engine that stopped answering, and the service loses the
+    cluster after its heartbeat timeout (``flotilla replay`` gives a scenario's ``fail_at``
+    so)."""
     name: str = field(default="sim", init=False)
 
     def __post_init__(self) -> None:
@@ -379,6 +385,8 @@ class SimBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendClosed(f"the sim backend of cluster {self.cluster!r} is closed")
+        if self.fail_at is not None and self.clock() >= self.fail_at:
+            raise BackendUnavailable(f"cluster {self.cluster} failed (its fail_at)")
 
     def _get(self, run_id: str) -> SimRun:
         run = self._lookup(run_id)

@@ -13,6 +13,7 @@ from rich.table import Table
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.model.errors import from_pydantic
 from flotilla.model.quantity import format_quantity
@@ -43,7 +44,7 @@ def queues(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_S
             queue.preemption.within_queue.value,
         ]
         if output is Output.WIDE:
-            done = sum(count.get(state, 0) for state in ("succeeded", "failed", "cancelled"))
+            done = sum(count.get(state, 0) for state in TERMINAL_STATE_NAMES)
             row += [
                 queue.preemption.reclaim_within_cohort.value,
                 queue.preemption.borrow_within_cohort.policy.value,
@@ -127,6 +128,9 @@ def clusters(
             labels or "-",
         )
     console().print(table if found else "no clusters")
+    for cluster in found:
+        if cluster.reason:
+            console().print(f"{cluster.name}: {cluster.state}: {cluster.reason}", markup=False)
     for name, node_list in node_lists.items():
         detail = Table(
             "NODE", "STATE", "ALLOCATED/CAPACITY", "GPUS", "GPUS IN USE", "JOBS", title=name,
@@ -206,8 +210,12 @@ def _validated(kind: type[QueueSpec] | type[QuotaSpec], data: dict[str, Any]) ->
         fail(f"invalid {kind.__name__}", from_pydantic(error).problems, code=2)
 
 
-queue_app = typer.Typer(help="Create, change or delete a queue (admin).", no_args_is_help=True)
-quota_app = typer.Typer(help="Create, change or delete a quota (admin).", no_args_is_help=True)
+queue_app = typer.Typer(
+    help="Create, change or delete a queue (admin).", no_args_is_help=True, rich_markup_mode=None
+)
+quota_app = typer.Typer(
+    help="Create, change or delete a quota (admin).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @queue_app.command("set")

@@ -17,6 +17,7 @@ from flotilla.sdk.client import DEFAULT_SERVER
 fleet_app = typer.Typer(
     help="The fleet in force: its clusters and their backends, queues, quotas and settings.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 

@@ -21,6 +21,7 @@ from flotilla.cli.arrays import cancel_ref, element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
+from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES
 from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
 from flotilla.sdk.client import DEFAULT_SERVER
 from flotilla.sdk.jobfile import read_job_file, read_job_text
@@ -236,7 +237,8 @@ def wait(
     ] = 300.0,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
-    """Wait until the jobs end; exit 0 if all succeeded, 1 if any did not, 3 on timeout."""
+    """Wait until the jobs end; exit 0 if all succeeded (or were skipped: a dependency
+    branch not taken), 1 if any did not, 3 on timeout."""
     with api(server) as client:
         try:
             ended = client.wait_all(element_ids(client, job_refs), timeout)
@@ -245,7 +247,7 @@ def wait(
             raise typer.Exit(3) from None
     for job in ended:
         typer.echo(f"{job.id} {job.state}")
-    if any(job.state != "succeeded" for job in ended):
+    if any(job.state not in SUCCESSFUL_STATE_NAMES for job in ended):
         raise typer.Exit(1)
 
 
@@ -276,7 +278,7 @@ def cancel(
         console().print("nothing to cancel")
     for job in done:
         what = "cancelled" if job.state == "cancelled" else "cancel requested"
-        if job.state in ("succeeded", "failed"):
+        if job.state in TERMINAL_STATE_NAMES - {"cancelled"}:
             what = f"already {job.state}"
         console().print(f"{job.id} {job.name}: {what}", highlight=False)
 

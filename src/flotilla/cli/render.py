@@ -25,6 +25,7 @@ def console() -> Console:
 
 STATE_STYLES: dict[str, str] = {
     JobState.QUEUED: "yellow",
+    JobState.HELD: "dark_orange",
     JobState.LEASED: "cyan",
     JobState.PENDING: "cyan",
     JobState.RUNNING: "green",
@@ -32,6 +33,7 @@ STATE_STYLES: dict[str, str] = {
     JobState.FAILED: "bold red",
     JobState.CANCELLED: "dim",
     JobState.PREEMPTED: "magenta",
+    JobState.SKIPPED: "dim cyan",
 }
 """Each job state's colour in tables (a new state of the lifecycle core needs one: the test
 ``tests/lifecycle/test_state_sets.py`` says so)."""

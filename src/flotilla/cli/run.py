@@ -29,6 +29,7 @@ from flotilla.cli.arrays import element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console
+from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES
 from flotilla.model.durations import seconds
 from flotilla.sdk import InvalidSpec, WaitTimeout
 from flotilla.sdk.client import DEFAULT_SERVER
@@ -203,7 +204,12 @@ def run(
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the command; repeat.")
     ] = None,
     working_dir: Annotated[
-        str | None, typer.Option("--chdir", "-D", help="Working directory of the command.")
+        str | None,
+        typer.Option(
+            "--chdir",
+            "-D",
+            help="Working directory of the command, relative to its run's scratch dir.",
+        ),
     ] = None,
     array: Annotated[
         str | None, typer.Option("--array", "-a", help="N elements, or N%K: K at once.")
@@ -290,7 +296,7 @@ def run(
             raise typer.Exit(3) from None
     for job in ended:
         console().print(f"{job.id} {job.state}", highlight=False)
-    if any(job.state != "succeeded" for job in ended):
+    if any(job.state not in SUCCESSFUL_STATE_NAMES for job in ended):
         raise typer.Exit(1)
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from flotilla.cli.client import fail
 from flotilla.cli.startup import (
     AuthOption,
     DatabaseOption,
     HostOption,
     PortOption,
     auth_or_fail,
-    ensure_default_queue,
     listen_or_fail,
-    open_store_or_fail,
     server_url,
     shown_url,
     traces_or_fail,
@@ -26,34 +25,31 @@ def serve(
     auth: AuthOption = None,
 ) -> None:
     """Serve the REST API over a database, without a scheduler in this process."""
-    from flotilla.collector import settle_collector
-    from flotilla.secrets import SecretBox
-    from flotilla.server import allowed_hosts_for, create_app, run_server
-    from flotilla.stall_probe import start_if_armed
-    from flotilla.web import mount_dashboard
+    from flotilla.app import (
+        ApiConfig,
+        ApiServiceConfig,
+        StartupError,
+        build_api_service,
+        settle_process,
+    )
 
     settings, token = auth_or_fail(auth, host)
     traces = traces_or_fail()
     listener = listen_or_fail(host, port)  # a port in use: one line, nothing opened
-    store = open_store_or_fail(db)
-    created = ensure_default_queue(store)
+    api = ApiConfig(host=host, port=port, auth=settings, local_token=token)
+    try:
+        service = build_api_service(ApiServiceConfig(db=db, api=api))
+    except StartupError as error:
+        fail(error.message, error.problems, code=2)
     typer.echo(
         f"Flotilla API at {server_url(host, listener.getsockname()[1])} (no scheduler here), "
-        f"database {shown_url(db)}" + "".join(f"\n  {line}" for line in (created, traces) if line)
+        f"database {shown_url(db)}"
+        + "".join(f"\n  {line}" for line in (*service.notices, traces) if line)
     )
-    try:
-        app = create_app(
-            store,
-            None,
-            settings,
-            allowed_hosts=allowed_hosts_for(host),
-            secrets=SecretBox.from_file(),
-        )
-        settle_collector()
-        start_if_armed()  # FLOTILLA_STALL_PROBE: a benchmark diagnostic, off by default
-        run_server(mount_dashboard(app), host, port, local_token=token, listener=listener)
-    finally:
-        store.close()
+    with service:
+        service.app()  # built before the collector settles, as the rest of start-up
+        settle_process()
+        service.serve(listener)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,7 +4,6 @@ database, make sure a job has a queue to go to, and tell the user how to reach t
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -17,8 +16,6 @@ from flotilla.sdk.client import DEFAULT_SERVER
 if TYPE_CHECKING:
     from flotilla.server import AuthSettings
     from flotilla.store import SqlStore
-
-DEFAULT_QUEUE = "default"
 
 # The options ``up`` and ``serve`` share (each gives its own default database).
 DatabaseOption = Annotated[
@@ -78,74 +75,15 @@ def traces_or_fail() -> str | None:
 
 
 def open_store_or_fail(db: str) -> SqlStore:
-    """Connect and migrate; exit 2 with one line naming ``--db`` and what to do when the
-    database cannot be opened (a PostgreSQL database that does not exist, an SQLite file in
-    a directory that cannot be written, a URL of no known kind). Passwords are not shown."""
-    from sqlalchemy import make_url
-    from sqlalchemy.exc import ArgumentError, DBAPIError
-
-    from flotilla.store import SqlStore
+    """Connect and migrate (``flotilla.app.store.open_store``); exit 2 with its one line
+    naming ``--db`` and what to do when the database cannot be opened."""
+    from flotilla.app import StartupError
+    from flotilla.app.store import open_store
 
     try:
-        url = make_url(db)
-    except ArgumentError:
-        fail(f"--db {db}: not a database URL (sqlite:///PATH or postgresql://HOST/NAME)", code=2)
-    shown = url.render_as_string(hide_password=True)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        path = Path(url.database or "")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as error:
-            fail(f"--db {shown}: cannot create {path.parent}: {error.strerror}", code=2)
-        _create_private(path)
-    try:
-        return SqlStore.open(url)
-    except ArgumentError as error:
-        fail(f"--db {shown}: {error}", code=2)
-    except DBAPIError as error:
-        fail(f"--db {shown}: {_database_problem(url.get_backend_name(), url, error)}", code=2)
-    except OSError as error:
-        fail(f"--db {shown}: {error}", code=2)
-
-
-def _create_private(path: Path) -> None:
-    """Create a new SQLite file readable by this user alone (its jobs' specs, tokens'
-    owners, encrypted secrets): SQLite would make it 0644, and its ``-wal``/``-shm`` files
-    take the database file's mode. An existing file is left as it is; anything else wrong
-    with the path is SQLite's to report."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError:
-        return
-
-
-def _database_problem(backend: str, url: object, error: Exception) -> str:
-    from sqlalchemy.engine import URL
-
-    assert isinstance(url, URL)
-    detail = str(getattr(error, "orig", error)).strip().splitlines()
-    text = detail[-1] if detail else type(error).__name__
-    text = text.removeprefix("FATAL:  ").strip()
-    if backend == "sqlite":
-        return f"cannot open the SQLite file {url.database}: {text} (is its directory writable?)"
-    if "does not exist" in text and url.database:
-        where = f"-h {url.host or 'localhost'}" + (f" -U {url.username}" if url.username else "")
-        return f"{text}; create it with: createdb {where} {url.database}"
-    return text
-
-
-def ensure_default_queue(store: SqlStore) -> str | None:
-    """A database with no queue and no fleet gets a ``default`` queue, so the first submit
-    works; returns the line to print about it, or None when there were queues already."""
-    from flotilla.model import QueueSpec
-
-    if store.list_queues() or store.get_fleet() is not None:
-        return None
-    store.put_queue(QueueSpec(name=DEFAULT_QUEUE))
-    return (
-        f"queue {DEFAULT_QUEUE!r} created (more: PUT /v1/queues/NAME, or a fleet file; "
-        "see docs/api.md)"
-    )
+        return open_store(db)
+    except StartupError as error:
+        fail(error.message, error.problems, code=2)
 
 
 def server_url(host: str, port: int) -> str:

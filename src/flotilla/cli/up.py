@@ -24,9 +24,7 @@ from flotilla.cli.startup import (
     HostOption,
     PortOption,
     auth_or_fail,
-    ensure_default_queue,
     listen_or_fail,
-    open_store_or_fail,
     shown_url,
     submit_hint,
     traces_or_fail,
@@ -34,9 +32,8 @@ from flotilla.cli.startup import (
 from flotilla.model.scenario import Mode
 
 if TYPE_CHECKING:
+    from flotilla.app import Service
     from flotilla.model.fleet import Fleet
-    from flotilla.service.fleet import FleetRuntime
-    from flotilla.store import SqlStore
 
 
 def up(
@@ -129,13 +126,8 @@ def up(
     FLOTILLA_LOCAL_GPUS says when set (0 hides them). With ``--fleet FILE``, the
     clusters (each run by its backend), queues, quotas, priority classes and scheduling
     settings of a fleet file instead (see docs/fleet.md)."""
-    from flotilla.collector import settle_collector
-    from flotilla.secrets import SecretBox
-    from flotilla.server import allowed_hosts_for, create_app, run_server
-    from flotilla.service.fleet import FleetRuntime
-    from flotilla.service.loop import LoopSettings, SchedulingLoop, default_replica_id
-    from flotilla.stall_probe import start_if_armed
-    from flotilla.web import mount_dashboard
+    from flotilla.app import ApiConfig, ServiceConfig, StartupError, build_service, settle_process
+    from flotilla.service.loop import LoopSettings, default_replica_id
 
     if api:
         settings, token = auth_or_fail(auth, host)
@@ -145,44 +137,31 @@ def up(
         port = listener.getsockname()[1]
     uid_range = _identities(run_as, uid_range)  # before any database is touched
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
-    store = open_store_or_fail(db)
-    secrets = SecretBox.from_file()
-    runtime = FleetRuntime(
-        store, {}, local_state_dir=state_dir, local_run_as=run_as, local_uid_range=uid_range
+    config = ServiceConfig(
+        db=db,
+        loop=LoopSettings(
+            mode=mode,
+            cycle_interval=cycle_interval,
+            replica=replica or default_replica_id(),
+            lease_ttl=lease_ttl,
+            finished_retention=finished_retention,
+            algorithm_process=algorithm_process,
+        ),
+        state_dir=state_dir,
+        cluster=cluster,
+        fleet=fleet,
+        fleet_source=fleet_file,
+        run_as=run_as,
+        uid_range=uid_range,
+        api=ApiConfig(host=host, port=port, auth=settings, local_token=token) if api else None,
     )
-    if fleet is not None:
-        lines = _apply_fleet(store, runtime, fleet, fleet_file)
-    elif store.get_fleet() is not None:  # a fleet was applied to this database before
-        runtime.sync()
-        if runtime.problems:
-            fail("cannot drive the fleet in force", list(runtime.problems.values()), code=2)
-        lines = runtime.connect()
-    else:
-        lines = _default_cluster(store, runtime, cluster, state_dir, run_as, uid_range)
-    loop_settings = LoopSettings(
-        mode=mode,
-        cycle_interval=cycle_interval,
-        replica=replica or default_replica_id(),
-        lease_ttl=lease_ttl,
-        finished_retention=finished_retention,
-        algorithm_process=algorithm_process,
-    )
-    loop = SchedulingLoop(store, {}, loop_settings, fleet=runtime, secrets=secrets)
-    settle_collector()
-    start_if_armed()  # FLOTILLA_STALL_PROBE: a diagnostic for the benchmarks, off by default
-    stop = threading.Event()
-    scheduler = threading.Thread(target=loop.run, args=(stop,), name="flotilla-scheduler")
-    scheduler.start()
-    # Submissions and cancels committed by other processes (``flotilla serve``, replicas)
-    # wake this loop too (PostgreSQL; ``store/wake.py``).
-    wakes = store.listen_for_wakes(loop.wake)
-    scheduling = f"{loop.settings.mode.value} scheduling every {loop.settings.cycle_interval:g}s"
-    if runtime.fleet is None:  # the embedded default: one line, as it always was
-        lines[-1] += f"; {scheduling}"
-    else:
-        lines.append(scheduling)
-    lines += _isolation_notices(runtime)  # what of a job's requests is not enforced here
-    lines += _gpu_notices(runtime)  # the GPUs found here, and how (NVML, or as told)
+    try:
+        service = build_service(config)  # the composition root (src/flotilla/app/)
+    except StartupError as error:
+        fail(error.message, error.problems, code=2)
+    settle_process()
+    service.start()
+    lines = service.notices
     serving = (
         f"API http://{host}:{port} (dashboard /ui, OpenAPI /docs)"
         if api
@@ -195,70 +174,26 @@ def up(
         + (f"  {traces}\n" if traces else "")
         + (f"  {submit_hint(host, port)}" if api else "  stop with Ctrl-C or SIGTERM")
     )
-    draining = Drain(store, loop) if drain and api else None
+    draining = Drain(service.store, service.loop) if drain and api else None
     try:
         try:
             if api:
-                app = create_app(
-                    store,
-                    loop,
-                    settings,
-                    allowed_hosts=allowed_hosts_for(host),
-                    secrets=secrets,
-                    cluster_problems=runtime.problems,
-                )
-                run_server(
-                    mount_dashboard(app),
-                    host,
-                    port,
-                    local_token=token,
-                    listener=listener,
-                    drain=draining.run if draining is not None else None,
-                )
+                service.serve(listener, drain=draining.run if draining is not None else None)
             else:
-                _until_stopped(scheduler)
+                _until_stopped(service)
         finally:  # Ctrl-C, or SIGTERM (SystemExit): say what becomes of the running jobs
             if draining is None or not draining.started:
-                shut_down(store, loop, drain)
+                shut_down(service.store, service.loop, drain)
     finally:
-        wakes.close()
-        stop.set()
-        loop.wake()  # not a cycle interval later
-        scheduler.join(timeout=30)
-        runtime.close()
-        store.close()
+        service.stop()
 
 
-def _isolation_notices(runtime: FleetRuntime) -> list[str]:
-    """One line per distinct notice of the local clusters: what of a job's requests this
-    machine does not enforce (no cgroups, no PID namespaces; ``backends/local_tree.py``)."""
-    from flotilla.backends.local import LocalBackend
-
-    notices = {
-        backend.isolation_notice
-        for backend in runtime.backends.values()
-        if isinstance(backend, LocalBackend)
-    }
-    return sorted(notice for notice in notices if notice)
-
-
-def _gpu_notices(runtime: FleetRuntime) -> list[str]:
-    """One line per local cluster: the GPUs it found and how (``backends/gpu_inventory.py``)."""
-    from flotilla.backends.local import LocalBackend
-
-    return [
-        f"cluster {name}: {backend.gpu_notice}"
-        for name, backend in sorted(runtime.backends.items())
-        if isinstance(backend, LocalBackend)
-    ]
-
-
-def _until_stopped(scheduler: threading.Thread) -> None:
+def _until_stopped(service: Service) -> None:
     """Wait, without an API to serve, for Ctrl-C or SIGTERM (or the scheduler's end)."""
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda _number, _frame: stopped.set())
     try:
-        while scheduler.is_alive() and not stopped.wait(0.5):
+        while service.scheduling and not stopped.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass
@@ -280,49 +215,6 @@ def _read_fleet(path: Path, state_dir: Path) -> Fleet:
     if problems:
         fail(f"{path}: invalid fleet", problems, code=2)
     return fleet
-
-
-def _apply_fleet(
-    store: SqlStore, runtime: FleetRuntime, fleet: Fleet, path: Path | None
-) -> list[str]:
-    """Make ``fleet`` the fleet in force (as ``flotilla fleet apply`` does), then connect."""
-    from flotilla.service.fleet import fleet_change, local_state_dir_of
-    from flotilla.store import ConflictError
-
-    for cluster in fleet.clusters:
-        if cluster.backend == "local":
-            state_dir = local_state_dir_of(cluster, runtime.local_state_dir)
-            _refuse_foreign_owner(store, cluster.name, state_dir)
-    # Build every backend before writing anything: a factory refusing its settings is a
-    # configuration error (a constructor never fails for an engine being down).
-    runtime.install(fleet, runtime.version)
-    if runtime.problems:
-        runtime.close()
-        fail(
-            f"{path}: cannot start the fleet",
-            [f"cluster {name}: {problem}" for name, problem in runtime.problems.items()],
-            code=2,
-        )
-    try:
-        record = store.apply_fleet(fleet_change(fleet))
-    except ConflictError as error:
-        runtime.close()
-        fail(f"{path}: cannot apply the fleet", error.problems or [str(error)], code=2)
-    runtime.version = record.version
-    return [
-        f"fleet {fleet.name!r} (version {record.version}) from {path}",
-        *runtime.connect(),
-    ]
-
-
-def _refuse_foreign_owner(store: SqlStore, cluster: str, state_dir: Path) -> None:
-    """Exit 2 when another host or state dir drives ``cluster``; the operator is told this
-    replica's state dir (the cluster's label holds only a digest of the other's)."""
-    from flotilla.service.fleet import check_local_owner, local_owner
-
-    problem = check_local_owner(store, cluster, local_owner(state_dir))
-    if problem is not None:
-        fail(f"{problem} (this replica's state dir: {state_dir.expanduser().resolve()})", code=2)
 
 
 def _identities(run_as: str | None, uid_range: str | None) -> str | None:
@@ -352,30 +244,6 @@ def _runs_as(run_as: str | None, uid_range: str | None) -> str:
     if uid_range is not None:
         return f"a uid of their own per run (from {uid_range})"
     return run_as or "this user"
-
-
-def _default_cluster(
-    store: SqlStore,
-    runtime: FleetRuntime,
-    cluster: str,
-    state_dir: Path,
-    run_as: str | None,
-    uid_range: str | None,
-) -> list[str]:
-    """Today's embedded default: one local cluster of this machine and a ``default`` queue."""
-    from flotilla.backends.local import LocalBackend
-    from flotilla.service.fleet import LOCAL_LABEL, OWNER_LABEL, describe_nodes, local_owner
-    from flotilla.service.records import cluster_spec_from_inventory
-
-    owner = local_owner(state_dir)
-    _refuse_foreign_owner(store, cluster, state_dir)
-    backend = LocalBackend(cluster=cluster, state_dir=state_dir, run_as=run_as, uid_range=uid_range)
-    runtime.backends[cluster] = backend
-    nodes = backend.inventory().nodes
-    labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}
-    store.upsert_cluster(cluster_spec_from_inventory(cluster, "local", nodes, labels=labels))
-    ensure_default_queue(store)
-    return [f"cluster {cluster}: {describe_nodes(nodes)}"]
 
 
 def register(app: typer.Typer) -> None:

@@ -1,11 +1,13 @@
 """The job lifecycle core: the job-state vocabulary, the transition table, and the rules
 around a job's runs (dependencies, retries, arrays, gangs) with their reasons' wording.
 
-Pure and clock-free: it reads specs (``flotilla.model``) and states, and answers what happens
-next; the service applies its answers to the store and the backends, the simulator to virtual
-time. Neither keeps a second copy of a rule written here.
+Pure and clock-free: ``step(job, event)`` (``machine.py``) takes what the core needs of a job
+(``JobView``, ``view.py``) and one event (``events.py``) and answers with the effects that
+follow (``effects.py``); the service applies them to the store and the backends, the
+simulator to virtual time. Neither keeps a second copy of a rule written here.
 """
 
+from flotilla.lifecycle.machine import step
 from flotilla.lifecycle.states import (
     ACTIVE_JOB_STATES,
     ACTIVE_RUN_STATES,
@@ -20,6 +22,7 @@ from flotilla.lifecycle.states import (
     RunState,
     is_allowed,
 )
+from flotilla.lifecycle.view import DependencyView, JobView
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -31,7 +34,10 @@ __all__ = [
     "TERMINAL_STATE_NAMES",
     "WAITING_JOB_STATES",
     "WAITING_STATE_NAMES",
+    "DependencyView",
     "JobState",
+    "JobView",
     "RunState",
     "is_allowed",
+    "step",
 ]

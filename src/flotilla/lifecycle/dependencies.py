@@ -17,7 +17,9 @@ condition                  met when the dependency      Slurm
 A job "ended" when it reached a terminal state (``TERMINAL_JOB_STATES``): succeeded, failed or
 cancelled. A preempted job is re-queued and keeps its dependents waiting; a job that fails for
 good after its retries ends ``failed``. Once a dependency has ended in a state its condition
-does not accept, the condition can never be met and the waiting job fails.
+does not accept, the condition can never be met and the waiting job ends ``skipped``
+(``UNMET_END``): the branch not taken, an end that is not a failure. A skipped job has ended,
+so ``finished`` accepts it, and ``failed`` (it did not succeed) too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from enum import Enum
 
 from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, JobState
 from flotilla.model.job import DependencyCondition
+
+UNMET_END = JobState.SKIPPED
+"""Where a job goes whose dependency can never be met."""
 
 ACCEPTED_ENDS: dict[DependencyCondition, frozenset[str]] = {
     DependencyCondition.SUCCEEDED: frozenset({JobState.SUCCEEDED.value}),
@@ -87,6 +92,6 @@ def waiting_reason(parts: Iterable[str]) -> str:
 
 
 def never_reason(label: str, condition: DependencyCondition, state: str) -> str:
-    """Why a job fails when its dependency ``label`` ended in ``state``, which its
+    """Why a job is skipped when its dependency ``label`` ended in ``state``, which its
     ``condition`` does not accept."""
     return f"dependency {label} ended {state}; this job needed it {condition.value}"

@@ -1,8 +1,8 @@
 """What a job becomes when its run ends: the outcome rules, retries included, and their words.
 
-The service (``service/transitions.py`` via ``service/retry.py``) and the simulator
-(``sim/simulator.py``) both ask ``after_run`` and apply the answer: the service as a store
-transition (and a not-before time), the simulator as a state and a timer in virtual time.
+``machine.step`` asks ``after_run`` when a ``RunEnded`` event comes and answers with its
+effects; the service applies them as a store transition (and a not-before time), the
+simulator as a state and a timer in virtual time.
 
 A run ends in one of five ways (``RunEnd``). A job's ``retry`` policy names the causes it
 covers (``failed``, ``lost``, ``node_failure``); a covered end re-queues the job after its
@@ -49,8 +49,8 @@ SUCCEEDED_REASON = "exited 0"
 
 
 @dataclass(frozen=True, slots=True)
-class RunEnded:
-    """The event: the job's current run (attempt ``attempt``) ended as ``end``."""
+class EndedAttempt:
+    """The job's current run (attempt ``attempt``) ended as ``end``: the input of ``after_run``."""
 
     end: RunEnd
     reason: str
@@ -83,7 +83,7 @@ class Outcome:
         return f"{self.reason}; not before {when} ({self.delay:g}s backoff)"
 
 
-def after_run(spec: JobSpec, ended: RunEnded) -> Outcome:
+def after_run(spec: JobSpec, ended: EndedAttempt) -> Outcome:
     """What the job becomes after its run ended."""
     if ended.end is RunEnd.SUCCEEDED:
         return Outcome(JobState.SUCCEEDED, ended.reason or SUCCEEDED_REASON)

@@ -3,6 +3,8 @@
 A job moves queued → leased → pending → running → succeeded | failed | cancelled | preempted.
 A preempted job, or one whose lease or run is lost before it finishes, may go back to queued and
 get a new run: a run is one attempt, so its state only ever moves forward and ends once.
+A queued job may be held (``flotilla hold``, Slurm's ``scontrol hold``): the scheduler passes
+it by until it is released back to queued.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from enum import StrEnum
 
 class JobState(StrEnum):
     QUEUED = "queued"
+    HELD = "held"
+    """Kept out of scheduling until released (``flotilla release``); never started."""
     LEASED = "leased"
     PENDING = "pending"
     RUNNING = "running"
@@ -19,6 +23,9 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
+    SKIPPED = "skipped"
+    """Never started: a dependency ended in a way its condition does not accept (the branch
+    not taken). An end, but not a failure: ``flotilla wait`` counts it as done."""
 
 
 class RunState(StrEnum):
@@ -34,7 +41,7 @@ class RunState(StrEnum):
 
 
 TERMINAL_JOB_STATES: frozenset[JobState] = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SKIPPED}
 )
 """States a job never leaves. Preempted is not one of them: a preempted job may requeue."""
 
@@ -48,6 +55,7 @@ WAITING_JOB_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.P
 
 JOB_STATE_ORDER: tuple[JobState, ...] = (
     JobState.QUEUED,
+    JobState.HELD,
     JobState.LEASED,
     JobState.PENDING,
     JobState.RUNNING,
@@ -55,8 +63,12 @@ JOB_STATE_ORDER: tuple[JobState, ...] = (
     JobState.SUCCEEDED,
     JobState.FAILED,
     JobState.CANCELLED,
+    JobState.SKIPPED,
 )
 """Every job state, in the order a person reads them (lists, filters, counts)."""
+
+SUCCESSFUL_JOB_STATES: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.SKIPPED})
+"""Ends that are not failures: what ``flotilla wait`` exits 0 for."""
 
 TERMINAL_STATE_NAMES: frozenset[str] = frozenset(state.value for state in TERMINAL_JOB_STATES)
 """The terminal states by name: what the SDK, the CLI, the dashboard (through the API) and the
@@ -64,12 +76,19 @@ simulator (whose states share the service's names) compare against."""
 
 WAITING_STATE_NAMES: frozenset[str] = frozenset(state.value for state in WAITING_JOB_STATES)
 
+SUCCESSFUL_STATE_NAMES: frozenset[str] = frozenset(state.value for state in SUCCESSFUL_JOB_STATES)
+
 ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(
     {RunState.LEASED, RunState.PENDING, RunState.RUNNING}
 )
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.LEASED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.QUEUED: frozenset(
+        {JobState.LEASED, JobState.HELD, JobState.CANCELLED, JobState.FAILED, JobState.SKIPPED}
+    ),
+    JobState.HELD: frozenset(
+        {JobState.QUEUED, JobState.CANCELLED, JobState.FAILED, JobState.SKIPPED}
+    ),
     JobState.LEASED: frozenset(
         {
             JobState.PENDING,
@@ -104,9 +123,12 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
+    JobState.SKIPPED: frozenset(),
 }
-"""Allowed moves. Leased and pending may jump straight to an end: a backend may report a
-short job's outcome before the store hears it started. Leasing happens through
+"""Allowed moves. Only a queued job is held: a preempted one may still hold its old run's
+resources until that run stops, and release makes a job queued. Leased and pending may jump
+straight to an end: a backend may report a short job's outcome before the store hears it
+started. Leasing happens through
 ``Store.record_run`` (it creates the run), never through ``transition``."""
 
 RUN_STATE_FOR_JOB: dict[JobState, RunState] = {

@@ -53,6 +53,11 @@ class Settings(Strict):
     """Extension: with DRF, order queues by usage decayed with this half-life (seconds) added
     to what they hold now (``scheduler/decayed_usage.py``); ``None``: current holdings only."""
     max_time: Seconds | None = None
+    heartbeat_timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    """Extension, the service's only: seconds a cluster's backend may stay silent before the
+    cluster becomes unreachable and its runs end as node failures (``None``: the service's
+    own, 30 s). The simulator loses a cluster at its ``fail_at`` at once; ``flotilla replay``
+    sets it so the service does within a cycle."""
     plugins: PluginSettings = PluginSettings()
 
     @model_validator(mode="after")
@@ -73,6 +78,8 @@ class ScenarioJobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
+    SKIPPED = "skipped"
+    """A dependency ended as its condition does not accept (``flotilla.lifecycle``)."""
 
 
 class Expectation(Strict):

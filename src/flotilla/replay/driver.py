@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flotilla.api.schemas import Cluster, Event, Job, JobDetail
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
 from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL = TERMINAL_STATE_NAMES
 READY_LIMIT = 120.0
 """Wall seconds the applied fleet's clusters may take to become ready."""
 STATE_POLL = 0.2
@@ -33,6 +34,8 @@ STATE_POLL = 0.2
 process, and a replay must not slow down what it measures."""
 BARRIER_POLL = 0.02
 """Wall seconds between two reads of the scheduler's cycle number while a step waits."""
+START_PATIENCE = 5.0
+"""Wall seconds a step waits, past a run's due start, for the service to see it started."""
 QUIET_CYCLES = 3
 """Scheduler cycles without a change after which nothing can change any more."""
 Progress = Callable[[float, int, int], None]
@@ -71,12 +74,14 @@ class Observed:
 def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -> Observed:
     """Apply, play, wait, read back, clean up."""
     apply_fleet(client, plan)
+    epoch = time.time()
+    start = time.monotonic()
+    failed: dict[str, float] = {}
+    """Cluster → the wall time it was failed at (the fleet keeps them failed)."""
     newest = client.page(JobFilter(newest_first=True), limit=1).jobs
     after = newest[0].cursor if newest else None
     ids: dict[str, str] = {}
     by_name = {job.name: job for job in plan.jobs}
-    epoch = time.time()
-    start = time.monotonic()
     steps = list(plan.steps)
     limit = plan.max_time
     quiet_since: tuple[int, tuple[Any, ...]] | None = None
@@ -102,7 +107,7 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             if _ready(client, plan, steps[0].at, barrier, jobs, epoch, durations):
                 barrier = _cycle_number(client) + 2
                 behind = max(behind, now - steps[0].at)
-                _take(client, steps.pop(0), ids)
+                _take(client, plan, steps.pop(0), ids, failed)
                 durations.update(
                     (job_id, by_name[name].duration)
                     for name, job_id in ids.items()
@@ -162,13 +167,34 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     return observed
 
 
-def _take(client: Client, step: Step, ids: dict[str, str]) -> None:
+def _take(
+    client: Client, plan: ReplayPlan, step: Step, ids: dict[str, str], failed: dict[str, float]
+) -> None:
+    if step.fail:
+        _fail(client, plan, step.fail, failed)
     if step.submit:
         for job in client.submit(step.submit).jobs:
             ids[job.name] = job.id
     for planned in step.cancel:
         if planned.name in ids:
             client.cancel(ids[planned.name], reason="cancelled by the scenario")
+
+
+def _fail(client: Client, plan: ReplayPlan, names: list[str], failed: dict[str, float]) -> None:
+    """Fail the clusters ``names`` now (their ``sim`` backends stop answering) and wait until
+    the service has lost them, so that the step's submissions find them gone, as in the
+    simulator."""
+    now = time.time()
+    failed.update((name, now) for name in names)
+    apply_fleet(client, plan, plan.failing_fleet(failed), ready=False)
+    deadline = time.monotonic() + READY_LIMIT
+    while True:
+        states = {cluster.name: cluster.state for cluster in client.clusters()}
+        if all(states.get(name) == "unreachable" for name in names):
+            return
+        if time.monotonic() > deadline:
+            raise ReplayError(f"the service did not lose the failed clusters: {names}")
+        time.sleep(BARRIER_POLL)
 
 
 def _await_cycle(client: Client, number: int) -> None:
@@ -180,11 +206,18 @@ def _await_cycle(client: Client, number: int) -> None:
         time.sleep(0.01)
 
 
-def apply_fleet(client: Client, plan: ReplayPlan) -> None:
-    """Apply the scenario's fleet, keeping the queues of the fleet in force it does not name
-    (without their quota): a queue that holds jobs cannot be removed, and a service that
-    ran an earlier replay holds them."""
-    document = dict(plan.fleet)
+def apply_fleet(
+    client: Client,
+    plan: ReplayPlan,
+    fleet: Mapping[str, Any] | None = None,
+    *,
+    ready: bool = True,
+) -> None:
+    """Apply the scenario's fleet (``fleet``, else the plan's), keeping the queues of the
+    fleet in force it does not name (without their quota): a queue that holds jobs cannot be
+    removed, and a service that ran an earlier replay holds them. ``ready``: wait until
+    every cluster of it is ready."""
+    document = dict(plan.fleet if fleet is None else fleet)
     try:
         current = client.fleet()["fleet"]
     except NotFound:  # the service runs its embedded default: nothing to keep
@@ -197,6 +230,8 @@ def apply_fleet(client: Client, plan: ReplayPlan) -> None:
     ]
     document["queues"] = [*kept, *document["queues"]]
     client.apply_fleet(document)
+    if not ready:
+        return
     wanted = {cluster["name"] for cluster in document["clusters"]}
     deadline = time.monotonic() + READY_LIMIT
     while True:
@@ -250,11 +285,23 @@ def _ready(
     durations: Mapping[str, float | None],
 ) -> bool:
     """Whether the step at scenario time ``at`` may be taken: the scheduler finished the
-    cycle ``barrier``, and no run that started with a ``duration`` ending by ``at`` is still
-    running (the simulator frees those before its cycle at ``at``)."""
+    cycle ``barrier``, no run that started with a ``duration`` ending by ``at`` is still
+    running (the simulator frees those before its cycle at ``at``), and no run placed long
+    enough ago to have started by ``at`` (its cluster's ``startup_delay``) is still waiting
+    to be seen started (the simulator starts those before its cycle at ``at``; a cluster that
+    fails at ``at`` would otherwise fail a run the simulator had started as one that never
+    did) — unless it has waited ``START_PATIENCE`` longer than that."""
     if _cycle_number(client) < barrier:
         return False
     by = epoch + plan.wall(at) + 1e-6
+    delays = {cluster.name: cluster.startup_delay for cluster in plan.scenario.clusters}
+    now = time.time()
+    for job in jobs.values():
+        run = job.run
+        if job.state in ("leased", "pending") and run is not None:
+            due = run.created_at.timestamp() + plan.wall(delays.get(run.cluster, 0.0))
+            if due <= by and now < due + START_PATIENCE:
+                return False
     for job in jobs.values():
         run, duration = job.run, durations.get(job.id)
         if job.state in TERMINAL or duration is None or run is None or run.started_at is None:

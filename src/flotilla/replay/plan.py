@@ -10,6 +10,14 @@ Gang timeouts, retry delays and ``max_runtime`` (durations of the job spec) and 
 divided by N too, so that every clock of the scenario runs at one speed. The job keeps its
 (scaled) ``duration``: the engine's expected runtime, which EASY backfill's reservations are
 made of.
+
+A cluster's ``fail_at`` is a step of its own: the fleet is applied again with that
+cluster's ``sim`` backend told to fail (``failing_fleet``: its ``fail_at`` setting, a wall
+time, from which it stops answering), and the service loses the cluster after its heartbeat
+timeout, which the plan sets (``settings.heartbeat_timeout``, scaled; half a cycle unless
+the scenario sets one) so that the service loses it within a cycle, as the simulator does at
+once. As a step, it waits for the service like the others: a lagging service sees the
+failure late, never before the placements the simulator made ahead of it.
 """
 
 from __future__ import annotations
@@ -41,10 +49,13 @@ class PlannedJob:
 
 @dataclass
 class Step:
-    """Something to do at scenario time ``at``: submit jobs (one request, file order, as
-    the simulator's submissions of one time are sequenced) or cancel jobs."""
+    """Something to do at scenario time ``at``: fail clusters (first, as the simulator's
+    cluster failures come before its submissions of the same time), submit jobs (one
+    request, file order, as the simulator's submissions of one time are sequenced) or cancel
+    jobs."""
 
     at: float
+    fail: list[str] = field(default_factory=list)
     submit: list[dict[str, Any]] = field(default_factory=list)
     cancel: list[PlannedJob] = field(default_factory=list)
 
@@ -62,6 +73,17 @@ class ReplayPlan:
     def wall(self, scenario_seconds: float) -> float:
         return scenario_seconds / self.speed
 
+    def failing_fleet(self, failed: dict[str, float]) -> dict[str, Any]:
+        """The fleet document with the clusters of ``failed`` (name → the wall time, epoch
+        seconds, it failed at) failed: their ``sim`` backends stop answering from then on."""
+        clusters = [
+            {**cluster, "settings": {**cluster["settings"], "fail_at": at}}
+            if (at := failed.get(cluster["name"])) is not None
+            else cluster
+            for cluster in self.fleet["clusters"]
+        ]
+        return {**self.fleet, "clusters": clusters}
+
     def scenario_time(self, wall_seconds: float) -> float:
         return wall_seconds * self.speed
 
@@ -74,13 +96,11 @@ def plan_replay(scenario: Scenario, speed: float) -> ReplayPlan:
     """The fleet document and timeline of ``scenario`` at ``speed`` (> 0)."""
     if speed <= 0:
         raise ValueError("speed must be > 0")
-    unsupported = [
-        f"clusters[{index}].fail_at: a service's cluster cannot be made to fail on cue; "
-        f"cluster {cluster.name} stays reachable"
-        for index, cluster in enumerate(scenario.clusters)
-        if cluster.fail_at is not None
-    ]
+    unsupported: list[str] = []
     steps: dict[float, Step] = {}
+    for cluster in scenario.clusters:
+        if cluster.fail_at is not None:
+            steps.setdefault(cluster.fail_at, Step(cluster.fail_at)).fail.append(cluster.name)
     jobs: list[PlannedJob] = []
     classes = {pc.name: pc.value for pc in scenario.priority_classes}
     for spec in scenario.jobs:
@@ -115,6 +135,12 @@ def fleet_document(scenario: Scenario, speed: float) -> dict[str, Any]:
     if settings.get("usage_half_life") is not None:  # usage decays in the service's wall time
         settings["usage_half_life"] = settings["usage_half_life"] / speed
     settings.pop("max_time", None)  # the replay stops there itself
+    heartbeat = scenario.settings.heartbeat_timeout
+    if heartbeat is not None or any(c.fail_at is not None for c in scenario.clusters):
+        # The simulator loses a failed cluster at once: the service within a cycle.
+        if heartbeat is None:
+            heartbeat = scenario.settings.cycle_interval / 2
+        settings["heartbeat_timeout"] = heartbeat / speed
     clusters = []
     for cluster in scenario.clusters:
         clusters.append(

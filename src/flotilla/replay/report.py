@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from flotilla.api.schemas import Event, JobDetail, Run
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
 from flotilla.replay.driver import Observed
 
 RUNNING = frozenset({"leased", "pending", "running"})
 WAITING = frozenset({"queued", "preempted"})
-ENDS = frozenset({"succeeded", "failed", "cancelled"})
+ENDS = TERMINAL_STATE_NAMES
 
 
 def _number(value: float) -> float | int:

@@ -129,6 +129,12 @@ class AsyncClient:
     async def reprioritize(self, job: str, priority: int, reason: str = "") -> Job:
         return await self.call(calls.reprioritize(await self.job_id(job), priority, reason))
 
+    async def hold(self, job: str, reason: str = "") -> Job:
+        return await self.call(calls.hold(await self.job_id(job), reason))
+
+    async def release(self, job: str, reason: str = "") -> Job:
+        return await self.call(calls.release(await self.job_id(job), reason))
+
     async def why(self, job: str) -> Why:
         return await self.call(calls.why(await self.job_id(job)))
 

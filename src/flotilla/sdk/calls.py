@@ -163,6 +163,14 @@ def reprioritize(job: str, priority: int, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/priority", one(Job), body=body)
 
 
+def hold(job: str, reason: str) -> Call[Job]:
+    return Call("POST", f"{job_path(job)}/hold", one(Job), body={"reason": reason})
+
+
+def release(job: str, reason: str) -> Call[Job]:
+    return Call("POST", f"{job_path(job)}/release", one(Job), body={"reason": reason})
+
+
 def events(job: str) -> Call[list[Event]]:
     return Call("GET", f"{job_path(job)}/events", many(Event))
 

@@ -167,6 +167,14 @@ class Client:
         """A waiting job's new priority (admin on its queue)."""
         return self.call(calls.reprioritize(self.job_id(job), priority, reason))
 
+    def hold(self, job: str, reason: str = "") -> Job:
+        """Keep a queued job from starting until ``release`` (``held``); 409 otherwise."""
+        return self.call(calls.hold(self.job_id(job), reason))
+
+    def release(self, job: str, reason: str = "") -> Job:
+        """A held job back to ``queued``, for the scheduler to start it."""
+        return self.call(calls.release(self.job_id(job), reason))
+
     def why(self, job: str) -> Why:
         return self.call(calls.why(self.job_id(job)))
 

@@ -7,7 +7,7 @@ handle, which supplies live pending reasons, logs, the cycle report and schedule
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -19,7 +19,7 @@ from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.precedence import Precedence
 from flotilla.secrets import SecretBox
-from flotilla.server import arrays, catalog, fleet, history, jobs, ops, usage
+from flotilla.server import arrays, catalog, fleet, history, holds, jobs, ops, usage
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
@@ -46,13 +46,10 @@ def create_app(
     limits: ServerLimits | None = None,
     allowed_hosts: frozenset[str] | None = None,
     secrets: SecretBox | None = None,
-    cluster_problems: Mapping[str, str] | None = None,
 ) -> FastAPI:
     """``poll_interval``: how often an event stream looks for new events (seconds).
     ``allowed_hosts``: the ``Host`` names to answer (``LOOPBACK_HOSTS`` for a server on
-    loopback); None answers any (see ``guard.py``). ``cluster_problems``: why this process
-    could not build a cluster's backend (``FleetRuntime.problems``, kept up to date by it),
-    shown as the cluster's ``reason``."""
+    loopback); None answers any (see ``guard.py``)."""
     # Swagger UI from files the fastapi-offline package ships: no CDN, so /docs works on an
     # air-gapped cluster. ReDoc (/redoc) is served by flotilla.web, under a CSP.
     app = FastAPIOffline(
@@ -66,13 +63,12 @@ def create_app(
         poll_interval=poll_interval,
         limits=limits,
         secrets=secrets,
-        cluster_problems=cluster_problems if cluster_problems is not None else {},
         precedence=scheduler.precedence if scheduler is not None else Precedence(),
     )
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
-    for module in (jobs, arrays, history, catalog, ops, fleet, usage):
+    for module in (jobs, holds, arrays, history, catalog, ops, fleet, usage):
         app.include_router(module.router)
     _count_requests(app, context)
     # A scheduling round of this process yields to requests, a large submission to the rest.

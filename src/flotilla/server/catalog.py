@@ -152,16 +152,14 @@ def delete_quota(name: str, context: Context, user: Caller) -> Response:
 @router.get("/clusters", tags=["clusters"])
 def list_clusters(context: Context, _user: Caller) -> list[Cluster]:
     """Every cluster with its backend, health (``state``, ``heartbeat_at``, and ``reason``
-    for an unreachable one when this server knows it), node count, and capacity and
+    for an unreachable one, as the database keeps it), node count, and capacity and
     allocation per resource."""
     allocations = context.store.cluster_allocations()
     return [
         Cluster.from_record(
             cluster,
             allocations.get(cluster.name),
-            reason=context.cluster_problems.get(cluster.name)
-            if cluster.state == "unreachable"
-            else None,
+            reason=cluster.reason if cluster.state == "unreachable" else None,
         )
         for cluster in context.store.list_clusters()
     ]

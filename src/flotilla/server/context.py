@@ -6,7 +6,7 @@ them and tests can build an app over any store and a fake handle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -86,8 +86,6 @@ class ServerContext:
     limits: ServerLimits = field(default_factory=ServerLimits)
     secrets: SecretBox | None = None
     """Seals secret env values at submission; None: such a job is refused."""
-    cluster_problems: Mapping[str, str] = field(default_factory=dict)
-    """Cluster → why its backend could not be built in this process (never a secret)."""
     precedence: Precedence = field(default_factory=Precedence)
     """Requests before scheduling, and reads before bulk submissions (the scheduler's, when
     it runs in this process: ``scheduler/precedence.py``)."""

@@ -179,6 +179,8 @@ def _summary(job: JobRecord, reason: str, position: int | None, depth: int) -> s
         return f"job {job.name} is {place}: {reason}"
     if job.state is JobState.PREEMPTED:
         return f"job {job.name} was preempted and waits to be requeued: {reason}"
+    if job.state is JobState.HELD:
+        return f"job {job.name} is held ({reason}): flotilla release {job.id[:8]} lets it run"
     where = f" on cluster {job.run.cluster}" if job.run is not None else ""
     stop = " (cancel requested)" if job.cancel_requested else ""
     return f"job {job.name} is {job.state.value}{where}{stop}: {reason}"

@@ -43,6 +43,7 @@ from flotilla.server.context import (
 from flotilla.server.errors import ApiError
 from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
 from flotilla.server.requests_first import is_bulk
+from flotilla.server.working_dirs import check_working_dirs
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -219,6 +220,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     for queue in sorted({spec.queue for spec in specs}):
         require(user, Permission.SUBMIT, queue)
     await run_in_threadpool(_check_queues, context, specs, prefixes)
+    await run_in_threadpool(check_working_dirs, context, specs, prefixes)
     await run_in_threadpool(_check_dependency_access, context, user, specs, prefixes)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
     await run_in_threadpool(_check_growth, context, specs, prefixes)

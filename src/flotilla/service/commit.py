@@ -18,11 +18,14 @@ from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
-from flotilla.lifecycle import gangs
+from flotilla.lifecycle import machine
+from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
+from flotilla.lifecycle.events import Evicted, Scheduled
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
 from flotilla.service.records import job_from_record
+from flotilla.service.retry import view_of
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
 from flotilla.service.transitions import RunTransitions
 from flotilla.service.writes import CycleWrites
@@ -122,11 +125,16 @@ class Committer:
     def _evict_one(self, victim: JobRecord, reason: str, state: LoopSnapshot) -> None:
         context = self._context
         assert victim.run is not None
-        backend = context.backends.get(victim.run.cluster)
-        if backend is not None:
-            backend.cancel(CancelRequest(victim.run.id, reason=reason))
-            self._transitions.awaiting_stop[victim.run.id] = victim.id
-        self._transitions.transition(victim.id, JobState.PREEMPTED, reason, run=victim.run.id)
+        for effect in machine.step(view_of(victim), Evicted(reason)).effects:
+            if isinstance(effect, StopRun):
+                backend = context.backends.get(victim.run.cluster)
+                if backend is not None:
+                    backend.cancel(CancelRequest(victim.run.id, reason=effect.reason))
+                    self._transitions.awaiting_stop[victim.run.id] = victim.id
+            elif isinstance(effect, SetState):
+                self._transitions.transition(
+                    victim.id, effect.state, effect.reason, run=victim.run.id
+                )
         context.metrics.preemptions.labels(queue=victim.queue).inc()
         cluster = state.clusters.get(victim.run.cluster)
         if cluster is not None:
@@ -136,7 +144,7 @@ class Committer:
             for placement in held.placements if held else ():
                 cluster.nodes.release(placement.row, placement.request, placement.gpus)
 
-    def _grow(self, growing: list[tuple[JobRecord, ScheduledJob]]) -> None:
+    def _grow(self, growing: list[tuple[JobRecord, ScheduledJob, GrowRun]]) -> None:
         """Non-strict gangs that took more replicas (``growth.py``): recorded, the JobDb
         brought up to date (the next snapshot counts their nodes), then handed over."""
         self.growth.repair()
@@ -149,23 +157,27 @@ class Committer:
 
     def _run_requests(
         self, result: CycleResult, state: LoopSnapshot, dropped: Mapping[str, str] | None
-    ) -> tuple[list[RunRequest], list[tuple[JobRecord, ScheduledJob]]]:
-        """The leases of the queued jobs decided, and the running gangs that grew."""
+    ) -> tuple[list[RunRequest], list[tuple[JobRecord, ScheduledJob, GrowRun]]]:
+        """The leases of the queued jobs decided, and the running gangs that grew: what the
+        lifecycle core makes of each decision (``Scheduled``: ``StartRun`` or ``GrowRun``)."""
         read = self._context.jobdb.read_txn()
         current = CurrentState(self._context.jobdb, state) if dropped is not None else None
         requests = []
-        growing: list[tuple[JobRecord, ScheduledJob]] = []
+        growing: list[tuple[JobRecord, ScheduledJob, GrowRun]] = []
         for decision in result.scheduled:
             record = read.get(decision.job.name)
             if record is None:
                 continue
-            if record.state in ACTIVE_JOB_STATES and gangs.may_grow(record.spec):
+            assignment = decision.assignment
+            event = Scheduled(assignment.cluster, len(assignment.placements))
+            effect = next(iter(machine.step(view_of(record), event).effects), None)
+            if isinstance(effect, GrowRun):
                 with self._context.faults.contain("recording its growth", record.id):
                     if current is None or current.room_for(decision.assignment) is None:
-                        growing.append((record, decision))
+                        growing.append((record, decision, effect))
                 continue
-            if record.state is not JobState.QUEUED:
-                continue
+            if not isinstance(effect, StartRun) or record.state is not JobState.QUEUED:
+                continue  # a preempted job is re-queued before the service leases it again
             with self._context.faults.contain("recording its placement", record.id):
                 if current is not None:
                     unfit = current.room_for(decision.assignment)
@@ -175,9 +187,9 @@ class Committer:
                 requests.append(
                     RunRequest(
                         job_id=record.id,
-                        cluster=decision.assignment.cluster,
+                        cluster=effect.cluster,
                         assignment=decision.assignment.to_json(),
-                        reason=f"scheduled on {decision.assignment.cluster}",
+                        reason=effect.reason,
                     )
                 )
         return requests, growing

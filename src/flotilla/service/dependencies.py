@@ -5,7 +5,7 @@ depends on has not ended. The gate indexes held jobs by the jobs they wait for, 
 JobDb's change feed brings a dependency's new state, only that dependency's waiters are
 looked at again: a job whose dependencies are all met is released into the backlog; one
 whose dependency ended in a state its condition does not accept can never start, and the
-loop fails it with a reason naming that dependency.
+loop ends it skipped with a reason naming that dependency.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from flotilla.jobdb import ReadTxn
-from flotilla.lifecycle import dependencies as rules
-from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle import machine
+from flotilla.lifecycle.dependencies import UNMET_END, Verdict
+from flotilla.lifecycle.view import DependencyView
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
-from flotilla.store import DependencyRecord, JobRecord
+from flotilla.store import DependencyRecord, JobRecord, JobState
 
 __all__ = ["DependencyGate", "DependencyStatus", "Verdict", "dependency_status"]
 
@@ -37,29 +38,26 @@ def _label(dependency: DependencyRecord, record: JobRecord | None) -> str:
     return f"job {record.queue}/{record.name} ({record.id[:8]})"
 
 
+def dependency_views(
+    dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
+) -> tuple[DependencyView, ...]:
+    """``state_of``: each dependency's current record (None when not known yet)."""
+    views = []
+    for dependency in dependencies:
+        record = state_of.get(dependency.job_id)
+        state = None if record is None else record.state.value
+        views.append(DependencyView(_label(dependency, record), dependency.condition, state))
+    return tuple(views)
+
+
 def dependency_status(
     dependencies: Iterable[DependencyRecord], state_of: Mapping[str, JobRecord | None]
 ) -> DependencyStatus:
-    """``state_of``: each dependency's current record (None when not known yet). The rules
-    and their words are the lifecycle core's (``flotilla.lifecycle.dependencies``)."""
-    waits: list[str] = []
-    for dependency in dependencies:
-        record = state_of.get(dependency.job_id)
-        label = _label(dependency, record)
-        state = None if record is None else record.state.value
-        found = rules.verdict(dependency.condition, state)
-        if found is Verdict.MET:
-            continue
-        if found is Verdict.NEVER:
-            assert state is not None
-            return DependencyStatus(
-                Verdict.NEVER, rules.never_reason(label, dependency.condition, state)
-            )
-        status = "not seen yet" if state is None else f"it is {state}"
-        waits.append(rules.waits_for(label, dependency.condition, status))
-    if waits:
-        return DependencyStatus(Verdict.WAITING, rules.waiting_reason(waits))
-    return DependencyStatus(Verdict.MET, "")
+    """Where a job with ``dependencies`` stands against them (``state_of``: each one's
+    current record, None when not known yet). The rule and its words are the lifecycle
+    core's (``machine.dependency_reason``, what ``step`` applies to a waiting job)."""
+    verdict, reason = machine.dependency_reason(dependency_views(dependencies, state_of))
+    return DependencyStatus(verdict, reason)
 
 
 class DependencyGate:
@@ -75,8 +73,9 @@ class DependencyGate:
         """Held job id → its queued record."""
         self.reasons: dict[str, str] = {}
         """Held job id → what it waits for (kept current from the change feed)."""
-        self.never: dict[str, str] = {}
-        """Job id → why it can never start: the loop fails these."""
+        self.never: dict[str, tuple[JobState, str]] = {}
+        """Job id → where it ends and why it can never start: skipped (a dependency ended as
+        its condition does not accept), or failed (its dependencies could not be read)."""
         self._waiters: dict[str, set[str]] = {}
         """Dependency id → ids of the held jobs that wait for it."""
 
@@ -103,12 +102,13 @@ class DependencyGate:
         except NOT_CONTAINED:
             raise
         except Exception as error:  # this job's own: it fails, the others go on
-            self.never[record.id] = self.faults.note("its dependencies", record.id, error)
+            note = self.faults.note("its dependencies", record.id, error)
+            self.never[record.id] = (JobState.FAILED, note)
             return False
         if status.verdict is Verdict.MET:
             return True
         if status.verdict is Verdict.NEVER:
-            self.never[record.id] = status.reason
+            self.never[record.id] = (UNMET_END, status.reason)
             return False
         self.held[record.id] = record
         self.reasons[record.id] = status.reason

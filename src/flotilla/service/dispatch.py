@@ -169,6 +169,8 @@ class Dispatcher:
                 toleration.model_dump(mode="json", exclude_none=True)
                 for toleration in job.spec.tolerations
             ),
+            queue=job.queue,
+            owner=job.owner,
         )
         return request
 

@@ -310,7 +310,7 @@ class FleetRuntime:
         build it (its own secrets) marks it ready again when it answers."""
         log.error("cluster %s: cannot build its backend: %s", cluster, self.problems[cluster])
         if any(record.name == cluster for record in self.store.list_clusters()):
-            self.store.set_cluster_state(cluster, "unreachable")
+            self.store.set_cluster_state(cluster, "unreachable", reason=self.problems[cluster])
 
     def build(self, cluster: FleetCluster, index: int) -> Backend:
         """A new backend for ``cluster``; raises ``FleetError`` naming the field, or the
@@ -377,7 +377,7 @@ class FleetRuntime:
         per cluster saying what it connected to, or — engine down — why not (the cluster is
         then unreachable and the scheduler keeps asking every cycle; nothing waits for it)."""
         lines = []
-        for cluster in self.fleet.clusters if self.fleet is not None else ():
+        for index, cluster in enumerate(self.fleet.clusters if self.fleet is not None else ()):
             where = f"cluster {cluster.name} ({cluster.backend})"
             backend = self.backends.get(cluster.name)
             if backend is None:
@@ -387,7 +387,10 @@ class FleetRuntime:
                 nodes = backend.inventory().nodes
             except BackendUnavailable as error:
                 first = (str(error).splitlines() or [type(error).__name__])[0]
-                self.store.set_cluster_state(cluster.name, "unreachable")
+                first = self._secrets_hidden(cluster, index, first)
+                self.store.set_cluster_state(
+                    cluster.name, "unreachable", reason=f"its backend did not answer: {first}"
+                )
                 lines.append(f"{where}: unreachable, retrying every cycle: {first}")
                 continue
             if not nodes:

@@ -32,6 +32,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.framework.snapshot import ScheduledJob
 from flotilla.lifecycle import gangs
+from flotilla.lifecycle.effects import GrowRun
 from flotilla.secrets import SecretError
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -56,10 +57,11 @@ class Growth:
         """Jobs whose growth is recorded but their backend could not be reached: handed over
         again at each commit until it answers."""
 
-    def grow(self, decisions: Iterable[tuple[JobRecord, ScheduledJob]]) -> list[str]:
-        """Record each growth and hand it to the run's backend; the ids of the jobs grown."""
+    def grow(self, decisions: Iterable[tuple[JobRecord, ScheduledJob, GrowRun]]) -> list[str]:
+        """Record each growth the lifecycle core called for (``GrowRun``, with its reason) and
+        hand it to the run's backend; the ids of the jobs grown."""
         grown: list[str] = []
-        for record, decision in decisions:
+        for record, decision, growth in decisions:
             run = record.run
             if run is None or record.state not in ACTIVE_JOB_STATES:
                 continue
@@ -76,15 +78,9 @@ class Growth:
             placements = [*run.assignment.get("placements", [])]
             placements += decision.assignment.to_json()["placements"]
             assignment = {**run.assignment, "placements": placements}
-            reason = gangs.growth_reason(
-                len(decision.assignment.placements),
-                len(placements),
-                gangs.wanted_replicas(record.spec),
-                run.cluster,
-            )
             try:
                 self._context.store.grow_run(
-                    record.id, run.id, assignment, reason, fence=self._context.lease
+                    record.id, run.id, assignment, growth.reason, fence=self._context.lease
                 )
             except StaleRunError as error:
                 log.info("growth of %s no longer applies: %s", record.id, error)

@@ -54,6 +54,7 @@ from flotilla.scheduler.runner import AsyncSchedulingRunner, RunnerState, Thread
 from flotilla.secrets import SecretBox
 from flotilla.service.allocator import AllocatorTrim, glibc_malloc_trim
 from flotilla.service.cancel_signal import stop_runs_at_once
+from flotilla.service.cluster_watch import ClusterSpecBuilder, spec_from_record
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
@@ -65,7 +66,7 @@ from flotilla.service.metrics import SchedulerMetrics
 from flotilla.service.reporting import Reporter
 from flotilla.service.retention import DEFAULT_RETENTION_SECONDS, FinishedJobs
 from flotilla.service.snapshots import CurrentState, SnapshotBuilder
-from flotilla.service.transitions import ClusterSpecBuilder, RunTransitions, spec_from_record
+from flotilla.service.transitions import RunTransitions
 from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
 from flotilla.store import ClusterRecord, JobRecord, JobState, Lease, LeaseLostError, Store
@@ -107,6 +108,7 @@ def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSet
         scheduling=scheduling_config(given),
         mode=given.mode,
         cycle_interval=given.cycle_interval,
+        heartbeat_timeout=given.heartbeat_timeout or settings.heartbeat_timeout,
     )
 
 
@@ -435,6 +437,7 @@ class SchedulingLoop:
             if settings.mode is Mode.ASYNC:
                 self.runner = self._async_runner()
         self.settings = settings
+        self._transitions.clusters.heartbeat_timeout = settings.heartbeat_timeout
         log.info("fleet version %d in force", self.fleet.version)
         return True
 

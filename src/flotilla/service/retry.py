@@ -1,11 +1,13 @@
-"""The service's side of a run's end: what a backend's report is to the lifecycle core, and
-the core's outcome as a store transition.
+"""The service's side of a job's lifecycle: a ``JobRecord`` as the lifecycle core's
+``JobView``, a backend's report as a ``RunEnded`` event, and the core's answer as a store
+transition.
 
-The rules (retry policy, backoff, uncovered causes, a cancel that was asked for) and their
-words are the lifecycle core's (``flotilla/lifecycle/runs.py``); here only what is the
-service's own: a backend's ``RunStatus`` read as a ``RunEnd``, the counted failures read from
-the job's runs (each attempt is a run; a counted one is recorded ``failed``, with its exit code
-and message kept in the history), and a backoff turned into a not-before time stored with the
+The rules (retry policy, backoff, uncovered causes, a cancel that was asked for, the
+re-queue after a preemption) and their words are the lifecycle core's
+(``flotilla/lifecycle/machine.py``); here only what is the service's own: a backend's
+``RunStatus`` read as a ``RunEnd``, the counted failures read from the job's runs (each
+attempt is a run; a counted one is recorded ``failed``, with its exit code and message kept
+in the history), and a backoff (``HoldUntil``) turned into a not-before time stored with the
 job — durable, so a restarted scheduler honours it.
 """
 
@@ -14,7 +16,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus
-from flotilla.lifecycle.runs import CAUSE_OF, Outcome, RunEnd, RunEnded
+from flotilla.lifecycle.effects import HoldUntil
+from flotilla.lifecycle.events import RunEnded
+from flotilla.lifecycle.machine import Transition as Step
+from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
+from flotilla.lifecycle.view import DependencyView, JobView
 from flotilla.model import RetryCause
 from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 
@@ -44,38 +50,71 @@ def counted_failures(runs: list[RunRecord]) -> int:
     return sum(1 for run in runs if run.state is RunState.FAILED)
 
 
+def view_of(
+    job: JobRecord,
+    *,
+    failures: int = 0,
+    cancel_requested: bool | None = None,
+    last_reason: str | None = None,
+    dependencies: tuple[DependencyView, ...] = (),
+) -> JobView:
+    """What the lifecycle core needs of ``job`` (its counted ``failures`` are the caller's to
+    read: only a run's end under a retry policy needs them)."""
+    run = job.run
+    return JobView(
+        spec=job.spec,
+        state=job.state,
+        attempt=run.attempt if run is not None else 0,
+        failures=failures,
+        cancel_requested=job.cancel_requested if cancel_requested is None else cancel_requested,
+        placed=len(run.assignment.get("placements", [])) if run is not None else 0,
+        cluster=run.cluster if run is not None else None,
+        dependencies=dependencies,
+        last_reason=last_reason,
+    )
+
+
 def transition_for(
     job: JobRecord,
-    outcome: Outcome,
+    step: Step,
     ended: RunEnded,
     run: str | None,
     *,
-    exit_code: int | None = None,
-    message: str | None = None,
     now: datetime | None = None,
-) -> Transition:
-    """The store transition that applies the core's ``outcome`` of ``ended`` to ``job`` (its
-    run ``run`` ended with ``exit_code`` and ``message``)."""
-    if outcome.state is JobState.SUCCEEDED:
-        return Transition(job.id, JobState.SUCCEEDED, outcome.reason, run, exit_code=0)
-    if not outcome.counted:
-        if outcome.state is JobState.QUEUED:
-            return Transition(job.id, JobState.QUEUED, outcome.reason, run)
+) -> Transition | None:
+    """The store transition that applies the core's answer (``step``) to ``ended`` — the end
+    of ``job``'s run ``run`` — or None when it calls for none."""
+    change = step.state
+    if change is None:
+        return None
+    if change.state is JobState.SUCCEEDED:
+        return Transition(job.id, JobState.SUCCEEDED, change.reason, run, exit_code=0)
+    if change.state is JobState.CANCELLED and ended.status is RunEnd.CANCELLED:
+        return Transition(job.id, JobState.CANCELLED, change.reason, run)
+    if not change.counted:
+        if change.state is JobState.QUEUED:
+            return Transition(job.id, JobState.QUEUED, change.reason, run)
         return Transition(
-            job.id, outcome.state, outcome.reason, run, exit_code=exit_code, message=message
+            job.id,
+            change.state,
+            change.reason,
+            run,
+            exit_code=ended.exit_code,
+            message=ended.message,
         )
     not_before = None
-    reason = outcome.reason
-    if outcome.state is JobState.QUEUED and outcome.delay > 0:
-        not_before = (now or datetime.now(UTC)) + timedelta(seconds=outcome.delay)
-        reason = outcome.with_backoff_note(not_before.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    reason = change.reason
+    hold = next((e for e in step.effects if isinstance(e, HoldUntil)), None)
+    if change.state is JobState.QUEUED and hold is not None:
+        not_before = (now or datetime.now(UTC)) + timedelta(seconds=hold.seconds)
+        reason = hold.note(reason, not_before.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return Transition(
         job.id,
-        outcome.state,
+        change.state,
         reason,
         run,
-        exit_code=exit_code,
-        message=message or ended.reason,
+        exit_code=ended.exit_code,
+        message=ended.message or ended.reason,
         run_state=RunState.FAILED,
         not_before=not_before,
     )

@@ -1,27 +1,21 @@
-"""Dependencies in the simulator: submitted jobs held until the jobs they name have ended.
+"""Dependencies in the simulator: the jobs each held job waits for, indexed by name.
 
-The lifecycle core's rules (``flotilla.lifecycle.dependencies``), as the service applies
-them: a held job is queued but not in the backlog; when a job ends, only the jobs waiting for
-it are looked at again; a job whose dependency ended in a state its condition does not accept
-fails with a reason naming it. In a scenario a dependency names a job (``NAME`` or
-``QUEUE/NAME``); the loader has checked that it exists and that there are no cycles.
+Whether a job waits, is released or fails is the lifecycle core's answer
+(``machine.step`` on ``Submitted`` / ``DependencyEnded``, built from ``views``); here only
+the simulator's bookkeeping, as the service's gate keeps it: a held job is queued but not
+in the backlog, and when a job ends only the jobs waiting for it are looked at again. In a
+scenario a dependency names a job (``NAME`` or ``QUEUE/NAME``); the loader has checked that
+it exists and that there are no cycles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 
-from flotilla.lifecycle import dependencies as rules
-from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.view import DependencyView
 from flotilla.sim.state import SimJob
 
-
-class Hold(Enum):
-    NONE = "none"
-    """No dependency left unmet: the job joins the backlog."""
-    WAITING = "waiting"
-    NEVER = "never"
+UNSUBMITTED = "not submitted yet"
 
 
 class Dependencies:
@@ -31,41 +25,41 @@ class Dependencies:
         self._waiters: dict[str, set[str]] = {}
         """Job name → the held jobs waiting for it."""
 
-    def check(self, job: SimJob) -> tuple[Hold, str]:
-        """Whether a submitted ``job`` must wait, and what for (or why it never can start);
-        a waiting job is held until ``ended`` releases it."""
-        self._held.discard(job.name)
-        waits: list[str] = []
-        for dependency in job.spec.depends_on:
-            target = self._jobs[dependency.job.rpartition("/")[2]]
-            condition = dependency.condition
-            state = target.state.value if target.state is not None else None
-            found = rules.verdict(condition, state)
-            if found is Verdict.MET:
-                continue
-            if found is Verdict.NEVER:
-                assert state is not None
-                return Hold.NEVER, rules.never_reason(f"job {target.name}", condition, state)
-            status = "not submitted yet" if state is None else f"it is {state}"
-            waits.append(rules.waits_for(f"job {target.name}", condition, status))
-            self._waiters.setdefault(target.name, set()).add(job.name)
-        if not waits:
-            return Hold.NONE, ""
-        self._held.add(job.name)
-        return Hold.WAITING, rules.waiting_reason(waits)
+    def _target(self, name: str) -> SimJob:
+        return self._jobs[name.rpartition("/")[2]]
 
-    def moved(self, job: SimJob) -> None:
-        """``job`` changed state without ending: the jobs waiting for it say its new state in
-        their reason, as the service's do (``waits for job prep to succeed (it is running)``)."""
-        for waiter in sorted(self._waiters.get(job.name, ())):
-            held = self._jobs[waiter]
-            if waiter in self._held and held.waiting:
-                hold, reason = self.check(held)
-                if hold is Hold.WAITING:
-                    held.reason = reason
+    def views(self, job: SimJob) -> tuple[DependencyView, ...]:
+        """Where each of ``job``'s dependencies stands, for the lifecycle core."""
+        views = []
+        for dependency in job.spec.depends_on:
+            target = self._target(dependency.job)
+            state = target.state.value if target.state is not None else None
+            views.append(
+                DependencyView(f"job {target.name}", dependency.condition, state, UNSUBMITTED)
+            )
+        return tuple(views)
+
+    def hold(self, job: SimJob) -> None:
+        """``job`` waits for its dependencies: ``ended`` hands it back when one ends."""
+        self._held.add(job.name)
+        for dependency in job.spec.depends_on:
+            self._waiters.setdefault(self._target(dependency.job).name, set()).add(job.name)
+
+    def release(self, job: SimJob) -> None:
+        """``job`` no longer waits (it was offered, or failed)."""
+        self._held.discard(job.name)
+
+    def held_waiters(self, job: SimJob) -> list[SimJob]:
+        """The held jobs waiting for ``job`` (which changed state without ending), in name
+        order: their reasons say its new state, as the service's do."""
+        return [
+            self._jobs[waiter]
+            for waiter in sorted(self._waiters.get(job.name, ()))
+            if waiter in self._held and self._jobs[waiter].waiting
+        ]
 
     def ended(self, name: str) -> list[SimJob]:
-        """The held jobs that waited for ``name``, which just ended, to check again (in name
+        """The held jobs that waited for ``name``, which just ended, to step again (in name
         order, so runs are deterministic)."""
         self._held.discard(name)
         waiters = sorted(self._waiters.pop(name, ()))

@@ -3,7 +3,8 @@
 An array with ``parallelism`` K has at most K elements offered to the scheduler or running at
 once; the others wait, in index order, until an element ends or goes back to waiting (it then
 asks again, behind those already waiting) — the service's rule (``service/admission.py``).
-Retries are the lifecycle core's ``after_run`` (``flotilla/lifecycle/runs.py``).
+The simulator's interpreter drives it from the core's ``Offer`` and ``FreeArraySlot``
+effects (``sim/interpreter.py``).
 """
 
 from __future__ import annotations

@@ -23,9 +23,20 @@ from flotilla.framework.interfaces import Assignment
 from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
-from flotilla.lifecycle import gangs
-from flotilla.lifecycle.runs import RunEnd, RunEnded, after_run
-from flotilla.lifecycle.states import JobState
+from flotilla.lifecycle import gangs, machine
+from flotilla.lifecycle.effects import (
+    GrowRun,
+    StartRun,
+)
+from flotilla.lifecycle.events import (
+    CancelRequested,
+    Evicted,
+    RunEnded,
+    Scheduled,
+    TimerFired,
+    TimerKind,
+)
+from flotilla.lifecycle.runs import RunEnd
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
@@ -40,9 +51,10 @@ from flotilla.scheduler.types import (
     SchedulingSnapshot,
 )
 from flotilla.sim.backlog import Backlog
-from flotilla.sim.dependencies import Dependencies, Hold
+from flotilla.sim.dependencies import Dependencies
 from flotilla.sim.fleet import build_jobs, resource_space
 from flotilla.sim.holds import ArraySlots
+from flotilla.sim.interpreter import LifecycleInterpreter
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
 
 
@@ -53,7 +65,7 @@ class SimulationOptions:
     """Called now and then with (virtual time, jobs terminal, jobs total)."""
 
 
-class Simulator:
+class Simulator(LifecycleInterpreter):
     def __init__(self, scenario: Scenario, options: SimulationOptions | None = None) -> None:
         self.scenario = scenario
         self.options = options or SimulationOptions()
@@ -141,70 +153,17 @@ class Simulator:
         if kind is Timer.GANG_TIMEOUT:
             return self._gang_timeout(job, at, run)
         if kind is Timer.RETRY:
-            if run != job.run or job.terminal:
+            if run != job.run:
                 return False
-            self._enqueue(job, at, ScenarioJobState.QUEUED)
-            return True
+            return self._step(job, at, TimerFired(TimerKind.BACKOFF))
         if kind is Timer.CANCEL:
-            if job.terminal or job.state is None:
-                return False
-            self._end(job, at, ScenarioJobState.CANCELLED, "cancelled")
-            return True
+            return self._step(job, at, CancelRequested())
         if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
             self._start(job, at)
             return False
-        self._end(job, at, ScenarioJobState.SUCCEEDED, "succeeded")
-        return True
-
-    # --- job transitions ------------------------------------------------------------------
-
-    def _enqueue(self, job: SimJob, at: float, state: ScenarioJobState) -> None:
-        """The job waits (again): queued, or preempted until it is rescheduled."""
-        job.state = state
-        job.assignment = None
-        self._queued[job.name] = job
-        self._admit(job, at)
-        self._dependencies.moved(job)
-
-    def _admit(self, job: SimJob, at: float) -> None:
-        """Into the backlog, unless it waits for its dependencies (or never can start) or
-        for a slot of its array."""
-        hold, reason = self._dependencies.check(job) if job.spec.depends_on else (Hold.NONE, "")
-        if hold is not Hold.NONE:
-            if hold is Hold.NEVER:
-                self._end(job, at, ScenarioJobState.FAILED, "failed", reason)
-            job.reason = reason
-            return
-        held = self._slots.take(job)
-        job.held = held is not None
-        if held is not None:
-            job.reason = held
-            return
-        self._backlog.add(job.job)
-        gang = job.spec.gang
-        if gang is not None:
-            self._schedule_timer(at + gang.timeout, Timer.GANG_TIMEOUT, job.name, job.run)
-
-    def _gang_timeout(self, job: SimJob, at: float, run: int) -> bool:
-        if run != job.run or not job.waiting:
-            return False
-        gang = job.spec.gang
-        assert gang is not None
-        members = [job]
-        if gang.name:
-            members = [
-                other
-                for other in self._queued.values()
-                if other.spec.gang is not None and other.spec.gang.name == gang.name
-            ]
-        for member in members:
-            last = member.reason
-            self._end(member, at, ScenarioJobState.FAILED, "failed")
-            member.reason = gangs.timeout_reason(member.spec, last)
-            self.events[-1].reason = member.reason
-        return True
+        return self._step(job, at, RunEnded(RunEnd.SUCCEEDED))
 
     def _start(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -216,30 +175,6 @@ class Simulator:
         )
         if job.spec.duration is not None:
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
-
-    def _end(
-        self, job: SimJob, at: float, state: ScenarioJobState, event: str, reason: str | None = None
-    ) -> None:
-        if job.state is ScenarioJobState.RUNNING:
-            self._release(job, at)
-        job.run += 1
-        if self._queued.pop(job.name, None) is not None and not job.held:
-            self._backlog.remove(job.job)
-        job.held = False
-        job.state = state
-        self._terminal += 1
-        job.finished_at = at
-        job.reason = reason
-        self.events.append(Event(at, job.name, event, reason=reason))
-        for following in self._slots.release(job):
-            self._enqueue(following, at, ScenarioJobState.QUEUED)
-        for waiter in self._dependencies.ended(job.name):
-            self._admit(waiter, at)
-
-    def _requeue_slot(self, job: SimJob, at: float) -> None:
-        """``job`` goes back to waiting: its array slot goes to the elements held first."""
-        for following in self._slots.stopped(job):
-            self._enqueue(following, at, ScenarioJobState.QUEUED)
 
     def _release(self, job: SimJob, at: float) -> None:
         assert job.assignment is not None
@@ -260,26 +195,7 @@ class Simulator:
             if j.assignment is not None and j.assignment.cluster == cluster.name
         ]
         for job in lost:
-            outcome = after_run(
-                job.spec, RunEnded(RunEnd.NODE_FAILURE, reason, job.attempts, job.failures)
-            )
-            job.failures += outcome.counted
-            if outcome.state is JobState.FAILED:
-                self._end(job, at, ScenarioJobState.FAILED, "failed")
-                job.reason = self.events[-1].reason = outcome.reason
-                continue
-            self._release(job, at)
-            job.run += 1
-            self._requeue_slot(job, at)
-            why = outcome.with_backoff_note(f"t={at + outcome.delay:g}")
-            if outcome.delay > 0:
-                job.state, job.assignment = ScenarioJobState.QUEUED, None
-                job.held, self._queued[job.name] = True, job
-                self._schedule_timer(at + outcome.delay, Timer.RETRY, job.name, job.run)
-            else:
-                self._enqueue(job, at, ScenarioJobState.QUEUED)
-            job.reason = why
-            self.events.append(Event(at, job.name, "requeued", reason=why))
+            self._step(job, at, RunEnded(RunEnd.NODE_FAILURE, reason))
         self._capacity = sum(
             (c.total_capacity() for c in self.clusters if c.ready), start=np.zeros(len(self.space))
         )
@@ -353,7 +269,7 @@ class Simulator:
                 if job.waiting:
                     job.reason = f"decision from t={result.time:g} dropped: {why}"
         for eviction in result.preempted:
-            self._preempt(self.job_by_name[eviction.job], now, eviction.reason)
+            self._step(self.job_by_name[eviction.job], now, Evicted(eviction.reason))
         applied = 0
         for decision in result.scheduled:
             job = self.job_by_name[decision.job.name]
@@ -362,21 +278,16 @@ class Simulator:
                 if unfit is not None:
                     job.reason = f"decision from t={result.time:g} dropped: {unfit}"
                     continue
-            self._run(job, decision, now)
+            event = Scheduled(decision.assignment.cluster, len(decision.assignment.placements))
+            for effect in machine.step(self._view(job), event).effects:
+                if isinstance(effect, StartRun):
+                    self._run(job, decision, now)
+                elif isinstance(effect, GrowRun):
+                    self._grow(job, decision, now)
             applied += 1
         # Per waiting job, every cycle: no dictionary built, no per-job state check.
         set_waiting_reasons(self._queued, result.pending)
         return applied
-
-    def _preempt(self, job: SimJob, now: float, reason: str) -> None:
-        self._release(job, now)
-        job.run += 1
-        job.preemptions += 1
-        self.preemptions += 1
-        self.events.append(Event(now, job.name, "preempted", reason=reason))
-        self._requeue_slot(job, now)
-        self._enqueue(job, now, ScenarioJobState.PREEMPTED)
-        job.reason = reason
 
     # --- CurrentState, for reconciliation ---------------------------------------------------
 
@@ -397,32 +308,37 @@ class Simulator:
                 return f"node {placement.node} no longer has room"
         return None
 
-    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
-        assignment = decision.assignment
+    def _allocate(self, job: SimJob, assignment: Assignment, now: float) -> None:
         cluster = self.cluster_by_name[assignment.cluster]
         for placement in assignment.placements:
             cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
         self._account(now, assignment.held(len(self.space)), job.job.queue)
-        if job.state is ScenarioJobState.RUNNING and job.assignment is not None:
-            # A non-strict gang growing: more replicas join the running job.
-            job.assignment = Assignment(
-                job.assignment.cluster, job.assignment.placements + assignment.placements
-            )
-            self._running_views[job.name] = RunningJob(
-                job.job, job.assignment, job.scheduled_at or now
-            )
-            self.events.append(
-                Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
-            )
-            self._note_partial(job)
-            return
+
+    def _grow(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        """A non-strict gang growing (``GrowRun``): more replicas join the running job."""
+        assignment = decision.assignment
+        assert job.assignment is not None
+        self._allocate(job, assignment, now)
+        job.assignment = Assignment(
+            job.assignment.cluster, job.assignment.placements + assignment.placements
+        )
+        self._running_views[job.name] = RunningJob(job.job, job.assignment, job.scheduled_at or now)
+        self.events.append(
+            Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
+        )
+        self._note_partial(job)
+
+    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        """A run starts (``StartRun``): the simulator's ``running`` from the decision on."""
+        assignment = decision.assignment
+        self._allocate(job, assignment, now)
         job.scheduled_at = now
         if self._queued.pop(job.name, None) is not None:
             self._backlog.remove(job.job)
         self._running[job.name] = job
         self._slots.started(job)
         job.state = ScenarioJobState.RUNNING
-        self._dependencies.moved(job)
+        self._moved(job)
         job.assignment = assignment
         self._running_views[job.name] = RunningJob(job.job, assignment, now)
         self._note_partial(job)

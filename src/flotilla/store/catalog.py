@@ -121,6 +121,7 @@ def cluster_record(row: Cluster) -> ClusterRecord:
         state=row.state,
         heartbeat_at=row.heartbeat_at,
         updated_at=row.updated_at,
+        reason=row.reason,
     )
 
 
@@ -145,6 +146,7 @@ def upsert_cluster(session: Session, spec: ClusterSpec, state: str, now: datetim
     row.labels = dict(spec.labels)
     row.spec = spec.model_dump(mode="json")
     row.state = state
+    row.reason = None
     row.updated_at = now
     session.flush()
     wanted: dict[str, NodeGroup] = {}
@@ -188,6 +190,23 @@ def get_cluster(session: Session, name: str) -> Cluster:
     row = session.get(Cluster, name)
     if row is None:
         raise NotFoundError(f"no such cluster: {name}")
+    return row
+
+
+REASON_LIMIT = 2000
+"""Longest reason a cluster keeps (characters); a longer one is cut and says so."""
+
+
+def set_cluster_state(
+    session: Session, name: str, state: str, reason: str | None, now: datetime
+) -> Cluster:
+    """``state`` with its ``reason`` (cleared when None)."""
+    row = get_cluster(session, name)
+    row.state = state
+    if reason is not None and len(reason) > REASON_LIMIT:
+        reason = reason[: REASON_LIMIT - 1] + "…"
+    row.reason = reason
+    row.updated_at = now
     return row
 
 

@@ -134,6 +134,16 @@ class Store(Protocol):
         """``cancel`` for several jobs in one transaction: an unknown id cancels none."""
         ...
 
+    def hold_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        """Hold queued jobs (the scheduler passes them by), all or none: ``ConflictError``
+        for a job that is neither queued nor held. A held job is returned unchanged."""
+        ...
+
+    def release_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        """Release held jobs back to queued, all or none: ``ConflictError`` for a job that is
+        neither held nor queued. A queued job is returned unchanged."""
+        ...
+
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
         """Change a waiting (queued or preempted) job's priority, with a ``reprioritized``
         event and a fresh serial. Raises ``ConflictError`` for a job in any other state."""
@@ -332,7 +342,13 @@ class Store(Protocol):
         """Record that the cluster (and ``nodes``, or all its nodes) reported just now."""
         ...
 
-    def set_cluster_state(self, name: str, state: str) -> ClusterRecord: ...
+    def set_cluster_state(
+        self, name: str, state: str, *, reason: str | None = None
+    ) -> ClusterRecord:
+        """Set the cluster's state and why (``reason``, kept in the database so every process
+        over it shows it; cleared when None, and by ``upsert_cluster``). Never give a
+        secret's value in ``reason``."""
+        ...
 
     def get_cluster(self, name: str) -> ClusterRecord: ...
 

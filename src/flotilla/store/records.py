@@ -123,6 +123,9 @@ class ClusterRecord:
     state: str
     heartbeat_at: datetime | None
     updated_at: datetime
+    reason: str | None = None
+    """Why an unreachable cluster is so, as the replica that found it said (never a secret's
+    value); None while it is ready."""
 
 
 @dataclass(frozen=True, slots=True)

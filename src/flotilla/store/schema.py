@@ -106,6 +106,9 @@ class Cluster(Base):
     labels: Mapped[dict[str, Any]]
     spec: Mapped[dict[str, Any]]
     state: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text)
+    """Why an unreachable cluster is so (migration 0008): its backend could not be built from
+    its settings, or stopped answering. Never a secret's value; None while ready."""
     heartbeat_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]
 

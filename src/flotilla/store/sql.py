@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import cancels, catalog, cycle, feed, fleet, jobs, leases, lookup, wake
+from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -194,6 +194,16 @@ class SqlStore:
     def cancel_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write(announce=True) as session:
             touched = cancels.cancel_many(session, job_ids, reason, self._now())
+            return self._read_records(session, touched)
+
+    def hold_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = holds.move(session, job_ids, JobState.HELD, reason, self._now())
+            return self._read_records(session, touched)
+
+    def release_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = holds.move(session, job_ids, JobState.QUEUED, reason, self._now())
             return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
@@ -468,11 +478,11 @@ class SqlStore:
         with self._write() as session:
             return catalog.cluster_record(catalog.heartbeat(session, cluster, nodes, self._now()))
 
-    def set_cluster_state(self, name: str, state: str) -> ClusterRecord:
+    def set_cluster_state(
+        self, name: str, state: str, *, reason: str | None = None
+    ) -> ClusterRecord:
         with self._write() as session:
-            row = catalog.get_cluster(session, name)
-            row.state = state
-            row.updated_at = self._now()
+            row = catalog.set_cluster_state(session, name, state, reason, self._now())
             return catalog.cluster_record(row)
 
     def get_cluster(self, name: str) -> ClusterRecord:
@@ -521,8 +531,16 @@ class SqlStore:
 
     # Leader lease -------------------------------------------------------------------------
     def try_acquire_lease(self, name: str, holder: str, ttl: float) -> Lease | None:
-        with self._write() as session:
-            return leases.acquire(session, name, holder, ttl, self._lease_now(session))
+        try:
+            with self._write() as session:
+                return leases.acquire(session, name, holder, ttl, self._lease_now(session))
+        except OperationalError as error:
+            if not leases.lock_not_available(error):
+                raise
+            # Its holder is inside a write with it (or stopped there, until the server ends
+            # that transaction): not acquired this time.
+            log.info("lease %s: its row is locked by a writer; not acquired this time", name)
+            return None
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease | None:
         with self._write() as session:

@@ -170,6 +170,7 @@ def fleet_usage(
                 "name": cluster.name,
                 "backend": cluster.backend,
                 "state": cluster.state,
+                "reason": cluster.reason if cluster.state == "unreachable" else None,
                 "heartbeat_at": cluster.heartbeat_at,
                 "labels": dict(cluster.labels),
                 "capacity": cluster_capacity,

@@ -8,7 +8,8 @@ Kubernetes REST API the backend uses, with the real paths, verbs and JSON shapes
   ``.../pods/{name}/binding`` (create), ``.../pods/{name}/log`` (``limitBytes``,
   ``tailLines``);
 * ``/apis/batch/v1/namespaces/{ns}/jobs`` (create, list, watch), ``.../jobs/{name}`` (get,
-  merge, strategic-merge and JSON patch, delete with ``propagationPolicy``),
+  merge, strategic-merge and JSON patch — an update validated as the real server does —,
+  delete with ``propagationPolicy``),
   ``.../jobs/{name}/status`` (patch);
 * ``/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups`` (create, get, list) and
   API discovery (``/apis/{group}/{version}``), for the CRDs in ``FakeCluster.api_groups``;
@@ -21,15 +22,16 @@ refuses (``kubernetes-validate``), an Indexed Job without ``completions`` or a n
 characters is 422; Jobs and pods get the real defaults.
 
 Behind the API sit tiny controllers run by one thread: a *Job controller* (Indexed Jobs: one pod
-per completion index, counted through the job-tracking finalizer, ``backoffLimit``,
-``activeDeadlineSeconds``, suspend, ``FailureTarget``/``SuccessCriteriaMet`` before
-``Failed``/``Complete``), a *garbage collector* (owner references), a *scheduler* that binds pods
-whose ``schedulerName`` is one the fake handles (``default-scheduler``, ``volcano``) to the first
-node, and a *kubelet* that runs a bound pod's container command as a real local process (the
-image is ignored; ``$(VAR)`` expanded), writes its merged stdout/stderr as the pod log, stops it
-on deletion with SIGTERM, then SIGKILL after the grace period, and reports an exit after
-``status_delay``. With ``run_processes=False`` the kubelet runs nothing and tests move pods
-through phases themselves (``set_running``, ``terminate``, ``append_log``).
+per completion index, at most ``parallelism`` active, counted through the job-tracking
+finalizer, ``backoffLimit``, ``activeDeadlineSeconds``, suspend,
+``FailureTarget``/``SuccessCriteriaMet`` before ``Failed``/``Complete``), a *garbage collector*
+(owner references), a *scheduler* that binds pods whose ``schedulerName`` is one the fake
+handles (``default-scheduler``, ``volcano``) to the first node, and a *kubelet* that runs a
+bound pod's container command as a real local process (the image is ignored; ``$(VAR)``
+expanded), writes its merged stdout/stderr as the pod log, stops it on deletion with SIGTERM,
+then SIGKILL after the grace period, and reports an exit after ``status_delay``. With
+``run_processes=False`` the kubelet runs nothing and tests move pods through phases themselves
+(``set_running``, ``terminate``, ``append_log``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from .fake_kube_semantics import (
     drop_unknown_fields,
     patch,
     validate_job,
+    validate_job_update,
 )
 
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
@@ -362,6 +365,7 @@ class Handler(BaseHTTPRequestHandler):
             if status:
                 job["status"].update(changed.get("status", {}))
             else:
+                validate_job_update(job, changed)
                 job["metadata"] = changed["metadata"]
                 job["spec"] = changed["spec"]
             self.cluster.put("Job", job)

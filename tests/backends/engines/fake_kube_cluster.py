@@ -256,9 +256,11 @@ class FakeCluster(Kubelet):
             self._condition(job, "SuccessCriteriaMet", "CompletionsReached")
             return
         have = succeeded | {pod_index(p) for p in pods if p["status"].get("phase") != "Failed"}
+        room = spec.get("parallelism", 1) - len(live)  # never more pods active than that
         for index in range(completions):
-            if index not in have:
+            if index not in have and room > 0:
                 self.put("Pod", pod_from_template(job, index), "ADDED")
+                room -= 1
                 changed = True
         if status.get("active") != len(live) or status.get("succeeded") != len(succeeded):
             status["active"], status["succeeded"] = len(live), len(succeeded)

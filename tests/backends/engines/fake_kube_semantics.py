@@ -7,6 +7,9 @@ backend's tests fail where production would:
   refused with 400 under ``fieldValidation=Strict``; a wrong type is 422;
 * Job validation (422): an Indexed Job needs ``completions``, a name is at most 63 characters,
   the pod template's ``restartPolicy`` is ``Never`` or ``OnFailure``;
+* Job update validation (422): ``spec.template``, ``selector`` and ``completionMode`` are
+  immutable, ``completions`` too except on an Indexed Job, and there only in tandem with
+  ``parallelism`` (elastic Indexed Jobs, GA in 1.31); ``parallelism`` is mutable;
 * Job and pod defaults: the controller-uid selector and labels, ``podReplacementPolicy``,
   ``suspend: false``; the job-tracking finalizer, the service-account token volume and
   ``JOB_COMPLETION_INDEX`` on every pod;
@@ -18,6 +21,7 @@ backend's tests fail where production would:
 from __future__ import annotations
 
 import copy
+import json
 import re
 import uuid
 from typing import Any
@@ -100,6 +104,30 @@ def validate_job(job: Obj) -> None:
             f'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", '
             f'"Never" (got {policy!r})'
         )
+    if problems:
+        listed = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
+        raise Invalid(422, "Invalid", f'Job.batch "{name}" is invalid: {listed}')
+
+
+def validate_job_update(old: Obj, new: Obj) -> None:
+    """What the real server refuses in an update (patch) of a Job's spec (422, each field
+    named), as ``ValidateJobSpecUpdate`` does with elastic Indexed Jobs on."""
+    name = old["metadata"]["name"]
+    before, after = old["spec"], new["spec"]
+    problems = [
+        f"spec.{field}: Invalid value: {json.dumps(after.get(field))}: field is immutable"
+        for field in ("template", "selector", "completionMode")
+        if after.get(field) != before.get(field)
+    ]
+    completions = after.get("completions")
+    if completions != before.get("completions"):
+        if after.get("completionMode") != "Indexed":
+            problems.append(f"spec.completions: Invalid value: {completions}: field is immutable")
+        elif completions is not None and completions != after.get("parallelism"):
+            problems.append(
+                f"spec.completions: Invalid value: {completions}: can only be modified in "
+                "tandem with spec.parallelism"
+            )
     if problems:
         listed = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
         raise Invalid(422, "Invalid", f'Job.batch "{name}" is invalid: {listed}')

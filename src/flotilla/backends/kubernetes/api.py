@@ -242,6 +242,22 @@ class KubeApi:
             _content_type="application/merge-patch+json",
         )
 
+    def scale_job(self, name: str, replicas: int, annotations: dict[str, str]) -> Obj:
+        """A JSON merge patch that sets an Indexed Job's ``completions`` and ``parallelism``
+        together (Kubernetes allows changing ``completions`` only so: elastic Indexed Jobs,
+        GA since 1.31) and its annotations."""
+        return self._json(
+            "scaling a job",
+            self.batch.patch_namespaced_job,
+            name,
+            self.namespace,
+            {
+                "metadata": {"annotations": annotations},
+                "spec": {"completions": replicas, "parallelism": replicas},
+            },
+            _content_type="application/merge-patch+json",
+        )
+
     def delete_job(self, name: str, propagation: str) -> None:
         self._call(
             "deleting a job",

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,12 @@ from flotilla.backends.interface import (
     StatusRequest,
     UnknownRun,
 )
+from flotilla.backends.kubernetes import growth
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 from flotilla.backends.kubernetes.kept import KeptOutput
 from flotilla.backends.kubernetes.nodes import NodeReader
-from flotilla.backends.kubernetes.status import pods_by_index, run_status
+from flotilla.backends.kubernetes.status import finished, pods_by_index, run_status
 from flotilla.backends.kubernetes.watch import ClusterWatch
 from flotilla.model.payload import RayPayload
 
@@ -142,7 +143,7 @@ class KubernetesBackend:
         active = sorted(
             job["metadata"]["annotations"][m.ANNOTATION_RUN_ID]
             for job in jobs
-            if not _finished(job) and m.ANNOTATION_RUN_ID in job["metadata"].get("annotations", {})
+            if not finished(job) and m.ANNOTATION_RUN_ID in job["metadata"].get("annotations", {})
         )
         return Inventory(self.cluster, tuple(nodes), time.time(), tuple(active))
 
@@ -192,6 +193,30 @@ class KubernetesBackend:
             if not self._changes.knows(request.run_id):
                 self._changes.observe(request.run_id, BackendRunState.PENDING)
         return result
+
+    @property
+    def grows(self) -> bool:
+        """Whether runs here can add replicas (``can_grow``): not in ``kueue`` mode."""
+        return self.settings.mode != "kueue"
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: the run's Job grows to the request's placements (``growth``)."""
+        self._check_open()
+        job, pods = self._read(request.run_id)
+        if job is None:
+            raise DispatchRejected(f"run {request.run_id} has ended: it was cancelled")
+        if not growth.growth_of(job, pods, request, self.settings):
+            return growth.result_of_job(job, self.cluster)
+        nodes = self._nodes.read()
+        if any(p.node not in {n.name for n in nodes} for p in request.placements):
+            nodes = self._nodes.read(fresh=True)
+        check_request(request, self.cluster, nodes)
+        grown = growth.scale(self.api, job, request)
+        if len(request.placements) > 1:
+            self._create_rendezvous_service(grown)  # a run that started with one replica
+        with self._lock:
+            self._changes.mark(request.run_id)
+        return growth.result_of_job(grown, self.cluster)
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         self._check_open()
@@ -409,25 +434,17 @@ class KubernetesBackend:
         return jobs, pods
 
     def _result_from_job(self, job: Obj, request: DispatchRequest) -> DispatchResult:
-        annotations = job["metadata"].get("annotations", {})
-        placements = m.placements_from_annotation(annotations[m.ANNOTATION_PLACEMENTS])
-        if (
-            annotations.get(m.ANNOTATION_RUN_ID) != request.run_id
-            or annotations.get(m.ANNOTATION_JOB) != request.job
-            or placements != request.placements
-        ):
-            raise DispatchRejected(
-                f"run_id: {request.run_id!r} was already dispatched for job "
-                f"{annotations.get(m.ANNOTATION_JOB)!r} with other placements; a run id names "
-                "one attempt"
-            )
-        return DispatchResult(
+        result = growth.result_of_job(job, self.cluster)
+        if (result.run_id, result.job, result.placements) != (
             request.run_id,
             request.job,
-            self.cluster,
-            float(annotations[m.ANNOTATION_DISPATCHED_AT]),
-            placements,
-        )
+            request.placements,
+        ):
+            raise DispatchRejected(
+                f"run_id: {request.run_id!r} was already dispatched for job {result.job!r} with "
+                "other placements; a run id names one attempt"
+            )
+        return result
 
     def _result_of(self, status: RunStatus, request: DispatchRequest) -> DispatchResult:
         if status.job != request.job:
@@ -484,13 +501,6 @@ class KubernetesBackend:
                     f"{job['metadata']['name']} (HTTP {error.code}: {error.message}); is "
                     "Volcano installed?"
                 ) from None
-
-
-def _finished(job: Mapping[str, Any]) -> bool:
-    return any(
-        item.get("type") in ("Complete", "Failed") and item.get("status") == "True"
-        for item in job.get("status", {}).get("conditions", []) or []
-    )
 
 
 def make_kubernetes_backend(**settings: Any) -> KubernetesBackend:

@@ -88,6 +88,11 @@ def condition(job: Obj, kind: str) -> Obj | None:
     return None
 
 
+def finished(job: Obj) -> bool:
+    """The Job has ended: ``Complete`` or ``Failed``."""
+    return condition(job, "Complete") is not None or condition(job, "Failed") is not None
+
+
 def run_status(
     job: Obj, pods: Sequence[Obj], cluster: str, cancelled_reason: str | None = None
 ) -> RunStatus:

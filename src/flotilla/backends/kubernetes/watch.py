@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from flotilla.backends.interface import BackendUnavailable
+from flotilla.backends.interface import BackendUnavailable, ReplicaPlacement
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
 
@@ -91,15 +91,11 @@ class ClusterWatch:
             return
         with self._lock:
             job = self._cache["jobs"].get(job_name)
-        if job is None:
-            job = self.api.get_job(job_name)
-        owner = meta.get("labels", {}).get(m.CONTROLLER_UID_LABEL)
-        if job is None or (owner is not None and owner != job["metadata"].get("uid")):
-            return  # a pod of another Job of that name (one being deleted): not ours to place
-        placements = m.placements_from_annotation(
-            job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS]
-        )
-        if int(index) >= len(placements):
+        placements = self._placements(job, job_name, meta)
+        if placements is not None and int(index) >= len(placements):
+            # A pod of a grown Job may come before the Job's own event: read it again.
+            placements = self._placements(None, job_name, meta)
+        if placements is None or int(index) >= len(placements):
             return
         node = placements[int(index)].node
         try:
@@ -109,6 +105,18 @@ class ClusterWatch:
                 log.warning("binding pod %s to node %s failed: %s", name, node, error)
                 return
         self._bound.add(name)
+
+    def _placements(
+        self, job: Obj | None, job_name: str, pod_meta: Obj
+    ) -> tuple[ReplicaPlacement, ...] | None:
+        """The placements of the pod's Job (``job``, or read from the server), or ``None``
+        when the pod is not of that Job (another Job of the name, one being deleted)."""
+        if job is None:
+            job = self.api.get_job(job_name)
+        owner = pod_meta.get("labels", {}).get(m.CONTROLLER_UID_LABEL)
+        if job is None or (owner is not None and owner != job["metadata"].get("uid")):
+            return None
+        return m.placements_from_annotation(job["metadata"]["annotations"][m.ANNOTATION_PLACEMENTS])
 
     # --- the watch threads ---
 

@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from flotilla.backends.common import (
     ChangeLog,
@@ -35,56 +34,26 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaPlacement,
-    ReplicaStatus,
     RunStatus,
     StatusRequest,
     UnknownRun,
+    check_grown_in_order,
+    new_placements,
 )
 from flotilla.backends.ray.client import RayJobsClient
 from flotilla.backends.ray.jobs import (
     Marker,
     RayReplica,
     build_submission,
-    describe_failure,
     read_replica,
     submission_id,
     user_output,
 )
 from flotilla.backends.ray.nodes import RayNode, read_nodes
-from flotilla.model.payload import ContainerPayload
+from flotilla.backends.ray.runs import RunView, compose
+from flotilla.model.payload import ContainerPayload, Payload
 
 CLUSTER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-@dataclass(frozen=True)
-class RunView:
-    """What Ray says of one run: its replicas' Ray jobs, in placement order."""
-
-    run_id: str
-    replicas: tuple[RayReplica, ...]
-
-    @property
-    def markers(self) -> tuple[Marker, ...]:
-        return tuple(replica.marker for replica in self.replicas)
-
-    @property
-    def placements(self) -> tuple[ReplicaPlacement, ...]:
-        return tuple(marker.placement for marker in self.markers)
-
-    @property
-    def complete(self) -> bool:
-        """Every replica was submitted (a dispatch interrupted half-way is not)."""
-        return len(self.replicas) == self.markers[0].replicas
-
-    def result(self) -> DispatchResult:
-        first = self.markers[0]
-        return DispatchResult(
-            run_id=self.run_id,
-            job=first.job,
-            cluster=first.cluster,
-            dispatched_at=min(marker.dispatched_at for marker in self.markers),
-            placements=self.placements,
-        )
 
 
 class RayBackend:
@@ -185,11 +154,80 @@ class RayBackend:
                 "type: 'container' jobs do not run on the ray backend (it runs command and ray "
                 "jobs; a container job needs a cluster whose backend is kubernetes)"
             )
+        dispatched_at = existing.result().dispatched_at if existing else self.clock()
+        submitted = {marker.index for marker in existing.markers} if existing else set()
+        self._submit(request, payload, nodes, dispatched_at, submitted)
+        with self._lock:
+            self._dispatched_here.add(request.run_id)
+        return DispatchResult(
+            run_id=request.run_id,
+            job=request.job,
+            cluster=self.cluster,
+            dispatched_at=dispatched_at,
+            placements=request.placements,
+        )
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        """``ReplicaGrowth``: one more Ray job per new placement, submitted as ``dispatch``
+        submits a replica's, from the run's whole request as it stands now: a new replica's
+        ``RANK`` is its position in it, its ``WORLD_SIZE`` the grown run's size, its
+        ``MASTER_ADDR`` the first replica's node as before. Its marker counts the grown run's
+        replicas, so a growth cut short by a crash reads as unfinished (the service hands it
+        over again) and a fresh backend object finds every replica from Ray alone."""
+        self._check_open()
+        # Read with a listing, not the cache: another backend object may have grown it.
+        view = self._scan().get(request.run_id)
+        if view is None:
+            raise UnknownRun(request.run_id)
+        existing = view.result()
+        added = new_placements(existing, request)
+        if not added:
+            return existing
+        check_grown_in_order(existing, request)
+        with self._lock:
+            stopping = request.run_id in self._reasons
+        failed = any(replica.state is BackendRunState.FAILED for replica in view.replicas)
+        if stopping or failed or (view.complete and self._compose(view).state.terminal):
+            raise DispatchRejected(
+                f"run {request.run_id} has ended or is stopping: no replica can join it"
+            )
+        for index, placement in enumerate(request.placements):
+            if placement in added and not CLUSTER_PATTERN.match(placement.task):
+                raise DispatchRejected(
+                    f"placements[{index}].task: {placement.task!r} must be letters, digits, "
+                    "'.', '_' or '-' (it is part of the Ray submission id)"
+                )
+        nodes = self._nodes_for(request)
+        check_request(request, self.cluster, [node.info for node in nodes])
+        payload = any_payload_of(request)
+        if isinstance(payload, ContainerPayload):  # pragma: no cover - dispatch refused it
+            raise DispatchRejected("type: 'container' jobs do not run on the ray backend")
+        submitted = {
+            index for index, placement in enumerate(request.placements) if placement not in added
+        }
+        self._submit(request, payload, nodes, existing.dispatched_at, submitted)
+        self._changes.mark(request.run_id)
+        return DispatchResult(
+            run_id=request.run_id,
+            job=request.job,
+            cluster=self.cluster,
+            dispatched_at=existing.dispatched_at,
+            placements=request.placements,
+        )
+
+    def _submit(
+        self,
+        request: DispatchRequest,
+        payload: Payload,
+        nodes: Sequence[RayNode],
+        dispatched_at: float,
+        submitted: set[int],
+    ) -> None:
+        """One Ray job per placement of ``request`` whose index is not in ``submitted``; the
+        run's replicas are then known (cached) as every placement of ``request``."""
         node_ids = {node.info.name: node.node_id for node in nodes}
         first = next(node for node in nodes if node.info.name == request.placements[0].node)
         master_addr = first.info.labels.get("ray.io/node-ip", first.info.name)
-        dispatched_at = existing.result().dispatched_at if existing else self.clock()
-        submitted = {marker.index for marker in existing.markers} if existing else set()
         for index, placement in enumerate(request.placements):
             if index in submitted:
                 continue
@@ -218,14 +256,6 @@ class RayBackend:
             self._client.submit(**submission.fields)
         with self._lock:
             self._known[request.run_id] = self._submission_ids(request.run_id, request.placements)
-            self._dispatched_here.add(request.run_id)
-        return DispatchResult(
-            run_id=request.run_id,
-            job=request.job,
-            cluster=self.cluster,
-            dispatched_at=dispatched_at,
-            placements=request.placements,
-        )
 
     @staticmethod
     def _check_same_partial_run(existing: RunView, request: DispatchRequest) -> None:
@@ -233,7 +263,7 @@ class RayBackend:
         for marker in existing.markers:
             same = (
                 marker.job == request.job
-                and marker.replicas == len(request.placements)
+                and marker.replicas <= len(request.placements)
                 and marker.index < len(request.placements)
                 and request.placements[marker.index] == marker.placement
             )
@@ -245,7 +275,8 @@ class RayBackend:
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         self._check_open()
-        view = self._view(request.run_id)
+        # A listing, not the cache: every replica, those another object added included.
+        view = self._scan().get(request.run_id) if RUN_ID_PATTERN.match(request.run_id) else None
         if view is None:
             return CancelResult(
                 request.run_id, CancelOutcome.UNKNOWN_RUN, f"no run {request.run_id!r} on Ray"
@@ -432,77 +463,6 @@ class RayBackend:
                 self._client.stop(self._sid(view.run_id, replica.marker))
 
     def _compose(self, view: RunView) -> RunStatus:
-        replicas = view.replicas
-        first = view.markers[0]
-        dispatched_at = min(marker.dispatched_at for marker in view.markers)
         with self._lock:
             reason = self._reasons.get(view.run_id)
-        states = [replica.state for replica in replicas]
-        # A half-dispatched run is completed by the next dispatch, unless it was cancelled.
-        terminal = (view.complete or reason is not None) and all(s.terminal for s in states)
-        started = [
-            r.start_time
-            for r in replicas
-            if r.start_time and r.state is not BackendRunState.PENDING
-        ]
-        started_at = max(min(started), dispatched_at) if started else None
-        finished_at: float | None = None
-        exit_code: int | None = None
-        message = ""
-        if not terminal:
-            state = (
-                BackendRunState.RUNNING
-                if BackendRunState.RUNNING in states
-                else BackendRunState.PENDING
-            )
-            if reason is not None:
-                message = f"stopping: {reason}"
-        else:
-            ends = [r.end_time for r in replicas if r.end_time]
-            finished_at = max(max(ends), started_at or dispatched_at) if ends else self.clock()
-            timed_out = next((r for r in replicas if r.timed_out), None)
-            failed = next((r for r in replicas if r.state is BackendRunState.FAILED), None)
-            lost = next((r for r in replicas if r.state is BackendRunState.LOST), None)
-            if reason is not None and BackendRunState.CANCELLED in states:
-                state, message = BackendRunState.CANCELLED, reason
-            elif timed_out is not None:
-                state, exit_code, message = (
-                    BackendRunState.FAILED,
-                    timed_out.exit_code,
-                    describe_failure(timed_out),
-                )
-            elif failed is not None:
-                state, exit_code = BackendRunState.FAILED, failed.exit_code
-                message = describe_failure(failed)
-            elif lost is not None:
-                state = BackendRunState.LOST
-                message = f"replica {lost.marker.placement.label}: Ray reports {lost.ray_status}"
-            elif BackendRunState.CANCELLED in states:
-                stopped = next(r for r in replicas if r.state is BackendRunState.CANCELLED)
-                state = BackendRunState.CANCELLED
-                message = reason or f"stopped on Ray: {stopped.message or 'stop_job'}"
-            else:
-                state, exit_code = BackendRunState.SUCCEEDED, 0
-        if started_at is not None and finished_at is not None:
-            finished_at = max(finished_at, started_at)
-        return RunStatus(
-            run_id=view.run_id,
-            job=first.job,
-            cluster=self.cluster,
-            state=state,
-            dispatched_at=dispatched_at,
-            started_at=started_at,
-            finished_at=finished_at,
-            exit_code=exit_code,
-            message=message,
-            replicas=tuple(
-                ReplicaStatus(
-                    task=replica.marker.task,
-                    replica=replica.marker.replica,
-                    node=replica.marker.node,
-                    state=replica.state,
-                    exit_code=replica.exit_code,
-                )
-                for replica in replicas
-            ),
-        )
+        return compose(view, self.cluster, reason, self.clock())

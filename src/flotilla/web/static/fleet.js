@@ -95,6 +95,7 @@ async function clustersPage() {
         h("p", {class: "meta"}, "backend ", h("strong", {}, c.backend), " · heartbeat ",
           age === null ? "never" : h("span", {title: c.heartbeat_at}, age + " s ago"),
           " · ", amounts(c.allocated), " of ", amounts(c.capacity)),
+        c.reason ? h("p", {class: "meta reason"}, "unreachable: ", c.reason) : null,
         h("div", {class: "table-wrap"}, h("table", {class: "nodes"},
           h("thead", {}, h("tr", {}, h("th", {scope: "col"}, "Node"), h("th", {scope: "col"}, "State"),
             resources.map((r) => h("th", {scope: "col"}, r)), h("th", {scope: "col"}, "GPU devices"))),

@@ -1,0 +1,85 @@
+"""The events the lifecycle core steps a job through (``machine.step``).
+
+Each is something that happened to one job, as its interpreter (the service, the simulator)
+saw it: no times in them — when something is due is the interpreter's clock's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from flotilla.lifecycle.runs import RunEnd
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """The job entered the queue: it waits for its dependencies, or is offered."""
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyEnded:
+    """A job this one waits for ended (the view holds its new state)."""
+
+    dependency: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A scheduling round placed ``placements`` replicas of the job on ``cluster``: a waiting
+    job starts a run; a running non-strict gang grows (the engine's growth pass)."""
+
+    cluster: str
+    placements: int
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """A scheduling round preempts the job's run to make room (``reason`` is the round's)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """The backend reports the job's run running (or the simulator's startup delay passed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The job's current run ended as ``status``; ``reason`` in words (``exited with code 3``,
+    ``cluster c became unreachable``); ``exit_code`` and ``message`` as the backend said."""
+
+    status: RunEnd
+    reason: str = ""
+    exit_code: int | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """A user asked to cancel the job."""
+
+
+class TimerKind(Enum):
+    GANG_TIMEOUT = "gang_timeout"
+    """A queued gang's ``gang.timeout`` passed since it became schedulable."""
+    BACKOFF = "backoff"
+    """A re-queued job's retry backoff passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    kind: TimerKind
+
+
+Event = (
+    Submitted
+    | DependencyEnded
+    | Scheduled
+    | Evicted
+    | RunStarted
+    | RunEnded
+    | CancelRequested
+    | TimerFired
+)

@@ -1,0 +1,184 @@
+"""The lifecycle core's one entry point: ``step(job, event) -> Transition``.
+
+Given what the core knows of a job (``JobView``) and one event that happened to it
+(``events.py``), ``step`` answers with the effects that follow (``effects.py``): a state with
+its reason, a run to start, grow or stop, a backoff to hold, an array slot or dependents to
+free. Pure and clock-free: no store, no backend, no time read; the service applies the
+effects to its store and backends, the simulator to its virtual cluster and clock.
+
+The rules it applies are the core's tables: the transition table (``states.py``), retry
+and backoff (``runs.py``), dependency conditions (``dependencies.py``), gangs
+(``gangs.py``). Arrays' parallelism is kept per array by ``arrays.ArrayThrottle``, which the
+interpreters drive from ``Offer`` and ``FreeArraySlot``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flotilla.lifecycle import dependencies as rules
+from flotilla.lifecycle import gangs
+from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.effects import (
+    Effect,
+    FreeArraySlot,
+    GrowRun,
+    HoldUntil,
+    Offer,
+    ReleaseDependents,
+    SetState,
+    StartRun,
+    StopRun,
+    WaitForDependencies,
+)
+from flotilla.lifecycle.events import (
+    CancelRequested,
+    DependencyEnded,
+    Event,
+    Evicted,
+    RunEnded,
+    RunStarted,
+    Scheduled,
+    Submitted,
+    TimerFired,
+    TimerKind,
+)
+from flotilla.lifecycle.runs import EndedAttempt, after_run
+from flotilla.lifecycle.states import (
+    ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    JobState,
+)
+from flotilla.lifecycle.view import DependencyView, JobView
+
+STARTED_REASON = "started"
+REQUEUED_AFTER_PREEMPTION = "re-queued after preemption"
+CANCELLED_REASON = "cancelled"
+CANCEL_STOP_REASON = "cancelled by request"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """What an event does to a job: its effects, in the order they apply (none: the event
+    does not apply to the job as it stands, e.g. a report about a run it moved on from)."""
+
+    effects: tuple[Effect, ...] = ()
+
+    @property
+    def state(self) -> SetState | None:
+        """The state it moves to, if any."""
+        return next((e for e in self.effects if isinstance(e, SetState)), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.effects)
+
+
+NOTHING = Transition()
+
+
+def step(job: JobView, event: Event) -> Transition:
+    """The effects ``event`` has on ``job``."""
+    match event:
+        case Submitted() | DependencyEnded():
+            return _dependencies(job)
+        case Scheduled(cluster=cluster, placements=placements):
+            return _scheduled(job, cluster, placements)
+        case Evicted(reason=reason):
+            if job.state not in ACTIVE_JOB_STATES:
+                return NOTHING
+            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
+        case RunStarted():
+            if job.state in (JobState.LEASED, JobState.PENDING):
+                return Transition((SetState(JobState.RUNNING, STARTED_REASON),))
+            return NOTHING
+        case RunEnded():
+            return _run_ended(job, event)
+        case CancelRequested():
+            if job.state is None or job.state in TERMINAL_JOB_STATES:
+                return NOTHING
+            if job.state in ACTIVE_JOB_STATES:
+                return Transition((StopRun(CANCEL_STOP_REASON),))
+            return _end(job, JobState.CANCELLED, CANCELLED_REASON)
+        case TimerFired(kind=TimerKind.GANG_TIMEOUT):
+            if job.state not in WAITING_JOB_STATES or job.spec.gang is None:
+                return NOTHING
+            return _end(job, JobState.FAILED, gangs.timeout_reason(job.spec, job.last_reason))
+        case TimerFired(kind=TimerKind.BACKOFF):
+            if job.state is not JobState.QUEUED:
+                return NOTHING
+            return Transition((Offer(),))
+    raise TypeError(f"not a lifecycle event: {event!r}")  # pragma: no cover
+
+
+def _throttled(job: JobView) -> bool:
+    array = job.spec.array
+    return array is not None and array.parallelism is not None
+
+
+def _slot(job: JobView) -> tuple[Effect, ...]:
+    return (FreeArraySlot(),) if _throttled(job) else ()
+
+
+def _end(job: JobView, state: JobState, reason: str, *, counted: bool = False) -> Transition:
+    """The job ends in the terminal ``state``: its slot and its dependents are freed."""
+    return Transition((SetState(state, reason, counted), *_slot(job), ReleaseDependents()))
+
+
+def dependency_reason(dependencies: Iterable[DependencyView]) -> tuple[Verdict, str]:
+    """Where a job stands against its ``dependencies``, and the words for it: what it waits
+    for (``WAITING``) or why it can never start (``NEVER``)."""
+    waits: list[str] = []
+    for dependency in dependencies:
+        state = dependency.state
+        found = rules.verdict(dependency.condition, state)
+        if found is Verdict.MET:
+            continue
+        if found is Verdict.NEVER:
+            assert state is not None
+            return Verdict.NEVER, rules.never_reason(dependency.label, dependency.condition, state)
+        status = dependency.unknown if state is None else f"it is {state}"
+        waits.append(rules.waits_for(dependency.label, dependency.condition, status))
+    if waits:
+        return Verdict.WAITING, rules.waiting_reason(waits)
+    return Verdict.MET, ""
+
+
+def _dependencies(job: JobView) -> Transition:
+    if job.state not in WAITING_JOB_STATES:
+        return NOTHING
+    found, reason = dependency_reason(job.dependencies)
+    if found is Verdict.NEVER:  # the branch not taken: skipped, an end that is no failure
+        return _end(job, rules.UNMET_END, reason)
+    if found is Verdict.WAITING:
+        return Transition((WaitForDependencies(reason),))
+    return Transition((Offer(),))
+
+
+def _scheduled(job: JobView, cluster: str, placements: int) -> Transition:
+    if job.state in WAITING_JOB_STATES:
+        return Transition((StartRun(cluster, f"scheduled on {cluster}"),))
+    if job.state in ACTIVE_JOB_STATES and gangs.may_grow(job.spec):
+        placed = job.placed + placements
+        wanted = gangs.wanted_replicas(job.spec)
+        reason = gangs.growth_reason(placements, placed, wanted, job.cluster or cluster)
+        return Transition((GrowRun(placements, placed, wanted, reason),))
+    return NOTHING
+
+
+def _run_ended(job: JobView, event: RunEnded) -> Transition:
+    if job.state is JobState.PREEMPTED:  # the evicted run's stop is confirmed
+        return Transition((SetState(JobState.QUEUED, REQUEUED_AFTER_PREEMPTION),))
+    if job.state not in ACTIVE_JOB_STATES:
+        return NOTHING  # a run the job moved on from (re-queued, ended): an orphan
+    outcome = after_run(
+        job.spec,
+        EndedAttempt(event.status, event.reason, job.attempt, job.failures, job.cancel_requested),
+    )
+    if outcome.state in TERMINAL_JOB_STATES:
+        return _end(job, outcome.state, outcome.reason, counted=outcome.counted)
+    effects: list[Effect] = [SetState(outcome.state, outcome.reason, outcome.counted)]
+    if outcome.delay > 0:
+        effects.append(HoldUntil(outcome.delay))
+    return Transition((*effects, *_slot(job)))
