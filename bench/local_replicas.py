@@ -1,49 +1,87 @@
-"""The local backend alone: how long ``dispatch`` of one run with many replicas takes.
+"""The local backend alone: how long starting one run with many replicas takes.
 
-``python3 -m uv run python -m bench.local_replicas [N ...]``: for each N (default 250 500
-1000), dispatch one run of N replicas of ``true`` on a fresh state dir, then wait until it
-is terminal; prints the dispatch time, the time per replica and the time to the end. A linear
-dispatch keeps the time per replica flat as N grows (issue 23: it used to rewrite the run's
-record once per replica start, so N=10,000 took minutes).
+``python3 -m uv run python -m bench.local_replicas [--sleep S] [N ...]``: for each N (default
+250 500 1000), dispatch one run of N replicas of ``true`` (``--sleep S``: of ``sleep S``) on a
+fresh state dir, then wait until it is terminal. Prints, from the dispatch call: when it
+returned, when the run was ``running`` (every supervisor on record, the gate open), when every
+replica's command had started (its pid known), and when the run was terminal; the time per
+replica to start; and the CPU time of the whole (this process, the supervisors and the commands
+they reaped), less dependent on the machine's load than the wall clock. A linear start keeps
+the time per replica flat as N grows (issue 23: a record rewrite per replica made N=10,000
+take hours, then an interpreter per replica minutes).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
 
-from flotilla.backends import DispatchRequest, ReplicaPlacement, StatusRequest
+from flotilla.backends import (
+    BackendRunState,
+    CancelRequest,
+    DispatchRequest,
+    ReplicaPlacement,
+    StatusRequest,
+)
 from flotilla.backends.local import LocalBackend
 
 
-def dispatch_replicas(replicas: int) -> tuple[float, float]:
-    """Seconds ``dispatch`` took, and seconds from its start until the run was terminal."""
+def start_replicas(replicas: int, sleep: float | None) -> dict[str, float]:
+    """Seconds from the dispatch call to each milestone of one run of ``replicas``."""
     with tempfile.TemporaryDirectory() as tmp:
-        backend = LocalBackend(cluster="bench", state_dir=Path(tmp) / "state")
+        backend = LocalBackend(cluster="bench", state_dir=Path(tmp) / "state", grace_period=5)
         node = backend.inventory().nodes[0].name
         placements = tuple(ReplicaPlacement("main", index, node) for index in range(replicas))
-        payload = {"command": ["true"]}
+        command = ["true"] if sleep is None else ["sleep", f"{sleep:g}"]
+        marks: dict[str, float] = {}
+        before = os.times()
         try:
-            started = time.perf_counter()
-            backend.dispatch(DispatchRequest("run-1", "job-1", "bench", placements, payload))
-            dispatched = time.perf_counter() - started
-            while not backend.status(StatusRequest("run-1")).state.terminal:
-                time.sleep(0.05)
-            ended = time.perf_counter() - started
+            began = time.perf_counter()
+            backend.dispatch(
+                DispatchRequest("run-1", "job-1", "bench", placements, {"command": command})
+            )
+            marks["dispatch returned"] = time.perf_counter() - began
+            while True:
+                status = backend.status(StatusRequest("run-1"))
+                now = time.perf_counter() - began
+                if status.state is not BackendRunState.PENDING:
+                    marks.setdefault("running", now)
+                if all(replica.process_id for replica in status.replicas):
+                    marks.setdefault("all started", now)
+                if status.state.terminal:
+                    marks["terminal"] = now
+                    break
+                time.sleep(0.05 + replicas / 50_000)  # a status of 10,000 is costly
         finally:
+            if "terminal" not in marks:
+                backend.cancel(CancelRequest("run-1"))
+            backend.stop_runs_on_close = True
             backend.close()
-    return dispatched, ended
+    after = os.times()
+    # CPU of this process and of every process it reaped (the supervisors, and below them the
+    # commands they reaped): less dependent on the machine's load than the wall clock.
+    marks["cpu"] = sum(after[:4]) - sum(before[:4])
+    return marks
 
 
 def main() -> None:
-    sizes = [int(argument) for argument in sys.argv[1:]] or [250, 500, 1000]
-    for replicas in sizes:
-        dispatched, ended = dispatch_replicas(replicas)
+    parser = argparse.ArgumentParser(prog="bench.local_replicas")
+    parser.add_argument("replicas", nargs="*", type=int, default=[250, 500, 1000])
+    parser.add_argument("--sleep", type=float, default=None, help="run `sleep S`, not `true`")
+    arguments = parser.parse_args()
+    for replicas in arguments.replicas:
+        marks = start_replicas(replicas, arguments.sleep)
+        started = marks.get("all started", float("nan"))
         print(
-            f"{replicas:>6} replicas: dispatch {dispatched:7.2f} s "
-            f"({dispatched / replicas * 1e3:6.2f} ms per replica), terminal after {ended:7.2f} s"
+            f"{replicas:>6} replicas: dispatch returned {marks['dispatch returned']:6.2f} s, "
+            f"running {marks.get('running', float('nan')):6.2f} s, all started {started:6.2f} s "
+            f"({started / replicas * 1e3:5.2f} ms per replica), "
+            f"terminal {marks['terminal']:6.2f} s; CPU {marks['cpu']:6.2f} s "
+            f"({marks['cpu'] / replicas * 1e3:5.2f} ms per replica)",
+            flush=True,
         )
 
 

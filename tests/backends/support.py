@@ -173,7 +173,9 @@ class LocalHarness(Harness):
 
     def assert_gone(self, status: RunStatus) -> None:
         for replica in status.replicas:
-            assert replica.process_id is not None
+            if replica.process_id is None:  # stopped before its command was started
+                assert replica.state.terminal
+                continue
             assert not group_alive(replica.process_id), f"{replica} still has processes"
 
 

@@ -21,7 +21,7 @@ from flotilla.backends import (
     load_backend,
 )
 from flotilla.backends.local import LocalBackend
-from flotilla.backends.processes import command_ended, group_alive, process_alive
+from flotilla.backends.processes import group_alive, process_alive
 
 from .support import WAIT_LIMIT, LocalHarness, node_of, read_all, read_replica, request
 
@@ -150,30 +150,42 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def test_a_cancelled_run_ends_with_its_command_not_with_its_supervisors_exit_file(
+def supervisors_of(command: int) -> list[int]:
+    """The processes between ``command`` and this test's process: its run's supervisor (the
+    backend's child) and the PID 1 of the namespace it forked."""
+    chain, pid = [], command
+    while True:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if pid in (os.getpid(), 1, 0):
+            return chain
+        chain.append(pid)
+
+
+def test_a_cancelled_run_whose_supervisor_was_killed_ends_cancelled_with_nothing_left(
     local: LocalHarness,
 ) -> None:
-    """A cancel takes effect when the command is gone: the backend does not wait for the
-    supervisor to exit (most of a cancel's delay on a loaded machine), only for it to copy
-    what is left in the pipes. Here the supervisor is stopped, so it never writes its exit
-    file; the run still ends cancelled after at most ``DRAIN_SECONDS`` — not after the grace
-    period — leaves no process or zombie behind, and a restarted backend reads it cancelled
-    from its record."""
+    """The commands of a run live and die with its supervisor (PID 1 of their namespace, and
+    their parent's death signal): a supervisor killed outright (SIGKILL, the OOM killer)
+    leaves none of them running, and a cancel then still ends the run cancelled at once —
+    not after the grace period — with no process left; a restarted backend reads it
+    cancelled from its record."""
     backend = local.make(grace_period=60.0)
-    backend.dispatch(request(backend, "run-1", local.long()))
-    running = local.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
-    supervisor = running.replicas[0].process_id
-    assert supervisor is not None
-    wait_until(lambda: command_ended(supervisor) == (False, None), "started the command")
-    os.kill(supervisor, signal.SIGSTOP)
+    backend.dispatch(request(backend, "run-1", local.long(), replicas=3))
+    running = local.wait(
+        backend, "run-1", lambda s: all(r.process_id for r in s.replicas), "started"
+    )
+    commands = [replica.process_id for replica in running.replicas]
+    supervisors = supervisors_of(commands[0] or 0)
+    assert supervisors
+    os.kill(supervisors[-1], signal.SIGKILL)  # the backend's child: the outer supervisor
 
     backend.cancel(CancelRequest("run-1"))
     status = local.wait_terminal(backend, "run-1")
 
     assert status.state is BackendRunState.CANCELLED
-    assert status.replicas[0].state is BackendRunState.CANCELLED
     assert not (local.state_dir / "runs" / "run-1" / "main-0.exit").exists()
-    wait_until(lambda: not Path(f"/proc/{supervisor}").exists(), "reaped the supervisor")
+    for pid in [*commands, *supervisors]:
+        wait_until(lambda pid=pid: not process_alive(pid or 0, None), f"{pid} gone")
     local.assert_gone(status)
     local.close_leaving_runs(backend)
     restarted = local.make()
@@ -189,17 +201,21 @@ def test_what_a_cancelled_command_wrote_before_it_ended_reaches_its_log(
 ) -> None:
     """Issue 23: output still in the pipes when a cancel ended the run was lost — the backend
     killed the supervisor as soon as the command was over, before it copied the rest. Here the
-    supervisor is stopped while the command answers the cancel's SIGTERM, so its last words
-    wait in the pipe; resumed, the supervisor copies them into the log."""
+    supervisor is stopped while the command answers the cancel's SIGTERM (sent here to the
+    command's group, as the supervisor passes it on), so its last words wait in the pipe;
+    resumed, the supervisor copies them into the log before it writes the exit file."""
     backend = local.make(grace_period=60.0)
     backend.dispatch(request(backend, "run-1", {"command": LAST_WORDS}))
     local.wait_output(backend, "run-1", "ready")
-    supervisor = backend.status(StatusRequest("run-1")).replicas[0].process_id
-    assert supervisor is not None
+    status = local.wait(backend, "run-1", lambda s: bool(s.replicas[0].process_id), "started")
+    command = status.replicas[0].process_id
+    assert command is not None
+    supervisor = supervisors_of(command)[0]  # the one that copies its output
     os.kill(supervisor, signal.SIGSTOP)
     try:
         backend.cancel(CancelRequest("run-1"))
-        wait_until(lambda: (command_ended(supervisor) or (False,))[0], "ended the command")
+        os.killpg(command, signal.SIGTERM)
+        wait_until(lambda: not process_alive(command, None), "ended the command")
     finally:
         os.kill(supervisor, signal.SIGCONT)
     status = local.wait_terminal(backend, "run-1")
@@ -211,8 +227,8 @@ def test_what_a_cancelled_command_wrote_before_it_ended_reaches_its_log(
 def test_output_of_a_command_killed_after_the_grace_period_reaches_its_log(
     local: LocalHarness,
 ) -> None:
-    """The grace period's SIGKILL ends the command, not its supervisor, which first copies
-    what the command wrote (here while the supervisor was stopped) into the log."""
+    """The grace period's SIGKILL ends the command, not its supervisor (it passes the kill
+    on), which copies what the command wrote into the log."""
     backend = local.make(grace_period=0.5)
     command = "trap '' TERM; echo ready; read line; echo was-pending; sleep 60"
     gate = local.scratch / "fifo"
@@ -220,15 +236,12 @@ def test_output_of_a_command_killed_after_the_grace_period_reaches_its_log(
     backend.dispatch(request(backend, "run-1", {"command": f"{command} <{gate}"}))
     with open(gate, "w") as writer:
         local.wait_output(backend, "run-1", "ready")
-        supervisor = backend.status(StatusRequest("run-1")).replicas[0].process_id
-        assert supervisor is not None
-        os.kill(supervisor, signal.SIGSTOP)
+        status = local.wait(backend, "run-1", lambda s: bool(s.replicas[0].process_id), "started")
+        command = status.replicas[0].process_id
+        assert command is not None
         writer.write("go\n")
-    try:
-        backend.cancel(CancelRequest("run-1"))
-        wait_until(lambda: (command_ended(supervisor) or (False,))[0], "killed the command")
-    finally:
-        os.kill(supervisor, signal.SIGCONT)
+    backend.cancel(CancelRequest("run-1"))  # the TERM is ignored; the SIGKILL after 0.5 s
+    wait_until(lambda: not process_alive(command, None), "killed the command")
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.CANCELLED
     assert "was-pending" in read_all(backend, "run-1")
@@ -291,11 +304,14 @@ def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarn
 def test_a_run_whose_process_vanished_while_unwatched_is_lost(local: LocalHarness) -> None:
     first = local.make()
     first.dispatch(request(first, "run-1", local.long()))
-    status = local.wait(first, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
+    status = local.wait(first, "run-1", lambda s: s.replicas[0].process_id is not None, "started")
     group = status.replicas[0].process_id
     assert group is not None
     local.close_leaving_runs(first)
-    os.killpg(group, signal.SIGKILL)  # the machine's OOM killer, or a reboot, took it
+    # The machine's OOM killer, or a reboot, took it: its command and its supervisor.
+    for pid in supervisors_of(group):
+        os.kill(pid, signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)
     deadline = time.monotonic() + WAIT_LIMIT
     while group_alive(group):
         assert time.monotonic() < deadline
@@ -336,7 +352,9 @@ def test_records_are_json_files_in_the_state_dir(local: LocalHarness) -> None:
         "main-0.exit",
         "main-0.stderr",
         "main-0.stdout",
+        "pids-0",
         "run.json",
+        "supervisor-0.log",
     ]
     assert (local.state_dir / "runs" / "run-1" / "gate").read_text() == "go"
 
@@ -367,7 +385,11 @@ def test_a_run_started_by_another_live_backend_is_adopted_on_first_use(
     assert follower.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
     again = follower.dispatch(request(follower, "run-1", local.long()))
     assert again.run_id == "run-1"
-    [group] = [replica.process_id for replica in follower.status(StatusRequest("run-1")).replicas]
+    # Its command's pid (its process group), known once its supervisor has started it.
+    running = local.wait(
+        follower, "run-1", lambda s: s.replicas[0].process_id is not None, "the command's pid"
+    )
+    group = running.replicas[0].process_id
     assert group is not None and group_alive(group)
     follower.cancel(CancelRequest("run-1", reason="stop"))
     status = local.wait_terminal(follower, "run-1")

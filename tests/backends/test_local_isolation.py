@@ -100,20 +100,6 @@ def needs_root() -> None:
         pytest.skip("switching users needs root")
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (the replica's init, when it has one, and the command)."""
-    found, waiting = [], [pid]
-    while waiting:
-        parent = waiting.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except FileNotFoundError:
-            continue
-        found += [int(child) for child in children]
-        waiting += [int(child) for child in children]
-    return found
-
-
 def ancestors(pid: int, up_to: int) -> list[int]:
     """The processes from ``pid``'s parent up to and including ``up_to``."""
     chain = []
@@ -123,18 +109,11 @@ def ancestors(pid: int, up_to: int) -> list[int]:
     return chain
 
 
-def command_of(supervisor: int) -> int:
-    """The pid of the ``sh`` command a supervisor started (below it, or below the replica's
-    init in its own PID namespace), once it runs."""
+def wait_until_exec(pid: int, program: bytes) -> None:
+    """Wait until ``pid`` runs ``program`` (its supervisor forked it; it execs soon)."""
     deadline = time.monotonic() + WAIT_LIMIT
-    while True:
-        for pid in descendants(supervisor):
-            try:
-                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sh\0"):
-                    return pid
-            except FileNotFoundError:
-                continue
-        assert time.monotonic() < deadline, "the supervisor never started its command"
+    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program):
+        assert time.monotonic() < deadline, f"{pid} never ran {program!r}"
         time.sleep(0.02)
 
 
@@ -151,13 +130,15 @@ def test_the_supervisor_takes_neither_the_jobs_environment_arguments_nor_working
         "working_dir": "sub",
     }
     backend.dispatch(request(backend, "run-1", payload))
-    status = local.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
-    supervisor = status.replicas[0].process_id
-    assert supervisor is not None
-    command = command_of(supervisor)
+    status = local.wait(backend, "run-1", lambda s: s.replicas[0].process_id is not None, "started")
+    command = status.replicas[0].process_id
+    assert command is not None
+    wait_until_exec(command, b"sh\0")
 
-    for privileged in ancestors(command, up_to=supervisor):
-        proc = Path(f"/proc/{privileged}")  # the supervisor, and the init it forked
+    privileged_ones = ancestors(command, up_to=os.getpid())[:-1]  # below this test's process
+    assert privileged_ones
+    for privileged in privileged_ones:
+        proc = Path(f"/proc/{privileged}")  # the supervisor, and its PID 1 of the namespace
         assert b"s3cret-of-the-job" not in (proc / "environ").read_bytes()
         assert b"JOB_SECRET" not in (proc / "environ").read_bytes()
         assert b"an-argument-of-the-job" not in (proc / "cmdline").read_bytes()

@@ -23,7 +23,6 @@ def test_a_supervisor_runs_its_command_only_once_the_gate_says_go(
     gate_read, gate_write = os.pipe()
     spec = {
         "argv": ["/bin/sh", "-c", f"touch {marker}"],
-        "env": {"PATH": "/usr/bin:/bin"},
         "uid": None,
         "gid": None,
         "groups": None,
@@ -31,9 +30,17 @@ def test_a_supervisor_runs_its_command_only_once_the_gate_says_go(
         "make_working_dir": False,
         "gate_file": str(gate),
         "gate_fd": gate_read,
-        "exit_file": str(exit_file),
         "log_usage_file": str(tmp_path / "log-usage"),
         "log_limit": None,
+        "replicas": [
+            {
+                "env": {"PATH": "/usr/bin:/bin"},
+                "exit_file": str(exit_file),
+                "stdout": str(tmp_path / "main-0.stdout"),
+                "stderr": str(tmp_path / "main-0.stderr"),
+                "cgroups": [],
+            }
+        ],
     }
     try:
         supervisor = processes.start_supervised(
@@ -47,7 +54,7 @@ def test_a_supervisor_runs_its_command_only_once_the_gate_says_go(
     assert supervisor.wait(timeout=60) == 0, (tmp_path / "err").read_text()
     outcome = json.loads(exit_file.read_text())
     if decision == "go":
-        assert outcome == {"exit_code": 0} and marker.exists()
+        assert outcome["exit_code"] == 0 and marker.exists()
     else:
         assert outcome == {"exit_code": None, "abandoned": True} and not marker.exists()
         assert gate.read_text() == "abandon"

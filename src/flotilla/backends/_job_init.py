@@ -1,22 +1,19 @@
-"""The init of a replica's own PID namespace, and how it joins its cgroups (standard library
-only: the supervisor, ``_supervise.py``, imports it by path before anything else).
+"""How a run's supervisor (``_supervise.py``) starts one replica's command: by ``fork`` from
+itself — no interpreter of its own per replica — then, in the child, everything that makes it
+the job's and nothing else's (standard library only: the supervisor imports it by path).
 
-``run(start, cgroups, namespace)`` forks a child that joins the replica's cgroups (every
-process it starts is then in them: a process can leave its session, never its cgroup) and,
-with ``namespace``, is PID 1 of a new PID namespace. That child starts the command and waits
-for it, reaping the orphans re-parented to it meanwhile; when the command ends it exits, and
-the kernel kills every process left in the namespace — ``setsid`` daemons included. A cancel
-or a limit's SIGKILL to the replica's process group kills it too, with the same effect.
+The child, still the server's identity for a moment: restores the default action of every
+signal, leads a session (hence a process group) of its own, dies with the supervisor
+(``PR_SET_PDEATHSIG``), joins the replica's cgroups (every process it starts is then in them:
+a process can leave its session, never its cgroup), reports its pid as this machine sees it,
+then drops to the run's uid/gid/groups, creates and enters the working dir as that user, and
+``exec``\\ s the command with the job's environment — the only place that environment ever
+takes effect. A failure of any step is reported on the supervisor's refusal pipe (one line,
+written atomically) and the child exits 127.
 
-Why an init of our own rather than the command as PID 1: the kernel delivers to a namespace's
-init only the signals it has a handler for (SIGKILL aside), so a plain ``sleep`` as PID 1
-would shrug off the backend's SIGTERM. The command here is PID 2 and gets signals as always.
-The init protects itself from the OOM killer (``oom_score_adj`` -1000), so an OOM kill in the
-replica's memory cgroup takes the command, whose outcome the init then reports.
-
-The outcome travels to the supervisor through a pipe as JSON (``{"exit_code": -9}``, or with
-``error`` when the command could not start); a killed init writes nothing and the supervisor
-takes its wait status instead.
+The supervisor is PID 1 of the batch's PID namespace (``new_pid_namespace``): when it ends —
+its replicas are over, or it is killed — the kernel kills every process left in the namespace,
+``setsid`` daemons included.
 """
 
 from __future__ import annotations
@@ -26,138 +23,171 @@ import ctypes
 import json
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+RESET = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGRTMIN,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+"""The signals the supervisor handles or ignores (Python ignores SIGPIPE and SIGXFSZ): the
+command gets their default action (every other one has it already)."""
+
+PIPE_LINE = 3800
+"""A refusal line stays below ``PIPE_BUF`` (4096), so lines of many children never mix."""
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def new_pid_namespace() -> bool:
     """Make the next child of this process PID 1 of a new namespace; False where the kernel
     refuses (no privilege, no namespaces)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.unshare(CLONE_NEWPID) == 0)
+    return bool(_libc().unshare(CLONE_NEWPID) == 0)
+
+
+def die_with_parent(number: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``number`` to this process when its parent exits."""
+    _libc().prctl(PR_SET_PDEATHSIG, int(number), 0, 0, 0)
 
 
 def _join(cgroups: Sequence[str]) -> None:
     for directory in cgroups:
         with open(os.path.join(directory, "cgroup.procs"), "w", encoding="ascii") as file:
-            file.write("0")  # this process; its children follow it
+            file.write("0")  # this process; the command and its children follow it
 
 
-def _protect_from_oom() -> None:
+def _host_pid() -> int:
+    """This process's pid as the server sees it (``/proc`` is the host's: its ``self`` link
+    names the pid in the host's namespace, not the 2 or 3 this process is in its own)."""
     try:
-        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as file:
-            file.write("-1000")
-    except OSError:
-        pass  # not root: the OOM killer still prefers the larger command
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
 
 
-def _report(descriptor: int, outcome: dict[str, Any]) -> None:
-    data = json.dumps(outcome).encode()
-    while data:
-        data = data[os.write(descriptor, data) :]
-    os.close(descriptor)
+def _refuse(descriptor: int, index: int, message: str) -> None:
+    line = json.dumps({"index": index, "error": message[:PIPE_LINE]}) + "\n"
+    with contextlib.suppress(OSError):
+        os.write(descriptor, line.encode())
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-
-
-def _init(start: Callable[[], Any], name: str, cgroups: Sequence[str], descriptor: int) -> int:
-    """The child: join, start, wait, report. Returns its exit status.
-
-    A stop signal (the backend's SIGTERM to the replica's group) that comes before the
-    command exists would reach no command: it is passed on once the command has started.
-    (``run`` blocks them across the fork, so none is lost before these handlers are set.)"""
-    early: list[int] = []
-    for number in STOPS:
-        signal.signal(number, lambda number, _: early.append(number))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    try:
-        _join(cgroups)
-    except OSError as error:
-        _report(descriptor, {"exit_code": 127, "error": f"could not join its cgroup: {error}"})
-        return 127
-    try:
-        command = start()
-    except Exception as error:
-        refusal = getattr(error, "refusal", None) or f"could not start {name!r}: {error}"
-        _report(descriptor, {"exit_code": 127, "error": refusal})
-        return 127
-    _protect_from_oom()  # after the start: the command keeps the default score
-    for early_signal in dict.fromkeys(early):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(command.pid, early_signal)
-    while True:
-        try:
-            pid, status = os.wait()  # reaps orphans too: this may be their init
-        except ChildProcessError:  # pragma: no cover - the command is a child until reaped
-            return 127
-        if pid == command.pid:
-            break
-    code = os.waitstatus_to_exitcode(status)
-    _report(descriptor, {"exit_code": code})
-    return code if code >= 0 else 128 - code
-
-
-def spawn(
-    start: Callable[[], Any], name: str, cgroups: Sequence[str], namespace: bool
-) -> tuple[int, int] | dict[str, Any]:
-    """Fork the replica's init, which runs the command ``start`` starts (a ``Popen``; an
-    exception it raises is the outcome, its ``refusal`` attribute the message when it has
-    one; ``name`` is its program, for that message) in ``cgroups`` and, with ``namespace``,
-    its own PID namespace. Returns the init's pid and the read end of its outcome pipe (for
-    ``finish``), or the outcome itself when the init could not be forked. Call from a
-    single-threaded process."""
-    if namespace and not new_pid_namespace():
-        namespace = False  # the backend probed it; a refusal now runs without, as before
-    reading, writing = os.pipe()
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+def start_command(
+    spec: dict[str, Any],
+    replica: dict[str, Any],
+    index: int,
+    outputs: tuple[int, int],
+    reports: tuple[int, int],
+) -> int:
+    """Fork the command of ``replica`` (its ``env`` and ``cgroups``; ``spec`` holds what the
+    run's replicas share: ``argv``, identity, working dir); its pid in this process's
+    namespace. ``outputs``: the write ends of its stdout and stderr pipes; ``reports``: the
+    write ends of the supervisor's started pipe (``index pid ticks`` lines) and refusal pipe.
+    Raises ``OSError`` when the fork itself fails. Call from a single-threaded process."""
+    parent = os.getpid()
+    # Blocked across the fork: a stop passed on before the child leads its group (sent to
+    # its pid then) waits until it has the default action, and ends it then.
+    every = set(range(1, signal.NSIG)) - {signal.SIGKILL, signal.SIGSTOP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
     try:
         child = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        raise
+    if child:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        return child
+    code = 127  # pragma: no cover - runs in the child, which coverage does not follow
+    try:  # pragma: no cover
+        _child(spec, replica, index, outputs, reports, parent)
+    except BaseException as error:  # pragma: no cover
+        _refuse(reports[1], index, _refusal(spec, error))
+    finally:  # pragma: no cover
+        os._exit(code)
+
+
+class _WorkingDir(Exception):
+    """The command's working dir cannot be made or entered as the job's user."""
+
+
+def _refusal(spec: dict[str, Any], error: BaseException) -> str:
+    if isinstance(error, _WorkingDir):
+        shown = spec.get("shown_working_dir") or spec["working_dir"]
+        return f"could not start: cannot enter working_dir {shown!r} as the job's user"
+    argv0 = spec["argv"][0] if spec.get("argv") else ""
+    if isinstance(error, OSError) and error.strerror:
+        return f"could not start {argv0!r}: [Errno {error.errno}] {error.strerror}: {argv0!r}"
+    return f"could not start {argv0!r}: {error}"
+
+
+def _child(
+    spec: dict[str, Any],
+    replica: dict[str, Any],
+    index: int,
+    outputs: tuple[int, int],
+    reports: tuple[int, int],
+    parent: int,
+) -> None:  # pragma: no cover - runs in the child
+    signal.set_wakeup_fd(-1)
+    for number in RESET:
+        signal.signal(number, signal.SIG_DFL)
+    os.setsid()
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    die_with_parent()
+    if os.getppid() != parent:  # the supervisor is gone already
+        os._exit(137)
+    _join([str(directory) for directory in replica.get("cgroups") or ()])
+    pid = _host_pid()
+    ticks = _start_ticks(pid)
+    os.write(reports[0], f"{index} {pid} {ticks}\n".encode())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(outputs[0], 1)
+    os.dup2(outputs[1], 2)
+    refusals = os.dup(reports[1])  # above 2: closed by exec (O_CLOEXEC), kept until then
+    os.closerange(3, refusals)
+    os.closerange(refusals + 1, 1 << 20)
+    try:
+        _become_the_job(spec, replica)
+    except BaseException as error:
+        _refuse(refusals, index, _refusal(spec, error))
+        os._exit(127)
+
+
+def _become_the_job(spec: dict[str, Any], replica: dict[str, Any]) -> None:  # pragma: no cover
+    """Drop to the job's identity, enter its working dir, ``exec`` its command."""
+    uid, gid, groups = spec.get("uid"), spec.get("gid"), spec.get("groups")
+    if uid is not None:
+        os.setgroups([int(group) for group in groups or []])
+        os.setgid(int(gid if gid is not None else uid))
+        os.setuid(int(uid))
+    working_dir = str(spec["working_dir"])
+    try:
+        if spec.get("make_working_dir"):
+            os.makedirs(working_dir, exist_ok=True)
+        os.chdir(working_dir)
     except OSError as error:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-        os.close(reading)
-        os.close(writing)
-        return {"exit_code": 127, "error": f"could not start {name!r}: {error}"}
-    if child == 0:  # pragma: no cover - runs in the child, which coverage does not follow
-        os.close(reading)
-        code = 127
-        try:
-            code = _init(start, name, cgroups, writing)
-        finally:
-            os._exit(code & 0xFF)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    os.close(writing)
-    return child, reading
+        raise _WorkingDir() from error
+    env = {str(name): str(value) for name, value in replica["env"].items()}
+    argv = [str(argument) for argument in spec["argv"]]
+    os.execvpe(argv[0], argv, env)
 
 
-def finish(reading: int, status: int) -> dict[str, Any]:
-    """The outcome the init reported on ``reading`` (closed here), once it has exited with
-    wait ``status``; the status itself when the init was killed before reporting."""
-    chunks = []
-    while chunk := os.read(reading, 65536):
-        chunks.append(chunk)
-    os.close(reading)
-    if chunks:
-        outcome: dict[str, Any] = json.loads(b"".join(chunks))
-        return outcome
-    return {"exit_code": os.waitstatus_to_exitcode(status)}  # the init itself was killed
-
-
-def run(
-    start: Callable[[], Any], name: str, cgroups: Sequence[str], namespace: bool
-) -> dict[str, Any]:
-    """``spawn`` then wait for the init and ``finish``: the command's outcome as the
-    supervisor writes it down."""
-    started = spawn(start, name, cgroups, namespace)
-    if isinstance(started, dict):
-        return started
-    child, reading = started
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
-    return finish(reading, status)
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as file:
+            text = file.read()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2 :].split()[19])

@@ -1,58 +1,77 @@
-"""The tiny parent of every local replica: starts the command, copies its output into the
-run's logs (capped), and records its exit status in a file.
+"""The supervisor of a batch of a ``local`` run's replicas (up to ``local_starting.BATCH``):
+starts each replica's command by ``fork`` from itself, copies their output into the run's logs
+(capped), and records each exit status in a file.
 
 Run as ``python -I -S _supervise.py`` (standard library only, so it starts fast and needs no
-environment) with its launch spec, a JSON object, on stdin; its own stdout and stderr are the
-replica's log files. Nothing of the job is ever the supervisor's own (issue 23): the spec
+environment) with its launch spec, a JSON object, on stdin: what the batch's replicas share
+(``argv``, identity, working dir, gate, log cap) and, per replica, its ``env``, log files,
+exit file and cgroups. Nothing of the job is ever the supervisor's own (issue 23): the spec
 travels on stdin, not in its arguments (``/proc/PID/cmdline`` is readable by every user) nor
 in its environment (``LD_PRELOAD`` there would run a job's library in a process of the
-server's, root's when the server is root); the supervisor's working dir is ``/``. The job's
-environment, working dir and identity are applied only in the job's own process: it drops to
-the spec's ``uid``/``gid``/``groups`` first, then changes into ``working_dir`` as that user
-(creating it there when ``make_working_dir``), and its ``env`` takes effect at ``exec``. The
-supervisor keeps the server's identity: it must write the exit file, which the command must
-not be able to forge.
+server's, root's when the server is root); its working dir is ``/``. The job's environment,
+working dir and identity are applied only in the forked child that becomes the command
+(``_job_init.py``): it drops to the spec's ``uid``/``gid``/``groups`` first, then changes
+into ``working_dir`` as that user, and its ``env`` takes effect at ``exec``. The supervisor
+keeps the server's identity: it writes the exit files, which a command must not forge.
 
-Start gate: the command runs only once the run's gate file says ``go``. The backend writes it
-after every replica's pid is on disk, then closes the write end of a pipe whose read end every
-supervisor of the run inherits (``gate_fd``), so all of them wake at once. A backend that dies
-before closes it too (the kernel does): a supervisor woken while no gate file exists claims
-``abandon``, and so does a backend restarted after a crash in between. Whoever creates the file
-first decides (exclusive create), so a run whose start was interrupted is either fully
-tracked or never runs at all — never run twice. No timeout: a dispatch of many replicas may
-take long, and a supervisor that gave up early would lose its replica.
+Start gate: no command starts until the run's gate file says ``go``. The backend writes it
+after every supervisor's pid is on disk, then closes the write end of a pipe whose read end
+every supervisor of the run inherits (``gate_fd``), so all of them wake at once. A backend that
+dies before closes it too (the kernel does): a supervisor woken while no gate file exists
+claims ``abandon``, and so does a backend restarted after a crash in between. Whoever creates
+the file first decides (exclusive create), so a run whose start was interrupted is either fully
+tracked or never runs at all — never run twice. No timeout: a start of many replicas may take
+long, and a supervisor that gave up early would lose its replicas.
 
-It leads the replica's process group, so a SIGTERM to the group reaches the command
-directly; the supervisor itself outlives SIGTERM to write down how the command ended. The
-file is what lets a restarted backend report the outcome of a run that finished while no
-backend was watching. A supervisor killed with SIGKILL writes nothing; the backend then knows
-the outcome from its own records (it sent the kill, or it stopped the run for a cancel and
-saw the command end: it then kills the supervisor without waiting for the file) or reports
-the run lost.
+Once ``go``, where PID namespaces work, the supervisor forks a copy of itself that is PID 1 of
+a new namespace and does the rest there (this one passes stops on to it and waits): every
+command of the batch lives in that namespace and dies with it (and with its supervisor:
+``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for every command. Each command leads
+a process group of its own. A stop (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2) to the
+supervisor is passed on to every command's group; ``KILL`` (SIGRTMIN) SIGKILLs them, and the
+supervisor stays to write down how each ended. A stop before a command started means it
+never starts.
 
-Logs: the command writes into pipes; the supervisor appends what it reads to its stdout and
-stderr, within the run's budget of ``log_limit`` bytes over all its replicas and streams
-(a counter in ``log_usage_file``, under ``flock``). Past it, output is read and dropped, and
-the stream that first lost some gets ``log_note`` as its last line.
+Exit files: ``{"exit_code": N, "pid": P}`` (with ``error`` when the command could not start,
+``abandoned`` when the gate said so), written once the command's pipes are drained and the
+rest of its group killed, made durable with one ``syncfs`` per round unless the batch was
+stopped (the backend then settles the outcome from its own record). A supervisor killed with
+SIGKILL writes nothing; the backend then knows the outcome from its own records (it sent the
+kill, or stopped the run for a cancel) or reports the replicas lost.
+
+Logs: the commands write into pipes; the supervisor appends what it reads to their log files,
+within the run's budget of ``log_limit`` bytes over all its replicas and streams (a counter in
+``log_usage_file``, under ``flock``, shared with the run's other supervisors). Past it, output
+is read and dropped, and the stream that first lost some gets ``log_note`` as its last line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import resource
 import select
+import selectors
 import signal
 import stat
-import subprocess
 import sys
 import time
 from typing import Any
 
+if __package__:
+    from flotilla.backends import _job_init
+else:  # run as a script (``python -I -S``): its sibling, by path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _job_init  # type: ignore[import-not-found,no-redef]
+
 CHUNK = 65536
 
 
-def _write(path: str, outcome: dict[str, object], *, durable: bool = True) -> None:
+def _write(
+    path: str, outcome: dict[str, object], *, durable: bool = True, rename: bool = True
+) -> None:
     """Write-then-rename, as ``flotilla.files`` does (this file may import nothing of
     Flotilla): a device or FIFO at ``path`` is written in place, never replaced. Not
     ``durable``: no fsync (see ``main``)."""
@@ -71,7 +90,19 @@ def _write(path: str, outcome: dict[str, object], *, durable: bool = True) -> No
         if durable:
             file.flush()
             os.fsync(file.fileno())
-    os.replace(temporary, path)
+    if rename:
+        os.replace(temporary, path)
+
+
+def _sync_filesystem(path: str) -> None:
+    """``syncfs`` of the filesystem holding ``path`` (every file written so far on it)."""
+    import ctypes
+
+    descriptor = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        ctypes.CDLL(None, use_errno=True).syncfs(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def claim_gate(path: str, decision: str) -> str:
@@ -170,161 +201,300 @@ def _write_all(descriptor: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _pump(
-    command: subprocess.Popen[bytes] | _Init, streams: list[_Stream], spec: dict[str, Any]
-) -> int:
-    """Copy the command's output into the logs until it exits; its return code."""
-    budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
-    note = str(spec.get("log_note") or "[log capped]")
-    by_source = {stream.source: stream for stream in streams}
-    try:
-        exited: int | None = os.pidfd_open(command.pid)
-    except (AttributeError, OSError):  # not Linux, or an old kernel: poll the command
-        exited = None
-    while True:
-        watched = [*by_source, *([exited] if exited is not None else [])]
-        readable, _, _ = select.select(watched, [], [], None if exited is not None else 0.1)
-        if (exited is not None and exited in readable) or command.poll() is not None:
-            break
-        for source in readable:
-            data = os.read(source, CHUNK)
-            if data:
-                by_source[source].copy(data, budget, note)
-            else:  # the command closed it; it may still run
-                os.close(source)
-                del by_source[source]
-    # The command has exited: copy what is already in the pipes, without waiting for
-    # processes it left behind that still hold them.
-    for source, stream in by_source.items():
-        os.set_blocking(source, False)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""What the supervisor outlives (a handler): each is passed on to every replica's group.
+SIGUSR1/SIGUSR2 are what a job may ask to get first when preempted (``preemption.signal``)."""
+
+KILL = signal.SIGRTMIN
+"""The backend's word for "SIGKILL every replica now" (the grace period is over): the
+supervisor then still writes each one's outcome. A real-time signal, so that no signal a job
+may ask for (``preemption.signal``) is taken."""
+
+START_SLICE = 64
+"""Replicas started between two looks at the pipes, the stop signals and the ended children,
+so a long start neither fills a pipe nor delays a stop."""
+
+
+def _nofile_limit() -> None:
+    """As many descriptors as the hard limit allows: two pipes and two logs per replica."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class _Replica:
+    """One replica of the batch: its command's pipes, its logs, how it ended."""
+
+    def __init__(self, index: int, spec: dict[str, Any]) -> None:
+        self.index, self.spec = index, spec
+        self.pid: int | None = None
+        """Its command's pid in this process's namespace (``None``: not started)."""
+        self.host_pid: int | None = None
+        self.ticks: int | None = None
+        self.streams: dict[int, _Stream] = {}
+        self.refusal: str | None = None
+        self.done = False
+
+
+class _Batch:
+    """The replicas of one supervisor: starting them, pumping their output, writing down how
+    each ended. Runs as PID 1 of the batch's PID namespace when there is one."""
+
+    def __init__(self, spec: dict[str, Any], stopping: int | None) -> None:
+        self.spec = spec
+        self.replicas = [_Replica(index, item) for index, item in enumerate(spec["replicas"])]
+        self.budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
+        self.note = str(spec.get("log_note") or "[log capped]")
+        self.by_pid: dict[int, _Replica] = {}
+        self.by_source: dict[int, tuple[_Replica, _Stream]] = {}
+        self.stop: int | None = stopping
+        self.kill = False
+        self.stopped = stopping is not None
+        self.outcomes: list[tuple[str, dict[str, object]]] = []
+        self.all_started = False
+        self.pids_written = False
+        self.selector = selectors.DefaultSelector()
+        self.wake_read, self.wake_write = os.pipe()
+        self.started_read, self.started_write = os.pipe()
+        self.refused_read, self.refused_write = os.pipe()
+        for descriptor in (self.wake_read, self.wake_write, self.started_read, self.refused_read):
+            os.set_blocking(descriptor, False)
+        self.pending = {"started": b"", "refused": b""}
+        self.selector.register(self.wake_read, selectors.EVENT_READ)
+        self.selector.register(self.started_read, selectors.EVENT_READ)
+        self.selector.register(self.refused_read, selectors.EVENT_READ)
+        signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for number in STOPS:
+            signal.signal(number, self._on_stop)
+        signal.signal(KILL, self._on_kill)
+
+    # --- signals: set flags only; the loop acts on them ---------------------------------
+
+    def _on_stop(self, number: int, _frame: object) -> None:
+        self.stop, self.stopped = number, True
+
+    def _on_kill(self, _number: int, _frame: object) -> None:
+        self.kill, self.stopped = True, True
+
+    def run(self) -> int:
+        for started, replica in enumerate(self.replicas, start=1):
+            if self.stop is not None or self.kill:
+                break
+            self._start(replica)
+            if started % START_SLICE == 0:
+                self._service(0.0)
+        for replica in self.replicas:
+            if replica.pid is None and not replica.done:  # stopped before its start
+                code = -int(signal.SIGKILL if self.kill else (self.stop or signal.SIGTERM))
+                self._finish(replica, {"exit_code": code})
+        self._write_outcomes()
+        self.all_started = True
+        self._write_pids()
+        while not all(replica.done for replica in self.replicas):
+            self._service(None)
+        self._write_pids()
+        return 0
+
+    def _start(self, replica: _Replica) -> None:
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        try:
+            stdout = _open_log(str(replica.spec["stdout"]))
+            stderr = _open_log(str(replica.spec["stderr"]))
+        except OSError as error:
+            for descriptor in (out_read, out_write, err_read, err_write):
+                os.close(descriptor)
+            self._finish(replica, {"exit_code": 127, "error": f"could not start: {error}"})
+            return
+        try:
+            replica.pid = _job_init.start_command(
+                self.spec,
+                replica.spec,
+                replica.index,
+                (out_write, err_write),
+                (self.started_write, self.refused_write),
+            )
+        except OSError as error:
+            for descriptor in (out_read, err_read, stdout, stderr):
+                os.close(descriptor)
+            self._finish(replica, {"exit_code": 127, "error": f"could not start: {error}"})
+            return
+        finally:
+            os.close(out_write)
+            os.close(err_write)
+        self.by_pid[replica.pid] = replica
+        for source, target in ((out_read, stdout), (err_read, stderr)):
+            stream = _Stream(source, target)
+            replica.streams[source] = stream
+            self.by_source[source] = (replica, stream)
+            self.selector.register(source, selectors.EVENT_READ)
+
+    def _service(self, timeout: float | None) -> None:
+        """Copy what is readable, pass stops on, settle the children that ended."""
+        for key, _ in self.selector.select(timeout):
+            descriptor = key.fd
+            if descriptor == self.wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(descriptor, CHUNK)
+            elif descriptor in (self.started_read, self.refused_read):
+                self._read_reports()
+            elif descriptor in self.by_source:
+                replica, stream = self.by_source[descriptor]
+                data = os.read(descriptor, CHUNK)
+                if data:
+                    stream.copy(data, self.budget, self.note)
+                else:
+                    self._close_stream(replica, stream)
+        self._pass_stops()
+        self._reap()
+        self._write_outcomes()
+        self._write_pids()
+
+    def _pass_stops(self) -> None:
+        if self.stop is None and not self.kill:
+            return
+        number = signal.SIGKILL if self.kill else self.stop
+        self.stop, self.kill = None, False
+        assert number is not None
+        for pid, replica in self.by_pid.items():
+            if not replica.done:
+                try:
+                    os.killpg(pid, number)
+                except ProcessLookupError:  # not leading its group yet: it gets it blocked
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, number)
+                except PermissionError:
+                    pass
+
+    def _read_reports(self) -> None:
+        for name, descriptor in (("started", self.started_read), ("refused", self.refused_read)):
+            while True:
+                try:
+                    data = os.read(descriptor, CHUNK)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                self.pending[name] += data
+            *lines, self.pending[name] = self.pending[name].split(b"\n")
+            for line in lines:
+                if name == "started":
+                    index, pid, ticks = line.decode().split()
+                    started = self.replicas[int(index)]
+                    started.host_pid = int(pid)
+                    started.ticks = None if ticks == "None" else int(ticks)
+                else:
+                    refusal = json.loads(line)
+                    self.replicas[int(refusal["index"])].refusal = str(refusal["error"])
+
+    def _reap(self) -> None:
+        """Settle every child that has exited: its output copied, its group's stragglers
+        killed while its pid is still held (a zombie's pid is never reused), its outcome
+        written, then it is reaped."""
         while True:
             try:
-                data = os.read(source, CHUNK)
+                ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if ended is None or ended.si_pid == 0:
+                return
+            pid = ended.si_pid
+            replica = self.by_pid.pop(pid, None)
+            if replica is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)  # the group's stragglers
+            _, status = os.waitpid(pid, 0)
+            if replica is None:
+                continue  # an orphan this init adopted
+            self._read_reports()
+            for stream in list(replica.streams.values()):
+                self._drain(replica, stream)
+            code = os.waitstatus_to_exitcode(status)
+            outcome: dict[str, object] = {"exit_code": code}
+            if replica.refusal is not None and code == 127:
+                outcome["error"] = replica.refusal
+            self._finish(replica, outcome)
+
+    def _drain(self, replica: _Replica, stream: _Stream) -> None:
+        """Copy what is already in a pipe without waiting for processes that still hold it."""
+        os.set_blocking(stream.source, False)
+        while True:
+            try:
+                data = os.read(stream.source, CHUNK)
             except BlockingIOError:
                 break
             if not data:
                 break
-            stream.copy(data, budget, note)
-        os.close(source)
-    if exited is not None:
-        os.close(exited)
-    return command.wait()
+            stream.copy(data, self.budget, self.note)
+        self._close_stream(replica, stream)
+
+    def _close_stream(self, replica: _Replica, stream: _Stream) -> None:
+        self.selector.unregister(stream.source)
+        del self.by_source[stream.source]
+        del replica.streams[stream.source]
+        os.close(stream.source)
+        os.close(stream.target)
+
+    def _finish(self, replica: _Replica, outcome: dict[str, object]) -> None:
+        """Note how ``replica`` ended; its exit file is written at the end of the round
+        (``_write_outcomes``)."""
+        if replica.host_pid is not None:
+            outcome["pid"] = replica.host_pid
+        self.outcomes.append((str(replica.spec["exit_file"]), outcome))
+        replica.done = True
+
+    def _write_outcomes(self) -> None:
+        """Write the exit files of the replicas that ended in this round: each complete on
+        disk (one ``syncfs`` for all of them, not an fsync each: 10,000 replicas of ``true``
+        end together) before it appears by rename. A command someone stopped is written
+        without it: the backend settles a stop from its own record, and only a power loss
+        in the next seconds can lose the file."""
+        outcomes, self.outcomes = self.outcomes, []
+        if not outcomes:
+            return
+        for path, outcome in outcomes:
+            _write(path, outcome, durable=False, rename=False)
+        if not self.stopped:
+            _sync_filesystem(outcomes[0][0])
+        for path, _ in outcomes:
+            with contextlib.suppress(OSError):
+                os.replace(f"{path}.tmp", path)
+
+    def _write_pids(self) -> None:
+        """Every started command's pid as the server sees it, once all are started (the
+        backend shows them and kills a group left behind when this supervisor is gone)."""
+        path = self.spec.get("pids_file")
+        if not path or not self.all_started or self.pids_written:
+            return
+        self._read_reports()
+        reported = (r.host_pid is not None or r.pid is None or r.done for r in self.replicas)
+        if not all(reported) and not all(r.done for r in self.replicas):
+            return  # once the last one started reported its pid
+        self.pids_written = True
+        pids = {
+            str(replica.index): [replica.host_pid, replica.ticks]
+            for replica in self.replicas
+            if replica.host_pid is not None
+        }
+        _write(str(path), {"pids": pids}, durable=False)
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-"""What the supervisor outlives (a handler) and the command must not (the default). SIGUSR1
-and SIGUSR2: a preempted job's ``preemption.signal``, sent to the whole group before the kill."""
+def _open_log(path: str) -> int:
+    """A replica's log, opened for appending, created readable by the server alone."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
-def _enter(working_dir: str, make: bool) -> None:
-    """In the command's process, after it dropped privileges: the default action for a stop
-    (one that came while it was being started is pending: it ends the command now, as it
-    would have), then its working dir, as itself."""
-    for number in STOPS:
-        signal.signal(number, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    if make:
-        os.makedirs(working_dir, exist_ok=True)
-    os.chdir(working_dir)
-
-
-def _start(spec: dict[str, Any], stdout: int, stderr: int) -> subprocess.Popen[bytes]:
-    """Start the command as the spec's identity, in its working dir, with its environment."""
-    uid, gid, groups = spec.get("uid"), spec.get("gid"), spec.get("groups")
-    working_dir, make = str(spec["working_dir"]), bool(spec.get("make_working_dir"))
-    # Blocked from the fork to the command's ``_enter``: a stop meanwhile would otherwise run
-    # the supervisor's handler in the command's process, and be lost to it.
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
-    try:
-        return subprocess.Popen(
-            [str(argument) for argument in spec["argv"]],
-            env={str(name): str(value) for name, value in spec["env"].items()},
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            user=uid,
-            group=gid,
-            extra_groups=None if uid is None else list(groups or []),
-            preexec_fn=lambda: _enter(working_dir, make),  # after the identity is dropped
-            close_fds=True,
-        )
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-
-
-class _Refused(Exception):
-    """The command could not be started; ``refusal`` is the whole message."""
-
-    def __init__(self, refusal: str) -> None:
-        super().__init__(refusal)
-        self.refusal = refusal
-
-
-def _refusal(spec: dict[str, Any], error: BaseException) -> str:
-    if isinstance(error, subprocess.SubprocessError):  # the preexec step: the working dir
-        shown = spec.get("shown_working_dir") or spec["working_dir"]
-        return f"could not start: cannot enter working_dir {shown!r} as the job's user"
-    argv0 = spec["argv"][0] if spec.get("argv") else ""
-    return f"could not start {argv0!r}: {error}"
-
-
-class _Init:
-    """The replica's init (``_job_init.py``) seen as ``_pump`` sees a command."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.status: int | None = None
-
-    def poll(self) -> int | None:
-        if self.status is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid == self.pid:
-                self.status = status
-        return None if self.status is None else os.waitstatus_to_exitcode(self.status)
-
-    def wait(self) -> int:
-        while self.status is None:
-            try:
-                _, self.status = os.waitpid(self.pid, 0)
-            except InterruptedError:  # pragma: no cover - PEP 475 retries
-                continue
-        return os.waitstatus_to_exitcode(self.status)
-
-
-def _in_own_tree(
-    spec: dict[str, Any], cgroups: list[str], pipes: tuple[int, int, int, int]
-) -> dict[str, object]:
-    """Run the command under an init of its own (``_job_init.py``, next to this file: ``-I``
-    leaves this directory off ``sys.path``), in ``cgroups`` and, when the spec says so, its
-    own PID namespace, copying its output into the logs as ``main`` does; its outcome."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _job_init  # type: ignore[import-not-found]
-
-    out_read, out_write, err_read, err_write = pipes
-
-    def start() -> subprocess.Popen[bytes]:  # in the init: its copies of the pipes go after
-        try:
-            return _start(spec, out_write, err_write)
-        except (OSError, KeyError, ValueError, subprocess.SubprocessError) as error:
-            raise _Refused(_refusal(spec, error)) from error
-        finally:
-            for descriptor in pipes:
-                os.close(descriptor)
-
-    argv0 = str(spec["argv"][0]) if spec.get("argv") else ""
-    started = _job_init.spawn(start, argv0, cgroups, bool(spec.get("pid_namespace")))
-    os.close(out_write)
-    os.close(err_write)
-    if isinstance(started, dict):
-        os.close(out_read)
-        os.close(err_read)
-        return started
-    child, reading = started
-    init = _Init(child)
-    _pump(init, [_Stream(out_read, 1), _Stream(err_read, 2)], spec)
-    assert init.status is not None
-    outcome: dict[str, object] = _job_init.finish(reading, init.status)
-    return outcome
+def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> int:
+    """Start and watch every replica of the batch (in the namespace's PID 1 when
+    ``namespace``: its end is that of every process in it)."""
+    if namespace:
+        _job_init.die_with_parent()  # the outer supervisor, killed: the whole batch goes
+    _nofile_limit()
+    batch = _Batch(spec, stopping)  # its handlers set: the stops blocked since main may come
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))
+    return batch.run()
 
 
 def main() -> int:
@@ -336,40 +506,45 @@ def main() -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    exit_file = str(spec["exit_file"])
-    # A handler (not SIG_IGN) keeps the supervisor alive; exec resets it in the command.
+    # A handler (not SIG_IGN) keeps the supervisor alive; the commands get the default.
     stopped: list[int] = []
-    for number in STOPS:
+    for number in (*STOPS, KILL):
         signal.signal(number, lambda number, _: stopped.append(number))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))  # blocked by the backend
     if _await_gate(str(spec["gate_file"]), spec.get("gate_fd")) != "go":
-        _write(exit_file, {"exit_code": None, "abandoned": True})
+        for replica in spec["replicas"]:
+            _write(str(replica["exit_file"]), {"exit_code": None, "abandoned": True})
         return 0
-    out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
-    cgroups = [str(directory) for directory in spec.get("cgroups") or ()]
-    if cgroups or spec.get("pid_namespace"):
-        # --- whole-tree tracking (cgroups, PID namespace): _job_init.py ---
-        outcome = _in_own_tree(spec, cgroups, (out_read, out_write, err_read, err_write))
-        _write(exit_file, outcome, durable=not stopped)
-        code = outcome["exit_code"]
-        assert isinstance(code, int)
-        return code if code >= 0 else 128 - code
-    try:
-        command = _start(spec, out_write, err_write)
-    except (OSError, KeyError, ValueError, subprocess.SubprocessError) as error:
-        _write(exit_file, {"exit_code": 127, "error": _refusal(spec, error)})
-        return 127
-    finally:
-        os.close(out_write)
-        os.close(err_write)
-    code = _pump(command, [_Stream(out_read, 1), _Stream(err_read, 2)], spec)
-    # A command someone stopped (the backend's SIGTERM for a cancel or a limit) is written
-    # without fsync: the cancel waits on it, and the outcome is already settled elsewhere —
-    # the backend ends a cancelled run as soon as its command is gone, from its own record
-    # (``local_ending.py``), and the loop ends a job whose cancel was requested cancelled even if
-    # its run is reported lost. Only a power loss in the next seconds can lose the file.
-    _write(exit_file, {"exit_code": code}, durable=not stopped)
-    return code if code >= 0 else 128 - code
+    signal.pthread_sigmask(signal.SIG_BLOCK, (*STOPS, KILL))  # until someone passes them on
+    stopping = None
+    if stopped:
+        stopping = int(signal.SIGKILL if KILL in stopped else stopped[0])
+    namespace = bool(spec.get("pid_namespace")) and _job_init.new_pid_namespace()
+    if not namespace:
+        return _supervise(spec, stopping, False)
+    # PID 1 of the new namespace is a fork of this process; this one passes stops on to it.
+    inner = os.fork()
+    if inner == 0:  # pragma: no cover - the namespace's init, which coverage does not follow
+        code = 1
+        try:
+            code = _supervise(spec, stopping, True)
+        finally:
+            os._exit(code)
+    for number in (*STOPS, KILL):
+        signal.signal(number, lambda number, _: _pass_on(inner, number))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))
+    while True:
+        try:
+            _, status = os.waitpid(inner, 0)
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+    return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+def _pass_on(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, number)
 
 
 def _read_stdin() -> bytes:

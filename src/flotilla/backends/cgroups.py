@@ -235,14 +235,12 @@ class CgroupV1:
         """Controller (``memory``, ``pids``, ``cpu``, ``freezer``) → the server's own
         cgroup's ``flotilla`` directory in that controller's hierarchy."""
         self.enforced = frozenset(name for name in CONTROLLERS if name in bases)
-
-    def _hierarchies(self) -> list[Path]:
-        # One directory per hierarchy (a hierarchy may carry two controllers: cpu,cpuacct).
-        unique = {base.resolve(): base for base in self.bases.values()}
-        return list(unique.values())
+        # One directory per hierarchy (a hierarchy may carry two controllers: cpu,cpuacct);
+        # resolved once, not per replica (10,000 replicas are made in one dispatch).
+        self._hierarchies = list({base.resolve(): base for base in bases.values()}.values())
 
     def _all(self, path: str) -> list[Path]:
-        return [base / path for base in self._hierarchies()]
+        return [base / path for base in self._hierarchies]
 
     def create(self, path: str, limits: Limits) -> tuple[Path, ...]:
         directories = self._all(path)
@@ -300,7 +298,7 @@ class CgroupV1:
             _remove_tree(directory)
 
     def listed(self) -> dict[str, float]:
-        return _made(self._hierarchies())
+        return _made(self._hierarchies)
 
 
 FREEZE_SECONDS = 1.0

@@ -128,12 +128,42 @@ def rendezvous_env(
     }
 
 
+def rendezvous_envs(
+    request: DispatchRequest, master_addr: str
+) -> dict[ReplicaPlacement, dict[str, str]]:
+    """``rendezvous_env`` of every placement of ``request``, in one pass over them (one call
+    per placement looks each up in all of them: 10,000 replicas took seconds)."""
+    placements = request.placements
+    per_node: dict[str, int] = {}
+    for placement in placements:
+        per_node[placement.node] = per_node.get(placement.node, 0) + 1
+    seen: dict[str, int] = {}
+    port = str(rendezvous_port(request.run_id))
+    envs: dict[ReplicaPlacement, dict[str, str]] = {}
+    for rank, placement in enumerate(placements):
+        local = seen.get(placement.node, 0)
+        seen[placement.node] = local + 1
+        envs.setdefault(
+            placement,
+            {
+                "WORLD_SIZE": str(len(placements)),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local),
+                "LOCAL_WORLD_SIZE": str(per_node[placement.node]),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": port,
+            },
+        )
+    return envs
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any], *, durable: bool = True) -> None:
     """Write-then-rename (``flotilla.files``): a reader (or a restart after kill -9) sees old or
     new, and a device or FIFO at ``path`` is written, never replaced. ``durable`` fsyncs
     before the rename; without it the caller must ``sync_file`` later (a kill -9 of this
     process keeps the page cache, only a power loss needs the fsync)."""
-    write_text_safely(path, json.dumps(data, indent=1, sort_keys=True), durable=durable)
+    # No indent: the C encoder (a record of 10,000 replicas in milliseconds, not a second).
+    write_text_safely(path, json.dumps(data, sort_keys=True), durable=durable)
 
 
 def sync_file(path: Path) -> None:

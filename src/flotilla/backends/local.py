@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -245,6 +246,8 @@ class LocalBackend:
         self._reaping: list[subprocess.Popen[bytes]] = []
         """Supervisors killed once their cancelled replica was over, not reaped yet."""
         self._closed = False
+        self._starters: dict[str, threading.Thread] = {}
+        """Runs being started in the background (``dispatch``), by their starter thread."""
         self._run_locks = RunLocks()
         """Start and adoption of a run, serialised with other processes (``run_lock.py``)."""
         self._load()
@@ -263,52 +266,125 @@ class LocalBackend:
             return Inventory(self.cluster, (self._node,), self.clock(), active)
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
-        with self._lock, self._run_lock(request.run_id):
+        """Record the run and return it ``pending``; its replicas start on a thread of their
+        own (``_start_run``), so a dispatch of 10,000 replicas holds up neither the caller
+        (the scheduling loop) nor the cancels, logs and polls of other runs. The run is
+        ``running`` once every supervisor is on record and the gate open."""
+        with self._lock:
             self._check_open()
-            existing = self._known(request.run_id)
-            if existing is not None:
-                check_same_job(existing.result, request)
-                # A repeat after a crash: the caller may not know the run's state (it may
-                # have ended while nobody watched), so the next poll reports it.
-                self._changes.mark(request.run_id)
-                return existing.result
-            check_request(request, self.cluster, (self._node,))
-            payload = command_payload_of(request, "local")
-            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
-            mapped = self._accounts.identity_for(request.queue, request.owner)
-            pooled = mapped is None and self._pool is not None
-            identity = mapped or (self._pool.claim(request.run_id) if self._pool else self._account)
+            directory = run_directory(self._state, request.run_id)
+            locked = request.run_id not in self._runs and RUN_ID_PATTERN.match(request.run_id)
+            if locked:
+                self._run_locks.take(directory)  # until the gate is open (``_start_run``)
             try:
-                scratch = None
-                if self._scratch_runs:
-                    scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
-                run = local_starting.record_run(
-                    request,
-                    run_directory(self._state, request.run_id),
-                    identity,
-                    scratch,
-                    self.clock(),
-                )
-                run.gpu_shares = gpu_telemetry.shares_of(
-                    [(p.task, p.gpu_ids) for p in request.placements], request.resources
-                )
+                run, payload, relative = self._record(request)
             except BaseException:
-                if self._pool is not None and pooled and identity is not None:
-                    self._pool.release(identity.uid, request.run_id)  # no process ran as it
+                if locked:
+                    self._run_locks.release(directory)
                 raise
-            self._start(run, request, payload, relative)
-            # Every pid is on disk and the gate open: the commands run.
-            run.state, run.started_at = BackendRunState.RUNNING, self.clock()
+            if payload is None:  # a repeat: the run exists
+                if locked:
+                    self._run_locks.release(directory)
+                return run.result
+            run.starting = True
             self._runs[request.run_id] = run
-            self._refresh(run)
-            save_run(run)
             self._changes.observe(run.run_id, run.state)
+            starter = threading.Thread(
+                target=self._start_run,
+                args=(run, request, payload, relative, directory if locked else None),
+                name=f"flotilla-local-start-{request.run_id}",
+                daemon=True,
+            )
+            self._starters[request.run_id] = starter
+            starter.start()
             return run.result
+
+    def _record(
+        self, request: DispatchRequest
+    ) -> tuple[Run, CommandPayload | None, PurePosixPath | None]:
+        """The run ``request`` asks for, on disk before any process exists, with its payload
+        and working dir; or the run already known by that id, without (a repeat)."""
+        existing = self._known(request.run_id)
+        if existing is not None:
+            check_same_job(existing.result, request)
+            # A repeat after a crash: the caller may not know the run's state (it may
+            # have ended while nobody watched), so the next poll reports it.
+            self._changes.mark(request.run_id)
+            return existing, None, None
+        check_request(request, self.cluster, (self._node,))
+        payload = command_payload_of(request, "local")
+        relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+        mapped = self._accounts.identity_for(request.queue, request.owner)
+        pooled = mapped is None and self._pool is not None
+        identity = mapped or (self._pool.claim(request.run_id) if self._pool else self._account)
+        try:
+            scratch = None
+            if self._scratch_runs:
+                scratch = local_environment.make_scratch(self.cluster, request.run_id, identity)
+            run = local_starting.record_run(
+                request,
+                run_directory(self._state, request.run_id),
+                identity,
+                scratch,
+                self.clock(),
+            )
+            run.gpu_shares = gpu_telemetry.shares_of(
+                [(p.task, p.gpu_ids) for p in request.placements], request.resources
+            )
+        except BaseException:
+            if self._pool is not None and pooled and identity is not None:
+                self._pool.release(identity.uid, request.run_id)  # no process ran as it
+            raise
+        return run, payload, relative
+
+    def _start_run(
+        self,
+        run: Run,
+        request: DispatchRequest,
+        payload: CommandPayload,
+        relative: PurePosixPath | None,
+        locked: Path | None,
+    ) -> None:
+        """The starter thread of a dispatch: start the run's replicas outside the backend's
+        lock, then (under it) record them and open the gate — or abandon the start when the
+        run was cancelled meanwhile — and give back the run's lock (``locked``)."""
+        decision = "abandon"
+        try:
+            decision = self._start(
+                run,
+                request,
+                payload,
+                relative,
+                guard=self._lock,
+                decide=lambda: "abandon" if run.stop is not None else "go",
+            )
+        except BaseException as error:  # nothing may be left starting forever
+            log.exception("run %s: could not start its replicas", run.run_id)
+            with self._lock:
+                for replica in run.replicas:
+                    if replica.supervisor is None and not replica.finished:
+                        replica.finish(None, error=f"could not start: {error}")
+        finally:
+            with self._lock:
+                if decision == "go":
+                    # Every supervisor is on disk and the gate open: the commands run.
+                    run.state, run.started_at = BackendRunState.RUNNING, self.clock()
+                run.starting = False
+                self._starters.pop(run.run_id, None)
+                self._refresh(run)
+                self._save_soon(run)
+                self._changes.observe(run.run_id, run.state)
+                if locked is not None:
+                    self._run_locks.release(locked)
 
     def add_replicas(self, request: DispatchRequest) -> DispatchResult:
         """``ReplicaGrowth``: start the placements the run does not have yet, in its working
         dir, with a start gate of their own (``gate-N``, N the replicas it had), so that a
         crash while they start leaves none of them running untracked."""
+        with self._lock:
+            starter = self._starters.get(request.run_id)
+        if starter is not None:
+            starter.join()  # the run's own start first: growth follows it
         with self._lock:
             self._check_open()
             run = self._get(request.run_id)
@@ -343,13 +419,16 @@ class LocalBackend:
         relative: PurePosixPath | None,
         replicas: Sequence[Replica] | None = None,
         gate: Path | None = None,
-    ) -> None:
+        guard: AbstractContextManager[Any] | None = None,
+        decide: Callable[[], str] = lambda: "go",
+    ) -> str:
         """Start ``replicas`` (default: all of the run's) in the run's working dir (its
         scratch dir, or the backend's, with the payload's ``relative`` part), through
-        ``local_starting.start_replicas``: identity, log cap, cgroups, start gate."""
+        ``local_starting.start_replicas``: identity, log cap, cgroups, start gate (opened
+        under ``guard`` as ``decide`` says). The gate's decision in force."""
         assert self.working_dir is not None
         base = run.scratch or self.working_dir
-        local_starting.start_replicas(
+        return local_starting.start_replicas(
             run,
             request,
             payload,
@@ -360,6 +439,8 @@ class LocalBackend:
             trees=self._trees,
             replicas=replicas,
             gate=gate,
+            guard=contextlib.nullcontext() if guard is None else guard,
+            decide=decide,
             device_env=None if self._mps is None else self._mps_env(request),
         )
 
@@ -419,6 +500,9 @@ class LocalBackend:
             if self._closed:
                 return
             self._closed = True
+            starting = list(self._starters.values())
+        for starter in starting:  # a start under way ends with its gate decided
+            starter.join()
         self._stopping.set()
         self._monitor.join()
         if self.stop_runs_on_close:
@@ -500,8 +584,15 @@ class LocalBackend:
             if not run.gate_file().exists():
                 # The earlier backend died while starting this run: let it run only if
                 # every replica's process is on record, else make sure none ever does.
-                tracked = all(r.pid is not None or r.finished for r in run.replicas)
+                tracked = all(
+                    r.pid is not None or r.finished or r.supervisor is not None
+                    for r in run.replicas
+                )
                 claim_gate(str(run.gate_file()), "go" if tracked else "abandon")
+            if run.state is BackendRunState.PENDING and local_ending.gate_open(run):
+                # Its starter died between the gate and the record that says so.
+                run.state, run.started_at = BackendRunState.RUNNING, self.clock()
+                self._save_soon(run)
             self._refresh(run)
             self._changes.mark(run_id)
         return run
@@ -632,12 +723,26 @@ class LocalBackend:
 
     def _refresh(self, run: Run) -> None:
         """Bring ``run`` up to date: reap replicas, enforce limits, settle the final state."""
-        if run.state.terminal:
+        if run.state.terminal or run.starting:  # its starter thread refreshes it at the end
             return
         now = self.clock()
         changed = False
-        for replica in run.replicas:
-            if not replica.finished and local_ending.reap(run, replica, self._reaping):
+        # Replicas of a batch supervisor are looked at only when an exit file may have come
+        # or a supervisor ended (a run of 10,000 replicas is refreshed every monitor tick).
+        alive = [local_ending.supervisor_alive(supervisor) for supervisor in run.supervisors]
+        candidates: list[int] = []
+        if run.supervisors and (local_ending.exit_files_changed(run) or not all(alive)):
+            local_ending.learn_pids(run)
+            candidates = local_ending.maybe_ended(run, alive)
+        for replica in run.replicas:  # those with a supervisor of their own (older versions)
+            old = not replica.finished and replica.supervisor is None
+            if old and local_ending.reap(run, replica, self._reaping):
+                self._trees.ended(run, replica)
+                changed = True
+        for index in candidates:  # those of a batch whose exit file came, or whose supervisor
+            replica = run.replicas[index]
+            assert replica.supervisor is not None
+            if local_ending.reap_supervised(run, replica, alive[replica.supervisor]):
                 self._trees.ended(run, replica)
                 changed = True
         if run.stop is None:
@@ -648,6 +753,7 @@ class LocalBackend:
             changed = True
         if all(replica.finished for replica in run.replicas):
             run.settle(now)
+            self._reaping.extend(s.process for s in run.supervisors if s.process is not None)
             self._trees.settled(run)
             if run.scratch is not None:
                 shutil.rmtree(run.scratch, ignore_errors=True)

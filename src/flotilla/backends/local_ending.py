@@ -15,14 +15,17 @@ or, should it not within ``DRAIN_SECONDS`` of the command's end, it is killed th
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import time
 from typing import Any
 
 from flotilla.backends import processes
+from flotilla.backends._supervise import KILL
 from flotilla.backends.common import read_json
-from flotilla.backends.local_records import Replica, Run, Stop
+from flotilla.backends.local_records import Replica, Run, Stop, Supervisor
 
 REAP_SECONDS = 0.05
 """How long a refresh waits for a SIGKILLed supervisor to exit (usually about a millisecond)
@@ -36,10 +39,131 @@ left in the pipes into the logs (milliseconds, as a rule) before it is killed to
 
 
 def signal_replicas(run: Run, signum: signal.Signals) -> None:
-    """Send ``signum`` to the process group of every replica of ``run`` still going."""
-    for replica in run.replicas:
-        if not replica.finished and replica.pid is not None:
+    """Send ``signum`` to the process group of every replica of ``run`` still going: through
+    the supervisor of its batch, which passes it on to each of its commands' groups (SIGKILL
+    as ``KILL``: the supervisor stays to write down how each ended), or directly to a replica
+    with a supervisor of its own (started by an earlier version)."""
+    going = [replica for replica in run.replicas if not replica.finished]
+    signal_supervisors(run, going, signum)
+    for replica in going:
+        if replica.supervisor is None and replica.pid is not None:
             processes.signal_group(replica.pid, signum)
+
+
+def signal_supervisors(run: Run, replicas: list[Replica], signum: signal.Signals) -> None:
+    """Send ``signum`` (SIGKILL as ``KILL``) to the supervisors of ``replicas`` still alive,
+    once each: they pass it on to their commands' groups."""
+    for number in {replica.supervisor for replica in replicas if replica.supervisor is not None}:
+        supervisor = run.supervisors[number]
+        if supervisor_alive(supervisor):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(supervisor.pid, KILL if signum == signal.SIGKILL else signum)
+
+
+def supervisor_alive(supervisor: Supervisor) -> bool:
+    """True while ``supervisor`` runs (reaping it when it is this backend's child)."""
+    if supervisor.process is not None:
+        return supervisor.process.poll() is None
+    return processes.process_alive(supervisor.pid, supervisor.start_ticks)
+
+
+SETTLING_NS = 2_000_000_000
+"""How long after a change of a run's directory its exit files are still all looked at: a
+file renamed in within the same tick of the coarse clock as the last look leaves the
+directory's mtime as it was."""
+
+
+def exit_files_changed(run: Run) -> bool:
+    """Whether an exit file may have appeared in ``run``'s directory since the last look (a
+    rename changes the directory's mtime): a refresh of a run of 10,000 replicas then looks
+    at no file of theirs while none ended."""
+    try:
+        mtime = os.stat(run.directory).st_mtime_ns
+    except OSError:
+        return True
+    changed = mtime != run.seen_directory or time.time_ns() - mtime < SETTLING_NS
+    run.seen_directory = mtime
+    return changed
+
+
+def learn_pids(run: Run) -> None:
+    """Take the pids of the commands the run's supervisors started from their pids files
+    (written once a supervisor has started its batch), for those not known yet."""
+    for number, supervisor in enumerate(run.supervisors):
+        if supervisor.pids_loaded:
+            continue
+        data = read_json(run.pids_file(number))
+        if data is None:
+            continue
+        supervisor.pids_loaded = True
+        for index, known in (data.get("pids") or {}).items():
+            position = supervisor.members[int(index)]
+            replica = run.replicas[position]
+            if replica.pid is None:
+                replica.pid, replica.start_ticks = int(known[0]), known[1]
+
+
+def maybe_ended(run: Run, alive: list[bool]) -> list[int]:
+    """The replicas (positions in ``run.replicas``) of the run's batches that may have ended
+    since the last look: those whose exit file appeared since (one listing of the run's
+    directory, not a look per replica: a run of 10,000 replicas is refreshed every monitor
+    tick while they end), and every unfinished one of a supervisor that is gone (``alive``:
+    each supervisor's liveness, looked at just before)."""
+    if len(run.exit_names) != len(run.replicas):  # new, or grown (``add_replicas``)
+        run.exit_names = {
+            run.exit_file(replica).name: position for position, replica in enumerate(run.replicas)
+        }
+    try:
+        names = set(os.listdir(run.directory))
+    except OSError:
+        names = set(run.exit_names)
+    found = names - run.seen_exits
+    ended = {run.exit_names[name] for name in found if name in run.exit_names}
+    for number, running in enumerate(alive):
+        if not running:
+            ended.update(run.supervisors[number].members)
+    # Seen for good: what is no exit file, and the exit files of replicas already over (one
+    # found now is looked at again until its replica is).
+    run.seen_exits |= {
+        name
+        for name in found
+        if name not in run.exit_names or run.replicas[run.exit_names[name]].finished
+    }
+    replicas = run.replicas
+    return sorted(
+        i for i in ended if not replicas[i].finished and replicas[i].supervisor is not None
+    )
+
+
+def reap_supervised(run: Run, replica: Replica, alive: bool | None = None) -> bool:
+    """True when ``replica`` (started by a batch's supervisor) has just been found finished:
+    its exit file is there, or its supervisor is gone without writing one (killed: its
+    commands died with its PID namespace; one left over without a namespace is killed).
+    ``alive``: whether its supervisor was alive, looked at just before (``None``: look)."""
+    assert replica.supervisor is not None
+    supervisor = run.supervisors[replica.supervisor]
+    if alive is None:
+        alive = supervisor_alive(supervisor)
+    outcome = read_json(run.exit_file(replica))  # after the look at the supervisor: no race
+    if outcome is None:
+        if alive:
+            return False
+        learn_pids(run)
+        if replica.pid is not None and processes.process_alive(replica.pid, replica.start_ticks):
+            processes.signal_group(replica.pid, signal.SIGKILL)
+            return False  # the next refresh finds it gone
+        # A stop's signal: the supervisor's own end (killed by it) is the replica's.
+        ended = supervisor.process.returncode if supervisor.process is not None else None
+        code = ended if ended is not None and ended < 0 and run.stop is not None else None
+        if code is None and run.stop is not None and run.stop.killed:
+            code = -int(signal.SIGKILL)
+        finish(replica, None, code, stopped=run.stop is not None and run.stop.kind == "cancel")
+    else:
+        if isinstance(outcome.get("pid"), int):
+            replica.pid = int(outcome["pid"])
+        finish(replica, outcome, None)
+    replica.ended_at = exit_time(run, replica)
+    return True
 
 
 def stop_due(run: Run, now: float, grace_period: float) -> Stop | None:
@@ -76,8 +200,11 @@ def kill_overdue(run: Run, now: float) -> bool:
             signal_replicas(run, signal.SIGKILL)
         return False
     stop.killed = True
+    batched = [r for r in run.replicas if not r.finished and r.supervisor is not None]
+    if batched:  # their supervisors SIGKILL the commands, then copy the pipes' rest
+        signal_supervisors(run, batched, signal.SIGKILL)
     for replica in run.replicas:
-        if not replica.finished and replica.pid is not None:
+        if not replica.finished and replica.supervisor is None and replica.pid is not None:
             processes.signal_followers(replica.pid, signal.SIGKILL)
     return True
 
@@ -86,6 +213,8 @@ def reap(run: Run, replica: Replica, reaping: list[subprocess.Popen[bytes]]) -> 
     """True when ``replica`` has just been found finished (its whole group gone, or its
     command over and the group killed: ``finish_early``, which may leave its supervisor in
     ``reaping`` for ``reap_supervisors``)."""
+    if replica.supervisor is not None:
+        return reap_supervised(run, replica)
     if replica.pid is None:  # the earlier backend died between record and start
         replica.finish(exit_code=None, vanished=True)
         return True
@@ -109,6 +238,14 @@ def reap(run: Run, replica: Replica, reaping: list[subprocess.Popen[bytes]]) -> 
     finish(replica, outcome, code)
     replica.ended_at = exit_time(run, replica)
     return True
+
+
+def gate_open(run: Run) -> bool:
+    """Whether the run's gate says ``go``: its commands were let run."""
+    try:
+        return run.gate_file().read_text().strip() == "go"
+    except OSError:
+        return False
 
 
 def exit_time(run: Run, replica: Replica) -> float | None:

@@ -50,8 +50,33 @@ class Stop:
 
 
 @dataclass
+class Supervisor:
+    """One supervisor of a run: it starts and watches a batch of its replicas (``members``,
+    their indexes in the run), see ``_supervise.py``. ``process``: the handle when this
+    backend started it (a restarted one finds it by pid and start time)."""
+
+    pid: int
+    start_ticks: int | None
+    members: list[int]
+    pids_loaded: bool = False
+    """Its replicas' pids were read from its pids file."""
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "members": self.members}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Supervisor:
+        return cls(int(data["pid"]), data.get("start_ticks"), [int(i) for i in data["members"]])
+
+
+@dataclass
 class Replica:
-    """One replica's process. ``pid`` is also its process group id (it leads a session)."""
+    """One replica's process. ``pid`` is also its process group id (it leads a session).
+
+    ``supervisor``: the index in ``Run.supervisors`` of the one that started it (``None``:
+    a supervisor of its own, as versions before the batches had; its ``pid`` is then the
+    supervisor's). With one, ``pid`` is the command's, known once it started."""
 
     placement: ReplicaPlacement
     pid: int | None = None
@@ -66,6 +91,7 @@ class Replica:
     """It failed for exceeding ``memory_request`` (the OOM killer ended it)."""
     ended_at: float | None = None
     """When its command exited, from its supervisor's exit file (``None``: not known)."""
+    supervisor: int | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     drain_until: float | None = field(default=None, repr=False, compare=False)
     """Stopped, its command over: until when (monotonic) its supervisor may still copy what
@@ -112,6 +138,7 @@ class Replica:
             "memory_request": self.memory_request,
             "over_memory": self.over_memory,
             "ended_at": self.ended_at,
+            "supervisor": self.supervisor,
         }
 
     @classmethod
@@ -127,6 +154,7 @@ class Replica:
             memory_request=data.get("memory_request"),
             over_memory=data.get("over_memory", False),
             ended_at=data.get("ended_at"),
+            supervisor=data.get("supervisor"),
         )
 
 
@@ -148,6 +176,16 @@ class Run:
     """Who its commands run as (None: the server's user)."""
     identity_released: bool = False
     """A dynamic identity: every process of its uid is gone and the uid given back."""
+    supervisors: list[Supervisor] = field(default_factory=list)
+    """The supervisors that started its replicas, a batch each (``local_starting.py``)."""
+    starting: bool = field(default=False, compare=False)
+    """Its replicas are being started (``LocalBackend.dispatch``'s starter thread)."""
+    exit_names: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    """Exit file name → the position of its replica (those of batches; made when needed)."""
+    seen_exits: set[str] = field(default_factory=set, compare=False, repr=False)
+    """The names in its directory at the last look for exit files."""
+    seen_directory: int | None = field(default=None, compare=False)
+    """The run directory's mtime (ns) when its exit files were last looked for."""
     gpu_shares: tuple[DeviceShare, ...] = ()
     """What its replicas hold of each device (``gpu_telemetry.shares_of``)."""
     gpu: GpuUse | None = None
@@ -165,6 +203,14 @@ class Run:
 
     def exit_file(self, replica: Replica) -> Path:
         return self.directory / f"{self._stem(replica)}.exit"
+
+    def pids_file(self, supervisor: int) -> Path:
+        """The pids of the commands supervisor ``supervisor`` started (see _supervise)."""
+        return self.directory / f"pids-{supervisor}"
+
+    def supervisor_log(self, supervisor: int) -> Path:
+        """What supervisor ``supervisor`` itself wrote (its own errors, if any)."""
+        return self.directory / f"supervisor-{supervisor}.log"
 
     def log_usage_file(self) -> Path:
         """How many bytes of log the run's replicas wrote so far (see _supervise)."""
@@ -257,6 +303,7 @@ class Run:
             "scratch": None if self.scratch is None else str(self.scratch),
             "identity": None if self.identity is None else self.identity.to_json(),
             "identity_released": self.identity_released,
+            "supervisors": [supervisor.to_json() for supervisor in self.supervisors],
             "replicas": [replica.to_json() for replica in self.replicas],
             "gpu_shares": [vars(share).copy() for share in self.gpu_shares],
             "gpu": None if self.gpu is None else self.gpu.to_json(),
@@ -291,6 +338,7 @@ class Run:
             scratch=Path(data["scratch"]) if data.get("scratch") else None,
             identity=Identity.from_json(identity) if identity else None,
             identity_released=bool(data.get("identity_released")),
+            supervisors=[Supervisor.from_json(item) for item in data.get("supervisors") or ()],
             gpu_shares=tuple(DeviceShare(**share) for share in data.get("gpu_shares", ())),
             gpu=GpuUse.from_json(data["gpu"]) if data.get("gpu") else None,
         )

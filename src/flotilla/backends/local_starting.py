@@ -1,27 +1,33 @@
-"""How the ``local`` backend starts a run: its record, then one supervisor per replica, then
-the gate that lets their commands run (``_supervise.py``).
+"""How the ``local`` backend starts a run: its record, then one supervisor per batch of up to
+``BATCH`` replicas (one for most runs), then the gate that lets them start the commands, each
+by ``fork`` from itself (``_supervise.py``).
 
 The order is what prevents a double run and an untracked process: the record is on disk
-before the first process exists, every pid is on disk (one write for all replicas: linear in
-the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours) before
-the gate opens. What each supervisor is told travels in its launch spec, never in its own
-arguments or environment (see ``_supervise.py``).
+before the first process exists, every supervisor's pid is on disk (one write for all: linear
+in the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours)
+before the gate opens, and every command lives and dies with its supervisor. One interpreter
+per batch, not per replica: 10,000 replicas start in seconds (``docs/performance.md``). What
+each supervisor is told travels in its launch spec, never in its own arguments or environment
+(see ``_supervise.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from flotilla.backends import local_environment, processes
 from flotilla.backends._supervise import claim_gate
-from flotilla.backends.common import rendezvous_env
+from flotilla.backends.common import rendezvous_envs
 from flotilla.backends.interface import DispatchRequest, DispatchResult, ReplicaPlacement
 from flotilla.backends.local_identity import Identity
-from flotilla.backends.local_records import Replica, Run, save_run
+from flotilla.backends.local_records import Replica, Run, Supervisor, save_run
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.model.payload import CommandPayload
 from flotilla.model.quantity import parse_quantity
@@ -94,6 +100,21 @@ def record_run(
     return run
 
 
+BATCH = 1000
+"""Replicas per supervisor: one starts them all by ``fork`` and pumps their output. Bounded so
+that a supervisor's descriptors (two pipes and two logs per replica) stay within the usual
+hard limit, and so that a huge run starts on several cores at once."""
+
+
+def batch_size() -> int:
+    """``BATCH``, or fewer where the descriptor limit a supervisor inherits (its hard limit,
+    which it raises itself to) would not hold four per replica."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        return BATCH
+    return max(1, min(BATCH, (hard - 64) // 4))
+
+
 def start_replicas(
     run: Run,
     request: DispatchRequest,
@@ -106,16 +127,23 @@ def start_replicas(
     trees: ProcessTrees,
     replicas: Sequence[Replica] | None = None,
     gate: Path | None = None,
+    guard: AbstractContextManager[Any] | None = None,
+    decide: Callable[[], str] = lambda: "go",
     device_env: Callable[[ReplicaPlacement], Mapping[str, str]] | None = None,
-) -> None:
-    """Start a supervisor per replica, record every pid (once), then open the gate. A crash
+) -> str:
+    """Start a supervisor per batch of ``BATCH`` replicas (one for most runs), record every
+    supervisor (once), then open the gate: each then forks its replicas' commands. A crash
     before the gate opens ends the gate pipe: the supervisors abandon the run, and the next
-    backend reports it lost. A replica whose supervisor (or cgroup) cannot be made is finished
-    with why. ``trees``: each replica's cgroups and PID namespace (``local_tree.py``).
+    backend reports it lost; after it, every command lives in its supervisor's PID namespace
+    (or dies with its supervisor, ``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for
+    all of them. A replica whose cgroup, or whose supervisor, cannot be made is finished with
+    why. ``trees``: each replica's cgroups and the PID namespace (``local_tree.py``).
     ``replicas``/``gate``: only these (replicas joining a running run, ``ReplicaGrowth``),
     behind a gate file of their own; by default every replica, behind the run's gate.
-    ``device_env``: a replica's variables for its GPU share (``gpu_mps.client_env``), set
-    last like the backend's own."""
+    ``guard`` (the backend's lock) is held while the record is saved and the gate decided:
+    ``decide`` says ``go``, or ``abandon`` (the run was cancelled while it started). Returns
+    the decision in force. ``device_env``: a replica's variables for its GPU share
+    (``gpu_mps.client_env``), set last like the backend's own."""
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
@@ -131,46 +159,73 @@ def start_replicas(
         "log_usage_file": str(run.log_usage_file()),
         "log_limit": log_limit,
         "log_note": log_note(log_limit),
+        "pid_namespace": trees.pid_namespace,
     }
+    position = {id(replica): index for index, replica in enumerate(run.replicas)}
+    startable: list[tuple[int, dict[str, Any]]] = []
+    rendezvous = rendezvous_envs(request, "127.0.0.1")  # every replica is on this machine
+    for replica in run.replicas if replicas is None else replicas:
+        env = {
+            **shared_env,
+            **rendezvous[replica.placement],
+            **payload.env,
+            **local_environment.backend_env(request, replica.placement),
+            **(device_env(replica.placement) if device_env else {}),
+        }
+        try:
+            joins = trees.prepare(run, replica, request)
+        except OSError as error:
+            replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
+            continue
+        startable.append(
+            (
+                position[id(replica)],
+                {
+                    "env": env,
+                    "exit_file": str(run.exit_file(replica)),
+                    "stdout": str(run.log_file(replica, "stdout")),
+                    "stderr": str(run.log_file(replica, "stderr")),
+                    "cgroups": [str(join) for join in joins],
+                },
+            )
+        )
+    size = batch_size()
     gate_read, gate_write = os.pipe()
     try:
         try:
-            for replica in run.replicas if replicas is None else replicas:
-                env = {
-                    **shared_env,
-                    # Every replica of a local run is on this machine.
-                    **rendezvous_env(request, replica.placement, "127.0.0.1"),
-                    **payload.env,
-                    **local_environment.backend_env(request, replica.placement),
-                    **(device_env(replica.placement) if device_env else {}),
-                }
-                try:
-                    joins, namespace = trees.prepare(run, replica, request)
-                except OSError as error:
-                    replica.finish(None, error=f"could not make its cgroup: {error.strerror}")
-                    continue
+            for first in range(0, len(startable), size):
+                batch = startable[first : first + size]
+                number = len(run.supervisors)
                 spec = {
                     **common,
-                    "env": env,
-                    "exit_file": str(run.exit_file(replica)),
                     "gate_fd": gate_read,
-                    "cgroups": [str(join) for join in joins],
-                    "pid_namespace": namespace,
+                    "pids_file": str(run.pids_file(number)),
+                    "replicas": [item for _, item in batch],
                 }
                 try:
                     process = processes.start_supervised(
                         spec,
-                        stdout=run.log_file(replica, "stdout"),
-                        stderr=run.log_file(replica, "stderr"),
+                        stdout=Path(os.devnull),
+                        stderr=run.supervisor_log(number),
                         gate_fd=gate_read,
                     )
                 except OSError as error:  # its strerror only: no path of the server's
-                    replica.finish(None, error=f"could not start: {error.strerror or error}")
+                    for index, _ in batch:
+                        run.replicas[index].finish(
+                            None, error=f"could not start: {error.strerror or error}"
+                        )
                     continue
-                replica.attach(process, processes.start_ticks(process.pid))
+                members = [index for index, _ in batch]
+                supervisor = Supervisor(
+                    process.pid, processes.start_ticks(process.pid), members, process=process
+                )
+                run.supervisors.append(supervisor)
+                for index in members:
+                    run.replicas[index].supervisor = number
         finally:
             os.close(gate_read)
-        save_run(run)  # every pid durable before the gate opens: no untracked command
-        claim_gate(str(gate_path), "go")
+        with contextlib.nullcontext() if guard is None else guard:
+            save_run(run)  # every supervisor durable before the gate opens: no untracked one
+            return claim_gate(str(gate_path), decide())
     finally:
         os.close(gate_write)  # wakes every supervisor (to abandon, without a gate file)

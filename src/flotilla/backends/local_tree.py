@@ -1,9 +1,11 @@
 """Whole-tree tracking and limits of the ``local`` backend's replicas.
 
 Each replica runs in a cgroup of its own (``cgroups.py``: its memory, pids and CPU share
-limited to what its job asked for) and in a PID namespace of its own, under an init that ends
-every process of the namespace when the command ends or is killed (``_job_init.py``). So
-cancel, finish and ``max_runtime`` end every process a job started, ``setsid`` daemons
+limited to what its job asked for; ``max_pids`` is per replica, so a run of 10,000 replicas is
+not refused by its own limit), killed when the replica is found over, and in the PID namespace
+of its batch (up to ``local_starting.BATCH`` replicas of the run), whose PID 1 is the batch's
+supervisor: when it ends, or is killed, every process of the namespace goes (``_supervise.py``).
+So cancel, finish and ``max_runtime`` end every process a job started, ``setsid`` daemons
 included, and a job asking ``memory: 64Mi`` that allocates more is OOM-killed and fails with
 "exceeded its memory request of 64Mi" — a failure of the job, not of the node, for retries.
 
@@ -170,13 +172,11 @@ class ProcessTrees:
             why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
 
-    def prepare(
-        self, run: Run, replica: Replica, request: DispatchRequest
-    ) -> tuple[tuple[Path, ...], bool]:
-        """The cgroup directories the replica joins (made now, with its limits) and whether it
-        gets a PID namespace. Raises ``OSError`` when its cgroup cannot be made."""
+    def prepare(self, run: Run, replica: Replica, request: DispatchRequest) -> tuple[Path, ...]:
+        """The cgroup directories the replica joins (made now, with its limits). Raises
+        ``OSError`` when its cgroup cannot be made."""
         if self.hierarchy is None:
-            return (), self.pid_namespace
+            return ()
         wanted = request.resources.get(replica.placement.task, {})
         memory = wanted.get("memory")
         cpu = wanted.get("cpu")
@@ -187,7 +187,7 @@ class ProcessTrees:
         )
         if memory and "memory" in self.hierarchy.enforced:
             replica.memory_request = float(memory)
-        return self.hierarchy.create(self.path(run, replica), limits), self.pid_namespace
+        return self.hierarchy.create(self.path(run, replica), limits)
 
     def ended(self, run: Run, replica: Replica) -> None:
         """``replica`` was just found over: kill whatever of it is left in its cgroup (the

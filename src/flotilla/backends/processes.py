@@ -191,6 +191,17 @@ def start_supervised(
     the read end of the run's gate pipe, inherited. Raises ``OSError`` when the supervisor
     itself cannot start."""
     launch = _launch_file(json.dumps(spec).encode())
+    # Started with its stop signals blocked (a signal mask survives exec): one sent before it
+    # has set its handlers waits for them instead of killing it (``_supervise.main``).
+    stops = {
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGRTMIN,
+    }
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         with _log(stdout) as out, _log(stderr) as err:
             return subprocess.Popen(
@@ -205,6 +216,7 @@ def start_supervised(
                 pass_fds=() if gate_fd is None else (gate_fd,),
             )
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         os.close(launch)
 
 

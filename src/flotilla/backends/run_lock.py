@@ -37,32 +37,45 @@ class RunLocks:
 
     def __init__(self, wait_seconds: float = WAIT_SECONDS) -> None:
         self._wait = wait_seconds
-        self._held: dict[Path, int] = {}
-        """Locked run directory → how many nested ``hold`` calls hold it."""
+        self._held: dict[Path, tuple[int, int]] = {}
+        """Locked run directory → how many nested ``take`` calls hold it, and its descriptor.
+        Used under the backend's lock."""
 
     @contextlib.contextmanager
     def hold(self, directory: Path) -> Iterator[None]:
         """Hold ``directory``'s lock for the block, creating the directory if needed.
 
         Raises ``BackendUnavailable`` when another process holds it for ``wait_seconds``."""
+        self.take(directory)
+        try:
+            yield
+        finally:
+            self.release(directory)
+
+    def take(self, directory: Path) -> None:
+        """Take ``directory``'s lock until ``release`` (which another thread may call: a run
+        started in the background holds it until its gate is open). As ``hold``."""
         if directory in self._held:
-            self._held[directory] += 1
-            try:
-                yield
-            finally:
-                self._held[directory] -= 1
+            count, descriptor = self._held[directory]
+            self._held[directory] = (count + 1, descriptor)
             return
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # the state is the server's only
         descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _lock(descriptor, directory, self._wait)
-            self._held[directory] = 1
-            try:
-                yield
-            finally:
-                del self._held[directory]
-        finally:
-            os.close(descriptor)  # releases the lock
+        except BaseException:
+            os.close(descriptor)
+            raise
+        self._held[directory] = (1, descriptor)
+
+    def release(self, directory: Path) -> None:
+        """Give back one ``take`` of ``directory``'s lock (the last one unlocks it)."""
+        count, descriptor = self._held[directory]
+        if count > 1:
+            self._held[directory] = (count - 1, descriptor)
+            return
+        del self._held[directory]
+        os.close(descriptor)  # releases the lock
 
 
 def _lock(descriptor: int, directory: Path, wait: float) -> None:
