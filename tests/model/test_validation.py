@@ -301,3 +301,18 @@ def test_a_retry_delay_stored_before_delays_were_bounded_still_gives_a_date() ->
         delay = stored.delay_after(3)
         assert delay == MAX_SECONDS
         assert datetime.now(UTC) + timedelta(seconds=delay) > datetime.now(UTC)
+
+
+@pytest.mark.parametrize("asked", ["SIGKILL", "SIGSTOP", "SIGRTMIN", "SIGCHLD", "USR1"])
+def test_a_preemption_signal_that_would_not_give_the_job_its_grace_is_refused(asked: str) -> None:
+    # SIGKILL or SIGSTOP cannot be handled; SIGRTMIN is the local supervisors' kill word;
+    # SIGCHLD is ignored by default: none of them tells a job to save its work.
+    data = base(jobs=[{**job("j"), "preemption": {"grace": 30, "signal": asked}}])
+    [problem] = problems_of(data)
+    assert problem.startswith("jobs[0].preemption.signal: ")
+    assert "SIGUSR1" in problem and asked in problem
+
+
+def test_the_signals_a_job_may_ask_for_before_the_kill_load() -> None:
+    for asked in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"):
+        load(base(jobs=[{**job("j"), "preemption": {"grace": 30, "signal": asked}}]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -152,6 +151,11 @@ class JobTopology(Strict):
         return level
 
 
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+"""The signals a job may ask to get before the kill: each backend's supervisor passes these on
+(a stop, a kill word or a job-control signal would not give the job its grace)."""
+
+
 class JobPreemption(Strict):
     """Extension: how a preempted run is told before it is stopped."""
 
@@ -163,8 +167,8 @@ class JobPreemption(Strict):
     @field_validator("signal")
     @classmethod
     def _known_signal(cls, name: str) -> str:
-        if name not in signal.Signals.__members__:
-            raise ValueError(f"{name!r} is not a signal name (such as SIGTERM or SIGUSR1)")
+        if name not in PREEMPTION_SIGNALS:
+            raise ValueError(f"{name!r}: give one of {', '.join(PREEMPTION_SIGNALS)}")
         return name
 
 
