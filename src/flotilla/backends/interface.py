@@ -229,6 +229,10 @@ class RunStatus:
     over_limit: bool = False
     """The backend ended it for exceeding a limit the job itself set (its ``max_runtime``, its
     memory request): the job's failure even when a signal ended it, never the node's."""
+    last_checkpoint_at: float | None = None
+    """When the job last reported "checkpointed now" (``flotilla.checkpoint()`` touching
+    ``FLOTILLA_CHECKPOINT_FILE``); ``None``: never, or the backend cannot tell (only the local
+    backend reports it)."""
 
 
 class LogStream(StrEnum):

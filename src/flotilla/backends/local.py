@@ -548,6 +548,9 @@ class LocalBackend:
             if not replica.finished and local_ending.reap(run, replica, self._reaping):
                 self._trees.ended(run, replica)
                 changed = True
+        if local_ending.read_checkpoint(run, now):
+            self._changes.mark(run.run_id)  # reported at the next poll, though still running
+            self._save_soon(run)
         if run.stop is None:
             halt = local_ending.stop_due(run, now, self.grace_period)
             if halt is not None:

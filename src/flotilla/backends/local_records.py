@@ -28,6 +28,9 @@ from flotilla.backends.local_identity import Identity
 from flotilla.backends.processes import describe_exit
 
 RECORD_VERSION = 1
+CHECKPOINT_FILE = ".flotilla-checkpoint"
+"""In the run's scratch dir: the job touches it to report a checkpoint
+(``flotilla.checkpoint()``)."""
 
 
 @dataclass
@@ -145,6 +148,8 @@ class Run:
     """Who its commands run as (None: the server's user)."""
     identity_released: bool = False
     """A dynamic identity: every process of its uid is gone and the uid given back."""
+    last_checkpoint_at: float | None = None
+    """The time of the run's checkpoint file when last read (``checkpoint_file``)."""
 
     @property
     def run_id(self) -> str:
@@ -167,6 +172,11 @@ class Run:
     def holds_identity(self) -> bool:
         """The run holds a uid of its own that is still to be given back."""
         return self.identity is not None and self.identity.dynamic and not self.identity_released
+
+    def checkpoint_file(self) -> Path | None:
+        """The file the job touches to report a checkpoint (``FLOTILLA_CHECKPOINT_FILE``): in
+        its scratch dir, which it owns; ``None`` when the run has no scratch dir."""
+        return None if self.scratch is None else self.scratch / CHECKPOINT_FILE
 
     def gate_file(self) -> Path:
         """``go`` or ``abandon``: whether the replicas' commands may run (see _supervise)."""
@@ -224,6 +234,7 @@ class Run:
                 )
                 for replica in self.replicas
             ),
+            last_checkpoint_at=self.last_checkpoint_at,
             over_limit=self.state is BackendRunState.FAILED
             and (
                 (self.stop is not None and self.stop.kind == "max-runtime")
@@ -249,6 +260,7 @@ class Run:
             "scratch": None if self.scratch is None else str(self.scratch),
             "identity": None if self.identity is None else self.identity.to_json(),
             "identity_released": self.identity_released,
+            "last_checkpoint_at": self.last_checkpoint_at,
             "replicas": [replica.to_json() for replica in self.replicas],
         }
 
@@ -281,6 +293,7 @@ class Run:
             scratch=Path(data["scratch"]) if data.get("scratch") else None,
             identity=Identity.from_json(identity) if identity else None,
             identity_released=bool(data.get("identity_released")),
+            last_checkpoint_at=data.get("last_checkpoint_at"),
         )
 
 

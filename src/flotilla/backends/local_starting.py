@@ -116,6 +116,8 @@ def start_replicas(
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
+    checkpoint = run.checkpoint_file()
+    reporting = {} if checkpoint is None else {"FLOTILLA_CHECKPOINT_FILE": str(checkpoint)}
     common: dict[str, Any] = {
         "argv": payload.argv(),
         "uid": None if identity is None else identity.uid,
@@ -139,6 +141,7 @@ def start_replicas(
                     **rendezvous_env(request, replica.placement, "127.0.0.1"),
                     **payload.env,
                     **local_environment.backend_env(request, replica.placement),
+                    **reporting,
                 }
                 try:
                     joins, namespace = trees.prepare(run, replica, request)

@@ -38,6 +38,7 @@ from flotilla.lifecycle.events import (
     TimerKind,
 )
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
+from flotilla.service.checkpoints import new_checkpoints
 from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spec_from_record
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
@@ -120,6 +121,8 @@ class RunTransitions:
             with contain("its run's report", status.job, status.run_id):
                 changes += self.on_run_status(status)
         self.record(changes)
+        reports = new_checkpoints(self._context.jobdb, statuses)
+        self._context.store.record_checkpoints(reports, fence=self._context.lease)
         for status in statuses:
             with contain("stopping an orphaned run", status.job, status.run_id):
                 self._stop_if_orphaned(backend, status)

@@ -34,6 +34,8 @@ class RunRecord:
     finished_at: datetime | None = None
     exit_code: int | None = None
     message: str | None = None
+    last_checkpoint_at: datetime | None = None
+    """When the run last reported a checkpoint (``flotilla.checkpoint()``), if it did."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
+from flotilla.store import (
+    cancels,
+    catalog,
+    checkpoints,
+    cycle,
+    feed,
+    fleet,
+    holds,
+    jobs,
+    leases,
+    lookup,
+    wake,
+)
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -33,7 +45,13 @@ from flotilla.store.engine import (
 )
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.observe import CommitObserver, notify, take_changes
-from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Transition
+from flotilla.store.protocol import (
+    CheckpointReport,
+    CycleCommit,
+    CycleWrite,
+    RunRequest,
+    Transition,
+)
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
@@ -279,6 +297,15 @@ class SqlStore:
             self._fence(session, fence)
             cycle.grow_run(session, job_id, run_id, assignment, reason, self._now())
             return self._read_records(session, [job_id])[0]
+
+    def record_checkpoints(
+        self, reports: Sequence[CheckpointReport], *, fence: Lease | None = None
+    ) -> None:
+        if not reports:
+            return
+        with self._write() as session:
+            self._fence(session, fence)
+            checkpoints.record(session, reports, self._now())
 
     def commit_cycle(
         self,
