@@ -247,8 +247,8 @@ def _job(
     spec["queue"] = job.queue
     spec["priority"] = job.priority
     spec["preemptible"] = job.spec.preemptible if job.spec.preemptible is not None else True
-    if job.owner is not None:
-        spec["user"] = job.owner
+    if job.spec.user is None and job.owner is not None:
+        spec["user"] = job.owner  # the owner the service counts: its user, else the submitter
     submit_at = 0.0
     if job.state is JobState.QUEUED and job.not_before is not None:
         submit_at = max(0.0, (job.not_before - now).total_seconds())  # a retry backoff
