@@ -6,7 +6,7 @@ projects them: its first cycle places what the service places next. A job's ``us
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from flotilla.model.loader import scenario_from_data
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.sim import SimulationOptions, simulate
-from flotilla.store import ACTIVE_JOB_STATES, SqlStore
+from flotilla.store import ACTIVE_JOB_STATES, CheckpointReport, SqlStore
 from flotilla.whatif.export import ExportInput, export_scenario
 
 RACKS = [
@@ -103,3 +103,16 @@ def test_the_export_carries_the_policy_fields_and_places_what_the_service_places
     assert served == simulated
     assert gang in served and ana[0] in served and bob in served  # one rack; one job per owner
     assert not {ana[1], ana[2], too_wide} & served
+
+
+def test_a_running_jobs_reported_checkpoint_is_exported(live: Live) -> None:
+    job = live.submit("train", "ana", 1)
+    live.loop.cycle()
+    run = live.store.get_job(job).run
+    assert run is not None
+    now = datetime.now(UTC)
+    live.store.record_checkpoints([CheckpointReport(job, run.id, now - timedelta(seconds=90))])
+    parsed = scenario_from_data(export_scenario(ExportInput(live.store, now)).scenario)
+    assert parsed.live is not None
+    (entry,) = parsed.live.jobs
+    assert entry.running is not None and entry.running.since_checkpoint == 90

@@ -227,7 +227,12 @@ def _running(job: JobRecord, now: datetime, clusters: set[str]) -> LiveRun | Non
     elapsed = 0.0
     if run.started_at is not None:
         elapsed = max(0.0, (now - run.started_at).total_seconds())
-    return LiveRun(cluster=run.cluster, elapsed=elapsed, placements=placements)
+    since = None
+    if run.last_checkpoint_at is not None:
+        since = max(0.0, (now - run.last_checkpoint_at).total_seconds())
+    return LiveRun(
+        cluster=run.cluster, elapsed=elapsed, since_checkpoint=since, placements=placements
+    )
 
 
 _DROPPED = ("payload", "hold_if_unfit", "array", "count", "priority_class", "cancel_at")
