@@ -40,6 +40,8 @@ class Run(BaseModel):
     finished_at: datetime | None
     exit_code: int | None
     message: str | None
+    last_checkpoint_at: datetime | None = None
+    """When the run last reported a checkpoint (``flotilla.checkpoint()``); null: never."""
 
     @classmethod
     def from_record(cls, run: RunRecord) -> Run:
@@ -54,6 +56,7 @@ class Run(BaseModel):
             finished_at=run.finished_at,
             exit_code=run.exit_code,
             message=run.message,
+            last_checkpoint_at=run.last_checkpoint_at,
         )
 
 
