@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         Unauthorized,
         Unreachable,
         WaitTimeout,
+        checkpoint,
     )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "Unreachable",
     "WaitTimeout",
     "__version__",
+    "checkpoint",
 ]
 
 SDK_NAMES = frozenset(__all__) - {"__version__"}

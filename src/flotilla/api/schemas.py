@@ -55,6 +55,8 @@ class Run(BaseModel):
     exit_code: int | None
     message: str | None
     gpu: RunGpu | None = None
+    last_checkpoint_at: datetime | None = None
+    """When the run last reported a checkpoint (``flotilla.checkpoint()``); null: never."""
 
     @classmethod
     def from_record(cls, run: RunRecord) -> Run:
@@ -81,6 +83,7 @@ class Run(BaseModel):
                 efficiency=use.efficiency,
                 samples=use.samples,
             ),
+            last_checkpoint_at=run.last_checkpoint_at,
         )
 
 

@@ -234,6 +234,10 @@ class RunStatus:
     gpu: GpuUse | None = None
     """Its GPU use as the backend last measured it (``gpu_telemetry.py``); None: not measured
     (no GPU, or a backend that does not sample)."""
+    last_checkpoint_at: float | None = None
+    """When the job last reported "checkpointed now" (``flotilla.checkpoint()`` touching
+    ``FLOTILLA_CHECKPOINT_FILE``); ``None``: never, or the backend cannot tell (only the local
+    backend reports it)."""
 
 
 class LogStream(StrEnum):

@@ -745,6 +745,9 @@ class LocalBackend:
             if local_ending.reap_supervised(run, replica, alive[replica.supervisor]):
                 self._trees.ended(run, replica)
                 changed = True
+        if local_ending.read_checkpoint(run, now):
+            self._changes.mark(run.run_id)  # reported at the next poll, though still running
+            self._save_soon(run)
         if run.stop is None:
             halt = local_ending.stop_due(run, now, self.grace_period)
             if halt is not None:

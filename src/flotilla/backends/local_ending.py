@@ -166,6 +166,25 @@ def reap_supervised(run: Run, replica: Replica, alive: bool | None = None) -> bo
     return True
 
 
+def read_checkpoint(run: Run, now: float) -> bool:
+    """Read the time of the run's checkpoint file (``flotilla.checkpoint()`` touches it) into
+    ``run.last_checkpoint_at``; True when it is newer than the one held. The job owns the
+    file, so the link itself is read (never followed) and the time held within the run's
+    start and now."""
+    path = run.checkpoint_file()
+    if path is None or run.started_at is None:
+        return False
+    try:
+        touched = os.lstat(path).st_mtime
+    except OSError:
+        return False
+    touched = min(max(touched, run.started_at), now)
+    if run.last_checkpoint_at is not None and touched <= run.last_checkpoint_at:
+        return False
+    run.last_checkpoint_at = touched
+    return True
+
+
 def stop_due(run: Run, now: float, grace_period: float) -> Stop | None:
     """The stop ``run`` needs now that nobody asked for: a replica failed while others still
     run, or the run exceeded its ``max_runtime``; ``None`` when it may go on."""

@@ -30,6 +30,9 @@ from flotilla.backends.processes import describe_exit
 from flotilla.model.gpu_use import GpuUse
 
 RECORD_VERSION = 1
+CHECKPOINT_FILE = ".flotilla-checkpoint"
+"""In the run's scratch dir: the job touches it to report a checkpoint
+(``flotilla.checkpoint()``)."""
 
 
 @dataclass
@@ -190,6 +193,8 @@ class Run:
     """What its replicas hold of each device (``gpu_telemetry.shares_of``)."""
     gpu: GpuUse | None = None
     """Its GPU use as last sampled (``gpu_telemetry.py``; None: never sampled)."""
+    last_checkpoint_at: float | None = None
+    """The time of the run's checkpoint file when last read (``checkpoint_file``)."""
 
     @property
     def run_id(self) -> str:
@@ -220,6 +225,11 @@ class Run:
     def holds_identity(self) -> bool:
         """The run holds a uid of its own that is still to be given back."""
         return self.identity is not None and self.identity.dynamic and not self.identity_released
+
+    def checkpoint_file(self) -> Path | None:
+        """The file the job touches to report a checkpoint (``FLOTILLA_CHECKPOINT_FILE``): in
+        its scratch dir, which it owns; ``None`` when the run has no scratch dir."""
+        return None if self.scratch is None else self.scratch / CHECKPOINT_FILE
 
     def gate_file(self) -> Path:
         """``go`` or ``abandon``: whether the replicas' commands may run (see _supervise)."""
@@ -278,6 +288,7 @@ class Run:
                 )
                 for replica in self.replicas
             ),
+            last_checkpoint_at=self.last_checkpoint_at,
             over_limit=self.state is BackendRunState.FAILED
             and (
                 (self.stop is not None and self.stop.kind in ("max-runtime", "gpu-memory"))
@@ -304,6 +315,7 @@ class Run:
             "identity": None if self.identity is None else self.identity.to_json(),
             "identity_released": self.identity_released,
             "supervisors": [supervisor.to_json() for supervisor in self.supervisors],
+            "last_checkpoint_at": self.last_checkpoint_at,
             "replicas": [replica.to_json() for replica in self.replicas],
             "gpu_shares": [vars(share).copy() for share in self.gpu_shares],
             "gpu": None if self.gpu is None else self.gpu.to_json(),
@@ -341,6 +353,7 @@ class Run:
             supervisors=[Supervisor.from_json(item) for item in data.get("supervisors") or ()],
             gpu_shares=tuple(DeviceShare(**share) for share in data.get("gpu_shares", ())),
             gpu=GpuUse.from_json(data["gpu"]) if data.get("gpu") else None,
+            last_checkpoint_at=data.get("last_checkpoint_at"),
         )
 
 

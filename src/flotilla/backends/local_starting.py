@@ -147,6 +147,8 @@ def start_replicas(
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
+    checkpoint = run.checkpoint_file()
+    reporting = {} if checkpoint is None else {"FLOTILLA_CHECKPOINT_FILE": str(checkpoint)}
     common: dict[str, Any] = {
         "argv": payload.argv(),
         "uid": None if identity is None else identity.uid,
@@ -170,6 +172,7 @@ def start_replicas(
             **rendezvous[replica.placement],
             **payload.env,
             **local_environment.backend_env(request, replica.placement),
+            **reporting,
             **(device_env(replica.placement) if device_env else {}),
         }
         try:

@@ -7,9 +7,10 @@ unit holding a non-preemptible job, a job the policy did not make eligible, or a
 within its ``min_runtime``, is never a candidate.
 
 Work a victim loses (issue 28): the GPU-seconds it ran since its last checkpoint
-(``lost_work``); among victims of one priority the plugins take the least first. A job that
-declares ``checkpoint_every`` saved its work at each multiple of it since its run started; any
-other job loses everything since its start.
+(``lost_work``); among victims of one priority the plugins take the least first. A run that
+reported a checkpoint (``flotilla.checkpoint()``, ``RunningJob.last_checkpoint_at``) saved its
+work then; a job that declares ``checkpoint_every`` saved it at each multiple of it since its
+run started; the later of the two counts. Any other job loses everything since its start.
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ def protected(running: RunningJob, now: float) -> bool:
 
 
 def last_checkpoint(running: RunningJob, now: float) -> float:
-    """When the run last saved its work: the last multiple of ``checkpoint_every`` since it
-    started, else its start."""
+    """When the run last saved its work: the later of its reported checkpoint and the last
+    multiple of ``checkpoint_every`` since it started, else its start. A reported time is
+    held within [start, now] (the job writes the file's time)."""
     every = running.job.checkpoint_every
     started = running.started_at
-    if every is None or now <= started:
-        return started
-    return started + math.floor((now - started) / every) * every
+    declared = started
+    if every is not None and now > started:
+        declared = started + math.floor((now - started) / every) * every
+    reported = running.last_checkpoint_at
+    if reported is None:
+        return declared
+    return max(declared, min(max(reported, started), max(now, started)))
 
 
 def gpus_of(job: SchedulingJob) -> float:

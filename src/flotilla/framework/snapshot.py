@@ -34,6 +34,9 @@ class RunningJob:
     assignment: Assignment
     started_at: float = 0.0
     """When the current run was scheduled: preemption takes the youngest first."""
+    last_checkpoint_at: float | None = None
+    """When the run last reported a checkpoint (``flotilla.checkpoint()``), if it did: the
+    work a preemption loses is counted from there (``framework/preemption.py``)."""
 
     def held(self, size: int) -> Vector:
         """What it holds: the job's total when every replica is placed (the common case, no

@@ -143,7 +143,11 @@ class LiveRun(Strict):
 
     cluster: str
     elapsed: Seconds = 0
-    """Seconds it had run when the export was taken."""
+    """Seconds it had run when the export was taken: ``min_runtime`` and the work a
+    preemption loses count from ``-elapsed``."""
+    since_checkpoint: Seconds | None = None
+    """Extension: seconds since the checkpoint it last reported (``flotilla.checkpoint()``)
+    when the export was taken; none reported: null."""
     placements: list[dict[str, Any]] = Field(min_length=1)
     """Its placements in the assignment's one JSON form (``framework/assignment_record.py``):
     ``{task, replica, node, gpus, shares, gpu_memory}``."""

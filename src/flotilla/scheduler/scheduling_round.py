@@ -206,7 +206,9 @@ class SchedulingRound:
                 annotations={**previous.assignment.annotations, **assignment.annotations},
             )
             self._running_change(previous, added=False)
-            self.running[job.name] = RunningJob(job, merged, previous.started_at)
+            self.running[job.name] = RunningJob(
+                job, merged, previous.started_at, previous.last_checkpoint_at
+            )
         else:
             self.running[job.name] = RunningJob(job, assignment, self.now)
         amount = assignment.held(size)

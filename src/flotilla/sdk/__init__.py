@@ -18,6 +18,7 @@ from flotilla.api.schemas import (
 )
 from flotilla.sdk.aio import AsyncClient
 from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
+from flotilla.sdk.checkpoint import checkpoint
 from flotilla.sdk.client import Client
 from flotilla.sdk.errors import (
     BadRequest,
@@ -61,5 +62,6 @@ __all__ = [
     "Unreachable",
     "WaitTimeout",
     "Why",
+    "checkpoint",
     "read_job_file",
 ]

@@ -39,13 +39,16 @@ ClusterSpecBuilder = Callable[[ClusterRecord, Sequence[NodeInfo]], ClusterSpec]
 
 
 def spec_from_record(record: ClusterRecord, nodes: Sequence[NodeInfo]) -> ClusterSpec:
-    """Refreshed nodes, everything else as recorded (labels, cost, backend, gpu_sharing)."""
+    """Refreshed nodes, everything else as recorded (labels, cost, backend, gpu_sharing,
+    topology)."""
     spec = cluster_spec_from_inventory(record.name, record.backend, nodes, labels=record.labels)
     update: dict[str, Any] = {}
     if cost := record.spec.get("cost"):
         update["cost"] = dict(cost)
     if sharing := record.spec.get("gpu_sharing"):
         update["gpu_sharing"] = GpuSharing(sharing)
+    if topology := record.spec.get("topology"):
+        update["topology"] = list(topology)
     return spec.model_copy(update=update) if update else spec
 
 

@@ -263,7 +263,15 @@ class SnapshotBuilder:
                 continue
             for placement in assignment.placements:
                 cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
-            running.append(RunningJob(engine_job, assignment, job.run.created_at.timestamp()))
+            checkpoint = job.run.last_checkpoint_at
+            running.append(
+                RunningJob(
+                    engine_job,
+                    assignment,
+                    job.run.created_at.timestamp(),
+                    None if checkpoint is None else checkpoint.timestamp(),
+                )
+            )
         if len(self._active) > 2 * len(active_records) + 1000:
             live = {job.id for job in active_records}
             self._active = {key: value for key, value in self._active.items() if key in live}

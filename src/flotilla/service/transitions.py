@@ -38,6 +38,7 @@ from flotilla.lifecycle.events import (
     TimerKind,
 )
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
+from flotilla.service.checkpoints import new_checkpoints
 from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spec_from_record
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
@@ -132,6 +133,8 @@ class RunTransitions:
             return None if job is None else job.queue
 
         self._gpu_metrics.observe(statuses, queue_of)
+        reports = new_checkpoints(self._context.jobdb, statuses)
+        self._context.store.record_checkpoints(reports, fence=self._context.lease)
         for status in statuses:
             with contain("stopping an orphaned run", status.job, status.run_id):
                 self._stop_if_orphaned(backend, status)

@@ -32,3 +32,5 @@ def start_live_runs(simulator: Simulator) -> None:
         if unfit is not None:
             raise SpecError([f"{where}.placements: {unfit}"])
         simulator.place(job, assignment, 0.0)
+        checkpoint = entry.running.since_checkpoint
+        simulator.backdate(job, entry.running.elapsed, None if checkpoint is None else -checkpoint)

@@ -372,6 +372,17 @@ class Simulator(LifecycleInterpreter):
         """Run ``job`` on ``assignment`` outside a round (a live export's running jobs)."""
         self._run(job, ScheduledJob(job.job, assignment), now)
 
+    def backdate(self, job: SimJob, elapsed: float, checkpoint: float | None) -> None:
+        """A live export's running job placed at t=0 had already run ``elapsed`` seconds
+        (and reported a checkpoint at ``checkpoint``): victim selection sees it started then,
+        and a protection (``min_runtime``) still running wakes a round when it ends."""
+        assert job.assignment is not None
+        started = -elapsed
+        self._running_views[job.name] = RunningJob(job.job, job.assignment, started, checkpoint)
+        least = job.job.min_runtime
+        if least is not None and 0 < started + least < least:
+            self._schedule_timer(started + least, Timer.PROTECTION_ENDS, job.name, job.run)
+
     def _note_partial(self, job: SimJob) -> None:
         assert job.assignment is not None
         if len(job.assignment.placements) < job.job.replica_count:

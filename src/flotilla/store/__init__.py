@@ -19,7 +19,14 @@ from flotilla.store.errors import (
     job_not_found,
 )
 from flotilla.store.observe import CommitObserver, CommittedChanges
-from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Store, Transition
+from flotilla.store.protocol import (
+    CheckpointReport,
+    CycleCommit,
+    CycleWrite,
+    RunRequest,
+    Store,
+    Transition,
+)
 from flotilla.store.records import (
     ClusterRecord,
     DependencyRecord,
@@ -50,6 +57,7 @@ __all__ = [
     "TERMINAL_JOB_STATES",
     "WAITING_JOB_STATES",
     "AmbiguousJobError",
+    "CheckpointReport",
     "ClusterRecord",
     "CommitObserver",
     "CommittedChanges",

@@ -106,6 +106,7 @@ def _run_record(row: Run | AnyRow, assignment: Mapping[str, Any]) -> RunRecord:
         finished_at=row.finished_at,
         exit_code=row.exit_code,
         message=row.message,
+        last_checkpoint_at=row.last_checkpoint_at,
     )
 
 

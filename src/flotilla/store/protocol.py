@@ -60,6 +60,16 @@ class RunRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    """Run ``run_id`` of job ``job_id`` reported a checkpoint at ``at`` (its backend read
+    the time of the job's ``FLOTILLA_CHECKPOINT_FILE``)."""
+
+    job_id: str
+    run_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     """Move a job to ``new_state``. ``run``, when given, must be the job's latest run: a
     report about an older attempt is rejected (``StaleRunError``). ``exit_code`` and
@@ -216,6 +226,14 @@ class Store(Protocol):
         """A non-strict gang's active run ``run_id`` grew: store its whole new ``assignment``
         (old placements and new), give the job a new serial and an ``expanded`` event with
         ``reason``. Raises ``StaleRunError`` when the run is no longer the job's active run."""
+        ...
+
+    def record_checkpoints(
+        self, reports: Sequence[CheckpointReport], *, fence: Lease | None = None
+    ) -> None:
+        """Keep each report's time as its run's ``last_checkpoint_at`` and give the job a new
+        serial (every JobDb sees it; no event: a job may checkpoint every minute). A report
+        about a run that is no longer its job's active run is ignored."""
         ...
 
     def commit_cycle(

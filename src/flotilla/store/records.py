@@ -38,6 +38,8 @@ class RunRecord:
     gpu: GpuUse | None = None
     """Its GPU use as its backend last reported it (``store/gpu_use.py``); filled by
     ``Store.runs`` only."""
+    last_checkpoint_at: datetime | None = None
+    """When the run last reported a checkpoint (``flotilla.checkpoint()``), if it did."""
 
 
 @dataclass(frozen=True, slots=True)

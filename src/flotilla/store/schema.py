@@ -187,6 +187,9 @@ class Run(Base):
     finished_at: Mapped[datetime | None]
     exit_code: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str | None] = mapped_column(Text)
+    last_checkpoint_at: Mapped[datetime | None]
+    """When the run last reported "checkpointed now" (``flotilla.checkpoint()``): the work a
+    preemption would throw away starts here. Null: it never reported one (migration 0010)."""
 
 
 class RunGpuUse(Base):

@@ -18,7 +18,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
-from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
+from flotilla.store import (
+    cancels,
+    catalog,
+    checkpoints,
+    cycle,
+    feed,
+    fleet,
+    holds,
+    jobs,
+    leases,
+    lookup,
+    wake,
+)
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -36,7 +48,13 @@ from flotilla.store.engine import (
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.gpu_use import gpu_use_of, record_gpu_use
 from flotilla.store.observe import CommitObserver, notify, take_changes
-from flotilla.store.protocol import CycleCommit, CycleWrite, RunRequest, Transition
+from flotilla.store.protocol import (
+    CheckpointReport,
+    CycleCommit,
+    CycleWrite,
+    RunRequest,
+    Transition,
+)
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
@@ -282,6 +300,15 @@ class SqlStore:
             self._fence(session, fence)
             cycle.grow_run(session, job_id, run_id, assignment, reason, self._now())
             return self._read_records(session, [job_id])[0]
+
+    def record_checkpoints(
+        self, reports: Sequence[CheckpointReport], *, fence: Lease | None = None
+    ) -> None:
+        if not reports:
+            return
+        with self._write() as session:
+            self._fence(session, fence)
+            checkpoints.record(session, reports, self._now())
 
     def commit_cycle(
         self,

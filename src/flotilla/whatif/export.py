@@ -227,7 +227,12 @@ def _running(job: JobRecord, now: datetime, clusters: set[str]) -> LiveRun | Non
     elapsed = 0.0
     if run.started_at is not None:
         elapsed = max(0.0, (now - run.started_at).total_seconds())
-    return LiveRun(cluster=run.cluster, elapsed=elapsed, placements=placements)
+    since = None
+    if run.last_checkpoint_at is not None:
+        since = max(0.0, (now - run.last_checkpoint_at).total_seconds())
+    return LiveRun(
+        cluster=run.cluster, elapsed=elapsed, since_checkpoint=since, placements=placements
+    )
 
 
 _DROPPED = ("payload", "hold_if_unfit", "array", "count", "priority_class", "cancel_at")
@@ -247,8 +252,8 @@ def _job(
     spec["queue"] = job.queue
     spec["priority"] = job.priority
     spec["preemptible"] = job.spec.preemptible if job.spec.preemptible is not None else True
-    if job.owner is not None:
-        spec["user"] = job.owner
+    if job.spec.user is None and job.owner is not None:
+        spec["user"] = job.owner  # the owner the service counts: its user, else the submitter
     submit_at = 0.0
     if job.state is JobState.QUEUED and job.not_before is not None:
         submit_at = max(0.0, (job.not_before - now).total_seconds())  # a retry backoff
