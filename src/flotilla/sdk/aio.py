@@ -132,6 +132,9 @@ class AsyncClient:
     async def hold(self, job: str, reason: str = "") -> Job:
         return await self.call(calls.hold(await self.job_id(job), reason))
 
+    async def requeue(self, job: str, reason: str = "") -> Job:
+        return await self.call(calls.requeue(await self.job_id(job), reason))
+
     async def release(self, job: str, reason: str = "") -> Job:
         return await self.call(calls.release(await self.job_id(job), reason))
 

@@ -167,6 +167,10 @@ def hold(job: str, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/hold", one(Job), body={"reason": reason})
 
 
+def requeue(job: str, reason: str) -> Call[Job]:
+    return Call("POST", f"{job_path(job)}/requeue", one(Job), body={"reason": reason})
+
+
 def release(job: str, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/release", one(Job), body={"reason": reason})
 

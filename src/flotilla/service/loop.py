@@ -401,6 +401,7 @@ class SchedulingLoop:
                     return
                 self._sync()
                 self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
+                self._transitions.stop_requeued()
                 self._transitions.poll_all()
                 self._writes.flush()
             if not self._transitions.cancelling:
@@ -463,6 +464,7 @@ class SchedulingLoop:
                 self._transitions.stop_for_cancels(self._take_cancelled(), self._stopped_at_once)
                 self._transitions.observe_clusters()
                 self._transitions.apply_cancel_requests()
+                self._transitions.stop_requeued()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
                 self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
                 if self._writes.settling:

@@ -16,7 +16,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
-from flotilla.store import cancels, catalog, cycle, feed, fleet, holds, jobs, leases, lookup, wake
+from flotilla.store import (
+    cancels,
+    catalog,
+    cycle,
+    feed,
+    fleet,
+    holds,
+    jobs,
+    leases,
+    lookup,
+    requeues,
+    wake,
+)
 from flotilla.store.convert import (
     SpecCache,
     event_record,
@@ -204,6 +216,11 @@ class SqlStore:
     def release_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write(announce=True) as session:
             touched = holds.move(session, job_ids, JobState.QUEUED, reason, self._now())
+            return self._read_records(session, touched)
+
+    def requeue_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = requeues.requeue(session, job_ids, reason, self._now())
             return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
