@@ -14,6 +14,7 @@ import httpx
 from flotilla.api.schemas import (
     ArrayDetail,
     Cluster,
+    EngineIds,
     Event,
     Job,
     JobDetail,
@@ -180,6 +181,11 @@ class Client:
     def release(self, job: str, reason: str = "") -> Job:
         """A held job back to ``queued``, for the scheduler to start it."""
         return self.call(calls.release(self.job_id(job), reason))
+
+    def engine_ids(self, job: str) -> EngineIds:
+        """The engine's own ids of the job's latest run's replicas (Ray submission ids, the
+        Slurm job id, the Kubernetes Job name, a local process group)."""
+        return self.call(calls.engine_ids(self.job_id(job)))
 
     def why(self, job: str) -> Why:
         return self.call(calls.why(self.job_id(job)))
