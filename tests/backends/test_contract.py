@@ -279,3 +279,23 @@ def test_a_closed_backend_refuses_calls(harness: Harness) -> None:
                 "run-1", "job-a", backend.cluster, (ReplicaPlacement("main", 0, "n"),), None
             )
         )
+
+
+def test_a_running_run_names_each_replica_as_its_engine_does(harness: Harness) -> None:
+    """``flotilla describe`` shows each replica's engine id (Ray submission id, Slurm job id,
+    Kubernetes Job name, local process group): what the engine's own tools find it by, never
+    a path on the server. The simulator has no engine to name it."""
+    backend = harness.make()
+    payload, gate = harness.gated(output="named")
+    backend.dispatch(request(backend, "run-1", payload))
+    running = harness.wait(
+        backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running"
+    )
+    ids = [replica.engine_id for replica in running.replicas]
+    harness.release(gate)
+    harness.wait_terminal(backend, "run-1")
+    if harness.name == "sim":
+        assert ids == [None]
+        return
+    assert all(ids), ids
+    assert not any("/" in found for found in ids if found), ids

@@ -35,8 +35,9 @@ VENV = Path(sys.executable).parents[1]
 SHORT_ID = re.compile(r"^\s*([0-9a-f]{8,32})\s", re.MULTILINE)
 ARRAY_ID = re.compile(r"^array ([0-9a-f]{8,32}):", re.MULTILINE)
 SUBMITTED_BY_RUN = re.compile(r"^submitted \S+ ([0-9a-f]{8,32})\b", re.MULTILINE)
-WAITING_JOB = re.compile(r"flotilla (?:reprioritize|hold|release) |/priority")
-"""Commands for a waiting job: they get one that stays queued (a finished job is refused)."""
+WAITING_JOB = re.compile(r"flotilla (?:reprioritize|hold|release|requeue) |/priority")
+"""Commands for a waiting job: they get one that stays queued (a finished job is refused;
+requeue leaves a queued job as it is)."""
 STAND_INS = {
     "scenario.yaml": "examples/quickstart.yaml",
     "jobs.yaml": "examples/jobs/hello.yaml",

@@ -29,6 +29,7 @@ from flotilla.lifecycle.events import (
     DependencyEnded,
     Event,
     Evicted,
+    RequeueRequested,
     RunEnded,
     RunStarted,
     Scheduled,
@@ -181,6 +182,24 @@ ROWS = [
         (StopRun("fair share"), SetState(S.PREEMPTED, "fair share"), FreeArraySlot()),
     ),
     Row("queued, evicted: nothing", job(S.QUEUED), Evicted("x"), ()),
+    # --- requeue (Slurm's scontrol requeue) ---------------------------------------------------
+    Row(
+        "running, requeue requested: its run stops and it waits to be queued again",
+        job(S.RUNNING),
+        RequeueRequested("requeue requested by alice"),
+        (
+            StopRun("requeue requested by alice"),
+            SetState(S.PREEMPTED, "requeue requested by alice"),
+        ),
+    ),
+    Row(
+        "requeued, its run's stop confirmed: queued as requested",
+        job(S.PREEMPTED, last_reason="requeue requested by alice"),
+        RunEnded(RunEnd.CANCELLED),
+        (SetState(S.QUEUED, "re-queued as requested"),),
+    ),
+    Row("queued, requeue requested: nothing", job(S.QUEUED), RequeueRequested("x"), ()),
+    Row("failed, requeue requested: nothing", job(S.FAILED), RequeueRequested("x"), ()),
     # --- what the backend reports -------------------------------------------------------------
     Row("leased, run started", job(S.LEASED), RunStarted(), (SetState(S.RUNNING, "started"),)),
     Row("pending, run started", job(S.PENDING), RunStarted(), (SetState(S.RUNNING, "started"),)),
@@ -344,6 +363,7 @@ EVENTS: list[Event] = [
     RunEnded(RunEnd.LOST, "lost"),
     RunEnded(RunEnd.CANCELLED),
     CancelRequested(),
+    RequeueRequested("requeue requested by alice"),
     TimerFired(TimerKind.GANG_TIMEOUT),
     TimerFired(TimerKind.BACKOFF),
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from flotilla.backends.interface import LogChunk, LogsRequest, UnknownRun
+from flotilla.backends.interface import LogChunk, LogsRequest, RunStatus, UnknownRun
 from flotilla.scheduler.precedence import Precedence
 from flotilla.service.handle import CycleReport
 from flotilla.service.metrics import SchedulerMetrics
@@ -38,6 +38,9 @@ class FakeScheduler:
 
     def last_cycle(self) -> CycleReport:
         return self.cycle
+
+    def run_status(self, job_id: str, run_id: str) -> RunStatus:
+        raise UnknownRun(run_id)  # no engine behind it: describe shows no engine ids
 
     def logs(self, job_id: str, request: LogsRequest) -> LogChunk:
         self.log_requests.append(request)

@@ -303,6 +303,28 @@ class CancelBody(_Closed):
     reason: Reason = "cancelled by user"
 
 
+class EngineReplica(BaseModel):
+    """One replica of a run and the engine's own id for it."""
+
+    task: str
+    replica: int
+    node: str
+    engine_id: str | None = Field(
+        description="As the engine's own tools show it: the Ray submission id, the Slurm job "
+        "id, the Kubernetes Job name (and pod index), `pid N` of a local process group; null "
+        "when the engine gives none (yet)."
+    )
+
+
+class EngineIds(BaseModel):
+    """A run's replicas as its engine names them (``flotilla describe``)."""
+
+    run_id: str
+    attempt: int
+    cluster: str
+    replicas: list[EngineReplica]
+
+
 class HoldBody(_Closed):
     """Why a job is held or released (the event's reason; the default names the caller)."""
 

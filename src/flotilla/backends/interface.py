@@ -206,6 +206,10 @@ class ReplicaStatus:
     state: BackendRunState
     exit_code: int | None = None
     process_id: int | None = None
+    engine_id: str | None = None
+    """The engine's own name for the replica, as its own tools show it (``flotilla describe``):
+    the Ray submission id, the Slurm job id, the Kubernetes Job name and pod index, the local
+    process group id. Never a path on the server."""
 
 
 @dataclass(frozen=True)

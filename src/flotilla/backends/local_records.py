@@ -285,6 +285,7 @@ class Run:
                     state=replica.state(self.state),
                     exit_code=replica.exit_code,
                     process_id=replica.pid,
+                    engine_id=None if replica.pid is None else f"pid {replica.pid}",
                 )
                 for replica in self.replicas
             ),

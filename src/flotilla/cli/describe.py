@@ -9,7 +9,7 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from flotilla.api.schemas import ArrayDetail, Event, JobDetail, Run
+from flotilla.api.schemas import ArrayDetail, EngineIds, Event, JobDetail, Run
 from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
@@ -17,7 +17,9 @@ from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
 from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.model.quantity import format_quantity
+from flotilla.sdk import Client
 from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.errors import NotFound, ServerError
 
 
 def _facts(job: JobDetail) -> Table:
@@ -118,6 +120,26 @@ def _gpu_use(runs: list[Run]) -> Table:
     return table
 
 
+def _engine_ids(client: Client, job: JobDetail) -> EngineIds | None:
+    """The engine's ids of the latest run, when its engine still knows it and this server
+    runs the scheduler (``flotilla serve`` alone answers 404): describe goes on without."""
+    if job.run is None:
+        return None
+    try:
+        return client.engine_ids(job.id)
+    except (NotFound, ServerError):
+        return None
+
+
+def _engine_table(engine: EngineIds) -> Table:
+    table = _titled(
+        "TASK", "REPLICA", "NODE", "ENGINE ID", title=f"Engine ids (attempt {engine.attempt})"
+    )
+    for replica in engine.replicas:
+        table.add_row(replica.task, str(replica.replica), replica.node, replica.engine_id or "-")
+    return table
+
+
 def _placements(run: Run) -> Table:
     """Where each replica of the latest run went: node and GPU devices."""
     table = _titled("TASK", "REPLICA", "NODE", "GPUS", title=f"Placement (attempt {run.attempt})")
@@ -156,7 +178,8 @@ def describe(
             return
         job = named
         events = list(client.events(job.id))
-    if emit({"job": job, "events": events}, output):
+        engine = _engine_ids(client, job)
+    if emit({"job": job, "events": events, "engine_ids": engine}, output):
         return
     parts: list[Any] = [_facts(job)]
     if job.run is not None and AssignmentRecord.unmarshal(job.run.assignment).placements:
@@ -165,6 +188,8 @@ def describe(
         parts.append(_runs(job.runs))
     if any(run.gpu is not None for run in job.runs):
         parts.append(_gpu_use(job.runs))
+    if engine is not None and any(r.engine_id for r in engine.replicas):
+        parts.append(_engine_table(engine))
     parts.append(_events(events))
     console().print(Group(*parts))
 

@@ -1,6 +1,8 @@
-"""``flotilla hold`` and ``release`` (Slurm's ``scontrol hold`` / ``release``): a queued job
-held stays out of scheduling until released. An array id stands for its elements: those
-queued are held, those held released, the rest left as they are."""
+"""``flotilla hold``, ``release`` and ``requeue`` (Slurm's ``scontrol hold`` / ``release`` /
+``requeue``): a queued job held stays out of scheduling until released; a job requeued has
+its run stopped and goes back to the queue for a new one. An array id stands for its
+elements: those queued are held, those held released, those with a run requeued, the rest
+left as they are."""
 
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ from flotilla.sdk.client import DEFAULT_SERVER
 Reason = Annotated[str, typer.Option(help="Recorded in the job's history (default: who did it).")]
 
 
-def _targets(client: Client, refs: list[str], state: str) -> list[str]:
-    """The jobs ``refs`` name; of an array, its elements in ``state``."""
+ACTIVE = ("leased", "pending", "running")
+
+
+def _targets(client: Client, refs: list[str], *states: str) -> list[str]:
+    """The jobs ``refs`` name; of an array, its elements in one of ``states``."""
     found: list[str] = []
     for ref in refs:
         named = job_or_array(client, ref)
         if isinstance(named, ArrayDetail):
-            found.extend(job.id for job in named.jobs if job.state == state)
+            found.extend(job.id for job in named.jobs if job.state in states)
         else:
             found.append(named.id)
     return found
@@ -53,6 +58,16 @@ def release(
         _report([client.release(job, reason) for job in _targets(client, job_refs, "held")])
 
 
+def requeue(
+    job_refs: JobsArgument, reason: Reason = "", server: ServerOption = DEFAULT_SERVER
+) -> None:
+    """Stop the runs of leased, pending or running jobs and queue them again for a new run
+    (exit 1, naming the job, for one that ended). A queued job is left as it is."""
+    with api(server) as client:
+        _report([client.requeue(job, reason) for job in _targets(client, job_refs, *ACTIVE)])
+
+
 def register(app: typer.Typer) -> None:
     app.command()(hold)
     app.command()(release)
+    app.command()(requeue)

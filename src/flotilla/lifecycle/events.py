@@ -61,6 +61,14 @@ class CancelRequested:
     """A user asked to cancel the job."""
 
 
+@dataclass(frozen=True, slots=True)
+class RequeueRequested:
+    """A user asked to requeue the job (Slurm's ``scontrol requeue``): its run is stopped and
+    the job waits in the queue for a new one. ``reason`` says who asked (and why)."""
+
+    reason: str
+
+
 class TimerKind(Enum):
     GANG_TIMEOUT = "gang_timeout"
     """A queued gang's ``gang.timeout`` passed since it became schedulable."""
@@ -81,5 +89,6 @@ Event = (
     | RunStarted
     | RunEnded
     | CancelRequested
+    | RequeueRequested
     | TimerFired
 )

@@ -37,6 +37,7 @@ from flotilla.lifecycle.events import (
     DependencyEnded,
     Event,
     Evicted,
+    RequeueRequested,
     RunEnded,
     RunStarted,
     Scheduled,
@@ -55,6 +56,9 @@ from flotilla.lifecycle.view import DependencyView, JobView
 
 STARTED_REASON = "started"
 REQUEUED_AFTER_PREEMPTION = "re-queued after preemption"
+REQUEUE_REQUESTED = "requeue requested"
+"""How the reason of a requeue a user asked for starts (``requeue requested by alice``)."""
+REQUEUED_AS_REQUESTED = "re-queued as requested"
 CANCELLED_REASON = "cancelled"
 CANCEL_STOP_REASON = "cancelled by request"
 
@@ -86,6 +90,13 @@ def step(job: JobView, event: Event) -> Transition:
         case Scheduled(cluster=cluster, placements=placements):
             return _scheduled(job, cluster, placements)
         case Evicted(reason=reason):
+            if job.state not in ACTIVE_JOB_STATES:
+                return NOTHING
+            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
+        case RequeueRequested(reason=reason):
+            # Like an eviction: the run is stopped and, once its stop is confirmed, the job
+            # is queued again for a new run. A job that waits already stays as it is; an
+            # ended one has no run to requeue (the interpreter refuses it).
             if job.state not in ACTIVE_JOB_STATES:
                 return NOTHING
             return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
@@ -168,8 +179,15 @@ def _scheduled(job: JobView, cluster: str, placements: int) -> Transition:
 
 
 def _run_ended(job: JobView, event: RunEnded) -> Transition:
-    if job.state is JobState.PREEMPTED:  # the evicted run's stop is confirmed
-        return Transition((SetState(JobState.QUEUED, REQUEUED_AFTER_PREEMPTION),))
+    if job.state is JobState.PREEMPTED:  # the evicted (or requeued) run's stop is confirmed
+        asked = (job.last_reason or "").startswith(REQUEUE_REQUESTED)
+        return Transition(
+            (
+                SetState(
+                    JobState.QUEUED, REQUEUED_AS_REQUESTED if asked else REQUEUED_AFTER_PREEMPTION
+                ),
+            )
+        )
     if job.state not in ACTIVE_JOB_STATES:
         return NOTHING  # a run the job moved on from (re-queued, ended): an orphan
     outcome = after_run(

@@ -14,6 +14,7 @@ import httpx
 from flotilla.api.schemas import (
     ArrayDetail,
     Cluster,
+    EngineIds,
     Event,
     Job,
     JobDetail,
@@ -131,6 +132,12 @@ class AsyncClient:
 
     async def hold(self, job: str, reason: str = "") -> Job:
         return await self.call(calls.hold(await self.job_id(job), reason))
+
+    async def engine_ids(self, job: str) -> EngineIds:
+        return await self.call(calls.engine_ids(await self.job_id(job)))
+
+    async def requeue(self, job: str, reason: str = "") -> Job:
+        return await self.call(calls.requeue(await self.job_id(job), reason))
 
     async def release(self, job: str, reason: str = "") -> Job:
         return await self.call(calls.release(await self.job_id(job), reason))

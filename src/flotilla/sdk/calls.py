@@ -18,6 +18,7 @@ from flotilla.api.schemas import (
     ArrayDetail,
     CancelResult,
     Cluster,
+    EngineIds,
     Event,
     Job,
     JobDetail,
@@ -167,8 +168,16 @@ def hold(job: str, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/hold", one(Job), body={"reason": reason})
 
 
+def requeue(job: str, reason: str) -> Call[Job]:
+    return Call("POST", f"{job_path(job)}/requeue", one(Job), body={"reason": reason})
+
+
 def release(job: str, reason: str) -> Call[Job]:
     return Call("POST", f"{job_path(job)}/release", one(Job), body={"reason": reason})
+
+
+def engine_ids(job: str) -> Call[EngineIds]:
+    return Call("GET", f"{job_path(job)}/engine-ids", one(EngineIds))
 
 
 def events(job: str) -> Call[list[Event]]:

@@ -14,6 +14,7 @@ import httpx
 from flotilla.api.schemas import (
     ArrayDetail,
     Cluster,
+    EngineIds,
     Event,
     Job,
     JobDetail,
@@ -171,9 +172,20 @@ class Client:
         """Keep a queued job from starting until ``release`` (``held``); 409 otherwise."""
         return self.call(calls.hold(self.job_id(job), reason))
 
+    def requeue(self, job: str, reason: str = "") -> Job:
+        """Stop a leased, pending or running job's run and queue the job for a new one
+        (``preempted`` until the run is gone); a waiting job is unchanged; 409 for one that
+        ended."""
+        return self.call(calls.requeue(self.job_id(job), reason))
+
     def release(self, job: str, reason: str = "") -> Job:
         """A held job back to ``queued``, for the scheduler to start it."""
         return self.call(calls.release(self.job_id(job), reason))
+
+    def engine_ids(self, job: str) -> EngineIds:
+        """The engine's own ids of the job's latest run's replicas (Ray submission ids, the
+        Slurm job id, the Kubernetes Job name, a local process group)."""
+        return self.call(calls.engine_ids(self.job_id(job)))
 
     def why(self, job: str) -> Why:
         return self.call(calls.why(self.job_id(job)))

@@ -19,7 +19,18 @@ from flotilla import __version__
 from flotilla.model import JobSpec
 from flotilla.scheduler.precedence import Precedence
 from flotilla.secrets import SecretBox
-from flotilla.server import arrays, catalog, fleet, history, holds, jobs, ops, usage, whatif
+from flotilla.server import (
+    arrays,
+    catalog,
+    engine_ids,
+    fleet,
+    history,
+    holds,
+    jobs,
+    ops,
+    usage,
+    whatif,
+)
 from flotilla.server.auth import AuthSettings
 from flotilla.server.context import ServerContext
 from flotilla.server.errors import install_handlers
@@ -71,7 +82,7 @@ def create_app(
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
-    for module in (jobs, holds, arrays, history, catalog, ops, fleet, usage, whatif):
+    for module in (jobs, holds, arrays, history, engine_ids, catalog, ops, fleet, usage, whatif):
         app.include_router(module.router)
     _count_requests(app, context)
     # A scheduling round of this process yields to requests, a large submission to the rest.

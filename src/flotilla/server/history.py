@@ -125,7 +125,7 @@ def job_logs(
     Follow by passing ``next_offset`` back as ``offset`` until ``complete``."""
     job = find_job(context, user, job_id)
     require_read(user, job)
-    run = _run_of(context, job, attempt)
+    run = run_of(context, job, attempt)
     if context.scheduler is None:
         raise ApiError(
             404,
@@ -151,7 +151,7 @@ def job_logs(
     )
 
 
-def _run_of(context: ServerContext, job: JobRecord, attempt: int | None) -> RunRecord:
+def run_of(context: ServerContext, job: JobRecord, attempt: int | None) -> RunRecord:
     """The job's run of that attempt (default: its latest); 404 naming what is missing."""
     if job.run is None:
         raise ApiError(404, f"job {job.id} has no run yet: it has not been scheduled")

@@ -1,5 +1,6 @@
-"""Hold and release routes (Slurm's ``scontrol hold`` / ``release``): a queued job held is
-passed by the scheduler until released. Whoever may cancel a job may hold and release it."""
+"""Hold, release and requeue routes (Slurm's ``scontrol hold`` / ``release`` / ``requeue``):
+a queued job held is passed by the scheduler until released; a job requeued has its run
+stopped and waits in the queue for a new one. Whoever may cancel a job may do all three."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from flotilla.api.schemas import HoldBody, Job
+from flotilla.lifecycle.machine import REQUEUE_REQUESTED
 from flotilla.server.context import Caller, Context, find_job
 from flotilla.server.jobs import JobReference, require_cancel
 
@@ -42,5 +44,26 @@ def release_job(
     require_cancel(user, job)
     reason = body.reason if body and body.reason else f"released by {user.name}"
     record = context.store.release_many([job.id], reason)[0]
+    context.wake()
+    return Job.from_record(record)
+
+
+@router.post("/jobs/{job_id}/requeue")
+def requeue_job(
+    job_id: JobReference,
+    context: Context,
+    user: Caller,
+    body: Annotated[HoldBody | None, Body()] = None,
+) -> Job:
+    """Requeue a job that holds a run (leased, pending, running): it becomes ``preempted``
+    while its run is stopped, then ``queued`` for a new run (a new attempt). A job waiting
+    already (queued, held, preempted) is returned unchanged; 409 for a job that ended or is
+    being cancelled."""
+    job = find_job(context, user, job_id)
+    require_cancel(user, job)
+    reason = f"{REQUEUE_REQUESTED} by {user.name}"
+    if body and body.reason:
+        reason = f"{reason}: {body.reason}"
+    record = context.store.requeue_many([job.id], reason)[0]
     context.wake()
     return Job.from_record(record)

@@ -14,21 +14,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from flotilla.backends.interface import CancelRequest
 from flotilla.faults import crash_point
 from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import machine
 from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
 from flotilla.lifecycle.events import Evicted, Scheduled
-from flotilla.model import JobSpec
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
 from flotilla.service.records import job_from_record
 from flotilla.service.retry import view_of
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
-from flotilla.service.transitions import RunTransitions
+from flotilla.service.transitions import RunTransitions, preemption_request
 from flotilla.service.writes import CycleWrites
 from flotilla.store import (
     ACTIVE_JOB_STATES,
@@ -194,12 +192,3 @@ class Committer:
                     )
                 )
         return requests, growing
-
-
-def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:
-    """Stop a preempted run as its job asks (``preemption: {grace, signal}``): the signal
-    first, the kill after the grace; the backend's defaults otherwise."""
-    asked = spec.preemption
-    if asked is None:
-        return CancelRequest(run_id, reason=reason)
-    return CancelRequest(run_id, reason=reason, grace_period=asked.grace, signal=asked.signal)

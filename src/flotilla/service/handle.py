@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from flotilla.backends.interface import LogChunk, LogsRequest
+from flotilla.backends.interface import LogChunk, LogsRequest, RunStatus
 from flotilla.scheduler.precedence import Precedence
 from flotilla.service.metrics import SchedulerMetrics
 from flotilla.store import JobRecord
@@ -54,6 +54,11 @@ class SchedulerHandle(Protocol):
     def logs(self, job_id: str, request: LogsRequest) -> LogChunk:
         """Log output of the job's run ``request.run_id`` (its latest run when that is not
         one of the job's runs) from its cluster's backend (``UnknownRun`` if none)."""
+        ...
+
+    def run_status(self, job_id: str, run_id: str) -> RunStatus:
+        """The job's run ``run_id`` as its cluster's backend reports it now, with the engine's
+        own ids of its replicas (``UnknownRun`` if no backend here has it)."""
         ...
 
     def wake(self) -> None:

@@ -42,7 +42,14 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from flotilla.backends.interface import Backend, LogChunk, LogsRequest, UnknownRun
+from flotilla.backends.interface import (
+    Backend,
+    LogChunk,
+    LogsRequest,
+    RunStatus,
+    StatusRequest,
+    UnknownRun,
+)
 from flotilla.framework.snapshot import CycleResult, SchedulingConfig, SchedulingSnapshot
 from flotilla.model import ClusterSpec
 from flotilla.model.node_info import NodeInfo
@@ -280,6 +287,15 @@ class SchedulingLoop:
             raise UnknownRun(f"cluster {run.cluster} has no backend in this replica")
         return backend.logs(replace(request, run_id=run.id))
 
+    def run_status(self, job_id: str, run_id: str) -> RunStatus:
+        run = next((run for run in self.store.runs(job_id) if run.id == run_id), None)
+        if run is None:
+            raise UnknownRun(f"job {job_id} has no run {run_id}")
+        backend = self.backends.get(run.cluster)
+        if backend is None:
+            raise UnknownRun(f"cluster {run.cluster} has no backend in this replica")
+        return backend.status(StatusRequest(run.id))
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -401,6 +417,7 @@ class SchedulingLoop:
                     return
                 self._sync()
                 self._transitions.apply_cancel_requests()  # first: a wake is most often a cancel
+                self._transitions.stop_requeued()
                 self._transitions.poll_all()
                 self._writes.flush()
             if not self._transitions.cancelling:
@@ -463,6 +480,7 @@ class SchedulingLoop:
                 self._transitions.stop_for_cancels(self._take_cancelled(), self._stopped_at_once)
                 self._transitions.observe_clusters()
                 self._transitions.apply_cancel_requests()
+                self._transitions.stop_requeued()
                 self._transitions.expire_gangs(list(self._snapshots.gangs.values()))
                 self._transitions.fail_unmet_dependencies(self._snapshots.dependencies.never)
                 if self._writes.settling:

@@ -38,6 +38,7 @@ from flotilla.lifecycle.events import (
     TimerKind,
 )
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
+from flotilla.model.job import JobSpec
 from flotilla.service.checkpoints import new_checkpoints
 from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spec_from_record
 from flotilla.service.containment import NOT_CONTAINED
@@ -303,9 +304,40 @@ class RunTransitions:
         job = self._context.jobdb.read_txn().get(job_id)
         if job is None:
             return
-        change = machine.step(view_of(job), RunEnded(RunEnd.CANCELLED)).state
+        view = view_of(job, last_reason=job.reason)
+        change = machine.step(view, RunEnded(RunEnd.CANCELLED)).state
         if change is not None and job.state is JobState.PREEMPTED:
             self.transition(job_id, change.state, change.reason)
+
+    def stop_requeued(self) -> None:
+        """Stop the runs of jobs a user requeued (``flotilla requeue``; the API moved them to
+        preempted, as ``RequeueRequested`` steps): each is followed as an evicted run is, and
+        its job re-queues once the stop is confirmed — at once when the engine no longer has
+        the run. O(preempted jobs)."""
+        context = self._context
+        for job in context.jobdb.read_txn().jobs_in_state(JobState.PREEMPTED):
+            run = job.run
+            if run is None or run.id in self.awaiting_stop:
+                continue
+            with context.faults.contain("its requeue", job.id, run.id):
+                self._stop_requeued(job)
+
+    def _stop_requeued(self, job: JobRecord) -> None:
+        run = job.run
+        assert run is not None
+        self.awaiting_stop[run.id] = job.id
+        backend = self._context.backends.get(run.cluster)
+        if backend is None:
+            self.requeue_preempted(run.id)
+            return
+        try:
+            result = backend.cancel(preemption_request(run.id, job.spec, job.reason))
+        except BackendUnavailable as error:
+            log.warning("requeue of %s waits for %s: %s", job.id, run.cluster, error)
+            self.awaiting_stop.pop(run.id, None)  # asked again next pass
+            return
+        if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
+            self.requeue_preempted(run.id)
 
     def still_active(self, backend: Backend, run_id: str) -> bool:
         """Whether the run may still hold its resources: an engine that cannot be asked
@@ -442,3 +474,12 @@ class RunTransitions:
         """Queued jobs whose dependency can never be met end (skipped, or failed when it
         could not be read), naming it (one write)."""
         self.record([Transition(job_id, end, why) for job_id, (end, why) in never.items()])
+
+
+def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:
+    """Stop a preempted (or requeued) run as its job asks (``preemption: {grace, signal}``):
+    the signal first, the kill after the grace; the backend's defaults otherwise."""
+    asked = spec.preemption
+    if asked is None:
+        return CancelRequest(run_id, reason=reason)
+    return CancelRequest(run_id, reason=reason, grace_period=asked.grace, signal=asked.signal)

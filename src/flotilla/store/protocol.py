@@ -155,6 +155,12 @@ class Store(Protocol):
         neither held nor queued. A queued job is returned unchanged."""
         ...
 
+    def requeue_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        """Requeue jobs (Slurm's ``scontrol requeue``), all or none: one holding a run becomes
+        preempted with ``reason`` (the loop stops the run, then queues the job for a new one);
+        one waiting already is returned unchanged; ``ConflictError`` for a job that ended."""
+        ...
+
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:
         """Change a waiting (queued or preempted) job's priority, with a ``reprioritized``
         event and a fresh serial. Raises ``ConflictError`` for a job in any other state."""

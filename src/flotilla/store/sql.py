@@ -29,6 +29,7 @@ from flotilla.store import (
     jobs,
     leases,
     lookup,
+    requeues,
     wake,
 )
 from flotilla.store.convert import (
@@ -225,6 +226,11 @@ class SqlStore:
     def release_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
         with self._write(announce=True) as session:
             touched = holds.move(session, job_ids, JobState.QUEUED, reason, self._now())
+            return self._read_records(session, touched)
+
+    def requeue_many(self, job_ids: Sequence[str], reason: str) -> list[JobRecord]:
+        with self._write(announce=True) as session:
+            touched = requeues.requeue(session, job_ids, reason, self._now())
             return self._read_records(session, touched)
 
     def set_priority(self, job_id: str, priority: int, reason: str = "") -> JobRecord:

@@ -38,7 +38,6 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaPlacement,
-    ReplicaStatus,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -401,9 +400,7 @@ class KubernetesBackend:
             return self._cancelled[run_id]
         reason = last.message.removeprefix("stopping: ")
         replicas = tuple(
-            r
-            if r.state.terminal
-            else ReplicaStatus(r.task, r.replica, r.node, BackendRunState.CANCELLED)
+            r if r.state.terminal else dataclasses.replace(r, state=BackendRunState.CANCELLED)
             for r in last.replicas
         )
         final = dataclasses.replace(

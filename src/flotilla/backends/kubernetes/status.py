@@ -6,6 +6,7 @@ statuses, which is what makes adoption after a restart or a failover work.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -137,7 +138,12 @@ def run_status(
                             str(end.get("reason", "")),
                         )
                     )
-        replicas.append(ReplicaStatus(placement.task, placement.replica, node, state, code))
+        engine_id = (
+            meta.get("name") if len(placements) == 1 else f"{meta.get('name')} (index {index})"
+        )
+        replicas.append(
+            ReplicaStatus(placement.task, placement.replica, node, state, code, engine_id=engine_id)
+        )
     failing = min(failures)[3:] if failures else None
     reason = cancelled_reason or annotations.get(m.ANNOTATION_CANCEL_REASON)
     state, code, message = _overall(job, replicas, failing, reason, by_index)
@@ -157,9 +163,7 @@ def run_status(
         finished_at = max(finished_at, started_at or dispatched_at)
     if state is BackendRunState.CANCELLED:
         replicas = [
-            r
-            if r.state.terminal
-            else ReplicaStatus(r.task, r.replica, r.node, BackendRunState.CANCELLED)
+            r if r.state.terminal else dataclasses.replace(r, state=BackendRunState.CANCELLED)
             for r in replicas
         ]
     return RunStatus(

@@ -13,7 +13,7 @@ from flotilla.backends.interface import (
     ReplicaStatus,
     RunStatus,
 )
-from flotilla.backends.ray.jobs import Marker, RayReplica, describe_failure
+from flotilla.backends.ray.jobs import Marker, RayReplica, describe_failure, submission_id
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,9 @@ def compose(view: RunView, cluster: str, reason: str | None, now: float) -> RunS
                 node=replica.marker.node,
                 state=replica.state,
                 exit_code=replica.exit_code,
+                engine_id=submission_id(
+                    cluster, view.run_id, replica.marker.task, replica.marker.replica
+                ),
             )
             for replica in replicas
         ),

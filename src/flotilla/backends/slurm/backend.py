@@ -213,7 +213,9 @@ class SlurmBackend:
                 state=BackendRunState.PENDING,
                 dispatched_at=marker.dispatched_at,
                 replicas=tuple(
-                    ReplicaStatus(p.task, p.replica, p.node, BackendRunState.PENDING)
+                    ReplicaStatus(
+                        p.task, p.replica, p.node, BackendRunState.PENDING, engine_id=str(job_id)
+                    )
                     for p in request.placements
                 ),
             )
@@ -392,6 +394,7 @@ class SlurmBackend:
             BackendRunState.LOST,
             self.files,
             message=f"Slurm no longer knows job {job_id} and its completion log has no record",
+            slurm_job=job_id,
         )
         return _Seen(marker, None, status)
 

@@ -104,7 +104,9 @@ def status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> Run
         state = ACTIVE_STATES[job.state]
         started = job.start_time if state is BackendRunState.RUNNING else None
         message = job.reason if state is BackendRunState.PENDING and job.reason != "None" else ""
-        return build_status(marker, state, files, started_at=started, message=message)
+        return build_status(
+            marker, state, files, started_at=started, message=message, slurm_job=job.job_id
+        )
     state, message = ENDED_STATES.get(job.state, (BackendRunState.LOST, f"Slurm state {job.state}"))
     exit_code = exit_code_of(job.exit_code)
     if marker.stop == STOP_MAX_RUNTIME or (job.state == "TIMEOUT" and marker.max_runtime):
@@ -127,6 +129,7 @@ def status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> Run
         finished_at=job.end_time or now,
         exit_code=exit_code,
         message=message,
+        slurm_job=job.job_id,
     )
 
 
@@ -139,7 +142,10 @@ def build_status(
     finished_at: float | None = None,
     exit_code: int | None = None,
     message: str = "",
+    slurm_job: int | None = None,
 ) -> RunStatus:
+    """``slurm_job``: the Slurm job id of the run's batch job (every replica's engine id)."""
+    engine_id = None if slurm_job is None else str(slurm_job)
     replicas = []
     for placement in marker.placements:
         code = files.replica_exit(marker.run_id, placement.task, placement.replica)
@@ -148,7 +154,14 @@ def build_status(
         else:
             replica_state = state
         replicas.append(
-            ReplicaStatus(placement.task, placement.replica, placement.node, replica_state, code)
+            ReplicaStatus(
+                placement.task,
+                placement.replica,
+                placement.node,
+                replica_state,
+                code,
+                engine_id=engine_id,
+            )
         )
     return RunStatus(
         run_id=marker.run_id,
