@@ -288,8 +288,16 @@ def test_a_running_run_names_each_replica_as_its_engine_does(harness: Harness) -
     backend = harness.make()
     payload, gate = harness.gated(output="named")
     backend.dispatch(request(backend, "run-1", payload))
+    # The local backend learns each command's pid from its batch's supervisor just after the
+    # run is running: awaited, not assumed.
     running = harness.wait(
-        backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running"
+        backend,
+        "run-1",
+        lambda s: (
+            s.state is BackendRunState.RUNNING
+            and (harness.name == "sim" or all(r.engine_id for r in s.replicas))
+        ),
+        "running, named by its engine",
     )
     ids = [replica.engine_id for replica in running.replicas]
     harness.release(gate)

@@ -113,6 +113,12 @@ EXCLUSIONS: tuple[tuple[re.Pattern[str], Treatment, str], ...] = tuple(
             "tests/sim cover replay against a live server",
         ),
         (
+            r"--fleet changed\.yaml",
+            Treatment.EXCLUDED,
+            "needs the reader's own fleet file with a change; tests/e2e/test_e2e_whatif.py "
+            "runs the same command against a changed quota",
+        ),
+        (
             r"curl -N\b",
             Treatment.EXCLUDED,
             "follows the event stream until the client stops it",

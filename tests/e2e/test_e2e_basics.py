@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from flotilla.backends.processes import group_alive
-from tests.e2e.service import FLOTILLA, Services, job_spec, run_records
+from tests.e2e.service import FLOTILLA, Services, job_spec, run_records, wait_for
 
 
 def test_submit_run_succeed_with_logs(services: Services, db_url: str, tmp_path: Path) -> None:
@@ -43,9 +43,16 @@ def test_cancel_running_job_stops_its_processes(services: Services, tmp_path: Pa
     )
     [job_id] = server.submit(job_spec("sleeper", ["sleep", "60"]))
     server.wait_states([job_id], frozenset({"running"}))
-    [record] = run_records(state_dir)
-    [replica] = record["replicas"]
-    group = replica["pid"]
+
+    def recorded_pid() -> int | None:
+        # The command's pid reaches the run's record just after it runs (its supervisor
+        # writes it once it has forked the command): awaited, not assumed.
+        [record] = run_records(state_dir)
+        [replica] = record["replicas"]
+        return replica["pid"]
+
+    wait_for(lambda: recorded_pid() is not None, 30, lambda: "the command's pid on record")
+    group = recorded_pid()
     assert group and group_alive(group)
 
     answer = server.cancel(job_id)

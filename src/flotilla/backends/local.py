@@ -734,6 +734,13 @@ class LocalBackend:
         if run.supervisors and (local_ending.exit_files_changed(run) or not all(alive)):
             local_ending.learn_pids(run)
             candidates = local_ending.maybe_ended(run, alive)
+        elif not all(supervisor.pids_loaded for supervisor in run.supervisors):
+            local_ending.learn_pids(run)  # each command's pid, once its supervisor wrote them
+        loaded = sum(supervisor.pids_loaded for supervisor in run.supervisors)
+        if loaded != run.pids_saved:  # the record on disk names them (``process_id``)
+            run.pids_saved = loaded
+            self._changes.mark(run.run_id)
+            self._save_soon(run)
         for replica in run.replicas:  # those with a supervisor of their own (older versions)
             old = not replica.finished and replica.supervisor is None
             if old and local_ending.reap(run, replica, self._reaping):

@@ -189,6 +189,9 @@ class Run:
     """The names in its directory at the last look for exit files."""
     seen_directory: int | None = field(default=None, compare=False)
     """The run directory's mtime (ns) when its exit files were last looked for."""
+    pids_saved: int = field(default=0, compare=False)
+    """How many of its supervisors' pids files are in its record on disk (saved when more
+    are learned)."""
     gpu_shares: tuple[DeviceShare, ...] = ()
     """What its replicas hold of each device (``gpu_telemetry.shares_of``)."""
     gpu: GpuUse | None = None

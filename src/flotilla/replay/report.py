@@ -7,7 +7,8 @@ simulator's job is running from the moment it is placed, before its ``startup_de
 a queued job whose last run was preempted is ``preempted``. The service's events become the
 report's: ``scheduled`` (a lease), ``started``, ``preempted``, ``requeued`` and the ends.
 Figures only the engine's own bookkeeping has (per-quota usage, utilisation over time,
-decisions) are left empty; ``summary.replay`` says how the replay ran.
+decisions, lost GPU-seconds) are left empty (null for a number); ``summary.replay`` says how
+the replay ran.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
                 "weight": _number(queue.weight),
                 **counts.get(queue.name, {"running": 0, "queued": 0}),
                 "mean_wait": round(sum(queue_waits) / len(queue_waits), 3) if queue_waits else None,
+                "lost_gpu_seconds": None,  # the engine's bookkeeping (checkpoints): not observed
             }
         )
     states: dict[str, int] = {}
@@ -165,6 +167,7 @@ def build_replay_report(observed: Observed) -> dict[str, Any]:
             "end_reason": observed.end_reason,
             "decisions": 0,
             "preemptions": sum(job["preemptions"] for job in jobs),
+            "lost_gpu_seconds": None,  # the engine's bookkeeping (checkpoints): not observed
             "replay": {"speed": plan.speed, "unsupported": list(plan.unsupported)},
         },
     }
