@@ -16,11 +16,11 @@ from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec, QuotaSpec
 from flotilla.model.loader import scenario_from_data
 from flotilla.model.scenario import RuntimeSource
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.sim import SimulationOptions, simulate
 from flotilla.store import ACTIVE_JOB_STATES, JobState, SqlStore
 from flotilla.whatif.export import ExportInput, export_scenario
+from tests.service_builders import loop_over
 
 NODES = [{"name": "n", "count": 2, "resources": {"cpu": 4, "memory": "16Gi"}}]
 
@@ -34,8 +34,8 @@ class Live:
         )
         self.store.put_queue(QueueSpec(name="a", weight=2))
         self.store.put_queue(QueueSpec(name="b"))
-        self.loop = SchedulingLoop(
-            self.store, {"east": self.backend}, LoopSettings(cycle_interval=0.05, replica="r")
+        self.loop = loop_over(
+            self.store, {"east": self.backend}, register=False, cycle_interval=0.05, replica="r"
         )
 
     def submit(self, name: str, queue: str, cpu: float, **extra: Any) -> str:

@@ -15,11 +15,11 @@ import pytest
 from flotilla.backends.sim import SimBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.model.loader import scenario_from_data
-from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.sim import SimulationOptions, simulate
 from flotilla.store import ACTIVE_JOB_STATES, CheckpointReport, SqlStore
 from flotilla.whatif.export import ExportInput, export_scenario
+from tests.service_builders import loop_over
 
 RACKS = [
     {"name": "r1-", "count": 2, "resources": {"cpu": 4}, "labels": {"rack": "r1"}},
@@ -40,8 +40,8 @@ class Live:
         self.store.upsert_cluster(spec.model_copy(update={"topology": ["rack"]}))
         owners = {"max_running_jobs": 1}
         self.store.put_queue(QueueSpec.model_validate({"name": "a", "owners": owners}))
-        self.loop = SchedulingLoop(
-            self.store, {"east": self.backend}, LoopSettings(cycle_interval=0.05, replica="r")
+        self.loop = loop_over(
+            self.store, {"east": self.backend}, register=False, cycle_interval=0.05, replica="r"
         )
 
     def submit(self, name: str, user: str, cpu: float, replicas: int = 1, **extra: Any) -> str:
