@@ -359,6 +359,16 @@ def test_records_are_json_files_in_the_state_dir(local: LocalHarness) -> None:
     assert (local.state_dir / "runs" / "run-1" / "gate").read_text() == "go"
 
 
+def test_a_clean_run_leaves_no_warning_in_its_supervisors_log(local: LocalHarness) -> None:
+    """The supervisor's log is where an operator looks when a run misbehaves: noise there
+    (Python warning of the C library's reserved signals 32 and 33) hides what matters."""
+    backend = local.make()
+    backend.dispatch(request(backend, "run-1", local.quick()))
+    assert local.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
+    log = (local.state_dir / "runs" / "run-1" / "supervisor-0.log").read_text()
+    assert "Warning" not in log, log
+
+
 def test_load_backend_by_name(tmp_path: Path) -> None:
     backend = load_backend("local", state_dir=str(tmp_path), cluster="dev")
     try:

@@ -98,7 +98,8 @@ def start_command(
     parent = os.getpid()
     # Blocked across the fork: a stop passed on before the child leads its group (sent to
     # its pid then) waits until it has the default action, and ends it then.
-    every = set(range(1, signal.NSIG)) - {signal.SIGKILL, signal.SIGSTOP}
+    # valid_signals(): not the C library's own (32, 33), which Python warns of in the log.
+    every = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
     try:
         child = os.fork()
