@@ -1,6 +1,7 @@
 """The dashboard's charts in a real browser over a real ``flotilla up``: what they draw must
-not mislead (jobs hidden under each other, a quarter of a job, a queue in the preemption
-marker's colour)."""
+not mislead (jobs hidden under each other, a quarter of a job). The colours and the thin
+lanes of a busy node are checked on the simulation report (``test_simreport.py``), which
+draws with the same chart code and style sheet."""
 
 from __future__ import annotations
 
@@ -71,33 +72,3 @@ def test_count_axes_have_integer_ticks_only(browser: Any, server: Server) -> Non
     page.get_by_role("link", name="Scheduler").click()
     decisions = y_tick_labels(page, "decisions over time")
     assert all(INTEGER.match(label) for label in decisions), f"decisions: {decisions}"
-
-
-def test_no_queue_takes_the_preemption_markers_colour(browser: Any, server: Server) -> None:
-    """The sixth queue's bars were the vermillion of the ▼ that marks a preemption."""
-    page = signed_in(browser, server, ANA_TOKEN)
-    expect(page.get_by_role("heading", name="Jobs")).to_be_visible(timeout=LIVE)
-    # The dashboard's own chart code and style sheet draw a Gantt of 16 queues, each with a
-    # preempted run, and a line chart of 16 series with a preemption marked.
-    drawn = page.evaluate(
-        """() => {
-          const Charts = window.FlotillaCharts;
-          const groups = Array.from({length: 16}, (_, i) => "q" + i);
-          const gantt = document.body.appendChild(document.createElement("div"));
-          Charts.gantt(gantt, {rows: ["n"], groups, xEnd: 20, bars: groups.map((g, i) =>
-            ({row: "n", start: i, end: i + 1, label: "j" + i, group: g, preempted: true}))});
-          const lines = document.body.appendChild(document.createElement("div"));
-          Charts.lineChart(lines, {series: groups.map((g) => ({name: g, points: [[0, 1], [5, 2]]})),
-            markers: [{x: 2, label: "preempted"}]});
-          const paint = (node, property) => getComputedStyle(node)[property];
-          return {
-            queues: [...gantt.querySelectorAll("rect.bar")].map((bar) => paint(bar, "fill"))
-              .concat([...lines.querySelectorAll("path.series")].map((p) => paint(p, "stroke"))),
-            markers: [...gantt.querySelectorAll("path.preemption")].map((m) => paint(m, "fill"))
-              .concat([...lines.querySelectorAll("line.marker")].map((m) => paint(m, "stroke"))),
-          };
-        }"""
-    )
-    assert len(drawn["queues"]) == 32 and len(drawn["markers"]) == 17, drawn
-    clashes = set(drawn["queues"]) & set(drawn["markers"])
-    assert not clashes, f"a queue drawn in the preemption marker's colour: {clashes}"

@@ -235,7 +235,10 @@
    * group, preempted}], xEnd. Bars of one group (queue) share a colour; runs that overlap on
    * one node (several jobs sharing it) are drawn in lanes of their own within its row. */
   function gantt(container, options) {
-    var rows = options.rows, laneH = 18, pad = {left: 150, right: 12, top: 6, bottom: 26};
+    // A lane is 18 px; a row grows to 4 lanes, past that its lanes get thinner (a node
+    // running 30 small jobs at once stays one readable row, its bars still apart).
+    var rows = options.rows, laneH = 18, maxRowH = 4 * laneH;
+    var pad = {left: 150, right: 12, top: 6, bottom: 26};
     var x0 = options.xMin !== undefined ? options.xMin : 0;
     var x1 = options.xEnd || x0 + 1;
     options.bars.forEach(function (b) { if (b.end > x1) x1 = b.end; });
@@ -245,8 +248,12 @@
     var shown = options.bars.filter(function (b) { return known[b.row] && b.end >= x0; })
       .map(function (b) { return Object.assign({}, b); });
     var lanes = assignLanes(shown);
-    var top = {}, y = pad.top;
-    rows.forEach(function (r) { top[r] = y; y += (lanes[r] || 1) * laneH; });
+    var top = {}, rowH = {}, y = pad.top;
+    rows.forEach(function (r) {
+      top[r] = y;
+      rowH[r] = Math.min((lanes[r] || 1) * laneH, maxRowH);
+      y += rowH[r];
+    });
     var height = pad.top + pad.bottom + Math.max(y - pad.top, laneH);
     var f = frame(container, options, height);
     var plotW = f.width - pad.left - pad.right;
@@ -257,10 +264,9 @@
          f.svg).textContent = options.empty || "no job has run yet";
     }
     rows.forEach(function (r, i) {
-      var rowH = (lanes[r] || 1) * laneH;
       var name = r.length > 22 ? r.slice(0, 21) + "…" : r;
-      if (i % 2 === 0) el("rect", {x: pad.left, y: top[r], width: plotW, height: rowH, "class": "band"}, f.svg);
-      titled(el("text", {x: pad.left - 6, y: top[r] + rowH / 2 + 4, "text-anchor": "end",
+      if (i % 2 === 0) el("rect", {x: pad.left, y: top[r], width: plotW, height: rowH[r], "class": "band"}, f.svg);
+      titled(el("text", {x: pad.left - 6, y: top[r] + rowH[r] / 2 + 4, "text-anchor": "end",
         "class": "label"}, f.svg), r).appendChild(document.createTextNode(name));
     });
     var axis = el("g", {"class": "axis"}, f.svg);
@@ -269,10 +275,11 @@
     });
     var groups = options.groups || [];
     shown.forEach(function (b) {
-      var y = top[b.row] + b.lane * laneH + 2;
+      var laneHeight = rowH[b.row] / (lanes[b.row] || 1), gap = Math.min(2, laneHeight / 5);
+      var y = top[b.row] + b.lane * laneHeight + gap;
       var c = color(Math.max(groups.indexOf(b.group), 0));
       var rect = el("rect", {x: sx(b.start), y: y, width: Math.max(sx(b.end) - sx(b.start), 1),
-        height: laneH - 4, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
+        height: laneHeight - 2 * gap, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
         "class": "bar", "data-row": b.row, "data-lane": String(b.lane), "data-label": b.label},
         f.svg);
       titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + fmt(b.start) +
