@@ -71,6 +71,17 @@ def server(services: Services, tmp_path: Path) -> Server:
     )
 
 
+@pytest.fixture
+def local_server(services: Services, tmp_path: Path) -> Server:
+    """``flotilla up`` as a person starts it: no token config, so the server makes a local
+    token for the user it runs as (``server.token``)."""
+    return services.start(
+        db=f"sqlite:///{tmp_path / 'flotilla.db'}",
+        state_dir=tmp_path / "state",
+        extra=["--cycle-interval", "0.2"],
+    )
+
+
 def screenshot(page: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.e2e.service import Server, job_spec
+from tests.e2e.service import Server, job_spec, wait_for
 from tests.web.conftest import ANA_TOKEN, VIEWER_TOKEN, screenshot
 
 LIVE = 30_000
@@ -60,6 +61,42 @@ def test_the_page_says_why_a_job_waits(browser: Any, server: Server) -> None:
     expect(page.locator(".job-head .meta")).to_contain_text("priority 7", timeout=LIVE)
     assert server.job(job_id)["priority"] == 7
     expect(page.locator("ol.events")).to_contain_text("reprioritized", timeout=LIVE)
+
+
+def test_the_jobs_list_gives_a_waiting_job_the_reason_why_gives(
+    browser: Any, server: Server
+) -> None:
+    """The list showed the stored "submitted" while the job page and `flotilla why` gave
+    the scheduler's reason."""
+    [job_id] = server.submit(job_spec("unfit", ["true"], cpu=4096) | HELD)
+    reasons: list[str] = []
+
+    def scheduler_has_a_reason() -> bool:
+        reasons.append(server.http.get(f"/v1/jobs/{job_id}/why").json()["reason"])
+        return reasons[-1] != "submitted"
+
+    wait_for(scheduler_has_a_reason, LIVE / 1000, lambda: f"a reason other than {reasons[-1:]}")
+    page = signed_in(browser, server, ANA_TOKEN)
+    cell = page.locator(f"tr[data-job='{job_id}'] td.reason .short")
+    expect(cell).to_have_attribute("title", reasons[-1], timeout=LIVE)  # the full reason
+
+
+def test_the_header_says_a_token_is_required_and_who_is_signed_in(
+    browser: Any, server: Server, local_server: Server
+) -> None:
+    """With the local token (a default `flotilla up`) the header said "no authentication
+    (loopback)" while every request needed the token."""
+    assert local_server.token is not None
+    page = signed_in(browser, local_server, local_server.token)
+    who = page.locator("#who")
+    expect(who).to_contain_text("token required (local token)", timeout=LIVE)
+    expect(who).to_contain_text(f"signed in as {getpass.getuser()}")
+    expect(who).not_to_contain_text("no authentication")
+    anonymous = httpx.get(f"{local_server.url}/v1/jobs")
+    assert anonymous.status_code == 401  # what "token required" stands for
+
+    page = signed_in(browser, server, VIEWER_TOKEN)  # a token config's user
+    expect(page.locator("#who")).to_contain_text("token required · signed in as vi", timeout=LIVE)
 
 
 def test_cancel_works_for_a_user_allowed_to_and_is_refused_otherwise(

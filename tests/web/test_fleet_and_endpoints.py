@@ -118,6 +118,8 @@ def test_who_am_i_names_the_permissions(client: TestClient) -> None:
         "admin": False,
         "queues": {"team-a": ["cancel"]},
         "auth_enabled": True,
+        "auth_mode": "tokens",
+        "identified": True,
     }
 
 
@@ -214,6 +216,33 @@ def test_with_the_local_token_the_page_says_who_is_signed_in(store: SqlStore) ->
     assert client.get("/ui/api/me").status_code == 401
     me = client.get("/ui/api/me", headers={"Authorization": "Bearer local-secret"}).json()
     assert (me["name"], me["admin"], me["auth_enabled"]) == ("alice", True, True)
+    assert (me["auth_mode"], me["identified"]) == ("local-token", True)
+
+
+@pytest.mark.parametrize(
+    ("auth", "headers", "mode", "identified"),
+    [
+        # The local token of an account with no name: a token is still required, but
+        # there is no name to show.
+        (
+            AuthSettings.local("local-secret"),
+            {"Authorization": "Bearer local-secret"},
+            "local-token",
+            False,
+        ),
+        (AuthSettings.disabled(), {}, "off", False),
+    ],
+)
+def test_the_page_is_told_whether_a_token_is_required_and_whether_the_caller_has_a_name(
+    store: SqlStore, auth: AuthSettings, headers: dict[str, str], mode: str, identified: bool
+) -> None:
+    app = mount_dashboard(create_app(store, FakeScheduler(), auth))
+    me = TestClient(app).get("/ui/api/me", headers=headers).json()
+    assert (me["auth_mode"], me["auth_enabled"], me["identified"]) == (
+        mode,
+        mode != "off",
+        identified,
+    )
 
 
 def test_with_a_half_life_the_queue_page_shows_decayed_usage_and_the_share_drf_orders_by(

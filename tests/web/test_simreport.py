@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import yaml
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 from typer.testing import CliRunner
 
 from flotilla.cli.main import app
@@ -128,3 +129,76 @@ def test_the_quickstart_report_opens_offline_with_data_in_every_chart(
     assert errors == []
     assert [url for url in requests if not url.startswith("file:")] == []
     screenshot(page, "simulation-report")
+
+
+# Six 0.5-cpu jobs at once on one 4-cpu node: six lanes in one row.
+CROWDED = scenario(
+    name="crowded",
+    clusters=[cluster("c1", nodes(1, cpu=4))],
+    queues=["q"],
+    jobs=[job("together", count=6, cpu=0.5, duration=100, submit_at=0)],
+    settings={"cycle_interval": 10},
+)
+
+
+def report_page(browser: Any, data: Data, tmp_path: Path) -> Page:
+    """The simulation report of ``data``, opened offline."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    page_file = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        app, ["simulate", str(path), "--format", "html", "-o", str(page_file)]
+    )
+    assert result.exit_code == 0, result.output
+    page: Page = browser.new_context(
+        offline=True, viewport={"width": 1280, "height": 800}
+    ).new_page()
+    page.goto(page_file.as_uri())
+    expect(page.locator("#gantt rect.bar").first).to_be_attached()
+    return page
+
+
+def test_runs_at_once_on_one_node_are_drawn_apart(browser: Any, tmp_path: Path) -> None:
+    """Jobs sharing a node were drawn over each other: the Gantt showed one bar for six."""
+    page = report_page(browser, CROWDED, tmp_path)
+    spans = page.locator("#gantt rect.bar").evaluate_all(
+        """bars => bars.map(bar => [Number(bar.getAttribute("y")),
+             Number(bar.getAttribute("y")) + Number(bar.getAttribute("height"))])"""
+    )
+    assert len(spans) == 6
+    spans.sort()
+    apart = all(upper[1] <= lower[0] for upper, lower in pairwise(spans))
+    assert apart, f"bars overlap: {spans}"
+    assert all(bottom - top > 0 for top, bottom in spans), spans
+
+
+def test_no_queue_takes_the_preemption_markers_colour(browser: Any, tmp_path: Path) -> None:
+    """The sixth queue's bars and lines were the vermillion of the marks of a preemption
+    (the Gantt's ▼, the line charts' marker lines)."""
+    page = report_page(browser, PREEMPTION, tmp_path)
+    # The report's own chart code and style sheet draw a Gantt of 16 queues, each with a
+    # preempted run, and a line chart of 16 series with a preemption marked.
+    drawn = page.evaluate(
+        """() => {
+          const Charts = window.FlotillaCharts;
+          const groups = Array.from({length: 16}, (_, i) => "q" + i);
+          const gantt = document.body.appendChild(document.createElement("div"));
+          Charts.gantt(gantt, {rows: ["n"], groups, xEnd: 20, bars: groups.map((g, i) =>
+            ({row: "n", start: i, end: i + 1, label: "j" + i, group: g, preempted: true}))});
+          const lines = document.body.appendChild(document.createElement("div"));
+          Charts.lineChart(lines, {series: groups.map((g) => ({name: g,
+            points: [[0, 1], [5, 2]]})), markers: [{x: 2, label: "preempted"}]});
+          const paint = (node, property) => getComputedStyle(node)[property];
+          const all = (root, selector) => [...root.querySelectorAll(selector)];
+          return {
+            queues: all(gantt, "rect.bar").map((bar) => paint(bar, "fill"))
+              .concat(all(lines, "path.series").map((line) => paint(line, "stroke"))),
+            markers: all(gantt, "path.preemption").map((mark) => paint(mark, "fill"))
+              .concat(all(lines, "line.marker").map((mark) => paint(mark, "stroke")))
+              .concat(all(document, "#gantt path.preemption").map((m) => paint(m, "fill"))),
+          };
+        }"""
+    )
+    assert len(drawn["queues"]) == 32 and len(drawn["markers"]) == 18, drawn
+    clashes = set(drawn["queues"]) & set(drawn["markers"])
+    assert not clashes, f"a queue drawn in the preemption marker's colour: {clashes}"

@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.lifecycle.states import JOB_STATE_ORDER, TERMINAL_STATE_NAMES, WAITING_STATE_NAMES
+from flotilla.server.auth import ANONYMOUS, AuthSettings
 from flotilla.server.context import Caller, Context, ServerContext
 from flotilla.web.recent import recent_activity
 from flotilla.web.timeline import Timeline
@@ -57,17 +58,32 @@ def states() -> dict[str, list[str]]:
     }
 
 
+def auth_mode(auth: AuthSettings) -> str:
+    """How this server authenticates, in the words the page's header uses: ``tokens`` (a
+    token config names its users), ``local-token`` (the loopback default: the token
+    ``flotilla up`` wrote for its own user), ``off`` (no token at all: an app embedded in a
+    test or a program)."""
+    if auth.enabled:
+        return "tokens"
+    return "local-token" if auth.local_token_sha256 is not None else "off"
+
+
 @router.get("/me")
 def whoami(context: Context, user: Caller) -> dict[str, Any]:
-    """The caller and their permissions, so the page offers only the buttons that would
-    work (the API still checks every action)."""
+    """The caller, their permissions and the server's auth mode: the page offers only the
+    buttons that would work (the API still checks every action), and its header says
+    whether a token is required and who the caller is, as the server knows them."""
+    mode = auth_mode(context.auth)
     return {
         "name": user.name,
         "admin": user.admin,
         "queues": {queue: sorted(perms) for queue, perms in user.queues.items()},
-        # A token is needed with a token config and with the local token alike: the header
-        # says who is signed in, not "no authentication".
-        "auth_enabled": context.auth.enabled or context.auth.local_token_sha256 is not None,
+        # A token is needed with a token config and with the local token alike.
+        "auth_enabled": mode != "off",
+        "auth_mode": mode,
+        # The anonymous admin (auth off, or a local token of an account with no name) has
+        # no identity to show.
+        "identified": user is not ANONYMOUS,
     }
 
 

@@ -4,14 +4,18 @@
  * report (inlined into the page, which must open with the network off). Each chart is plain
  * SVG: it scales with its container, has a fixed aspect ratio (no layout shift when data
  * arrives), an aria-label summary and a <title> on every mark for hover.
- * Exposes window.FlotillaCharts = {lineChart, boxPlot, gantt, formatSeconds, color}.
+ * Exposes window.FlotillaCharts = {lineChart, boxPlot, gantt, formatSeconds, formatNumber,
+ * color, preemptedColor}.
  */
 (function () {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
-  // Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
-                 "#F0E442", "#000000"];
+  // Okabe-Ito: distinguishable with the common colour-vision deficiencies. Its vermillion
+  // marks preemptions (the Gantt's ▼, the line charts' marker lines; style.css uses the same
+  // value), so the series and queue colours are the other seven: a queue never takes the
+  // preemption marker's colour, however many queues there are.
+  var PREEMPTED = "#D55E00";
+  var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000"];
 
   function color(index) { return PALETTE[index % PALETTE.length]; }
 
@@ -44,11 +48,14 @@
     return String(+value.toFixed(2));
   }
 
-  function niceTicks(min, max, count) {
+  /* About `count` round ticks from min to max; with `integer` (an axis of counts: jobs,
+   * decisions) the step is at least 1, so no tick reads 0.25 of a job. */
+  function niceTicks(min, max, count, integer) {
     if (!(max > min)) { max = min + 1; }
     var span = max - min, step = Math.pow(10, Math.floor(Math.log10(span / count)));
     var err = span / count / step;
     if (err >= 7.5) step *= 10; else if (err >= 3.5) step *= 5; else if (err >= 1.5) step *= 2;
+    if (integer && step < 1) step = 1;
     var ticks = [], start = Math.ceil(min / step) * step;
     for (var t = start; t <= max + step * 1e-9; t += step) ticks.push(+t.toFixed(10));
     return ticks;
@@ -94,7 +101,8 @@
   }
 
   /* Lines over x (time). options: series [{name, points [[x, y]], dashed, color}], yMax,
-   * xFormat, yFormat, step (draw steps, for sampled state), markers [{x, label}], empty. */
+   * xFormat, yFormat, step (draw steps, for sampled state), markers [{x, label}], empty,
+   * integer (y counts whole things: integer ticks only). */
   function lineChart(container, options) {
     var height = options.height || 220;
     var f = frame(container, options, height);
@@ -113,15 +121,16 @@
     if (x1 <= x0) x1 = x0 + 1;
     var yMax = options.yMax !== undefined ? options.yMax : Math.max.apply(null, ys);
     if (!(yMax > 0)) yMax = 1;
-    var yTicks = niceTicks(0, yMax, 4);
+    var yTicks = niceTicks(0, yMax, 4, options.integer);
     yMax = Math.max(yMax, yTicks[yTicks.length - 1]);
     function sx(x) { return pad.left + (x - x0) / (x1 - x0) * plotW; }
     function sy(y) { return pad.top + plotH - y / yMax * plotH; }
     var yFormat = options.yFormat || formatNumber, xFormat = options.xFormat || formatNumber;
     var axis = el("g", {"class": "axis"}, f.svg);
+    var yAxis = el("g", {"class": "y-ticks"}, axis);
     yTicks.forEach(function (t) {
       el("line", {x1: pad.left, x2: f.width - pad.right, y1: sy(t), y2: sy(t), "class": "grid"}, axis);
-      el("text", {x: pad.left - 6, y: sy(t) + 4, "text-anchor": "end"}, axis).textContent = yFormat(t);
+      el("text", {x: pad.left - 6, y: sy(t) + 4, "text-anchor": "end"}, yAxis).textContent = yFormat(t);
     });
     var xCount = Math.max(2, Math.floor(plotW / 110));
     (options.timeAxis ? timeTicks : niceTicks)(x0, x1, xCount).forEach(function (t) {
@@ -204,44 +213,75 @@
     return f.svg;
   }
 
+  /* Give each bar of a row a lane: the first lane free by the bar's start (the bars sorted
+   * by start), so runs that overlap in time on one node never share a lane. Returns the
+   * number of lanes per row; sets bar.lane. */
+  function assignLanes(bars) {
+    var ends = {};
+    bars.slice().sort(function (a, b) { return a.start - b.start || a.end - b.end; })
+      .forEach(function (b) {
+        var lanes = ends[b.row] || (ends[b.row] = []);
+        var lane = 0;
+        while (lane < lanes.length && lanes[lane] > b.start) lane++;
+        lanes[lane] = b.end;
+        b.lane = lane;
+      });
+    var counts = {};
+    for (var row in ends) counts[row] = ends[row].length;
+    return counts;
+  }
+
   /* Jobs on nodes over time. options: rows [node names], bars [{row, start, end, label,
-   * group, preempted}], xEnd. Bars of one group (queue) share a colour. */
+   * group, preempted}], xEnd. Bars of one group (queue) share a colour; runs that overlap on
+   * one node (several jobs sharing it) are drawn in lanes of their own within its row. */
   function gantt(container, options) {
-    var rows = options.rows, rowH = 18, pad = {left: 150, right: 12, top: 6, bottom: 26};
-    var height = pad.top + pad.bottom + Math.max(rows.length, 1) * rowH;
-    var f = frame(container, options, height);
-    var plotW = f.width - pad.left - pad.right;
+    // A lane is 18 px; a row grows to 4 lanes, past that its lanes get thinner (a node
+    // running 30 small jobs at once stays one readable row, its bars still apart).
+    var rows = options.rows, laneH = 18, maxRowH = 4 * laneH;
+    var pad = {left: 150, right: 12, top: 6, bottom: 26};
     var x0 = options.xMin !== undefined ? options.xMin : 0;
     var x1 = options.xEnd || x0 + 1;
     options.bars.forEach(function (b) { if (b.end > x1) x1 = b.end; });
     if (x1 <= x0) x1 = x0 + 1;
+    var known = {};
+    rows.forEach(function (r) { known[r] = true; });
+    var shown = options.bars.filter(function (b) { return known[b.row] && b.end >= x0; })
+      .map(function (b) { return Object.assign({}, b); });
+    var lanes = assignLanes(shown);
+    var top = {}, rowH = {}, y = pad.top;
+    rows.forEach(function (r) {
+      top[r] = y;
+      rowH[r] = Math.min((lanes[r] || 1) * laneH, maxRowH);
+      y += rowH[r];
+    });
+    var height = pad.top + pad.bottom + Math.max(y - pad.top, laneH);
+    var f = frame(container, options, height);
+    var plotW = f.width - pad.left - pad.right;
     var fmt = options.xFormat || formatSeconds;
     function sx(x) { return pad.left + (Math.max(x, x0) - x0) / (x1 - x0) * plotW; }
     if (!options.bars.length) {
       el("text", {x: f.width / 2, y: height / 2 + 4, "text-anchor": "middle", "class": "empty"},
          f.svg).textContent = options.empty || "no job has run yet";
     }
-    var index = {};
     rows.forEach(function (r, i) {
-      index[r] = i;
-      var y = pad.top + i * rowH;
       var name = r.length > 22 ? r.slice(0, 21) + "…" : r;
-      titled(el("text", {x: pad.left - 6, y: y + rowH - 5, "text-anchor": "end", "class": "label"},
-        f.svg), r).appendChild(document.createTextNode(name));
-      if (i % 2 === 0) el("rect", {x: pad.left, y: y, width: plotW, height: rowH, "class": "band"}, f.svg);
+      if (i % 2 === 0) el("rect", {x: pad.left, y: top[r], width: plotW, height: rowH[r], "class": "band"}, f.svg);
+      titled(el("text", {x: pad.left - 6, y: top[r] + rowH[r] / 2 + 4, "text-anchor": "end",
+        "class": "label"}, f.svg), r).appendChild(document.createTextNode(name));
     });
     var axis = el("g", {"class": "axis"}, f.svg);
     timeTicks(x0, x1, Math.max(2, Math.floor(plotW / 110))).forEach(function (t) {
       el("text", {x: sx(t), y: height - 8, "text-anchor": "middle"}, axis).textContent = fmt(t);
     });
     var groups = options.groups || [];
-    options.bars.forEach(function (b) {
-      if (!(b.row in index) || b.end < x0) return;
-      var y = pad.top + index[b.row] * rowH + 2;
+    shown.forEach(function (b) {
+      var laneHeight = rowH[b.row] / (lanes[b.row] || 1), gap = Math.min(2, laneHeight / 5);
+      var y = top[b.row] + b.lane * laneHeight + gap;
       var c = color(Math.max(groups.indexOf(b.group), 0));
       var rect = el("rect", {x: sx(b.start), y: y, width: Math.max(sx(b.end) - sx(b.start), 1),
-        height: rowH - 4, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
-        "class": "bar"}, f.svg);
+        height: laneHeight - 2 * gap, fill: c, "fill-opacity": 0.85, stroke: "#fff", "stroke-width": 0.5,
+        "class": "bar", "data-row": b.row, "data-lane": String(b.lane), "data-label": b.label},
+        f.svg);
       titled(rect, b.label + " (" + b.group + ") on " + b.row + ": " + fmt(b.start) +
         " → " + fmt(b.end) + (b.preempted ? ", preempted" : ""));
       if (b.preempted) {
@@ -250,10 +290,11 @@
       }
     });
     legend(container, groups.map(function (g, i) { return {name: g, color: color(i)}; })
-      .concat([{name: "▼ preempted", color: "#D55E00"}]));
+      .concat([{name: "▼ preempted", color: PREEMPTED}]));
     return f.svg;
   }
 
   window.FlotillaCharts = {lineChart: lineChart, boxPlot: boxPlot, gantt: gantt,
-    formatSeconds: formatSeconds, formatNumber: formatNumber, color: color};
+    formatSeconds: formatSeconds, formatNumber: formatNumber, color: color,
+    preemptedColor: PREEMPTED};
 })();

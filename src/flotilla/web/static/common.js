@@ -168,14 +168,31 @@ function showSignIn(message) {
 async function loadMe() {
   if (me) return me;
   me = await api("/ui/api/me");
-  const who = document.getElementById("who");
-  who.replaceChildren(me.auth_enabled
-    ? h("span", {}, "signed in as ", h("strong", {}, me.name), " ",
-        h("button", {type: "button", class: "link", onclick: () => {
-          sessionStorage.removeItem(TOKEN_KEY); me = null; showSignIn("Signed out.");
-        }}, "sign out"))
-    : h("span", {title: "no token config: everyone on this host is an admin"}, "no authentication (loopback)"));
+  document.getElementById("who").replaceChildren(authHeader(me));
   return me;
+}
+
+const AUTH_MODES = {
+  "tokens": ["token required", "this server's token config names its users"],
+  "local-token": ["token required (local token)", "no token config: the token `flotilla up` " +
+    "wrote for the user it runs as, which `flotilla ui` puts in the address"],
+  "off": ["no token required", "authentication is off (a server embedded in a program): " +
+    "every caller is an admin"],
+};
+
+/** The header's words for how this server authenticates and who the caller is to it. */
+function authHeader(caller) {
+  const mode = caller.auth_mode || (caller.auth_enabled ? "tokens" : "off");
+  const [words, explain] = AUTH_MODES[mode] || [mode, ""];
+  const parts = [h("span", {class: "auth-mode", "data-auth-mode": mode, title: explain}, words)];
+  if (mode !== "off") {
+    parts.push(" · ", caller.identified === false ? h("span", {class: "identity"}, "signed in")
+      : h("span", {class: "identity"}, "signed in as ", h("strong", {}, caller.name)), " ",
+      h("button", {type: "button", class: "link", onclick: () => {
+        sessionStorage.removeItem(TOKEN_KEY); me = null; showSignIn("Signed out.");
+      }}, "sign out"));
+  }
+  return h("span", {}, parts);
 }
 
 

@@ -74,7 +74,8 @@ async function queuesPage() {
       counts.push({name: name + " running", color: Charts.color(i), points: pts.map((s) => [s.time, s.queues[name].running])});
       counts.push({name: name + " queued", color: Charts.color(i), dashed: true, points: pts.map((s) => [s.time, s.queues[name].queued])});
     });
-    Charts.lineChart(countChart, {series: counts, step: true, xFormat: clock, timeAxis: true, label: "jobs per queue over time"});
+    Charts.lineChart(countChart, {series: counts, step: true, integer: true, xFormat: clock, timeAxis: true,
+      label: "jobs per queue over time"});
     say("updated " + new Date().toLocaleTimeString());
   }
   every(3000, () => refresh().catch((error) => say(error.message, "error")));
@@ -159,7 +160,7 @@ async function schedulerPage() {
       {name: "algorithm", points: samples.map((s) => [s.time, s.cycle.algorithm_seconds || 0])}],
       xFormat: clock, timeAxis: true, yFormat: Charts.formatSeconds, label: "cycle time over time"});
     Charts.lineChart(decisions, {series: ["considered", "scheduled", "preempted"].map((k) => ({
-      name: k, points: samples.map((s) => [s.time, s.cycle[k]])})), step: true,
+      name: k, points: samples.map((s) => [s.time, s.cycle[k]])})), step: true, integer: true,
       xFormat: clock, timeAxis: true, label: "decisions over time",
       markers: samples.filter((s) => s.cycle.preempted).map((s) => ({x: s.time, label: s.cycle.preempted + " preempted"}))});
     say("updated " + new Date().toLocaleTimeString());
