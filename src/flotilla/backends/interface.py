@@ -33,8 +33,8 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from flotilla.model.gpu_use import GpuUse
-from flotilla.model.run_resources import RunResources
 from flotilla.model.node_info import NodeInfo
+from flotilla.model.run_resources import RunResources
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 """Run ids become file and process names, so they are restricted to a safe alphabet."""

@@ -68,14 +68,14 @@ from flotilla.store.records import (
     NodeRecord,
     RunRecord,
 )
-from flotilla.store.schema import Cluster, Event, Job, Node, Run
-from flotilla.store.states import JobState
 from flotilla.store.run_report import (
     RunReportQuery,
     RunReportRow,
     record_run_resources,
     run_report,
 )
+from flotilla.store.schema import Cluster, Event, Job, Node, Run
+from flotilla.store.states import JobState
 from flotilla.store.usage import UsageQuery, UsageReport, compute_usage, decayed_usage
 
 Clock = Callable[[], datetime]
