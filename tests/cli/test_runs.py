@@ -101,6 +101,7 @@ def test_a_bad_state_is_refused_naming_the_flag(store: SqlStore) -> None:
 
 def test_durations_read_as_sacct_writes_them() -> None:
     assert duration(None) == "-"
-    assert duration(0.25) == "0.2s"
+    assert duration(0.0042) == "4ms"
+    assert duration(12.34) == "12.3s"
     assert duration(3725) == "1:02:05"
     assert duration(90061) == "1-01:01:01"

@@ -102,10 +102,12 @@ def runs_table(report: RunUseReport, wide: bool = False) -> Table:
 
 
 def duration(seconds: float | None) -> str:
-    """``-``; under a minute ``12.3s`` (a short job's CPU time is not ``0:00:00``); else
-    ``H:MM:SS``, and ``D-HH:MM:SS`` past a day, as sacct writes it."""
+    """``-``; under a second ``4ms`` and under a minute ``12.3s`` (a short job's CPU time is
+    not ``0:00:00``); else ``H:MM:SS``, and ``D-HH:MM:SS`` past a day, as sacct writes it."""
     if seconds is None:
         return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.1f}s"
     whole = int(seconds)
