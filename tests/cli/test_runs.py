@@ -105,3 +105,13 @@ def test_durations_read_as_sacct_writes_them() -> None:
     assert duration(12.34) == "12.3s"
     assert duration(3725) == "1:02:05"
     assert duration(90061) == "1-01:01:01"
+
+
+def test_describe_shows_each_runs_cpu_time_and_peak_memory(store: SqlStore) -> None:
+    train = next(job for job in store.list_jobs().jobs if job.name == "train")
+    described = CliRunner().invoke(app, ["describe", train.id], terminal_width=200)
+    assert described.exit_code == 0, described.output
+    header = next(line for line in described.output.splitlines() if "ATTEMPT" in line)
+    assert header.split()[-2:] == ["CPU", "MAXRSS"]
+    [row] = [line for line in described.output.splitlines() if "512Mi" in line]
+    assert row.split()[-2:] == ["1:02:05", "512Mi"]
