@@ -64,3 +64,14 @@ def test_figures_are_kept_and_runs_selected_by_when_they_were_active(
     assert names(states=frozenset({RunState.RUNNING, RunState.SUCCEEDED})) == ["old", "going"]
     assert names(visible_queues=frozenset({"team-b"}), visible_owner="ana") == ["old", "done"]
     assert names(limit=1) == ["going"]
+
+
+def test_figures_of_a_run_the_store_does_not_hold_change_nothing(store: SqlStore) -> None:
+    """A backend may report an orphan (a run of another database's state dir): no failure."""
+    (known,) = store.submit_jobs([job("known")])
+    run_id = started(store, known)
+    store.record_run_resources(
+        {"no-such-run": RunResources(1.0, MIB), run_id: RunResources(2.0, 2 * MIB)}
+    )
+    [run] = store.runs(known)
+    assert (run.cpu_seconds, run.memory_peak) == (2.0, 2 * MIB)

@@ -14,8 +14,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import Text, and_, cast, or_, select, update
+from sqlalchemy import Table, Text, and_, bindparam, or_, select, update
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from flotilla.framework.assignment_record import AssignmentRecord
@@ -72,13 +74,21 @@ class RunReportRow:
 
 
 def record_run_resources(session: Session, resources: Mapping[str, RunResources]) -> None:
-    """Keep each run's measured CPU time and peak memory (a repeated report rewrites them)."""
-    for run_id, measured in resources.items():
-        session.execute(
-            update(Run)
-            .where(Run.id == run_id)
-            .values(cpu_seconds=measured.cpu_seconds, memory_peak=measured.memory_peak)
-        )
+    """Keep each run's measured CPU time and peak memory (a repeated report rewrites them):
+    one bulk update by primary key, so a thousand runs ending at once are one statement."""
+    # Core's executemany, not the ORM's bulk update: a run the store does not hold (a report
+    # of an orphan) updates nothing instead of failing the write.
+    rows = [
+        {"run_id": run_id, "cpu": used.cpu_seconds, "peak": used.memory_peak}
+        for run_id, used in resources.items()
+    ]
+    runs = cast(Table, Run.__table__)
+    statement = (
+        update(runs)
+        .where(runs.c.id == bindparam("run_id"))
+        .values(cpu_seconds=bindparam("cpu"), memory_peak=bindparam("peak"))
+    )
+    session.connection().execute(statement, rows)
 
 
 def run_report(session: Session, query: RunReportQuery) -> list[RunReportRow]:
@@ -93,7 +103,7 @@ def run_report(session: Session, query: RunReportQuery) -> list[RunReportRow]:
             jobs.owner,
             runs.attempt,
             runs.cluster,
-            cast(runs.assignment, Text),
+            sql_cast(runs.assignment, Text),
             runs.state,
             runs.exit_code,
             runs.created_at,
