@@ -9,6 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from flotilla.backends import BackendRunState, CancelRequest
 from flotilla.backends.cgroups import CgroupV1, CgroupV2
 from flotilla.model import JobSpec
 from flotilla.model.run_resources import RunResources
@@ -37,6 +38,20 @@ def test_a_local_run_reports_its_peak_memory_and_cpu_time_when_it_ends(
     assert status.resources.memory_peak is not None
     assert status.resources.memory_peak >= 50 * MIB, status.resources
     assert status.resources.cpu_seconds is not None and status.resources.cpu_seconds > 0
+
+
+def test_a_cancelled_run_is_measured_too(local: LocalHarness) -> None:
+    """What a run used until its cancel killed it (sacct shows cancelled jobs' figures)."""
+    _require_isolation()
+    backend = local.make(grace_period=0.5)
+    hold = "import time\ndata = b'x' * (56 << 20)\nprint('ready', flush=True)\ntime.sleep(1000)\n"
+    backend.dispatch(request(backend, "held", {"command": [sys.executable, "-c", hold]}))
+    local.wait_output(backend, "held", "ready")
+    backend.cancel(CancelRequest("held", reason="enough"))
+    status = local.wait_terminal(backend, "held")
+    assert status.state is BackendRunState.CANCELLED, status
+    assert status.resources is not None and status.resources.memory_peak is not None
+    assert status.resources.memory_peak >= 50 * MIB, status.resources
 
 
 def test_the_report_shows_a_real_runs_peak_memory_and_cpu_time(tmp_path: Path) -> None:
