@@ -248,3 +248,18 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_cancels_grace(slurm: Slu
     status = slurm.wait_terminal(backend, "stubborn")
     assert (status.state, status.message) == (BackendRunState.CANCELLED, "cancelled")
     slurm.assert_gone(status)
+
+
+def test_a_cluster_without_accounting_storage_ends_runs_with_no_figures(
+    slurm: SlurmHarness,
+) -> None:
+    """``flotilla sacct`` on this cluster (``accounting_storage/none``): the run ends as ever,
+    the ``sacct -j`` Slurm refuses costs nothing, and its CPU time and peak memory are null
+    (``-``), as docs/api.md says. The figures a cluster with accounting gives are read by
+    ``test_slurm_accounting.py``."""
+    backend = slurm.make()
+    backend.dispatch(placed(backend, "plain", "echo done"))
+    status = slurm.wait_terminal(backend, "plain")
+    assert status.state is BackendRunState.SUCCEEDED, status
+    assert status.resources is None
+    assert backend.status(StatusRequest("plain")).resources is None

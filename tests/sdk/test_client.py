@@ -117,3 +117,17 @@ def test_a_dependency_chain_an_array_and_the_usage_report_through_the_sdk(
     report = client.usage(since="1h", by="queue")
     [row] = report["rows"]
     assert (row["queue"], row["jobs"]) == ("default", 5) and row["cpu_hours"] > 0
+
+
+def test_the_run_report_through_the_sdk(live: LiveService, client: flotilla.Client) -> None:
+    """``Client.runs`` (``flotilla sacct``): each run with its end, node and, once the loop
+    recorded it, what it used where this machine measures it (cgroups as root)."""
+    [job_id] = client.submit(live.spec("sums", "exit 4")).ids
+    assert client.wait(job_id, timeout=60).state == "failed"
+    report = client.runs(since="1h", queues=["default"], states=["failed"])
+    [run] = report.runs
+    assert (run.job, run.name, run.exit_code, run.attempt) == (job_id, "sums", 4, 1)
+    assert run.nodes and run.elapsed_seconds is not None
+    assert client.runs(since="1h", states=["succeeded"]).runs == []
+    with pytest.raises(flotilla.NotFound, match="nope"):
+        client.runs(queues=["nope"])

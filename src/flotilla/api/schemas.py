@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flotilla.secrets import redact
 
 if TYPE_CHECKING:
+    from flotilla.model.gpu_use import GpuUse
     from flotilla.store import (
         ClusterRecord,
         DependencyRecord,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         JobRecord,
         NodeRecord,
         RunRecord,
+        RunReportRow,
     )
 
 
@@ -42,6 +44,20 @@ class RunGpu(BaseModel):
     efficiency: float | None = Field(description="Used over held (like seff's CPU efficiency).")
     samples: int
 
+    @classmethod
+    def of(cls, use: GpuUse | None) -> RunGpu | None:
+        if use is None:
+            return None
+        return cls(
+            memory_used=use.memory_used,
+            memory_peak=use.memory_peak,
+            utilization=use.utilization,
+            gpu_hours_held=use.held_gpu_seconds / 3600,
+            gpu_hours_used=use.used_gpu_seconds / 3600,
+            efficiency=use.efficiency,
+            samples=use.samples,
+        )
+
 
 class Run(BaseModel):
     id: str
@@ -57,6 +73,16 @@ class Run(BaseModel):
     gpu: RunGpu | None = None
     last_checkpoint_at: datetime | None = None
     """When the run last reported a checkpoint (``flotilla.checkpoint()``); null: never."""
+    cpu_seconds: float | None = Field(
+        None,
+        description="CPU seconds its processes used (all replicas), measured when it ended; "
+        "null: not measured.",
+    )
+    memory_peak: int | None = Field(
+        None,
+        description="The most memory (bytes) one of its replicas held, measured when it "
+        "ended; null: not measured.",
+    )
 
     @classmethod
     def from_record(cls, run: RunRecord) -> Run:
@@ -72,18 +98,10 @@ class Run(BaseModel):
             finished_at=run.finished_at,
             exit_code=run.exit_code,
             message=run.message,
-            gpu=None
-            if use is None
-            else RunGpu(
-                memory_used=use.memory_used,
-                memory_peak=use.memory_peak,
-                utilization=use.utilization,
-                gpu_hours_held=use.held_gpu_seconds / 3600,
-                gpu_hours_used=use.used_gpu_seconds / 3600,
-                efficiency=use.efficiency,
-                samples=use.samples,
-            ),
+            gpu=RunGpu.of(use),
             last_checkpoint_at=run.last_checkpoint_at,
+            cpu_seconds=run.cpu_seconds,
+            memory_peak=run.memory_peak,
         )
 
 
@@ -516,3 +534,65 @@ class Report(BaseModel):
 class Health(BaseModel):
     status: str
     detail: str = ""
+
+
+class RunUse(BaseModel):
+    """One run as ``flotilla sacct`` shows it: whose, where, how it ended and what it used.
+    Figures that were not measured are null (``docs/cli.md``, sacct)."""
+
+    run: str
+    job: str
+    name: str
+    queue: str
+    owner: str | None
+    attempt: int
+    cluster: str
+    nodes: list[str] = Field(description="The nodes its replicas were placed on.")
+    state: str = Field(description="The run's state.")
+    exit_code: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    elapsed_seconds: float | None = Field(
+        description="From its start to its end (to now while it runs); null: never started."
+    )
+    cpu_seconds: float | None = Field(
+        description="CPU seconds used, all replicas (Slurm's TotalCPU); null: not measured."
+    )
+    memory_peak: int | None = Field(
+        description="Peak memory of its largest replica, bytes (Slurm's MaxRSS)."
+    )
+    gpu: RunGpu | None = None
+
+    @classmethod
+    def from_row(cls, row: RunReportRow, now: datetime) -> RunUse:
+        elapsed = None
+        if row.started_at is not None:
+            end = row.finished_at or now
+            elapsed = max(0.0, (end - row.started_at).total_seconds())
+        return cls(
+            run=row.run_id,
+            job=row.job_id,
+            name=row.name,
+            queue=row.queue,
+            owner=row.owner,
+            attempt=row.attempt,
+            cluster=row.cluster,
+            nodes=list(row.nodes),
+            state=row.state.value,
+            exit_code=row.exit_code,
+            created_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            elapsed_seconds=elapsed,
+            cpu_seconds=row.cpu_seconds,
+            memory_peak=row.memory_peak,
+            gpu=RunGpu.of(row.gpu),
+        )
+
+
+class RunUseReport(BaseModel):
+    """``GET /v1/runs``: the runs active at or after ``since``, oldest first."""
+
+    since: datetime
+    runs: list[RunUse]

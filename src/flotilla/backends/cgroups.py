@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from flotilla.model.run_resources import RunResources
+
 CONTROLLERS = ("memory", "pids", "cpu")
 """What a cgroup limits for the local backend, in the order a notice names them."""
 
@@ -78,6 +80,12 @@ class Cgroups(Protocol):
         """True when the OOM killer killed a process of the cgroup for its memory limit."""
         ...
 
+    def usage(self, path: str) -> RunResources:
+        """What the cgroup's processes used so far (its descendants included): CPU seconds
+        and the peak of its memory, each ``None`` where this host does not count it. Read
+        before ``remove``: the figures go with the cgroup."""
+        ...
+
     def remove(self, path: str) -> None:
         """Remove the cgroup and everything below it that no process holds any more."""
         ...
@@ -112,6 +120,13 @@ def _keyed(text: str) -> dict[str, int]:
         if value.strip().isdigit():
             pairs[key] = int(value)
     return pairs
+
+
+def _number(text: str) -> int | None:
+    """A file of one whole number (``memory.peak``, ``cpuacct.usage``); ``None`` when it is
+    absent or says something else."""
+    text = text.strip()
+    return int(text) if text.isdigit() else None
 
 
 def _subtree(directory: Path) -> list[Path]:
@@ -216,6 +231,15 @@ class CgroupV2:
         events = _keyed(_read(self._at(path) / "memory.events"))
         return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
 
+    def usage(self, path: str) -> RunResources:
+        # cpu.stat's usage_usec is there whatever the controllers; memory.peak since 5.19.
+        target = self._at(path)
+        usec = _keyed(_read(target / "cpu.stat")).get("usage_usec")
+        return RunResources(
+            cpu_seconds=None if usec is None else usec / 1e6,
+            memory_peak=_number(_read(target / "memory.peak")),
+        )
+
     def remove(self, path: str) -> None:
         _remove_tree(self._at(path))
 
@@ -225,14 +249,15 @@ class CgroupV2:
 
 class CgroupV1:
     """The legacy hierarchies, one per controller: ``memory`` (``memory.limit_in_bytes``, and
-    ``memsw`` so swap is no way around it), ``pids``, ``cpu`` (``cpu.shares``) and ``freezer``,
-    which stops a tree from forking while it is killed (v1 has no ``cgroup.kill``)."""
+    ``memsw`` so swap is no way around it), ``pids``, ``cpu`` (``cpu.shares``), ``cpuacct``
+    (the CPU time ``usage`` reads) and ``freezer``, which stops a tree from forking while it
+    is killed (v1 has no ``cgroup.kill``)."""
 
     version = "v1"
 
     def __init__(self, bases: dict[str, Path]) -> None:
         self.bases = bases
-        """Controller (``memory``, ``pids``, ``cpu``, ``freezer``) → the server's own
+        """Controller (``memory``, ``pids``, ``cpu``, ``cpuacct``, ``freezer``) → the server's own
         cgroup's ``flotilla`` directory in that controller's hierarchy."""
         self.enforced = frozenset(name for name in CONTROLLERS if name in bases)
         # One directory per hierarchy (a hierarchy may carry two controllers: cpu,cpuacct);
@@ -292,6 +317,20 @@ class CgroupV1:
         if "oom_kill" in control:  # Linux ≥ 4.13
             return control["oom_kill"] > 0
         return int(_read(memory / path / "memory.failcnt").strip() or 0) > 0
+
+    def usage(self, path: str) -> RunResources:
+        # cpuacct.usage: nanoseconds (its own hierarchy, or one it shares with cpu).
+        accounting = self.bases.get("cpuacct") or self.bases.get("cpu")
+        nanoseconds = (
+            None if accounting is None else _number(_read(accounting / path / "cpuacct.usage"))
+        )
+        memory = self.bases.get("memory")
+        peak = (
+            None if memory is None else _number(_read(memory / path / "memory.max_usage_in_bytes"))
+        )
+        return RunResources(
+            cpu_seconds=None if nanoseconds is None else nanoseconds / 1e9, memory_peak=peak
+        )
 
     def remove(self, path: str) -> None:
         for directory in self._all(path):
@@ -433,7 +472,7 @@ def _v1(mounts: list[tuple[str, Path, set[str]]], own: dict[str, str]) -> Cgroup
     for kind, point, options in mounts:
         if kind != "cgroup":
             continue
-        for controller in ("memory", "pids", "cpu", "freezer"):
+        for controller in ("memory", "pids", "cpu", "cpuacct", "freezer"):
             if controller in options and controller in own:
                 base = point / own[controller].lstrip("/") / "flotilla"
                 try:

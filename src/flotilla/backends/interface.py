@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from flotilla.model.gpu_use import GpuUse
 from flotilla.model.node_info import NodeInfo
+from flotilla.model.run_resources import RunResources
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 """Run ids become file and process names, so they are restricted to a safe alphabet."""
@@ -242,6 +243,10 @@ class RunStatus:
     """When the job last reported "checkpointed now" (``flotilla.checkpoint()`` touching
     ``FLOTILLA_CHECKPOINT_FILE``); ``None``: never, or the backend cannot tell (only the local
     backend reports it)."""
+    resources: RunResources | None = None
+    """CPU seconds and peak memory its processes used, measured when it ended (the local
+    backend from each replica's cgroup, Slurm from its accounting); ``None``: not measured
+    (a run still going, a backend that cannot tell)."""
 
 
 class LogStream(StrEnum):

@@ -28,6 +28,7 @@ from flotilla.backends.interface import (
 from flotilla.backends.local_identity import Identity
 from flotilla.backends.processes import describe_exit
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.run_resources import RunResources
 
 RECORD_VERSION = 1
 CHECKPOINT_FILE = ".flotilla-checkpoint"
@@ -94,6 +95,10 @@ class Replica:
     """It failed for exceeding ``memory_request`` (the OOM killer ended it)."""
     ended_at: float | None = None
     """When its command exited, from its supervisor's exit file (``None``: not known)."""
+    cpu_seconds: float | None = None
+    """CPU seconds its cgroup counted when it ended (``None``: no cgroup, or not ended)."""
+    memory_peak: int | None = None
+    """The peak memory (bytes) its cgroup counted when it ended (``None``: not measured)."""
     supervisor: int | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     drain_until: float | None = field(default=None, repr=False, compare=False)
@@ -141,6 +146,8 @@ class Replica:
             "memory_request": self.memory_request,
             "over_memory": self.over_memory,
             "ended_at": self.ended_at,
+            "cpu_seconds": self.cpu_seconds,
+            "memory_peak": self.memory_peak,
             "supervisor": self.supervisor,
         }
 
@@ -157,6 +164,8 @@ class Replica:
             memory_request=data.get("memory_request"),
             over_memory=data.get("over_memory", False),
             ended_at=data.get("ended_at"),
+            cpu_seconds=data.get("cpu_seconds"),
+            memory_peak=data.get("memory_peak"),
             supervisor=data.get("supervisor"),
         )
 
@@ -293,12 +302,22 @@ class Run:
                 for replica in self.replicas
             ),
             last_checkpoint_at=self.last_checkpoint_at,
+            resources=self._resources(),
             over_limit=self.state is BackendRunState.FAILED
             and (
                 (self.stop is not None and self.stop.kind in ("max-runtime", "gpu-memory"))
                 or any(replica.over_memory for replica in self.replicas)
             ),
         )
+
+    def _resources(self) -> RunResources | None:
+        """Its replicas' measured use, once it ended (``None`` before, or when not measured)."""
+        if not self.state.terminal:
+            return None
+        measured = RunResources.of_replicas(
+            RunResources(replica.cpu_seconds, replica.memory_peak) for replica in self.replicas
+        )
+        return measured if measured.measured else None
 
     def to_json(self) -> dict[str, Any]:
         stop = self.stop

@@ -191,12 +191,15 @@ class ProcessTrees:
 
     def ended(self, run: Run, replica: Replica) -> None:
         """``replica`` was just found over: kill whatever of it is left in its cgroup (the
-        namespace's end already did, unless there is none), and say so when it failed for
-        exceeding its memory request."""
+        namespace's end already did, unless there is none), keep the CPU time and peak memory
+        it used (``flotilla sacct``), and say so when it failed for exceeding its memory
+        request."""
         if self.hierarchy is None:
             return
         path = self.path(run, replica)
         self.hierarchy.kill(path)
+        used = self.hierarchy.usage(path)  # before the cgroup goes (``settled``, ``sweep``)
+        replica.cpu_seconds, replica.memory_peak = used.cpu_seconds, used.memory_peak
         request = replica.memory_request
         if request is not None and not replica.succeeded and self.hierarchy.memory_exceeded(path):
             replica.error, replica.over_memory = memory_message(request), True

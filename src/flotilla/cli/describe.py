@@ -15,6 +15,7 @@ from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources, state_text
+from flotilla.cli.runs import duration
 from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.model.quantity import format_quantity
 from flotilla.sdk import Client
@@ -84,7 +85,16 @@ def _titled(*columns: str, title: str) -> Table:
 
 def _runs(runs: list[Run]) -> Table:
     table = _titled(
-        "RUN", "ATTEMPT", "CLUSTER", "STATE", "STARTED", "FINISHED", "EXIT", title="Runs"
+        "RUN",
+        "ATTEMPT",
+        "CLUSTER",
+        "STATE",
+        "STARTED",
+        "FINISHED",
+        "EXIT",
+        "CPU",
+        "MAXRSS",
+        title="Runs",
     )
     for run in runs:
         table.add_row(
@@ -95,6 +105,8 @@ def _runs(runs: list[Run]) -> Table:
             "-" if run.started_at is None else f"{run.started_at:%H:%M:%S}",
             "-" if run.finished_at is None else f"{run.finished_at:%H:%M:%S}",
             "-" if run.exit_code is None else str(run.exit_code),
+            duration(run.cpu_seconds),  # measured when it ended (``flotilla runs``)
+            "-" if run.memory_peak is None else format_quantity("memory", run.memory_peak),
         )
     return table
 

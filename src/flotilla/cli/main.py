@@ -15,7 +15,20 @@ import typer
 from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import catalog, describe, fleet, holds, jobs, logs, replay, serve, ui, up, usage
+from flotilla.cli import (
+    catalog,
+    describe,
+    fleet,
+    holds,
+    jobs,
+    logs,
+    replay,
+    runs,
+    serve,
+    ui,
+    up,
+    usage,
+)
 from flotilla.cli import run as run_command
 from flotilla.files import write_text_safely
 from flotilla.model.errors import SpecError
@@ -212,7 +225,7 @@ def _progress(console: Console) -> Callable[[float, int, int], None] | None:
 
 
 # The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, holds, describe, logs, catalog, fleet, replay, serve, up, ui, usage):
+for _module in (jobs, holds, describe, logs, catalog, fleet, replay, serve, up, ui, usage, runs):
     _module.register(app)
 run_command.register(app)
 

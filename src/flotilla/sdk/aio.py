@@ -21,6 +21,7 @@ from flotilla.api.schemas import (
     JobList,
     Node,
     Report,
+    RunUseReport,
     SubmitResult,
     Why,
 )
@@ -241,6 +242,20 @@ class AsyncClient:
         self, since: str = "7d", until: str | None = None, by: str = "queue"
     ) -> dict[str, Any]:
         return await self.call(calls.usage(since, until, by))
+
+    async def runs(
+        self,
+        since: str = "1d",
+        queues: Sequence[str] = (),
+        owner: str | None = None,
+        states: Sequence[str] = (),
+        limit: int | None = None,
+    ) -> RunUseReport:
+        """The per-run report (``flotilla sacct``): each run of the readable jobs active at
+        or after ``since`` (a duration ago, ``1d``, or an ISO 8601 time), oldest first, with
+        its state, exit code, nodes, elapsed, CPU seconds, peak memory and GPU use (null
+        where not measured). Filters: queues, owner, run states."""
+        return await self.call(calls.runs(since, queues, owner, states, limit))
 
     async def fleet(self) -> dict[str, Any]:
         """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;

@@ -26,6 +26,7 @@ from flotilla.api.schemas import (
     LogChunk,
     Node,
     Report,
+    RunUseReport,
     SubmitResult,
     Why,
 )
@@ -250,6 +251,26 @@ def usage(since: str, until: str | None, by: str) -> Call[dict[str, Any]]:
     """Accounting: CPU-, memory- and GPU-hours that runs held over a range (``/v1/usage``)."""
     params = {"since": since, "by": by} | ({} if until is None else {"until": until})
     return Call("GET", "/v1/usage", _mapping, params=params)
+
+
+def runs(
+    since: str,
+    queues: Sequence[str] = (),
+    owner: str | None = None,
+    states: Sequence[str] = (),
+    limit: int | None = None,
+) -> Call[RunUseReport]:
+    """The per-run report (``/v1/runs``, ``flotilla sacct``): each run active at or after
+    ``since`` with its exit code, nodes, elapsed, CPU time, peak memory and GPU use."""
+    given: dict[str, Any] = {
+        "since": since,
+        "queue": list(queues) or None,
+        "owner": owner,
+        "state": list(states) or None,
+        "limit": limit,
+    }
+    params = {key: value for key, value in given.items() if value is not None}
+    return Call("GET", "/v1/runs", one(RunUseReport), params=params)
 
 
 def fleet() -> Call[dict[str, Any]]:

@@ -21,6 +21,7 @@ from flotilla.api.schemas import (
     JobList,
     Node,
     Report,
+    RunUseReport,
     SubmitResult,
     Why,
 )
@@ -299,6 +300,20 @@ class Client:
         """Accounting (``sacct``/``sreport``): CPU-, memory- and GPU-hours per queue, owner or
         job over a range; ``since``/``until`` are durations ago (``7d``) or ISO 8601 times."""
         return self.call(calls.usage(since, until, by))
+
+    def runs(
+        self,
+        since: str = "1d",
+        queues: Sequence[str] = (),
+        owner: str | None = None,
+        states: Sequence[str] = (),
+        limit: int | None = None,
+    ) -> RunUseReport:
+        """The per-run report (``flotilla sacct``): each run of the readable jobs active at
+        or after ``since`` (a duration ago, ``1d``, or an ISO 8601 time), oldest first, with
+        its state, exit code, nodes, elapsed, CPU seconds, peak memory and GPU use (null
+        where not measured). Filters: queues, owner, run states."""
+        return self.call(calls.runs(since, queues, owner, states, limit))
 
     def fleet(self) -> dict[str, Any]:
         """The fleet in force (admin): ``{"fleet": document, "version", "applied_at"}``;

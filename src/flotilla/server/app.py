@@ -28,6 +28,7 @@ from flotilla.server import (
     holds,
     jobs,
     ops,
+    runs,
     usage,
     whatif,
 )
@@ -82,7 +83,19 @@ def create_app(
     app.state.flotilla = context
     store.add_observer(context.metrics)  # counts every submission and transition committed
     install_handlers(app)
-    for module in (jobs, holds, arrays, history, engine_ids, catalog, ops, fleet, usage, whatif):
+    for module in (
+        jobs,
+        holds,
+        arrays,
+        history,
+        engine_ids,
+        catalog,
+        ops,
+        fleet,
+        usage,
+        runs,
+        whatif,
+    ):
         app.include_router(module.router)
     _count_requests(app, context)
     # A scheduling round of this process yields to requests, a large submission to the rest.

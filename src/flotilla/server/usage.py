@@ -29,13 +29,15 @@ LONGEST = timedelta(days=366 * 100)
 RANGE_HELP = "ISO 8601 time (UTC unless it has an offset) or a duration ago: 90m, 12h, 7d, 2w."
 
 
-def parse_moment(text: str, now: datetime, field: str) -> datetime:
+def parse_moment(
+    text: str, now: datetime, field: str, title: str = "invalid usage range"
+) -> datetime:
     """``text`` as an aware datetime; ``ApiError`` 422 naming ``field`` if it is neither."""
     match = DURATION.match(text)
     if match:
         seconds = float(match.group(1)) * UNITS[match.group(2)]
         if seconds > LONGEST.total_seconds():
-            raise ApiError(422, "invalid usage range", [f"{field}: {text!r} is too far back"])
+            raise ApiError(422, title, [f"{field}: {text!r} is too far back"])
         return now - timedelta(seconds=seconds)
     try:
         moment = datetime.fromisoformat(text.strip())
@@ -43,7 +45,7 @@ def parse_moment(text: str, now: datetime, field: str) -> datetime:
     except (ValueError, OverflowError):
         raise ApiError(
             422,
-            "invalid usage range",
+            title,
             [f"{field}: expected an ISO 8601 time or a duration such as 7d, got {text!r}"],
         ) from None
 
@@ -92,7 +94,7 @@ class UsageBody(BaseModel):
         )
 
 
-def _visibility(context: ServerContext, user: User) -> dict[str, Any]:
+def visibility(context: ServerContext, user: User) -> dict[str, Any]:
     """Who sees what: everything, or the readable queues and one's own jobs."""
     if user.can_read_all():
         return {}
@@ -126,5 +128,5 @@ def usage(
             "invalid usage range",
             [f"until: {end.isoformat()} is not after since ({start.isoformat()})"],
         )
-    query = UsageQuery(since=start, until=end, by=by, **_visibility(context, user))
+    query = UsageQuery(since=start, until=end, by=by, **visibility(context, user))
     return UsageBody.from_report(context.store.usage(query))

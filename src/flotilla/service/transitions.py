@@ -127,6 +127,13 @@ class RunTransitions:
         uses = {status.run_id: status.gpu for status in statuses if status.gpu is not None}
         if uses:  # figures only, no state: a write of their own, not the cycle's
             self._context.store.record_gpu_use(uses)
+        measured = {
+            status.run_id: status.resources
+            for status in statuses
+            if status.resources is not None and status.state.terminal
+        }
+        if measured:  # an ended run's CPU time and peak memory (``flotilla sacct``)
+            self._context.store.record_run_resources(measured)
         read = self._context.jobdb.read_txn()
 
         def queue_of(job_id: str) -> str | None:

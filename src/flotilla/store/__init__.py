@@ -39,6 +39,7 @@ from flotilla.store.records import (
     NodeRecord,
     RunRecord,
 )
+from flotilla.store.run_report import RunReportQuery, RunReportRow
 from flotilla.store.sql import SqlStore
 from flotilla.store.states import (
     ACTIVE_JOB_STATES,
@@ -80,6 +81,8 @@ __all__ = [
     "NodeRecord",
     "NotFoundError",
     "RunRecord",
+    "RunReportQuery",
+    "RunReportRow",
     "RunRequest",
     "RunState",
     "SchemaStatus",

@@ -107,6 +107,8 @@ def _run_record(row: Run | AnyRow, assignment: Mapping[str, Any]) -> RunRecord:
         exit_code=row.exit_code,
         message=row.message,
         last_checkpoint_at=row.last_checkpoint_at,
+        cpu_seconds=row.cpu_seconds,
+        memory_peak=row.memory_peak,
     )
 
 

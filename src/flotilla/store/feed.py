@@ -78,7 +78,7 @@ def to_records(
 
 
 RUN_FIELDS = ("id", "job_id", "attempt", "cluster", "created_at", "started_at", "finished_at")
-RUN_RESULTS = ("exit_code", "message", "last_checkpoint_at")
+RUN_RESULTS = ("exit_code", "message", "last_checkpoint_at", "cpu_seconds", "memory_peak")
 
 
 def _run(row: AnyRow) -> RunRecord | None:

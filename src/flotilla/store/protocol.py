@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.run_resources import RunResources
 from flotilla.store.records import (
     ClusterRecord,
     EventRecord,
@@ -46,6 +47,7 @@ from flotilla.store.states import JobState, RunState
 
 if TYPE_CHECKING:
     from flotilla.store.observe import CommitObserver
+    from flotilla.store.run_report import RunReportQuery, RunReportRow
     from flotilla.store.usage import UsageQuery, UsageReport
 
 
@@ -281,6 +283,16 @@ class Store(Protocol):
 
     def record_gpu_use(self, uses: Mapping[str, GpuUse]) -> None:
         """Replace each run's recorded GPU use (run id → its figures so far)."""
+        ...
+
+    def record_run_resources(self, resources: Mapping[str, RunResources]) -> None:
+        """Keep each ended run's measured CPU time and peak memory (run id → its figures;
+        ``flotilla.store.run_report``). Figures only, no state: not fenced."""
+        ...
+
+    def run_report(self, query: RunReportQuery) -> list[RunReportRow]:
+        """The runs ``query`` selects with what they used, oldest first (``flotilla sacct``).
+        Read-only."""
         ...
 
     def list_jobs(

@@ -40,6 +40,11 @@ class RunRecord:
     ``Store.runs`` only."""
     last_checkpoint_at: datetime | None = None
     """When the run last reported a checkpoint (``flotilla.checkpoint()``), if it did."""
+    cpu_seconds: float | None = None
+    """CPU seconds its processes used (summed over replicas), measured when it ended; None:
+    not measured (``model/run_resources.py``)."""
+    memory_peak: int | None = None
+    """The largest peak memory of one of its replicas, bytes; None: not measured."""
 
 
 @dataclass(frozen=True, slots=True)

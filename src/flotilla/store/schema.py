@@ -190,6 +190,12 @@ class Run(Base):
     last_checkpoint_at: Mapped[datetime | None]
     """When the run last reported "checkpointed now" (``flotilla.checkpoint()``): the work a
     preemption would throw away starts here. Null: it never reported one (migration 0010)."""
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
+    """CPU seconds (user + system) its processes used, summed over its replicas, as its backend
+    measured it when it ended (Slurm's ``TotalCPU``). Null: not measured (migration 0011)."""
+    memory_peak: Mapped[int | None] = mapped_column(BigInteger)
+    """The largest peak memory of any one of its replicas, bytes (Slurm's ``MaxRSS``). Null:
+    not measured (migration 0011)."""
 
 
 class RunGpuUse(Base):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.run_resources import RunResources
 from flotilla.store import (
     cancels,
     catalog,
@@ -66,6 +67,12 @@ from flotilla.store.records import (
     Lease,
     NodeRecord,
     RunRecord,
+)
+from flotilla.store.run_report import (
+    RunReportQuery,
+    RunReportRow,
+    record_run_resources,
+    run_report,
 )
 from flotilla.store.schema import Cluster, Event, Job, Node, Run
 from flotilla.store.states import JobState
@@ -404,6 +411,15 @@ class SqlStore:
         if uses:
             with self._write() as session:
                 record_gpu_use(session, uses)
+
+    def record_run_resources(self, resources: Mapping[str, RunResources]) -> None:
+        if resources:
+            with self._write() as session:
+                record_run_resources(session, resources)
+
+    def run_report(self, query: RunReportQuery) -> list[RunReportRow]:
+        with self._sessions() as session:
+            return run_report(session, query)
 
     def _require_job(self, session: Session, job_id: str) -> None:
         if session.get(Job, job_id) is None:

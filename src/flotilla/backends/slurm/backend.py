@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from flotilla.backends.slurm.nodes import node_info
 from flotilla.backends.slurm.runs import RunFiles, build_status, status_of
 from flotilla.backends.slurm.script import batch_script, replica_file, sbatch_options
 from flotilla.model.node_info import NodeInfo
+from flotilla.model.run_resources import RunResources
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ class SlurmBackend:
         self._last_refresh: float | None = None
         self._last_found: dict[str, _Seen] = {}
         self._node_cache: tuple[NodeInfo, ...] | None = None
+        self._measured: dict[str, RunResources | None] = {}
+        """Run → what its Slurm job used, read from ``sacct`` once it ended (None: nothing)."""
         self._tracked: set[str] = set()
         """Runs whose changes the next poll reports: dispatched here, or any after a poll."""
         self._closed = threading.Event()
@@ -343,8 +346,26 @@ class SlurmBackend:
                         self._changes.observe(run, forgotten.status.state)
             for item in found.values():
                 self._enforce(item, now)
+            self._measure()
             self._last_found = found
         return found
+
+    def _measure(self) -> None:
+        """Read from Slurm's accounting what the runs that ended since the last look used
+        (one ``sacct`` for all of them), and give each ended run's status its figures."""
+        ended = {
+            run: item.job.job_id
+            for run, item in self._seen.items()
+            if item.status.state.terminal and item.job is not None and run not in self._measured
+        }
+        figures = self.clients.accounting(list(ended.values())) if ended else {}
+        for run, job_id in ended.items():
+            self._measured[run] = figures.get(job_id)
+        for run, item in list(self._seen.items()):
+            measured = self._measured.get(run)
+            if measured is not None and measured.measured and item.status.resources is None:
+                status = replace(item.status, resources=measured)
+                self._seen[run] = _Seen(item.marker, item.job, status)
 
     def _current(self, run_id: str) -> _Seen:
         """The run as Slurm has it now (squeue read first; call under the lock), or

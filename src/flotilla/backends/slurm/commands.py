@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from flotilla.backends.interface import BackendUnavailable
+from flotilla.backends.slurm.accounting import parse_accounting, sacct_arguments
+from flotilla.model.run_resources import RunResources
 
 
 class SlurmRefused(Exception):
@@ -145,6 +147,18 @@ class SlurmClients:
             if not signal:
                 raise
             self.cancel(job_id)
+
+    def accounting(self, job_ids: Sequence[int]) -> dict[int, RunResources]:
+        """What these jobs used (``TotalCPU``, ``MaxRSS``) from Slurm's accounting
+        (``accounting.py``); empty where the cluster keeps none (``accounting_storage/none``
+        answers with an error) or its controller does not answer: figures, never a failure."""
+        if not job_ids:
+            return {}
+        try:
+            out = self.run("sacct", sacct_arguments(job_ids))
+        except (SlurmRefused, BackendUnavailable):
+            return {}
+        return parse_accounting(out)
 
     def completed(self, names: set[str]) -> list[SlurmJob]:
         """Finished jobs of these names from the job completion log (outlives MinJobAge).
