@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from flotilla.backends import Backend, RunStatus
+from flotilla.backends import Backend, LogStream, RunStatus
 from flotilla.backends.ray import RayBackend
 from flotilla.backends.ray.client import RayJobsClient
 from flotilla.backends.ray.jobs import Marker
@@ -27,6 +27,8 @@ up first), much longer on a loaded one; reaching the limit fails the test."""
 class RayHarness(Harness):
     name = "ray"
     wait_limit = RAY_WAIT_LIMIT
+    error_stream = LogStream.STDOUT
+    """Ray keeps one log of both streams, served as stdout (its stderr is empty)."""
 
     def __init__(self, state_dir: Path, scratch: Path, head: RayHead) -> None:
         super().__init__(state_dir, scratch)

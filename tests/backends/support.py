@@ -40,6 +40,8 @@ WAIT_LIMIT = 15.0
 class Harness:
     name = "base"
     wait_limit = WAIT_LIMIT
+    error_stream = LogStream.STDERR
+    """Where a command's standard error is read (one log of both streams: stdout)."""
 
     def __init__(self, state_dir: Path, scratch: Path) -> None:
         self.state_dir = state_dir

@@ -14,7 +14,6 @@ from flotilla.backends import (
     DispatchRejected,
     DispatchRequest,
     LogsRequest,
-    LogStream,
     ReplicaPlacement,
     StatusRequest,
     UnknownRun,
@@ -65,7 +64,7 @@ def test_failing_command_fails_with_its_exit_code(harness: Harness) -> None:
     assert status.state is BackendRunState.FAILED
     assert status.exit_code == 3
     assert "3" in status.message
-    assert read_all(backend, "run-1", LogStream.STDERR)
+    assert read_all(backend, "run-1", harness.error_stream)
 
 
 def test_cancel_stops_a_running_run_and_leaves_nothing_behind(harness: Harness) -> None:

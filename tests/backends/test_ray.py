@@ -4,6 +4,7 @@ real Ray head (``ray_head``)."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 import uuid
@@ -17,6 +18,7 @@ from flotilla.backends import (
     DispatchRejected,
     DispatchRequest,
     LogsRequest,
+    LogStream,
     ReplicaPlacement,
     StatusRequest,
     load_backend,
@@ -164,6 +166,23 @@ def test_ray_preamble_is_cut_from_the_output() -> None:
         "world\n"
     )
     assert user_output(log, "c--r--main--0", "echo hello") == "hello\nworld\n"
+
+
+def test_output_read_while_ray_writes_it_only_grows() -> None:
+    """Read after every byte Ray's log gains, the output is always a prefix of the next read:
+    a Ray line caught half-written is held back, not served and cut later (a follower's
+    offset would then skip the job's own bytes)."""
+    entrypoint = "for i in 1 2; do echo line $i; done"
+    log = (
+        "2026-11-23 21:26:11,297\tINFO job_manager.py:581 -- Runtime env is setting up.\n"
+        "line 1\n"
+        f"Running entrypoint for job c--r--main--0: {entrypoint}\n"
+        "line 2\n"
+    )
+    reads = [user_output(log[:end], "c--r--main--0", entrypoint) for end in range(len(log) + 1)]
+    for before, after in itertools.pairwise(reads):
+        assert after.startswith(before), (before, after)
+    assert reads[-1] == "line 1\nline 2\n"
 
 
 def test_settings_are_checked_and_a_secret_is_never_shown() -> None:
@@ -328,3 +347,43 @@ def test_the_ray_tests_share_one_worker_and_so_one_head(request: pytest.FixtureR
     if not getattr(request.config.option, "loadgroup", False):  # set on xdist's workers
         pytest.skip("only meaningful under pytest -n N --dist loadgroup")
     assert request.node.nodeid.endswith("@ray"), request.node.nodeid
+
+
+def test_each_line_is_served_once_read_in_pages_while_the_job_writes(ray_head: RayHead) -> None:
+    """Ray keeps one log of both streams: it is served as stdout and stderr is empty, so a
+    reader of both streams (the SDK's and the dashboard's default) gets each line once, also
+    when it follows the job in small pages from offsets while the job still prints."""
+    backend = make(ray_head)
+    node = backend.inventory().nodes[0].name
+    lines = 40
+    command = f'for i in $(seq 1 {lines}); do echo "out $i"; echo "err $i" >&2; sleep 0.05; done'
+    backend.dispatch(
+        DispatchRequest(
+            run_id="numbered",
+            job="job-a",
+            cluster=backend.cluster,
+            placements=(ReplicaPlacement("main", 0, node, ()),),
+            payload={"command": command},
+            resources={"main": {"cpu": 0.5}},
+        )
+    )
+    read = {LogStream.STDOUT: b"", LogStream.STDERR: b""}
+    done: set[LogStream] = set()
+    deadline = time.monotonic() + RAY_WAIT_LIMIT
+    while len(done) < len(read):
+        assert time.monotonic() < deadline, f"never read to the end: {read}"
+        grew = False
+        for stream in set(read) - done:
+            request = LogsRequest("numbered", stream, offset=len(read[stream]), limit=50)
+            chunk = backend.logs(request)
+            assert chunk.next_offset == len(read[stream]) + len(chunk.data)
+            read[stream] += chunk.data
+            grew = grew or bool(chunk.data)
+            if chunk.complete:
+                done.add(stream)
+        if not grew:
+            time.sleep(0.1)
+    seen = (read[LogStream.STDOUT] + read[LogStream.STDERR]).decode().splitlines()
+    expected = [f"{name} {i}" for i in range(1, lines + 1) for name in ("out", "err")]
+    assert sorted(seen) == sorted(expected)
+    assert backend.logs(LogsRequest("numbered")).data == read[LogStream.STDOUT]

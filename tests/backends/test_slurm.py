@@ -263,3 +263,33 @@ def test_a_cluster_without_accounting_storage_ends_runs_with_no_figures(
     assert status.state is BackendRunState.SUCCEEDED, status
     assert status.resources is None
     assert backend.status(StatusRequest("plain")).resources is None
+
+
+@pytest.mark.parametrize("signal", [None, "SIGUSR1"])
+def test_every_replica_gets_the_polite_signal_and_what_its_trap_prints_is_kept(
+    slurm: SlurmHarness, signal: str | None
+) -> None:
+    """``trap 'echo got TERM; exit 0' TERM`` on Slurm: each replica's step gets the signal
+    (SIGTERM on a cancel, a preempted job's own ``SIGUSR1``), runs its trap and ends, and the
+    trap's line is in its output. The batch shell's ``srun`` must not be signalled: it answers
+    SIGTERM by SIGKILLing its step at once (the trap never ran), and USR1 ended the batch shell.
+    The grace is long, so only a replica that ends by its own trap lets the run end early."""
+    backend = slurm.make()
+    name = signal or "SIGTERM"
+    trapping = (
+        f"trap 'echo got {name} $FLOTILLA_REPLICA; exit 0' {name.removeprefix('SIG')}; "
+        "echo ready; while true; do sleep 0.1; done"
+    )
+    backend.dispatch(placed(backend, "trapping", trapping, replicas=2))
+    deadline = time.monotonic() + slurm.wait_limit
+    while not all("ready" in read_replica(backend, "trapping", "main", r) for r in (0, 1)):
+        assert time.monotonic() < deadline, "the replicas never said they were ready"
+        slurm.pass_time()
+    cancel = CancelRequest("trapping", reason="preempted", grace_period=600.0, signal=signal)
+    assert backend.cancel(cancel).outcome.value == "stopping"
+    status = slurm.wait_terminal(backend, "trapping")
+    assert (status.state, status.message) == (BackendRunState.CANCELLED, "preempted")
+    for replica in (0, 1):
+        output = read_replica(backend, "trapping", "main", replica)
+        assert f"got {name} {replica}\n" in output
+    assert [item.exit_code for item in status.replicas] == [0, 0]

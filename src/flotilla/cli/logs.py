@@ -14,9 +14,10 @@ from flotilla.sdk import Client, LogSelection
 from flotilla.sdk.calls import TERMINAL
 from flotilla.sdk.client import DEFAULT_SERVER, POLL
 
-MERGED_STREAMS = frozenset({"kubernetes", "ray"})
-"""Backends whose engine keeps one log per process (a container log, a Ray driver log): both
-streams return it, so reading both would print every line twice (docs/backends.md)."""
+MERGED_STREAMS = frozenset({"kubernetes"})
+"""Backends whose engine keeps one log per process (a container log) and return it for both
+streams, so reading both would print every line twice (docs/backends.md). Ray's merged log
+is its stdout alone (its stderr is empty): both streams are read as for any backend."""
 
 
 def logs(

@@ -33,6 +33,7 @@ from flotilla.backends.interface import (
     Inventory,
     LogChunk,
     LogsRequest,
+    LogStream,
     ReplicaPlacement,
     RunStatus,
     StatusRequest,
@@ -342,10 +343,21 @@ class RayBackend:
         index = pick_replica(view.placements, request.task, request.replica)
         # Read the state before the log: a run terminal now has all its output in the log.
         replica = view.replicas[index]
+        terminal = replica.state.terminal
+        if request.stream is LogStream.STDERR:
+            # Ray keeps one log of both streams, served as stdout: were it stderr as well, a
+            # reader of both streams (the SDK's default, the dashboard) got every line twice.
+            return LogChunk(
+                run_id=request.run_id,
+                stream=request.stream,
+                offset=request.offset,
+                next_offset=request.offset,
+                data=b"",
+                complete=terminal,
+            )
         submission = self._sid(request.run_id, replica.marker)
         log = self._client.logs(submission)
         data = user_output(log, submission, replica.entrypoint).encode()
-        terminal = replica.state.terminal
         end = min(len(data), request.offset + request.limit)
         start = min(request.offset, len(data))
         return LogChunk(

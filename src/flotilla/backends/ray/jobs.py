@@ -276,16 +276,37 @@ def describe_failure(replica: RayReplica) -> str:
 RAY_LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\tINFO job_manager\.py:\d+ -- [^\n]*\n"
 )
+RAY_LOG_START = "0000-00-00 00:00:00,000\tINFO job_manager.py:"
+"""The start of a Ray line (digits as 0), to know a Ray line still being written."""
 
 
 def user_output(log: str, submission: str, entrypoint: str) -> str:
     """The job's own output: Ray's log of a job also holds lines of its own (runtime env set
     up, "Running entrypoint for job …: <the whole wrapped entrypoint>"), which are not the
     user's and would change with Flotilla's wrapping; they are cut out. Ray writes its
-    announcement through a buffered logger, so it may come after the job's first output."""
+    announcement through a buffered logger, so it may come after the job's first output.
+
+    A Ray line caught half-written (no newline yet) is held back too: were its start served
+    as output and cut on the next read, the output would shrink under a reader's offset, and
+    a follower would skip as many bytes of the job's own."""
     position = 0
     while match := RAY_LOG_LINE.match(log, position):
         position = match.end()
     log = log[position:]
+    if "\n" not in log and _may_become(log, RAY_LOG_START, digits=True):
+        return ""
     announcement = f"Running entrypoint for job {submission}: {entrypoint}\n"
-    return log.replace(announcement, "", 1)
+    if announcement in log:
+        return log.replace(announcement, "", 1)
+    last = log[log.rfind("\n") + 1 :]
+    if last and _may_become(last, announcement):
+        return log[: -len(last)]
+    return log
+
+
+def _may_become(text: str, line: str, digits: bool = False) -> bool:
+    """Whether ``text`` is the start of ``line`` (``digits``: any digit matches a 0)."""
+    head = text[: len(line)]
+    if digits:
+        head = re.sub(r"\d", "0", head)
+    return line.startswith(head)

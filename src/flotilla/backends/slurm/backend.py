@@ -425,10 +425,12 @@ class SlurmBackend:
         """Write why and when the hard kill is due into the job's comment, then SIGTERM (or
         ``polite``: a preempted job's ``preemption.signal``, e.g. ``USR1``).
 
-        SIGTERM goes to the batch shell and every step (``scancel --signal=TERM --full``); the
-        SIGKILL at the deadline is this backend's (any backend object's: the deadline is in
-        Slurm). A plain ``scancel`` would end the job at once and leave the processes to
-        Slurm's KillWait, whatever the grace. A job still pending is simply cancelled."""
+        SIGTERM goes to every step, the replicas' processes (``scancel --signal=TERM``, not
+        the batch shell and its ``srun``: see ``SlurmClients.cancel``), so a replica's trap runs
+        and what it prints is kept in its output; the SIGKILL at the deadline is this
+        backend's, to the whole job (any backend object's: the deadline is in Slurm). A plain
+        ``scancel`` would end the job at once and leave the processes to Slurm's KillWait,
+        whatever the grace. A job still pending is simply cancelled."""
         if known.job is None:
             self._refresh(max_age=0.0)
             known = self._seen.get(known.marker.run_id, known)

@@ -136,14 +136,29 @@ class SlurmClients:
 
     def cancel(self, job_id: int, signal: str | None = None) -> None:
         """``scancel`` (the job ends now; Slurm's SIGTERM, then SIGKILL after KillWait), or
-        one signal to the batch shell and every step (a job that cannot take a signal — it
-        has not started — is cancelled instead)."""
-        options = [f"--signal={signal}", "--full"] if signal else []
+        one signal to the job's steps, the replicas' processes (a job that cannot take a
+        signal — it has not started — is cancelled instead).
+
+        A polite signal (TERM, USR1…) goes to the steps only: with ``--full`` it would reach
+        the batch shell's ``srun`` too, which answers SIGTERM by SIGKILLing its step ("forcing
+        job termination"), so a replica's TERM trap never ran and its grace was lost. KILL
+        goes to each step by its id: ``scancel --signal=KILL JOBID`` is a plain cancel, whose
+        SIGKILL comes only after Slurm's KillWait; a step's KILL is immediate, and the batch
+        shell then reports the steps' codes and ends the job. A job with no step yet (its
+        ``srun`` still starting) is cancelled."""
+        if signal == "KILL":
+            steps = self.steps(job_id)
+            if steps:
+                try:
+                    self._scancel(["--signal=KILL", *steps])
+                    return
+                except SlurmRefused:
+                    pass  # the job as a whole, then
+            self._scancel([str(job_id)])
+            return
         try:
-            self.run("scancel", [*options, str(job_id)])
-        except SlurmRefused as error:
-            if "already completing or completed" in str(error) or "Invalid job id" in str(error):
-                return
+            self._scancel([*([f"--signal={signal}"] if signal else []), str(job_id)])
+        except SlurmRefused:
             if not signal:
                 raise
             self.cancel(job_id)
@@ -159,6 +174,25 @@ class SlurmClients:
         except (SlurmRefused, BackendUnavailable):
             return {}
         return parse_accounting(out)
+
+    def _scancel(self, arguments: Sequence[str]) -> None:
+        """``scancel``; a job or step that has already ended is no error."""
+        try:
+            self.run("scancel", arguments)
+        except SlurmRefused as error:
+            if "already completing or completed" in str(error) or "Invalid job id" in str(error):
+                return
+            raise
+
+    def steps(self, job_id: int) -> list[str]:
+        """The job's steps that run replicas (``JOBID.N``; the batch step left out)."""
+        out = self.run("squeue", ["--steps", "--noheader", f"--jobs={job_id}", "--format=%i"])
+        prefix = f"{job_id}."
+        return [
+            step
+            for line in out.splitlines()
+            if (step := line.strip()).startswith(prefix) and step.removeprefix(prefix).isdigit()
+        ]
 
     def completed(self, names: set[str]) -> list[SlurmJob]:
         """Finished jobs of these names from the job completion log (outlives MinJobAge).
