@@ -77,8 +77,8 @@ def test_a_rack_name_repeated_in_another_block_is_another_domain() -> None:
 
 def test_preferred_keeps_one_domain_when_it_can() -> None:
     """near takes a whole rack; far (two 2-cpu replicas) then fits in the other rack and
-    stays in it. (A preferred job that no rack can hold spreads:
-    ``tests/scenarios/policies/topology-gang-one-rack.yaml``.)"""
+    stays in it. (A preferred job that no rack can hold goes to the fewest racks: the tests
+    below and ``tests/scenarios/policies/topology-preferred-fewest-domains.yaml``.)"""
     data = scenario(
         clusters=[topology_cluster(rack("r1", 2, cpu=4), rack("r2", 2, cpu=4))],
         queues=["q"],
