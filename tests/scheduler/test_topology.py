@@ -201,3 +201,26 @@ def test_preferred_across_domains_keeps_the_gpu_scopes_inside_a_node() -> None:
     assert racks_of(report, "numa") == {"b1-r1", "b1-r2"}
     for placement in report.job("numa")["placements"]:
         assert placement["gpus"] in ([0, 1], [2, 3])
+
+
+def test_preferred_widens_one_domain_at_a_time_before_going_anywhere() -> None:
+    """Three 4-cpu replicas fit no rack. By summed free cpu r1 (8) and then r3 (4, the
+    tightest that holds the rest) would do, but r3's free cpu is split over two 2-cpu nodes;
+    so r2 is added (its nodes are too small too), then r4, and the job runs in r1 and r4 —
+    never on x, the node in no rack that a placement as if unconstrained takes first."""
+    data = scenario(
+        clusters=[
+            topology_cluster(
+                nodes(1, name="x", cpu=4),
+                rack("r1", 2, cpu=4),
+                rack("r2", 2, cpu=3),
+                rack("r3", 2, cpu=2),
+                rack("r4", 1, cpu=4),
+            )
+        ],
+        queues=["q"],
+        jobs=[gang("wide", 3, {"preferred": "rack"}, cpu=4)],
+    )
+    report = simulate_report(data, until=0)
+    assert report.state("wide") == "running"
+    assert racks_of(report, "wide") == {"b1-r1", "b1-r4"}
