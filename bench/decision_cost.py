@@ -69,6 +69,17 @@ def main() -> None:
         help="order by usage decayed with this half-life, seconds (settings.usage_half_life)",
     )
     parser.add_argument(
+        "--owners",
+        type=int,
+        help="jobs owned by N users in turn, every queue shared among them by DRF with a "
+        "per-owner running-job limit (queues[].owners)",
+    )
+    parser.add_argument(
+        "--owner-overrides",
+        action="store_true",
+        help="with --owners: one owner has its own limit (owners.limits)",
+    )
+    parser.add_argument(
         "--callgrind",
         action="store_true",
         help="under callgrind --instr-atstart=no: instrument schedule() only",
@@ -85,6 +96,15 @@ def main() -> None:
         case = replace(case, workload=replace(case.workload, jobs=arguments.jobs))
     if arguments.cycles is not None:
         case = replace(case, cycles=arguments.cycles)
+    if arguments.owners:
+        case = replace(
+            case,
+            workload=replace(
+                case.workload,
+                owners=arguments.owners,
+                owner_overrides=arguments.owner_overrides,
+            ),
+        )
     if arguments.prefill is not None:
         case = replace(case, prefill=arguments.prefill)
     if arguments.callgrind:
@@ -97,6 +117,8 @@ def main() -> None:
                 "case": arguments.case,
                 "profile": case.config.profile,
                 "usage_half_life": case.config.usage_half_life,
+                "owners": case.workload.owners,
+                "owner_overrides": case.workload.owner_overrides,
                 "jobs": case.workload.jobs,
                 "cycles": result["cycle_count"],
                 "placements": result["placements"],

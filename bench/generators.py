@@ -19,7 +19,7 @@ from flotilla.framework.nodes import NodeInfo, NodeTable
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.cluster import Taint
 from flotilla.model.job import JobSpec
-from flotilla.model.queue import QuotaSpec
+from flotilla.model.queue import Owners, QuotaSpec
 from flotilla.scheduler.types import QueueInfo
 
 GI = float(2**30)
@@ -95,6 +95,17 @@ class WorkloadParams:
     quota_tree: bool = False
     """Build a quota tree (org → divisions → teams) over the queues; the engine enforces it."""
     seed: int = 1
+    owners: int = 0
+    """With N > 0: each queue's jobs are owned by ``u0 … u(N-1)`` in turn, and every queue
+    shares itself among its owners by DRF (``queues[].owners``; ``u0`` weight 2) with at most
+    ``OWNER_MAX_RUNNING`` running jobs per owner."""
+    owner_overrides: bool = False
+    """With ``owners``: ``u1`` has its own limit (``owners.limits``, issue 28) of twice that."""
+
+
+OWNER_MAX_RUNNING = 8
+"""Per-owner running jobs per queue with ``owners``: headline-5k reduced to 10,000 jobs has
+100 per queue, so with 10 owners (10 jobs each) the limit holds a fifth of them."""
 
 
 @dataclass
@@ -194,10 +205,18 @@ def job_spec(shape: JobShape, queue: str) -> JobSpec:
 
 def queue_infos(params: WorkloadParams) -> list[QueueInfo]:
     step = (params.weight_skew - 1.0) / 3.0
+    owners = _owners(params) if params.owners else None
     return [
-        QueueInfo(name=f"q{i:03d}", weight=1.0 + (i % 4) * step, order=i)
+        QueueInfo(name=f"q{i:03d}", weight=1.0 + (i % 4) * step, order=i, owners=owners)
         for i in range(params.queues)
     ]
+
+
+def _owners(params: WorkloadParams) -> Owners:
+    data: dict[str, object] = {"weights": {"u0": 2}, "max_running_jobs": OWNER_MAX_RUNNING}
+    if params.owner_overrides:  # only a tree with owners.limits knows the field
+        data["limits"] = {"u1": {"max_running_jobs": 2 * OWNER_MAX_RUNNING}}
+    return Owners.model_validate(data)
 
 
 def build_jobs(
@@ -238,6 +257,8 @@ def build_jobs(
                 priority=int(priorities[i]),
                 preemptible=True,
                 shapes=shapes,
+                # Every queue gets every owner: jobs go round-robin over the queues first.
+                owner=f"u{(sequence // len(queues)) % params.owners}" if params.owners else None,
             )
         )
     return jobs

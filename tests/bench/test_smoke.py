@@ -138,6 +138,23 @@ def test_decision_cost_runs_a_case_with_the_profile_named_and_every_cycle() -> N
         assert figures["placements"] > 0 and figures["placements_per_cpu_s"] > 0
 
 
+def test_decision_cost_with_owners_gives_every_queue_owners_and_their_limits() -> None:
+    """``--owners`` (issue 28): the case's queues shared among owners, with a per-owner
+    running-job limit that holds some jobs, and one owner's own limit with
+    ``--owner-overrides``."""
+    command = [sys.executable, "-m", "bench.decision_cost", "--case", "tiny", "--cycles", "1"]
+    placed = {}
+    for extra in ([], ["--owners", "2"], ["--owners", "2", "--owner-overrides"]):
+        done = subprocess.run(
+            [*command, *extra], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        figures = json.loads(done.stdout)
+        placed[len(extra)] = figures["placements"]
+    assert figures["owners"] == 2 and figures["owner_overrides"] is True
+    assert 0 < placed[2] < placed[0]  # the per-owner limit holds some jobs
+    assert placed[2] < placed[3]  # u1's own limit lets more of hers run
+
+
 def test_decision_cost_with_callgrind_outside_valgrind_fails_with_a_clear_message() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.decision_cost", "--case", "tiny", "--callgrind"],

@@ -38,7 +38,14 @@ def write_fleet(path: Path, engine_dir: Path) -> Path:
                     }
                 ],
                 "queues": [
-                    {"name": "limited", "owners": {"order": "queue", "max_running_jobs": 2}},
+                    {
+                        "name": "limited",
+                        "owners": {
+                            "order": "queue",
+                            "max_running_jobs": 2,
+                            "limits": {"carol": {"max_running_jobs": 1}},
+                        },
+                    },
                     {"name": "shared", "owners": {}},
                 ],
             }
@@ -61,7 +68,7 @@ def test_owners_share_a_queue_and_stay_within_their_limit(
         extra=["--fleet", str(fleet)],
     )
     # The limit: alice's third job waits though two cpu are free, and why says so.
-    limited = server.submit(*(owned_job(f"a{i}", "limited", "alice") for i in range(3)))
+    limited: list[str] = server.submit(*(owned_job(f"a{i}", "limited", "alice") for i in range(3)))
     server.wait_states(limited[:2], RUNNING)
     reason = "owner alice is at the limit of 2 running jobs per owner in queue limited"
 
@@ -70,6 +77,17 @@ def test_owners_share_a_queue_and_stay_within_their_limit(
         return bool(why["state"] == "queued" and reason in (why["reason"] or ""))
 
     wait_for(held_by_the_limit, 30, "the third job's reason to name the owner limit")
+    # An owner's own limit (owners.limits.carol: 1) holds her second job with two cpu free.
+    carol = server.submit(*(owned_job(f"c{i}", "limited", "carol") for i in range(2)))
+    server.wait_states(carol[:1], RUNNING)
+    own = "owner carol is at its own limit of 1 running jobs in queue limited (owners.limits.carol)"
+
+    def held_by_her_own_limit() -> bool:
+        why = server.http.get(f"/v1/jobs/{carol[1]}/why").json()
+        return bool(why["state"] == "queued" and own in (why["reason"] or ""))
+
+    wait_for(held_by_her_own_limit, 30, "carol's second job's reason to name her own limit")
+    limited += carol
     for job_id in limited:
         server.cancel(job_id)
     server.wait_states(limited)

@@ -210,3 +210,19 @@ def test_the_simulate_commands_in_the_examples_headers_run() -> None:
         arguments = [str(root / word) if word.startswith("examples/") else word for word in words]
         result = CliRunner().invoke(app, [*arguments[1:], "--format", "json"])
         assert result.exit_code == 0, (words, result.output)
+
+
+def test_an_owners_own_limits_are_read_and_checked_as_in_a_scenario() -> None:
+    data = fleet_data(
+        queues=[
+            {
+                "name": "a",
+                "owners": {"max_running_jobs": 2, "limits": {"alice": {"max_running_jobs": 8}}},
+            }
+        ]
+    )
+    fleet = fleet_from_data(data)
+    owners = fleet.queues[0].owners
+    assert owners is not None and owners.limits["alice"].max_running_jobs == 8
+    data["queues"][0]["owners"]["limits"]["alice"] = {"max_jobs": 8}
+    assert "queues[0].owners.limits.alice.max_jobs: unknown field" in problems_of(data)

@@ -316,3 +316,23 @@ def test_a_preemption_signal_that_would_not_give_the_job_its_grace_is_refused(as
 def test_the_signals_a_job_may_ask_for_before_the_kill_load() -> None:
     for asked in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"):
         load(base(jobs=[{**job("j"), "preemption": {"grace": 30, "signal": asked}}]))
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            {"max_runing_jobs": 5},
+            "queues[0].owners.limits.alice.max_runing_jobs: unknown field",
+        ),
+        ({"max_running_jobs": 0}, "queues[0].owners.limits.alice.max_running_jobs:"),
+        ({"max_resources": {"cpu": "lots"}}, "queues[0].owners.limits.alice.max_resources.cpu:"),
+        ({}, "queues[0].owners.limits.alice: names neither max_running_jobs nor max_resources"),
+    ],
+)
+def test_an_owners_own_limits_are_checked_naming_the_field(override: Data, expected: str) -> None:
+    data = base(
+        queues=[{"name": "q", "owners": {"limits": {"alice": override}}}],
+        jobs=[job("a")],
+    )
+    assert any(problem.startswith(expected) for problem in problems_of(data)), problems_of(data)

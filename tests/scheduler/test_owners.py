@@ -130,3 +130,87 @@ def test_strict_fifo_stops_the_queue_whoever_owns_its_head() -> None:
     assert report.job("alice-1")["reason"] == (
         "waiting behind bob-big, which heads its queue (strict-fifo)"
     )
+
+
+def test_an_owners_own_job_limit_replaces_the_queues_and_the_reason_names_it() -> None:
+    """Every owner runs at most 2 jobs, alice (owners.limits) 4: she gets 4 of the 8 cpu,
+    bob 2, and alice's fifth job names her own limit."""
+    data = scenario(
+        clusters=[cluster("c", nodes(1, cpu=8, memory="16Gi"))],
+        queues=[
+            research(order="queue", max_running_jobs=2, limits={"alice": {"max_running_jobs": 4}})
+        ],
+        jobs=[
+            with_user(job("alice", count=6, duration=100), "alice"),
+            with_user(job("bob", count=4, duration=100), "bob"),
+        ],
+    )
+    report = simulate_report(data, until=0)
+    assert sorted(report.running()) == [
+        "alice-0",
+        "alice-1",
+        "alice-2",
+        "alice-3",
+        "bob-0",
+        "bob-1",
+    ]
+    assert report.job("alice-4")["reason"] == (
+        "owner alice is at its own limit of 4 running jobs in queue q (owners.limits.alice)"
+    )
+    assert report.job("bob-2")["reason"] == (
+        "owner bob is at the limit of 2 running jobs per owner in queue q"
+    )
+
+
+def test_an_owners_own_resource_limit_replaces_only_the_resources_it_names() -> None:
+    """The queue limits every owner to 2 cpu and 2 jobs; alice's own limit is 4 cpu (her job
+    limit stays the queue's 2). alice runs two 2-cpu jobs, bob one; a limit set only for one
+    owner in a queue without a queue-wide one limits only that owner (carol in queue r)."""
+    data = scenario(
+        clusters=[cluster("c", nodes(1, cpu=16, memory="16Gi"))],
+        queues=[
+            research(
+                max_running_jobs=2,
+                max_resources={"cpu": 2},
+                limits={"alice": {"max_resources": {"cpu": 4}}},
+            ),
+            {"name": "r", "owners": {"limits": {"carol": {"max_running_jobs": 1}}}},
+        ],
+        jobs=[
+            with_user(job("alice", count=3, cpu=2, duration=100), "alice"),
+            with_user(job("bob", count=2, cpu=2, duration=100), "bob"),
+            with_user(job("carol", count=2, queue="r", duration=100), "carol"),
+            with_user(job("dave", count=2, queue="r", duration=100), "dave"),
+        ],
+    )
+    report = simulate_report(data, until=0)
+    assert sorted(report.running()) == [
+        "alice-0",
+        "alice-1",
+        "bob-0",
+        "carol-0",
+        "dave-0",
+        "dave-1",
+    ]
+    assert report.job("alice-2")["reason"] == (
+        "owner alice is at the limit of 2 running jobs per owner in queue q"
+    )
+    assert report.job("bob-1")["reason"] == (
+        "owner bob holds 2 cpu in queue q; with this job's 2 that is over the limit of 2 per owner"
+    )
+    assert report.job("carol-1")["reason"] == (
+        "owner carol is at its own limit of 1 running jobs in queue r (owners.limits.carol)"
+    )
+
+
+def test_an_owners_own_resource_limit_is_named_in_the_reason() -> None:
+    data = scenario(
+        clusters=[cluster("c", nodes(1, cpu=16, memory="16Gi"))],
+        queues=[research(limits={"alice": {"max_resources": {"cpu": 3}}})],
+        jobs=[with_user(job("alice", count=2, cpu=2, duration=100), "alice")],
+    )
+    report = simulate_report(data, until=0)
+    assert report.job("alice-1")["reason"] == (
+        "owner alice holds 2 cpu in queue q; with this job's 2 that is over its own limit of 3 "
+        "(owners.limits.alice)"
+    )

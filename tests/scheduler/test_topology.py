@@ -77,8 +77,8 @@ def test_a_rack_name_repeated_in_another_block_is_another_domain() -> None:
 
 def test_preferred_keeps_one_domain_when_it_can() -> None:
     """near takes a whole rack; far (two 2-cpu replicas) then fits in the other rack and
-    stays in it. (A preferred job that no rack can hold spreads:
-    ``tests/scenarios/policies/topology-gang-one-rack.yaml``.)"""
+    stays in it. (A preferred job that no rack can hold goes to the fewest racks: the tests
+    below and ``tests/scenarios/policies/topology-preferred-fewest-domains.yaml``.)"""
     data = scenario(
         clusters=[topology_cluster(rack("r1", 2, cpu=4), rack("r2", 2, cpu=4))],
         queues=["q"],
@@ -145,3 +145,82 @@ def test_required_and_preferred_together_is_an_error_naming_the_field() -> None:
     )
     with pytest.raises(SpecError, match="topology"):
         load(data)
+
+
+def test_preferred_that_no_domain_holds_goes_to_the_fewest_the_last_the_tightest() -> None:
+    """16 cpu fit no rack: r1 (12 free, the most) is taken first, then the tightest rack
+    that holds the other 4, r3, so r2 stays whole (Kueue TAS's greedy rule). Placed as if
+    unconstrained, the job took r1 and then r2, the next nodes declared."""
+    data = scenario(
+        clusters=[
+            topology_cluster(rack("r1", 3, cpu=4), rack("r2", 2, cpu=4), rack("r3", 1, cpu=4))
+        ],
+        queues=["q"],
+        jobs=[gang("wide", 4, {"preferred": "rack"}, cpu=4)],
+    )
+    report = simulate_report(data, until=0)
+    assert report.state("wide") == "running"
+    assert racks_of(report, "wide") == {"b1-r1", "b1-r3"}
+
+
+def test_preferred_across_domains_keeps_the_gpu_scopes_inside_a_node() -> None:
+    """Five replicas of 2 GPUs on one NUMA node fit no rack. r2 (8 free GPUs) is taken
+    first, then the tightest rack that holds the last 2: r1, whose node has one GPU used and
+    one whole NUMA pair left. Every replica's GPUs are one NUMA pair. Placed as if
+    unconstrained, the replicas filled r1's pair, then r3 (declared before r2), then r2:
+    three racks."""
+    gpu_nodes = {"gpu": 4, "gpu_memory": "80Gi", "numa_nodes": 2, "cpu": 16}
+    data = scenario(
+        clusters=[
+            topology_cluster(
+                rack("r1", 1, **gpu_nodes), rack("r3", 1, **gpu_nodes), rack("r2", 2, **gpu_nodes)
+            )
+        ],
+        queues=["q"],
+        jobs=[
+            job("one", cpu=1, gpu=1, node_affinity={"rack": "r1"}),
+            {
+                **job(
+                    "numa",
+                    submit_at=1,
+                    tasks=[
+                        {
+                            "name": "w",
+                            "replicas": 5,
+                            "resources": {"cpu": 1, "gpu": 2},
+                            "topology": {"gpu": "numa"},
+                        }
+                    ],
+                ),
+                "topology": {"preferred": "rack"},
+            },
+        ],
+    )
+    report = simulate_report(data, until=1)
+    assert report.state("numa") == "running"
+    assert racks_of(report, "numa") == {"b1-r1", "b1-r2"}
+    for placement in report.job("numa")["placements"]:
+        assert placement["gpus"] in ([0, 1], [2, 3])
+
+
+def test_preferred_widens_one_domain_at_a_time_before_going_anywhere() -> None:
+    """Three 4-cpu replicas fit no rack. By summed free cpu r1 (8) and then r3 (4, the
+    tightest that holds the rest) would do, but r3's free cpu is split over two 2-cpu nodes;
+    so r2 is added (its nodes are too small too), then r4, and the job runs in r1 and r4 —
+    never on x, the node in no rack that a placement as if unconstrained takes first."""
+    data = scenario(
+        clusters=[
+            topology_cluster(
+                nodes(1, name="x", cpu=4),
+                rack("r1", 2, cpu=4),
+                rack("r2", 2, cpu=3),
+                rack("r3", 2, cpu=2),
+                rack("r4", 1, cpu=4),
+            )
+        ],
+        queues=["q"],
+        jobs=[gang("wide", 3, {"preferred": "rack"}, cpu=4)],
+    )
+    report = simulate_report(data, until=0)
+    assert report.state("wide") == "running"
+    assert racks_of(report, "wide") == {"b1-r1", "b1-r4"}

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import getpass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from playwright.sync_api import Page, expect
 
-from tests.e2e.service import Server, job_spec, wait_for
-from tests.web.conftest import ANA_TOKEN, VIEWER_TOKEN, screenshot
+from tests.e2e.service import Server, Services, job_spec, wait_for
+from tests.web.conftest import ANA_TOKEN, TOKENS, VIEWER_TOKEN, screenshot
 
 LIVE = 30_000
 """Milliseconds a live update may take on a loaded 2-core box."""
@@ -215,3 +217,63 @@ def test_the_address_flotilla_ui_prints_opens_signed_in_and_drops_the_token(
     expect(page.get_by_role("heading", name="Jobs")).to_be_visible(timeout=LIVE)
     expect(page.get_by_label("Token")).to_have_count(0)  # no sign-in form
     assert "token" not in page.url  # gone from the address bar (and so from history)
+
+
+def test_the_queue_page_shows_fair_share_and_decayed_usage(
+    browser: Any, services: Services, tmp_path: Path
+) -> None:
+    """With settings.usage_half_life (issue 28 item 1) a person sees, per queue, the fair
+    share weighted DRF aims at and the decayed usage with the share DRF orders the queue by;
+    team-b, weight 3, holds nothing and wants nothing: no fair share, no usage."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "name": "decayed",
+                "settings": {"cycle_interval": 0.2, "usage_half_life": 3600},
+                "clusters": [
+                    {
+                        "name": "engine",
+                        "backend": "sim",
+                        "settings": {"state_dir": str(tmp_path / "engine")},
+                        "nodes": [{"name": "n", "count": 1, "resources": {"cpu": 4}}],
+                    }
+                ],
+                "queues": [{"name": "team-a"}, {"name": "team-b", "weight": 3}],
+            }
+        )
+    )
+    server = services.start(
+        db=f"sqlite:///{tmp_path / 'flotilla.db'}",
+        state_dir=tmp_path / "state",
+        extra=["--auth", str(tokens), "--fleet", str(fleet)],
+        env={"UI_TEST_ANA": ANA_TOKEN, "UI_TEST_VIEWER": VIEWER_TOKEN},
+        token=ANA_TOKEN,
+    )
+    [busy] = server.submit(
+        {
+            "name": "busy",
+            "queue": "team-a",
+            "tasks": [{"name": "main", "resources": {"cpu": 2}}],
+            "payload": {"sim": {"duration": 600}},
+        }
+    )
+    server.wait_states([busy], frozenset({"running"}))
+    page = signed_in(browser, server, ANA_TOKEN)
+    page.get_by_role("link", name="Queues").click()
+    headers = page.locator("table.queues thead th")
+    expect(headers.nth(5)).to_have_text("Fair share", timeout=LIVE)
+    expect(headers.nth(6)).to_have_text("Decayed usage")
+    team_a = page.locator("tr[data-queue='team-a'] td")
+    expect(team_a.nth(4)).to_have_text("100.0%", timeout=LIVE)  # fair share: alone wanting
+    expect(team_a.nth(5)).to_contain_text(" cpu", timeout=LIVE)  # decayed usage, in cpu
+    expect(team_a.nth(5)).to_have_attribute(
+        "title", "held now plus decayed usage: the share DRF orders this queue by"
+    )
+    team_b = page.locator("tr[data-queue='team-b'] td")
+    expect(team_b.nth(4)).to_have_text("0.0%")
+    expect(team_b.nth(5)).to_contain_text("0.0% (")
+    screenshot(page, "queues-decayed")
+    server.cancel(busy)

@@ -38,7 +38,7 @@ class Live:
         self.backend = SimBackend(cluster="east", nodes=RACKS)
         spec = cluster_spec_from_inventory("east", "sim", self.backend.inventory().nodes)
         self.store.upsert_cluster(spec.model_copy(update={"topology": ["rack"]}))
-        owners = {"max_running_jobs": 1}
+        owners = {"max_running_jobs": 1, "limits": {"u1": {"max_running_jobs": 2}}}
         self.store.put_queue(QueueSpec.model_validate({"name": "a", "owners": owners}))
         self.loop = loop_over(
             self.store, {"east": self.backend}, register=False, cycle_interval=0.05, replica="r"
@@ -92,6 +92,7 @@ def test_the_export_carries_the_policy_fields_and_places_what_the_service_places
     scenario = export_scenario(ExportInput(live.store, datetime.now(UTC))).scenario
     (queue,) = scenario["queues"]
     assert queue["owners"]["max_running_jobs"] == 1
+    assert queue["owners"]["limits"]["u1"]["max_running_jobs"] == 2
     assert scenario["clusters"][0]["topology"] == ["rack"]
     by_name = {job["name"].split(".")[0]: job for job in scenario["jobs"]}
     assert by_name["gang"]["topology"] == {"required": "rack"}

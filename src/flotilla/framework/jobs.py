@@ -68,6 +68,10 @@ class SchedulingJob:
     """Equal for jobs that can be placed exactly alike (same shapes and constraints)."""
     topology: JobTopology | None = None
     """All replicas within one domain of a cluster's topology level (``scheduler/topology.py``)."""
+    node_domains: tuple[tuple[tuple[str, str], ...], ...] = ()
+    """When set, a node must carry every label of one of these domains (``(key, value)``
+    pairs, widest level first): a preferred topology level spread over the fewest domains
+    (``scheduler/topology.py``). The node-affinity filter applies it."""
     min_runtime: float | None = None
     """Not a preemption victim during its run's first ``min_runtime`` seconds."""
     checkpoint_every: float | None = None

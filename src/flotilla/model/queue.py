@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from flotilla.model.base import MAX_PRIORITY, Name, ResourceList, Strict, Weight
 
@@ -45,6 +45,22 @@ class OwnerOrder(StrEnum):
     """The queue's own order (priority, then submission) across owners: limits only."""
 
 
+class OwnerLimit(Strict):
+    """Extension: one owner's own limits in a queue (``owners.limits.OWNER``), in place of
+    the queue's per-owner ``max_running_jobs`` and, resource by resource, ``max_resources``
+    for the fields it names; what it does not name stays the queue's."""
+
+    max_running_jobs: int | None = Field(default=None, ge=1)
+    max_resources: ResourceList | None = None
+
+    @model_validator(mode="after")
+    def _names_a_limit(self) -> OwnerLimit:
+        """An override that names no limit changes nothing: surely a mistake."""
+        if self.max_running_jobs is None and not self.max_resources:
+            raise ValueError("names neither max_running_jobs nor max_resources")
+        return self
+
+
 class Owners(Strict):
     """Extension: the owners of one queue's jobs (a job's ``user``, else whoever submitted
     it) share the queue fairly and within limits (``scheduler/owner_order.py``,
@@ -57,6 +73,9 @@ class Owners(Strict):
     """Each owner runs at most this many jobs of the queue at once."""
     max_resources: ResourceList | None = None
     """Each owner's running jobs of the queue hold at most this much of each resource named."""
+    limits: dict[str, OwnerLimit] = {}
+    """Owner → its own limits, in place of the two above for the fields (and resources) it
+    names: ``{alice: {max_running_jobs: 10}}``; an owner not named has the queue's."""
 
 
 class QueueSpec(Strict):

@@ -1,4 +1,8 @@
-"""Node label affinity: required labels filter nodes, preferred labels score them."""
+"""Node label affinity: required labels filter nodes, preferred labels score them.
+
+A job spread over several topology domains (``SchedulingJob.node_domains``, set by the
+engine for a preferred level no single domain can hold) is held to nodes of those domains
+here too: the same filter, so every index and cache that knows this plugin knows it."""
 
 from __future__ import annotations
 
@@ -17,33 +21,35 @@ class NodeAffinity:
 
     def filter(self, request: FilterInput) -> Mask:
         nodes = request.cluster.nodes
-        required = request.job.affinity.nodes.required
-        if not required:
+        job = request.job
+        if not job.affinity.nodes.required and not job.node_domains:
             return nodes.everywhere
+        mask = _allowed(request)
         rows = request.rows
-        mask = np.ones(len(nodes) if rows is None else len(rows), dtype=bool)
-        for key, value in required.items():
-            labelled = nodes.label_mask(key, value)
-            mask &= labelled if rows is None else labelled[rows]
-        return mask
+        return mask if rows is None else mask[rows]
 
     def row_filter(self, request: FilterInput) -> Callable[[int], bool] | None:
         """One node's verdict as a Python bool (the best-node index's path for a few changed
         rows); ``None`` when every node passes."""
-        required = request.job.affinity.nodes.required
-        if not required:
+        job = request.job
+        if not job.affinity.nodes.required and not job.node_domains:
             return None
-        nodes = request.cluster.nodes
-        mask = np.ones(len(nodes), dtype=bool)
-        for key, value in required.items():
-            mask &= nodes.label_mask(key, value)
-        verdict: Callable[[int], bool] = mask.item
+        verdict: Callable[[int], bool] = _allowed(request).item
         return verdict
 
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         count = int(np.count_nonzero(rejected))
-        labels = ", ".join(f"{k}={v}" for k, v in request.job.affinity.nodes.required.items())
-        return f"{count} node{'s' if count != 1 else ''} without required labels {labels}"
+        nodes = f"{count} node{'s' if count != 1 else ''}"
+        parts = []
+        required = request.job.affinity.nodes.required
+        if required:
+            parts.append(
+                "without required labels " + ", ".join(f"{k}={v}" for k, v in required.items())
+            )
+        if request.job.node_domains:
+            shown = ", ".join("/".join(v for _, v in domain) for domain in request.job.node_domains)
+            parts.append(f"outside the topology domains {shown}")
+        return f"{nodes} " + " or ".join(parts)
 
     def score(self, request: ScoreInput) -> Vector | None:
         preferred = request.job.affinity.nodes.preferred
@@ -75,3 +81,22 @@ class NodeAffinity:
             return total / count
 
         return matched
+
+
+def _allowed(request: FilterInput) -> Mask:
+    """Every node (all rows) with the job's required labels and, when it names domains, in
+    one of them."""
+    nodes = request.cluster.nodes
+    job = request.job
+    mask = np.ones(len(nodes), dtype=bool)
+    for key, value in job.affinity.nodes.required.items():
+        mask &= nodes.label_mask(key, value)
+    if job.node_domains:
+        inside = np.zeros(len(nodes), dtype=bool)
+        for domain in job.node_domains:
+            member = np.ones(len(nodes), dtype=bool)
+            for key, value in domain:
+                member &= nodes.label_mask(key, value)
+            inside |= member
+        mask &= inside
+    return mask

@@ -1,11 +1,13 @@
-"""Per-owner limits inside a queue (``owners.max_running_jobs``, ``owners.max_resources``).
+"""Per-owner limits inside a queue (``owners.max_running_jobs``, ``owners.max_resources``,
+and an owner's own in ``owners.limits``).
 
 YuniKorn's user limits and Slurm's association limits (``MaxJobs``, ``GrpTRES`` per user) as a
 PreFilter: a job is admitted while its owner (``scheduler/owner_order.py``: the job's ``user``,
 else its submitter) runs fewer than ``max_running_jobs`` jobs of the queue and what the
 owner's running jobs of the queue hold, with this job, stays within ``max_resources``. Counts
 start from the round's running jobs and follow its running set (placements, preemptions), as
-the quota plugin's usage does.
+the quota plugin's usage does. An owner named in ``owners.limits`` has its own values for the
+fields (and resources) it names there, the queue's for the others; the reason then says which.
 """
 
 from __future__ import annotations
@@ -26,25 +28,64 @@ from flotilla.model.queue import Owners
 _KEY = "owner-limits"
 
 
+@dataclass(frozen=True)
+class _Caps:
+    """One owner's limits in a queue, and which of them are its own (``owners.limits``)."""
+
+    max_jobs: int | None
+    own_jobs: bool
+    resources: tuple[float | None, ...]
+    """At the queue's limited resources' positions: the limit, ``None`` where none."""
+    own_resources: tuple[bool, ...]
+
+
 @dataclass
 class _QueueLimits:
-    max_jobs: int | None
-    max_resources: list[tuple[str, int, float]]
-    """(resource name, index in the round's resource space, limit)."""
+    resources: list[tuple[str, int]]
+    """(resource name, index in the round's resource space) of every resource some owner of
+    the queue is limited on."""
+    default: _Caps
+    overrides: dict[str, _Caps]
     jobs: dict[str, int] = field(default_factory=dict)
     held: dict[str, list[float]] = field(default_factory=dict)
-    """Owner → what its running jobs of the queue hold, at the ``max_resources`` indexes."""
+    """Owner → what its running jobs of the queue hold, at the ``resources`` positions."""
+
+    def caps(self, owner: str) -> _Caps:
+        return self.overrides.get(owner, self.default)
 
 
 def _limits(owners: Owners, index: dict[str, int]) -> _QueueLimits | None:
-    resources = [
-        (name, index[name], limit)
-        for name, limit in (owners.max_resources or {}).items()
-        if name in index  # a resource no cluster has cannot be held
-    ]
-    if owners.max_running_jobs is None and not resources:
+    named = dict.fromkeys(owners.max_resources or {})
+    for override in owners.limits.values():
+        named.update(dict.fromkeys(override.max_resources or {}))
+    # A resource no cluster has cannot be held.
+    resources = [(name, index[name]) for name in named if name in index]
+    queue_wide = owners.max_resources or {}
+    default = _Caps(
+        owners.max_running_jobs,
+        False,
+        tuple(queue_wide.get(name) for name, _ in resources),
+        tuple(False for _ in resources),
+    )
+    overrides: dict[str, _Caps] = {}
+    for owner, override in owners.limits.items():
+        own = override.max_resources or {}
+        overrides[owner] = _Caps(
+            override.max_running_jobs
+            if override.max_running_jobs is not None
+            else owners.max_running_jobs,
+            override.max_running_jobs is not None,
+            tuple(own.get(name, queue_wide.get(name)) for name, _ in resources),
+            tuple(name in own for name, _ in resources),
+        )
+    limited = [default, *overrides.values()]
+    if all(caps.max_jobs is None and not any(map(_set, caps.resources)) for caps in limited):
         return None
-    return _QueueLimits(owners.max_running_jobs, resources)
+    return _QueueLimits(resources, default, overrides)
+
+
+def _set(limit: float | None) -> bool:
+    return limit is not None
 
 
 def start_limits(snapshot: SchedulingSnapshot) -> dict[str, _QueueLimits]:
@@ -70,9 +111,9 @@ def start_limits(snapshot: SchedulingSnapshot) -> dict[str, _QueueLimits]:
 
 def _change(limits: _QueueLimits, owner: str, held: list[float], sign: int) -> None:
     limits.jobs[owner] = limits.jobs.get(owner, 0) + sign
-    if limits.max_resources:
-        amounts = limits.held.setdefault(owner, [0.0] * len(limits.max_resources))
-        for position, (_, index, _) in enumerate(limits.max_resources):
+    if limits.resources:
+        amounts = limits.held.setdefault(owner, [0.0] * len(limits.resources))
+        for position, (_, index) in enumerate(limits.resources):
             amounts[position] += sign * held[index]
 
 
@@ -96,23 +137,38 @@ class OwnerLimits:
         if limits is None:
             return Status.success()
         owner = owner_of(job)
+        caps = limits.caps(owner)
         running = limits.jobs.get(owner, 0)
-        if limits.max_jobs is not None and running >= limits.max_jobs:
+        if caps.max_jobs is not None and running >= caps.max_jobs:
+            label = owner_label(owner)
+            if caps.own_jobs:
+                return Status.unschedulable(
+                    f"owner {label} is at its own limit of {caps.max_jobs} running jobs in "
+                    f"queue {job.queue} (owners.limits.{label})"
+                )
             return Status.unschedulable(
-                f"owner {owner_label(owner)} is at the limit of {limits.max_jobs} running "
+                f"owner {label} is at the limit of {caps.max_jobs} running "
                 f"jobs per owner in queue {job.queue}"
             )
-        if limits.max_resources:
+        if limits.resources:
             held = limits.held.get(owner)
             asked = job.total.tolist()
-            for position, (name, index, limit) in enumerate(limits.max_resources):
+            for position, (name, index) in enumerate(limits.resources):
+                limit = caps.resources[position]
+                if limit is None:
+                    continue
                 holds = held[position] if held is not None else 0.0
                 if holds + asked[index] > limit + 1e-9:
-                    return Status.unschedulable(
-                        f"owner {owner_label(owner)} holds {holds:g} {name} in queue "
-                        f"{job.queue}; with this job's {asked[index]:g} that is over the limit "
-                        f"of {limit:g} per owner"
+                    label = owner_label(owner)
+                    head = (
+                        f"owner {label} holds {holds:g} {name} in queue {job.queue}; with "
+                        f"this job's {asked[index]:g} that is over "
                     )
+                    if caps.own_resources[position]:
+                        return Status.unschedulable(
+                            head + f"its own limit of {limit:g} (owners.limits.{label})"
+                        )
+                    return Status.unschedulable(head + f"the limit of {limit:g} per owner")
         return Status.success()
 
     def remove_running(self, request: RunningChange) -> None:

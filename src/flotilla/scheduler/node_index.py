@@ -65,6 +65,7 @@ def placement_key(job: SchedulingJob, task: TaskRequest) -> tuple[object, ...]:
         job.tolerations,
         tuple(node_affinity.required.items()),
         tuple(node_affinity.preferred.items()),
+        job.node_domains,
     )
 
 

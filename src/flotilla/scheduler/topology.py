@@ -10,7 +10,11 @@ affinity, so every filter, score and the GPU scopes inside a node apply as they 
 the tightest domain that can hold it first, i.e. the one whose free resources the job would
 use the largest part of (best fit: large domains stay whole for large jobs). Domains whose
 free resources summed cannot hold the job are not tried. ``required``: no domain can hold it
-→ it waits, and the reason says so. ``preferred``: then it is placed as if it asked nothing.
+→ it waits, and the reason says so. ``preferred``: then it goes to the fewest domains
+(``fewest_domains``, Kueue TAS's greedy rule): the domains with the most free first, the last
+one the tightest that holds the rest; the job is placed on the nodes of those domains
+(``SchedulingJob.node_domains``), one more domain at a time when it does not fit there, and
+as if it asked nothing when not even every domain together holds it.
 """
 
 from __future__ import annotations
@@ -63,6 +67,55 @@ def tightest_first(
     return [domain for _, _, domain in ranked]
 
 
+def _capacity(free: np.ndarray, need: np.ndarray, asked: np.ndarray) -> float:
+    """How many times the job's total fits ``free`` (on the resources it asks for)."""
+    if not asked.any():
+        return 0.0
+    return float(np.min(free[asked] / need[asked]))
+
+
+def fewest_domains(
+    cluster: Cluster, job: SchedulingJob, found: dict[Domain, list[int]]
+) -> list[Domain]:
+    """The domains to spread ``job`` over when no single one holds it, in the order they are
+    added: greedily, the domain with the most free (the most copies of the job's total it
+    could hold; ties to declaration order) while the rest does not fit one domain, then the
+    tightest domain that holds the rest (Kueue TAS). The domains not needed for the job's
+    summed total follow, most free first, so that a caller can widen one at a time."""
+    need = job.total
+    asked = need > EPSILON
+    free = {domain: cluster.nodes.free[rows].sum(axis=0) for domain, rows in found.items()}
+    left = sorted(found, key=lambda d: -_capacity(free[d], need, asked))  # stable: declared
+    chosen: list[Domain] = []
+    rest = need.copy()
+    while left and np.any(rest[asked] > EPSILON):
+        holds = [d for d in left if not np.any(free[d][asked] + EPSILON < rest[asked])]
+        if holds:  # the last one: the tightest that holds the rest
+            last = max(holds, key=lambda d: _part(rest, free[d], asked))
+            chosen.append(last)
+            left.remove(last)
+            break
+        chosen.append(left.pop(0))
+        rest = np.maximum(rest - free[chosen[-1]], 0.0)
+    return chosen + left
+
+
+def _part(rest: np.ndarray, free: np.ndarray, asked: np.ndarray) -> float:
+    """The largest part of ``free`` that ``rest`` uses (1 for a domain it fills); a stable
+    ``max`` over it keeps declaration order among equals."""
+    return float(np.max(rest[asked] / np.maximum(free[asked], EPSILON)))
+
+
+def across_domains(job: SchedulingJob, chosen: tuple[Domain, ...]) -> SchedulingJob:
+    """``job`` held to the nodes of ``chosen`` domains, with a placement key of its own."""
+    return replace(
+        job,
+        topology=None,
+        node_domains=chosen,
+        placement_key=(*job.placement_key, ("domains", chosen)),
+    )
+
+
 def in_domain(job: SchedulingJob, domain: Domain) -> SchedulingJob:
     """``job`` also requiring ``domain``'s labels, with a placement key of its own."""
     nodes = job.affinity.nodes
@@ -104,7 +157,7 @@ def place_in_topology(job: SchedulingJob, cluster: Cluster, place: Place) -> Dec
         if first_reason is None:
             first_reason = decision.reason.removeprefix(f"{cluster.name}: ")
     if request.required is None:
-        return place(replace(job, topology=None))
+        return _place_across_domains(job, cluster, found, place)
     replicas = job.replica_count
     detail = (
         f"; the tightest: {first_reason}"
@@ -117,3 +170,23 @@ def place_in_topology(job: SchedulingJob, cluster: Cluster, place: Place) -> Dec
         f"{'s' if replicas != 1 else ''} (topology required: {level}; {len(found)} domains, "
         f"{tried} tried){detail}",
     )
+
+
+def _place_across_domains(
+    job: SchedulingJob, cluster: Cluster, found: dict[Domain, list[int]], place: Place
+) -> Decision:
+    """A preferred job that no single domain holds: on the fewest domains whose free
+    resources summed hold it, one more domain at a time while it does not fit there; as if it
+    asked nothing when every domain together does not hold it."""
+    order = fewest_domains(cluster, job, found)
+    need = job.total
+    asked = need > EPSILON
+    total = np.zeros_like(need)
+    for count, domain in enumerate(order, start=1):
+        total = total + cluster.nodes.free[found[domain]].sum(axis=0)
+        if count < 2 or np.any(total[asked] + EPSILON < need[asked]):
+            continue  # one domain was tried already; these cannot hold it in total
+        decision = place(across_domains(job, tuple(order[:count])))
+        if decision.assignment is not None:
+            return decision
+    return place(replace(job, topology=None))
