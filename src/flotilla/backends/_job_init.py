@@ -18,6 +18,7 @@ its replicas are over, or it is killed — the kernel kills every process left i
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's own, without the enums
 import contextlib
 import ctypes
 import json
@@ -43,12 +44,22 @@ RESET = (
 """The signals the supervisor handles or ignores (Python ignores SIGPIPE and SIGXFSZ): the
 command gets their default action (every other one has it already)."""
 
+EVERY = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+"""What is blocked across a fork (as plain numbers: ``_signal.pthread_sigmask`` takes and
+gives them so, where ``signal``'s makes an enum of each, twice per replica)."""
+
 PIPE_LINE = 3800
 """A refusal line stays below ``PIPE_BUF`` (4096), so lines of many children never mix."""
 
 
+_LIBC: list[Any] = []
+
+
 def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
+    """The C library, loaded once (a fork's child uses the parent's: no ``dlopen`` each)."""
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def new_pid_namespace() -> bool:
@@ -98,16 +109,14 @@ def start_command(
     parent = os.getpid()
     # Blocked across the fork: a stop passed on before the child leads its group (sent to
     # its pid then) waits until it has the default action, and ends it then.
-    # valid_signals(): not the C library's own (32, 33), which Python warns of in the log.
-    every = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
+    before = _signal.pthread_sigmask(signal.SIG_BLOCK, EVERY)
     try:
         child = os.fork()
     except OSError:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        _signal.pthread_sigmask(signal.SIG_SETMASK, before)
         raise
     if child:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        _signal.pthread_sigmask(signal.SIG_SETMASK, before)
         return child
     code = 127  # pragma: no cover - runs in the child, which coverage does not follow
     try:  # pragma: no cover
@@ -142,9 +151,9 @@ def _child(
 ) -> None:  # pragma: no cover - runs in the child
     signal.set_wakeup_fd(-1)
     for number in RESET:
-        signal.signal(number, signal.SIG_DFL)
+        _signal.signal(number, _signal.SIG_DFL)
     os.setsid()
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    _signal.pthread_sigmask(signal.SIG_SETMASK, ())
     die_with_parent()
     if os.getppid() != parent:  # the supervisor is gone already
         os._exit(137)

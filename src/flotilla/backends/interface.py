@@ -12,6 +12,8 @@ Failure semantics, common to every backend:
   - ``BackendUnavailable`` — the cluster or its engine cannot be reached now (transient).
     Retry later with the same request; every mutating call is idempotent, so a retry after a
     timeout whose outcome is unknown is safe. ``BackendClosed`` (a subclass) after ``close()``.
+    ``RunBusy`` (a subclass): this one run cannot be acted on now (another process is starting
+    or adopting it); the cluster answers for its other runs, so go on with them.
   - ``DispatchRejected`` — the request can never succeed on this backend (invalid or
     unsupported payload, a node or device the cluster does not have, a run id reused for
     another job). Do not retry; fail the run with the message, which names the field.
@@ -50,6 +52,12 @@ class BackendUnavailable(BackendError):
 
 class BackendClosed(BackendUnavailable):
     """The backend object was closed; make a new one (it will know the old one's runs)."""
+
+
+class RunBusy(BackendUnavailable):
+    """This run is held by another process right now (the ``local`` backend's run lock: a
+    replica sharing its state dir is starting or adopting it, or was stopped while doing so).
+    Only this run: ask about the cluster's other runs, and about this one next cycle."""
 
 
 class DispatchRejected(BackendError, ValueError):

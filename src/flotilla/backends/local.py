@@ -97,6 +97,13 @@ SWEEP_SECONDS = 5.0
 """How long ``close`` waits for a sweep of an ended run's uid before leaving it to the next
 backend over the state dir."""
 
+RECORD_SECONDS = 1.0
+"""How often at most a running run's record is rewritten for replicas that ended (its state,
+a stop, pids are written at once). Each write holds every replica: 10,000 replicas of
+``true`` ending over a minute rewrote the record every monitor tick, quadratic in the
+replicas (issue 23). Meanwhile their supervisors' exit files hold how they ended, which is
+what a backend restarted over the state dir reads."""
+
 log = logging.getLogger(__name__)
 
 
@@ -408,6 +415,7 @@ class LocalBackend:
             )
             save_run(run)  # before any process exists, as a dispatch does
             self._start(run, request, payload, relative, joining, gate)
+            run.failures_unchecked = True  # one may have failed to start
             self._changes.mark(run.run_id)
             return run.result
 
@@ -511,6 +519,9 @@ class LocalBackend:
             self._reap_supervisors()
             self._finish_sweeps(wait=SWEEP_SECONDS)
             self._trees.close()
+            for run in self._runs.values():
+                if run.record_stale:
+                    self._save_soon(run)
         self._sync_records()
         if self.stop_runs_on_close and self._mps is not None:
             self._mps.stop()  # its clients are gone; runs left running keep it
@@ -706,6 +717,7 @@ class LocalBackend:
         supervisor's fsynced exit file, which a restart reads. Starting a run (pid and gate)
         keeps its synchronous fsyncs: that is what prevents a double run."""
         save_run(run, durable=False)
+        run.record_stale, run.record_saved = False, time.monotonic()
         self._unsynced.add(record_path(run))
 
     def _sync_records(self) -> None:
@@ -731,7 +743,10 @@ class LocalBackend:
         # or a supervisor ended (a run of 10,000 replicas is refreshed every monitor tick).
         alive = [local_ending.supervisor_alive(supervisor) for supervisor in run.supervisors]
         candidates: list[int] = []
-        if run.supervisors and (local_ending.exit_files_changed(run) or not all(alive)):
+        if run.supervisors and (
+            not all(alive)
+            or (local_ending.listing_due(run) and local_ending.exit_files_changed(run))
+        ):
             local_ending.learn_pids(run)
             candidates = local_ending.maybe_ended(run, alive)
         elif not all(supervisor.pids_loaded for supervisor in run.supervisors):
@@ -741,9 +756,9 @@ class LocalBackend:
             run.pids_saved = loaded
             self._changes.mark(run.run_id)
             self._save_soon(run)
-        for replica in run.replicas:  # those with a supervisor of their own (older versions)
-            old = not replica.finished and replica.supervisor is None
-            if old and local_ending.reap(run, replica, self._reaping):
+        for index in run.unbatched():  # those with a supervisor of their own (older versions)
+            replica = run.replicas[index]
+            if not replica.finished and local_ending.reap(run, replica, self._reaping):
                 self._trees.ended(run, replica)
                 changed = True
         for index in candidates:  # those of a batch whose exit file came, or whose supervisor
@@ -752,6 +767,8 @@ class LocalBackend:
             if local_ending.reap_supervised(run, replica, alive[replica.supervisor]):
                 self._trees.ended(run, replica)
                 changed = True
+        if changed:
+            run.failures_unchecked = True  # for ``stop_due``
         if local_ending.read_checkpoint(run, now):
             self._changes.mark(run.run_id)  # reported at the next poll, though still running
             self._save_soon(run)
@@ -761,7 +778,7 @@ class LocalBackend:
                 self._begin_stop(run, halt)
         if local_ending.kill_overdue(run, now):
             changed = True
-        if all(replica.finished for replica in run.replicas):
+        if run.all_finished:
             run.settle(now)
             self._reaping.extend(s.process for s in run.supervisors if s.process is not None)
             self._trees.settled(run)
@@ -771,6 +788,10 @@ class LocalBackend:
             changed = True
         if changed:
             self._changes.observe(run.run_id, run.state)
+            run.record_stale = True
+        if run.record_stale and (
+            run.state.terminal or time.monotonic() - run.record_saved >= RECORD_SECONDS
+        ):
             self._save_soon(run)
 
     def _reap_supervisors(self) -> None:

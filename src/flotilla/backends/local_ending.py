@@ -73,6 +73,24 @@ file renamed in within the same tick of the coarse clock as the last look leaves
 directory's mtime as it was."""
 
 
+LISTING_SECONDS_PER_REPLICA = 0.00005
+"""How often at most the exit files of a run whose replicas are ending are listed: every
+monitor tick up to 1,000 replicas, every 0.5 s at 10,000. A listing of the run's directory
+reads every replica's logs and exit file (40,000 names at 10,000 replicas), so one per tick
+while they end was quadratic in the replicas (issue 23); their ends are found that much
+later, a cancel's included."""
+
+
+def listing_due(run: Run) -> bool:
+    """Whether the run's directory may be listed for exit files now (see
+    ``LISTING_SECONDS_PER_REPLICA``); notes the listing when it is."""
+    now = time.monotonic()
+    if now - run.listed_at < len(run.replicas) * LISTING_SECONDS_PER_REPLICA:
+        return False
+    run.listed_at = now
+    return True
+
+
 def exit_files_changed(run: Run) -> bool:
     """Whether an exit file may have appeared in ``run``'s directory since the last look (a
     rename changes the directory's mtime): a refresh of a run of 10,000 replicas then looks
@@ -188,9 +206,12 @@ def read_checkpoint(run: Run, now: float) -> bool:
 def stop_due(run: Run, now: float, grace_period: float) -> Stop | None:
     """The stop ``run`` needs now that nobody asked for: a replica failed while others still
     run, or the run exceeded its ``max_runtime``; ``None`` when it may go on."""
-    failed = next((r for r in run.replicas if r.finished and not r.succeeded), None)
-    unfinished = any(not replica.finished for replica in run.replicas)
-    if failed is not None and unfinished:
+    unfinished = not run.all_finished
+    failed = None
+    if run.failures_unchecked and unfinished:  # only once replicas ended since the last look
+        run.failures_unchecked = False
+        failed = next((r for r in run.replicas if r.finished and not r.succeeded), None)
+    if failed is not None:
         message = f"replica {failed.placement.label} {failed.outcome()}"
         return Stop("replica-failed", message, now, grace_period, exit_code=failed.exit_code)
     if unfinished and over_time(run, now):

@@ -104,6 +104,28 @@ class Replica:
     drain_until: float | None = field(default=None, repr=False, compare=False)
     """Stopped, its command over: until when (monotonic) its supervisor may still copy what
     is left in the pipes into the logs before it is killed too (``local_ending.py``)."""
+    _shown: tuple[tuple[Any, ...], ReplicaStatus] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """Its last ``ReplicaStatus`` and what it was made of (``status``)."""
+
+    def status(self, run_state: BackendRunState) -> ReplicaStatus:
+        """Its status in a run in ``run_state``: the one made last time while nothing it
+        shows changed (a status of 10,000 replicas, asked every poll, made them all anew)."""
+        key = (run_state, self.finished, self.vanished, self.exit_code, self.error, self.pid)
+        if self._shown is not None and self._shown[0] == key:
+            return self._shown[1]
+        shown = ReplicaStatus(
+            task=self.placement.task,
+            replica=self.placement.replica,
+            node=self.placement.node,
+            state=self.state(run_state),
+            exit_code=self.exit_code,
+            process_id=self.pid,
+            engine_id=None if self.pid is None else f"pid {self.pid}",
+        )
+        self._shown = (key, shown)
+        return shown
 
     def attach(self, process: subprocess.Popen[bytes], ticks: int | None) -> None:
         self.process, self.pid, self.start_ticks = process, process.pid, ticks
@@ -201,6 +223,19 @@ class Run:
     pids_saved: int = field(default=0, compare=False)
     """How many of its supervisors' pids files are in its record on disk (saved when more
     are learned)."""
+    _unbatched: tuple[int, list[int]] = field(default=(-1, []), compare=False, repr=False)
+    open_from: int = field(default=0, compare=False)
+    """No replica before this index is unfinished (``first_open``)."""
+    failures_unchecked: bool = field(default=True, compare=False)
+    """Replicas may have ended, failed, since ``local_ending.stop_due`` last looked."""
+    listed_at: float = field(default=float("-inf"), compare=False)
+    """When (monotonic) its directory was last listed for exit files
+    (``local_ending.listing_due``)."""
+    record_stale: bool = field(default=False, compare=False)
+    """Replicas ended since its record was last saved (``LocalBackend._refresh`` saves such
+    a change at most every ``RECORD_SECONDS``: their exit files hold it meanwhile)."""
+    record_saved: float = field(default=float("-inf"), compare=False)
+    """When (monotonic) its record was last saved by this backend."""
     gpu_shares: tuple[DeviceShare, ...] = ()
     """What its replicas hold of each device (``gpu_telemetry.shares_of``)."""
     gpu: GpuUse | None = None
@@ -211,6 +246,29 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.result.run_id
+
+    def first_open(self) -> int:
+        """The index of its first unfinished replica (``len(replicas)``: all finished).
+        Amortised O(1) per call: a replica never becomes unfinished again, so the scan goes
+        on from where the last one stopped, not over 10,000 replicas each monitor tick."""
+        replicas, index = self.replicas, self.open_from
+        while index < len(replicas) and replicas[index].finished:
+            index += 1
+        self.open_from = index
+        return index
+
+    def unbatched(self) -> list[int]:
+        """The indexes of its replicas with a supervisor of their own (started by a version
+        before the batches): looked for once per size of the run, not every monitor tick.
+        Only asked once its start is over (every started replica has a supervisor then)."""
+        if self._unbatched[0] != len(self.replicas):
+            indexes = [i for i, r in enumerate(self.replicas) if r.supervisor is None]
+            self._unbatched = (len(self.replicas), indexes)
+        return self._unbatched[1]
+
+    @property
+    def all_finished(self) -> bool:
+        return self.first_open() == len(self.replicas)
 
     def _stem(self, replica: Replica) -> str:
         return f"{replica.placement.task}-{replica.placement.replica}"
@@ -289,18 +347,7 @@ class Run:
             exit_code=self.exit_code,
             message=message,
             gpu=self.gpu,
-            replicas=tuple(
-                ReplicaStatus(
-                    task=replica.placement.task,
-                    replica=replica.placement.replica,
-                    node=replica.placement.node,
-                    state=replica.state(self.state),
-                    exit_code=replica.exit_code,
-                    process_id=replica.pid,
-                    engine_id=None if replica.pid is None else f"pid {replica.pid}",
-                )
-                for replica in self.replicas
-            ),
+            replicas=tuple(replica.status(self.state) for replica in self.replicas),
             last_checkpoint_at=self.last_checkpoint_at,
             resources=self._resources(),
             over_limit=self.state is BackendRunState.FAILED

@@ -6,7 +6,8 @@ The order is what prevents a double run and an untracked process: the record is 
 before the first process exists, every supervisor's pid is on disk (one write for all: linear
 in the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours)
 before the gate opens, and every command lives and dies with its supervisor. One interpreter
-per batch, not per replica: 10,000 replicas start in seconds (``docs/performance.md``). What
+per batch, not per replica: 10,000 replicas fit in memory and under ``pid_max``, and start in
+a minute and a half of two quiet cores, most of it the kernel's (``docs/performance.md``). What
 each supervisor is told travels in its launch spec, never in its own arguments or environment
 (see ``_supervise.py``).
 """

@@ -9,9 +9,16 @@ directory, so one process starts the run and every other one finds its complete 
 
 ``flock`` is released by the kernel when its holder dies, so a ``kill -9`` mid-start leaves
 no stale lock: the next process takes it and finds what the dead one left (a run whose start
-gate it then settles, ``_supervise.py``). Locks are per open file description, so two
-backend objects in one process exclude each other as two processes do; a backend holding a
-run's lock may take it again (nested adoption within a start).
+gate it then settles, ``_supervise.py``). A holder that is alive but does not go on (a leader
+stopped with SIGSTOP, or off the CPU, while it starts a run) is not waited for: the lock is
+tried, and a run held elsewhere raises ``RunBusy`` at once, so a dispatch, an adoption or a
+standby's first cycle skips that run and goes on with the others (issue 23: each such run
+used to hold the whole cycle, and the backend's own lock, for 30 s). The run is asked about
+again next cycle; it is still started by one process only.
+
+Locks are per open file description, so two backend objects in one process exclude each other
+as two processes do; a backend holding a run's lock may take it again (nested adoption within
+a start).
 """
 
 from __future__ import annotations
@@ -23,11 +30,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from flotilla.backends.interface import BackendUnavailable
+from flotilla.backends.interface import RunBusy
 
-WAIT_SECONDS = 30.0
-"""How long to wait for another process to finish starting a run before giving up for now
-(the caller retries: a dispatch is repeated next cycle)."""
+WAIT_SECONDS = 0.0
+"""How long to wait for another process to finish starting or adopting a run before giving
+up for now (the caller retries: a dispatch is repeated next cycle). None: a start of 10,000
+replicas holds its run's lock for its whole start, and a holder may be stopped; a caller
+waiting would hold up everything behind it."""
 
 _POLL_SECONDS = 0.002
 
@@ -45,7 +54,8 @@ class RunLocks:
     def hold(self, directory: Path) -> Iterator[None]:
         """Hold ``directory``'s lock for the block, creating the directory if needed.
 
-        Raises ``BackendUnavailable`` when another process holds it for ``wait_seconds``."""
+        Raises ``RunBusy`` (a ``BackendUnavailable``) when another process holds it for
+        ``wait_seconds`` (by default: holds it now)."""
         self.take(directory)
         try:
             yield
@@ -86,7 +96,7 @@ def _lock(descriptor: int, directory: Path, wait: float) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise BackendUnavailable(
+                raise RunBusy(
                     f"run {directory.name} is being started or adopted by another process"
                 ) from None
             time.sleep(_POLL_SECONDS)

@@ -18,6 +18,7 @@ from flotilla.backends.interface import (
     BackendError,
     BackendUnavailable,
     CancelRequest,
+    RunBusy,
     StatusRequest,
     UnknownRun,
 )
@@ -191,6 +192,9 @@ class ClusterWatch:
                 reason = f"run lost: cluster {cluster} has no record of run {run_id}"
                 log.warning("job %s: %s; re-queued", job.id, reason)
                 changes += self._transitions.after_run(job, RunEnd.LOST, reason)
+                continue
+            except RunBusy as error:  # this run only (another process holds it): the others
+                log.info("cluster %s: run %s asked again next cycle: %s", cluster, run_id, error)
                 continue
             except BackendError as error:
                 log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
