@@ -1,17 +1,20 @@
-"""Tables and small formatting helpers shared by the client commands."""
+"""Tables and small formatting helpers shared by the client commands (rich is imported by
+the helpers that print, docs/performance.md, CLI start-up)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from flotilla.api.schemas import Job
 from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, JobState
-from flotilla.model import format_quantity
+from flotilla.model.quantity import format_quantity
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from flotilla.api.schemas import Job
 
 PIPED_WIDTH = 200
 
@@ -19,6 +22,8 @@ PIPED_WIDTH = 200
 def console() -> Console:
     """Standard output as a console, made per command (so it follows a redirected stdout):
     a terminal's own width, or wide when piped so that ids and reasons are never cut."""
+    from rich.console import Console
+
     terminal = Console()
     return terminal if terminal.is_terminal else Console(width=PIPED_WIDTH)
 
@@ -88,6 +93,8 @@ def job_reason(job: Job) -> str:
 
 def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False) -> Table:
     """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels."""
+    from rich.table import Table
+
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
     columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE"]
     if wide:

@@ -7,22 +7,27 @@ follow (``effects.py``); the service applies them to the store and the backends,
 simulator to virtual time. Neither keeps a second copy of a rule written here.
 """
 
-from flotilla.lifecycle.machine import step
-from flotilla.lifecycle.states import (
-    ACTIVE_JOB_STATES,
-    ACTIVE_RUN_STATES,
-    JOB_STATE_ORDER,
-    JOB_TRANSITIONS,
-    RUN_STATE_FOR_JOB,
-    TERMINAL_JOB_STATES,
-    TERMINAL_STATE_NAMES,
-    WAITING_JOB_STATES,
-    WAITING_STATE_NAMES,
-    JobState,
-    RunState,
-    is_allowed,
-)
-from flotilla.lifecycle.view import DependencyView, JobView
+from typing import TYPE_CHECKING
+
+from flotilla.lazy import exports
+
+if TYPE_CHECKING:
+    from flotilla.lifecycle.machine import step
+    from flotilla.lifecycle.states import (
+        ACTIVE_JOB_STATES,
+        ACTIVE_RUN_STATES,
+        JOB_STATE_ORDER,
+        JOB_TRANSITIONS,
+        RUN_STATE_FOR_JOB,
+        TERMINAL_JOB_STATES,
+        TERMINAL_STATE_NAMES,
+        WAITING_JOB_STATES,
+        WAITING_STATE_NAMES,
+        JobState,
+        RunState,
+        is_allowed,
+    )
+    from flotilla.lifecycle.view import DependencyView, JobView
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -41,3 +46,14 @@ __all__ = [
     "is_allowed",
     "step",
 ]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "flotilla.lifecycle.machine": ["step"],
+        "flotilla.lifecycle.states": [
+            name for name in __all__ if name not in {"step", "DependencyView", "JobView"}
+        ],
+        "flotilla.lifecycle.view": ["DependencyView", "JobView"],
+    },
+)

@@ -2,38 +2,46 @@
 
 Results are the server's own response models (``flotilla.api.schemas``) and the model's
 specs (``QueueSpec``, ``QuotaSpec``), so a field the API adds is there on both sides.
+
+Its names are imported on first use (``flotilla.lazy``): ``flotilla.sdk.defaults`` is there
+without the HTTP client, and ``Client`` without ``AsyncClient``.
 """
 
-from flotilla.api.schemas import (
-    Cluster,
-    Event,
-    Job,
-    JobDetail,
-    JobList,
-    LogChunk,
-    Node,
-    Run,
-    SubmitResult,
-    Why,
-)
-from flotilla.sdk.aio import AsyncClient
-from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
-from flotilla.sdk.checkpoint import checkpoint
-from flotilla.sdk.client import Client
-from flotilla.sdk.errors import (
-    BadRequest,
-    Conflict,
-    FlotillaError,
-    Forbidden,
-    InvalidSpec,
-    NotFound,
-    ServerError,
-    TooMany,
-    Unauthorized,
-    Unreachable,
-    WaitTimeout,
-)
-from flotilla.sdk.jobfile import read_job_file
+from typing import TYPE_CHECKING
+
+from flotilla.lazy import exports
+
+if TYPE_CHECKING:
+    from flotilla.api.schemas import (
+        Cluster,
+        Event,
+        Job,
+        JobDetail,
+        JobList,
+        LogChunk,
+        Node,
+        Run,
+        SubmitResult,
+        Why,
+    )
+    from flotilla.sdk.aio import AsyncClient
+    from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
+    from flotilla.sdk.checkpoint import checkpoint
+    from flotilla.sdk.client import Client
+    from flotilla.sdk.errors import (
+        BadRequest,
+        Conflict,
+        FlotillaError,
+        Forbidden,
+        InvalidSpec,
+        NotFound,
+        ServerError,
+        TooMany,
+        Unauthorized,
+        Unreachable,
+        WaitTimeout,
+    )
+    from flotilla.sdk.jobfile import read_job_file
 
 __all__ = [
     "AsyncClient",
@@ -65,3 +73,39 @@ __all__ = [
     "checkpoint",
     "read_job_file",
 ]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "flotilla.sdk.aio": ["AsyncClient"],
+        "flotilla.sdk.calls": ["JobFilter", "LogOutput", "LogSelection"],
+        "flotilla.sdk.checkpoint": ["checkpoint"],
+        "flotilla.sdk.client": ["Client"],
+        "flotilla.sdk.errors": [
+            "BadRequest",
+            "Conflict",
+            "FlotillaError",
+            "Forbidden",
+            "InvalidSpec",
+            "NotFound",
+            "ServerError",
+            "TooMany",
+            "Unauthorized",
+            "Unreachable",
+            "WaitTimeout",
+        ],
+        "flotilla.sdk.jobfile": ["read_job_file"],
+        "flotilla.api.schemas": [
+            "Cluster",
+            "Event",
+            "Job",
+            "JobDetail",
+            "JobList",
+            "LogChunk",
+            "Node",
+            "Run",
+            "SubmitResult",
+            "Why",
+        ],
+    },
+)
