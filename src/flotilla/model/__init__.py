@@ -1,12 +1,11 @@
 """Typed specs of everything Flotilla schedules, and their validation.
 
 The bottom layer: it imports nothing else of Flotilla. Its names are imported on first use
-(``flotilla.lazy``): a client that needs ``format_quantity`` does not build every spec model.
+(PEP 562): a client that needs ``format_quantity`` does not build every spec model.
 """
 
-from typing import TYPE_CHECKING
-
-from flotilla.lazy import exports
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, TaintEffect
@@ -77,42 +76,49 @@ __all__ = [
     "scenario_from_data",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "flotilla.model.cluster": [
-            "ClusterSpec",
-            "GpuInventory",
-            "NodeGroup",
-            "Taint",
-            "TaintEffect",
-        ],
-        "flotilla.model.errors": ["SpecError"],
-        "flotilla.model.job": [
-            "Affinity",
-            "Dependency",
-            "DependencyCondition",
-            "GangMode",
-            "GangSpec",
-            "JobSpec",
-            "LabelAffinity",
-            "TaskSpec",
-            "Toleration",
-            "Topology",
-            "TopologyScope",
-        ],
-        "flotilla.model.loader": ["load_scenario", "scenario_from_data"],
-        "flotilla.model.quantity": ["format_quantity", "parse_quantity"],
-        "flotilla.model.queue": ["Preemption", "PriorityClass", "QueueSpec", "QuotaSpec"],
-        "flotilla.model.retry": ["ArraySpec", "Backoff", "RetryCause", "RetrySpec"],
-        "flotilla.model.scenario": [
-            "Expectation",
-            "FairShare",
-            "Mode",
-            "Queueing",
-            "Scenario",
-            "ScenarioJobState",
-            "Settings",
-        ],
-    },
-)
+_MODULES: dict[str, list[str]] = {
+    "flotilla.model.cluster": [
+        "ClusterSpec",
+        "GpuInventory",
+        "NodeGroup",
+        "Taint",
+        "TaintEffect",
+    ],
+    "flotilla.model.errors": ["SpecError"],
+    "flotilla.model.job": [
+        "Affinity",
+        "Dependency",
+        "DependencyCondition",
+        "GangMode",
+        "GangSpec",
+        "JobSpec",
+        "LabelAffinity",
+        "TaskSpec",
+        "Toleration",
+        "Topology",
+        "TopologyScope",
+    ],
+    "flotilla.model.loader": ["load_scenario", "scenario_from_data"],
+    "flotilla.model.quantity": ["format_quantity", "parse_quantity"],
+    "flotilla.model.queue": ["Preemption", "PriorityClass", "QueueSpec", "QuotaSpec"],
+    "flotilla.model.retry": ["ArraySpec", "Backoff", "RetryCause", "RetrySpec"],
+    "flotilla.model.scenario": [
+        "Expectation",
+        "FairShare",
+        "Mode",
+        "Queueing",
+        "Scenario",
+        "ScenarioJobState",
+        "Settings",
+    ],
+}
+"""Where each exported name is defined."""
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use (PEP 562)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -3,13 +3,12 @@
 Results are the server's own response models (``flotilla.api.schemas``) and the model's
 specs (``QueueSpec``, ``QuotaSpec``), so a field the API adds is there on both sides.
 
-Its names are imported on first use (``flotilla.lazy``): ``flotilla.sdk.defaults`` is there
+Its names are imported on first use (PEP 562): ``flotilla.sdk.connection`` is there
 without the HTTP client, and ``Client`` without ``AsyncClient``.
 """
 
-from typing import TYPE_CHECKING
-
-from flotilla.lazy import exports
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from flotilla.api.schemas import (
@@ -74,38 +73,45 @@ __all__ = [
     "read_job_file",
 ]
 
-__getattr__ = exports(
-    __name__,
-    {
-        "flotilla.sdk.aio": ["AsyncClient"],
-        "flotilla.sdk.calls": ["JobFilter", "LogOutput", "LogSelection"],
-        "flotilla.sdk.checkpoint": ["checkpoint"],
-        "flotilla.sdk.client": ["Client"],
-        "flotilla.sdk.errors": [
-            "BadRequest",
-            "Conflict",
-            "FlotillaError",
-            "Forbidden",
-            "InvalidSpec",
-            "NotFound",
-            "ServerError",
-            "TooMany",
-            "Unauthorized",
-            "Unreachable",
-            "WaitTimeout",
-        ],
-        "flotilla.sdk.jobfile": ["read_job_file"],
-        "flotilla.api.schemas": [
-            "Cluster",
-            "Event",
-            "Job",
-            "JobDetail",
-            "JobList",
-            "LogChunk",
-            "Node",
-            "Run",
-            "SubmitResult",
-            "Why",
-        ],
-    },
-)
+_MODULES: dict[str, list[str]] = {
+    "flotilla.sdk.aio": ["AsyncClient"],
+    "flotilla.sdk.calls": ["JobFilter", "LogOutput", "LogSelection"],
+    "flotilla.sdk.checkpoint": ["checkpoint"],
+    "flotilla.sdk.client": ["Client"],
+    "flotilla.sdk.errors": [
+        "BadRequest",
+        "Conflict",
+        "FlotillaError",
+        "Forbidden",
+        "InvalidSpec",
+        "NotFound",
+        "ServerError",
+        "TooMany",
+        "Unauthorized",
+        "Unreachable",
+        "WaitTimeout",
+    ],
+    "flotilla.sdk.jobfile": ["read_job_file"],
+    "flotilla.api.schemas": [
+        "Cluster",
+        "Event",
+        "Job",
+        "JobDetail",
+        "JobList",
+        "LogChunk",
+        "Node",
+        "Run",
+        "SubmitResult",
+        "Why",
+    ],
+}
+"""Where each exported name is defined."""
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use (PEP 562)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
