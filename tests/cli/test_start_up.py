@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from flotilla.cli.commands import COMMANDS
+
 UNREACHABLE = "http://127.0.0.1:9"
 
 SERVER_SIDE = (
@@ -100,6 +102,9 @@ def test_a_command_against_no_server_loads_the_client_and_no_server_side(tmp_pat
     assert among(modules, (*SERVER_SIDE, "rich", "flotilla.model.job")) == []
     # httpx's own command line (click, rich, pygments), which the CLI never runs
     assert among(modules, ("httpx._main", "click", "pygments")) == []
+    # and of the commands' modules, only the one that holds ``jobs``
+    others = {f"flotilla.cli.{module}" for module in COMMANDS.values()} - {"flotilla.cli.jobs"}
+    assert among(modules, tuple(sorted(others))) == []
 
 
 def test_submit_dry_run_checks_the_file_without_the_http_client_or_the_server(

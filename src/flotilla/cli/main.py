@@ -1,9 +1,9 @@
 """``flotilla`` — the command line. Exit codes: 0 ok, 1 a ``--check`` failed or the API refused,
 2 bad input.
 
-Every command registers here, and each imports what it runs when it runs (the simulator,
-the SDK, rich), so parsing a command line costs typer alone (docs/performance.md, CLI
-start-up)."""
+``simulate`` is defined here; every other command lives in a module of its own, imported
+when the command line names it (``commands.py``), and each imports what it runs when it runs
+(the simulator, the SDK, rich): docs/performance.md, CLI start-up."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flotilla import __version__
-from flotilla.cli import catalog, describe, fleet, holds, jobs, logs, replay, serve, ui, up, usage
-from flotilla.cli import run as run_command
+from flotilla.cli.commands import RootGroup
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from flotilla.model.scenario import Scenario
 
 app = typer.Typer(
+    cls=RootGroup,
     help="Flotilla: a batch job scheduler for ML and HPC platforms.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -220,12 +220,6 @@ def _progress(console: Console) -> Callable[[float, int, int], None] | None:
         console.print(f"  t={now:g}s  {done}/{total} jobs done", highlight=False, end="\r")
 
     return show
-
-
-# The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, holds, describe, logs, catalog, fleet, replay, serve, up, ui, usage):
-    _module.register(app)
-run_command.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover
