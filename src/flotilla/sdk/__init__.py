@@ -10,6 +10,10 @@ without the HTTP client, and ``Client`` without ``AsyncClient``.
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Imported now, not on first use: the function shares its name with its module, which an
+# import of ``flotilla.sdk.checkpoint`` would otherwise leave here in its place.
+from flotilla.sdk.checkpoint import checkpoint
+
 if TYPE_CHECKING:
     from flotilla.api.schemas import (
         Cluster,
@@ -25,7 +29,6 @@ if TYPE_CHECKING:
     )
     from flotilla.sdk.aio import AsyncClient
     from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
-    from flotilla.sdk.checkpoint import checkpoint
     from flotilla.sdk.client import Client
     from flotilla.sdk.errors import (
         BadRequest,
@@ -76,7 +79,6 @@ __all__ = [
 _MODULES: dict[str, list[str]] = {
     "flotilla.sdk.aio": ["AsyncClient"],
     "flotilla.sdk.calls": ["JobFilter", "LogOutput", "LogSelection"],
-    "flotilla.sdk.checkpoint": ["checkpoint"],
     "flotilla.sdk.client": ["Client"],
     "flotilla.sdk.errors": [
         "BadRequest",
