@@ -79,7 +79,7 @@ class LazyCommands(MutableMapping[str, "Command"]):
         self.built[name] = command
 
     def __delitem__(self, name: str) -> None:
-        if name not in self and name not in self.built:
+        if name not in self:
             raise KeyError(name)
         self.built.pop(name, None)
         self.lazy.pop(name, None)
