@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flotilla.secrets import redact
-
 if TYPE_CHECKING:
     from flotilla.model.gpu_use import GpuUse
     from flotilla.store import (
@@ -159,7 +157,10 @@ def _job_fields(job: JobRecord) -> dict[str, Any]:
 
 
 def _shown_spec(job: JobRecord) -> dict[str, Any]:
-    """The spec as stored, secret env values hidden (``flotilla.secrets``)."""
+    """The spec as stored, secret env values hidden (``flotilla.secrets``: imported here, by
+    the server, so that a client reading these models does not load the cipher)."""
+    from flotilla.secrets import redact
+
     spec = job.spec.model_dump(mode="json", exclude_none=True)
     if "payload" in spec:
         spec["payload"] = redact(spec["payload"])

@@ -4,25 +4,26 @@ set|delete``, admin) without writing JSON by hand."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
-from rich.table import Table
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources
 from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
-from flotilla.model import QueueSpec, QuotaSpec
-from flotilla.model.errors import from_pydantic
 from flotilla.model.quantity import format_quantity
-from flotilla.sdk import Client, FlotillaError
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from flotilla.model.queue import QueueSpec, QuotaSpec
+    from flotilla.sdk import Client
 
 
 def queues(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_SERVER) -> None:
     """List queues with their weight, quota and job counts."""
+    from rich.table import Table
+
     with api(server) as client:
         found = client.queues()
         counts = client.report().queues
@@ -61,6 +62,8 @@ def amounts(data: dict[str, float] | None) -> str:
 def quotas(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_SERVER) -> None:
     """Show the quota tree: min, max, what its queues use now, what it borrows above its
     min and what it lends of its min."""
+    from rich.table import Table
+
     with api(server) as client:
         rows: list[dict[str, Any]] = client.fleet_usage()["quotas"]
     if emit(rows, output):
@@ -101,6 +104,8 @@ def clusters(
 ) -> None:
     """List clusters: backend, health, heartbeat age, nodes, allocated/capacity per resource
     (and with --nodes every node)."""
+    from rich.table import Table
+
     with api(server) as client:
         found = client.clusters()
         node_lists = {c.name: client.nodes(c.name) for c in found} if nodes else {}
@@ -154,6 +159,8 @@ def clusters(
 def _node_usage(client: Client) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (cluster, node): what active runs hold there, GPU devices in use and jobs (the
     dashboard's view, which `up` and `serve` serve; none from a server without it)."""
+    from flotilla.sdk.errors import FlotillaError
+
     try:
         clusters = client.fleet_usage()["clusters"]
     except FlotillaError:
@@ -204,6 +211,10 @@ def resource_list(option: str, pairs: list[str] | None) -> dict[str, str] | None
 
 
 def _validated(kind: type[QueueSpec] | type[QuotaSpec], data: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from flotilla.model.errors import from_pydantic
+
     try:
         return kind.model_validate(data)
     except ValidationError as error:
@@ -232,6 +243,8 @@ def queue_set(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Create a queue, or change the given settings of one (the others stay)."""
+    from flotilla.model.queue import QueueSpec
+
     with api(server) as client:
         existing = next((queue for queue in client.queues() if queue.name == name), None)
         data = (existing or QueueSpec(name=name)).model_dump(mode="json")
@@ -296,6 +309,8 @@ def quota_set(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Create a quota, or change the given settings of one (its children stay)."""
+    from flotilla.model.queue import QuotaSpec
+
     with api(server) as client:
         found = _find(client.quotas(), name)
         existing = None if found is None else found[0]

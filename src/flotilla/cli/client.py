@@ -3,27 +3,32 @@ API refusal is shown.
 
 ``client_factory`` builds the ``httpx.Client`` under the SDK's ``flotilla.Client``; tests
 replace it with one bound to the ASGI app, so every command runs against the real API
-without a socket.
+without a socket. The SDK and ``httpx`` are imported when a command calls the API, not when
+the command line is parsed (docs/performance.md, CLI start-up).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
-import httpx
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from flotilla.sdk import Client, FlotillaError, InvalidSpec
-from flotilla.sdk.client import DEFAULT_SERVER, auth_headers, bearer_token
+from flotilla.sdk.connection import DEFAULT_SERVER, auth_headers, bearer_token
 
-ClientFactory = Callable[[str, str | None], httpx.Client]
+if TYPE_CHECKING:
+    import httpx
+
+    from flotilla.sdk import Client
+
+ClientFactory = Callable[[str, str | None], "httpx.Client"]
 
 
 def default_client(server: str, token: str | None) -> httpx.Client:
+    import httpx
+
     return httpx.Client(base_url=server, headers=auth_headers(token), timeout=30.0)
 
 
@@ -40,13 +45,14 @@ ServerOption = Annotated[
     ),
 ]
 
-err = Console(stderr=True, soft_wrap=True)
-
 
 @contextmanager
 def api(server: str) -> Iterator[Client]:
     """An SDK client for one command. A refusal inside prints the server's message and
     problems and exits 1 (an invalid job file: 2, before any request)."""
+    from flotilla.sdk.client import Client
+    from flotilla.sdk.errors import FlotillaError, InvalidSpec
+
     address = server.rstrip("/") or DEFAULT_SERVER
     client = Client(address, http=client_factory(address, bearer_token(address, None)))
     try:
@@ -60,7 +66,12 @@ def api(server: str) -> Iterator[Client]:
 
 
 def fail(message: str, problems: list[str] | None = None, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    """``error: MESSAGE`` and each problem on a line of its own (never folded) on standard
+    error, then exit ``code``. Styled by typer's own ``secho`` (bold red on a terminal, bold
+    alone under ``NO_COLOR``, as rich would), so that an error does not start rich."""
+    plain = bool(os.environ.get("NO_COLOR"))
+    typer.secho("error:", err=True, nl=False, fg=None if plain else "red", bold=True)
+    typer.echo(f" {message}", err=True)
     for line in problems or []:
-        err.print(f"  {line}", highlight=False, markup=False)
+        typer.echo(f"  {line}", err=True)
     raise typer.Exit(code)

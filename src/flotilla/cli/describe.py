@@ -3,27 +3,29 @@ why (its reason, place in its queue and quota)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Group
-from rich.table import Table
 
-from flotilla.api.schemas import ArrayDetail, EngineIds, Event, JobDetail, Run
-from flotilla.cli.arrays import job_or_array, print_array, retry_and_array_rows
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
 from flotilla.cli.output import Output, OutputOption, emit
-from flotilla.cli.render import age, console, resources, state_text
-from flotilla.cli.runs import duration
-from flotilla.framework.assignment_record import AssignmentRecord
+from flotilla.cli.render import age, console, duration, resources, state_text
 from flotilla.model.quantity import format_quantity
-from flotilla.sdk import Client
-from flotilla.sdk.client import DEFAULT_SERVER
-from flotilla.sdk.errors import NotFound, ServerError
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from flotilla.api.schemas import EngineIds, Event, JobDetail, Run
+    from flotilla.sdk import Client
 
 
 def _facts(job: JobDetail) -> Table:
+    from rich.table import Table
+
+    from flotilla.cli.arrays import retry_and_array_rows
+
     spec = job.spec
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -80,6 +82,8 @@ def gang_text(gang: dict[str, Any]) -> str:
 
 
 def _titled(*columns: str, title: str) -> Table:
+    from rich.table import Table
+
     return Table(*columns, title=title, box=None, header_style="bold", title_justify="left")
 
 
@@ -135,6 +139,8 @@ def _gpu_use(runs: list[Run]) -> Table:
 def _engine_ids(client: Client, job: JobDetail) -> EngineIds | None:
     """The engine's ids of the latest run, when its engine still knows it and this server
     runs the scheduler (``flotilla serve`` alone answers 404): describe goes on without."""
+    from flotilla.sdk.errors import NotFound, ServerError
+
     if job.run is None:
         return None
     try:
@@ -154,6 +160,8 @@ def _engine_table(engine: EngineIds) -> Table:
 
 def _placements(run: Run) -> Table:
     """Where each replica of the latest run went: node and GPU devices."""
+    from flotilla.framework.assignment_record import AssignmentRecord
+
     table = _titled("TASK", "REPLICA", "NODE", "GPUS", title=f"Placement (attempt {run.attempt})")
     for placement in AssignmentRecord.unmarshal(run.assignment).placements:
         table.add_row(
@@ -182,6 +190,12 @@ def describe(
 ) -> None:
     """A job in full: spec summary, gang, where each replica runs, runs, history, and why
     it waits."""
+    from rich.console import Group
+
+    from flotilla.api.schemas import ArrayDetail
+    from flotilla.cli.arrays import job_or_array, print_array
+    from flotilla.framework.assignment_record import AssignmentRecord
+
     with api(server) as client:
         named = job_or_array(client, job_ref)
         if isinstance(named, ArrayDetail):

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.render import console
 from flotilla.model.quantity import format_quantity
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
 
 fleet_app = typer.Typer(
     help="The fleet in force: its clusters and their backends, queues, quotas and settings.",
@@ -57,6 +56,8 @@ def fleet_show(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Print the fleet in force (admin); secrets appear as their references, never values."""
+    import yaml
+
     with api(server) as client:
         found = client.fleet()
     if output_format.lower() == "json":
@@ -92,6 +93,8 @@ def fleet_export(
     """Write the live fleet and workload as a scenario for `flotilla simulate` (admin):
     running jobs where they run, waiting and held ones in order, each job's runtime
     estimated and its source recorded; payloads and secrets are never exported."""
+    import yaml
+
     from flotilla.files import write_text_safely
 
     if not scenario:

@@ -6,17 +6,18 @@ left as they are."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flotilla.api.schemas import ArrayDetail, Job
-from flotilla.cli.arrays import job_or_array
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobsArgument
 from flotilla.cli.render import console, short_id
-from flotilla.sdk import Client
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from flotilla.api.schemas import Job
+    from flotilla.sdk import Client
 
 Reason = Annotated[str, typer.Option(help="Recorded in the job's history (default: who did it).")]
 
@@ -26,6 +27,9 @@ ACTIVE = ("leased", "pending", "running")
 
 def _targets(client: Client, refs: list[str], *states: str) -> list[str]:
     """The jobs ``refs`` name; of an array, its elements in one of ``states``."""
+    from flotilla.api.schemas import ArrayDetail
+    from flotilla.cli.arrays import job_or_array
+
     found: list[str] = []
     for ref in refs:
         named = job_or_array(client, ref)

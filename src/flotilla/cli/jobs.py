@@ -9,22 +9,19 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
-from flotilla.api.schemas import Job, JobList
-from flotilla.api.submission import parse_submission
-from flotilla.cli.arrays import cancel_ref, element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
 from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES
-from flotilla.sdk import Client, InvalidSpec, JobFilter, WaitTimeout
-from flotilla.sdk.client import DEFAULT_SERVER
-from flotilla.sdk.jobfile import read_job_file, read_job_text
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from flotilla.api.schemas import JobList
+    from flotilla.sdk import Client, JobFilter
 
 JobArgument = Annotated[
     str,
@@ -71,6 +68,10 @@ def submit(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Submit the jobs of a file, all or nothing."""
+    from flotilla.api.submission import parse_submission
+    from flotilla.sdk.errors import InvalidSpec
+    from flotilla.sdk.jobfile import read_job_file, read_job_text
+
     try:
         # A bad file: exit 2 before any request.
         body = (
@@ -94,6 +95,8 @@ def submit(
         return
     if emit(result, output):
         return
+    from rich.table import Table
+
     table = Table("ID", "NAME", "QUEUE", box=None, header_style="bold")
     for job in result.jobs:
         table.add_row(job.id, job.name, job.queue)
@@ -138,6 +141,8 @@ def _filter(
     name: str | None,
     oldest_first: bool,
 ) -> JobFilter:
+    from flotilla.sdk.calls import JobFilter
+
     return JobFilter(
         queue=queue,
         states=tuple(state or ()),
@@ -150,6 +155,8 @@ def _filter(
 
 def fetch(client: Client, where: JobFilter, limit: int) -> JobList:
     """Up to ``limit`` jobs, following cursors, and the count of every match."""
+    from flotilla.api.schemas import Job, JobList
+
     page = client.page(where, limit=min(limit, 1000), total=True)
     shown: list[Job] = list(page.jobs)
     cursor = page.next_cursor
@@ -211,6 +218,8 @@ def watch(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """A live table of jobs, newest first, refreshed every --interval seconds; Ctrl-C stops."""
+    from rich.live import Live
+
     where = _filter(queue, state, owner, label, name, oldest_first=False)
     pause = max(MIN_INTERVAL, interval)
     with api(server) as client:
@@ -239,6 +248,9 @@ def wait(
 ) -> None:
     """Wait until the jobs end; exit 0 if all succeeded (or were skipped: a dependency
     branch not taken), 1 if any did not, 3 on timeout."""
+    from flotilla.cli.arrays import element_ids
+    from flotilla.sdk.errors import WaitTimeout
+
     with api(server) as client:
         try:
             ended = client.wait_all(element_ids(client, job_refs), timeout)
@@ -264,6 +276,8 @@ def cancel(
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
     """Cancel jobs, or every unfinished job of a queue and/or with labels."""
+    from flotilla.cli.arrays import cancel_ref
+
     if not job_refs and queue is None and not label:
         fail("name jobs to cancel, or give --queue and/or --label", code=2)
     if job_refs and (queue is not None or label):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.jobs import JobArgument
-from flotilla.sdk import Client, LogSelection
-from flotilla.sdk.calls import TERMINAL
-from flotilla.sdk.client import DEFAULT_SERVER, POLL
+from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
+from flotilla.sdk.connection import DEFAULT_SERVER, POLL
+
+if TYPE_CHECKING:
+    from flotilla.sdk import Client
 
 MERGED_STREAMS = frozenset({"kubernetes"})
 """Backends whose engine keeps one log per process (a container log) and return it for both
@@ -41,6 +43,8 @@ def logs(
     by default. With -f, keep printing as the run writes until it ends."""
     if stdout_only and stderr_only:
         fail("give --stdout or --stderr, not both (both streams is the default)", code=2)
+    from flotilla.sdk.calls import LogSelection
+
     streams = ("stdout",) if stdout_only else ("stderr",) if stderr_only else ("stdout", "stderr")
     selection = LogSelection(attempt=attempt, task=task, replica=replica)
     targets = {"stdout": sys.stdout, "stderr": sys.stderr}
@@ -60,7 +64,7 @@ def _merges_streams(client: Client, job_ref: str, attempt: int | None, follow: b
     """Whether the run to read ran on a backend that merges stdout and stderr (following a
     queued job waits for its run to know where it runs, as the reader would)."""
     detail = client.get(job_ref)
-    while follow and detail.run is None and detail.state not in TERMINAL:
+    while follow and detail.run is None and detail.state not in TERMINAL_STATE_NAMES:
         time.sleep(POLL)
         detail = client.get(detail.id)
     runs = [run for run in detail.runs if attempt is None or run.attempt == attempt]

@@ -1,5 +1,9 @@
 """``flotilla`` — the command line. Exit codes: 0 ok, 1 a ``--check`` failed or the API refused,
-2 bad input."""
+2 bad input.
+
+``simulate`` is defined here; every other command lives in a module of its own, imported
+when the command line names it (``commands.py``), and each imports what it runs when it runs
+(the simulator, the SDK, rich): docs/performance.md, CLI start-up."""
 
 from __future__ import annotations
 
@@ -9,33 +13,20 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from flotilla import __version__
-from flotilla.cli import (
-    catalog,
-    describe,
-    fleet,
-    holds,
-    jobs,
-    logs,
-    replay,
-    runs,
-    serve,
-    ui,
-    up,
-    usage,
-)
-from flotilla.cli import run as run_command
-from flotilla.files import write_text_safely
-from flotilla.model.errors import SpecError
-from flotilla.model.loader import load_scenario
-from flotilla.model.scenario import Scenario
+from flotilla.cli.commands import RootGroup
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from flotilla.model.scenario import Scenario
 
 app = typer.Typer(
+    cls=RootGroup,
     help="Flotilla: a batch job scheduler for ML and HPC platforms.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -138,6 +129,10 @@ def simulate(
         return
     if scenario is None:
         raise typer.BadParameter("give a scenario file (or --from-server URL)")
+    from rich.console import Console
+
+    from flotilla.files import write_text_safely
+    from flotilla.model.errors import SpecError
     from flotilla.sim.report import build_report, check_expectations
     from flotilla.sim.simulator import SimulationOptions
     from flotilla.sim.simulator import simulate as run_simulation
@@ -199,6 +194,9 @@ def simulate(
 
 def _load(scenario: Path, fleet_file: Path | None) -> Scenario:
     """The scenario, with its fleet part taken from ``fleet_file`` if given."""
+    from flotilla.model.errors import SpecError
+    from flotilla.model.loader import load_scenario
+
     if fleet_file is None:
         return load_scenario(scenario)
     from flotilla.model.fleet_loader import load_fleet, scenario_with_fleet
@@ -222,12 +220,6 @@ def _progress(console: Console) -> Callable[[float, int, int], None] | None:
         console.print(f"  t={now:g}s  {done}/{total} jobs done", highlight=False, end="\r")
 
     return show
-
-
-# The client commands live in their own modules and register after ``simulate``.
-for _module in (jobs, holds, describe, logs, catalog, fleet, replay, serve, up, ui, usage, runs):
-    _module.register(app)
-run_command.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,8 +9,6 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-import yaml
-from pydantic import BaseModel
 
 
 class Output(StrEnum):
@@ -33,6 +31,8 @@ OutputOption = Annotated[
 
 def plain(data: Any) -> Any:
     """Models and lists of models as JSON-ready data."""
+    from pydantic import BaseModel
+
     if isinstance(data, BaseModel):
         return data.model_dump(mode="json")
     if isinstance(data, Sequence) and not isinstance(data, str):
@@ -48,6 +48,8 @@ def emit(data: Any, output: Output) -> bool:
         typer.echo(json.dumps(plain(data), indent=2))
         return True
     if output is Output.YAML:
+        import yaml
+
         typer.echo(yaml.safe_dump(plain(data), sort_keys=False).rstrip("\n"))
         return True
     return False

@@ -1,17 +1,20 @@
-"""Tables and small formatting helpers shared by the client commands."""
+"""Tables and small formatting helpers shared by the client commands (rich is imported by
+the helpers that print, docs/performance.md, CLI start-up)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from flotilla.api.schemas import Job
 from flotilla.lifecycle.states import TERMINAL_STATE_NAMES, JobState
-from flotilla.model import format_quantity
+from flotilla.model.quantity import format_quantity
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from flotilla.api.schemas import Job
 
 PIPED_WIDTH = 200
 
@@ -19,6 +22,8 @@ PIPED_WIDTH = 200
 def console() -> Console:
     """Standard output as a console, made per command (so it follows a redirected stdout):
     a terminal's own width, or wide when piped so that ids and reasons are never cut."""
+    from rich.console import Console
+
     terminal = Console()
     return terminal if terminal.is_terminal else Console(width=PIPED_WIDTH)
 
@@ -88,6 +93,8 @@ def job_reason(job: Job) -> str:
 
 def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False) -> Table:
     """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels."""
+    from rich.table import Table
+
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
     columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE"]
     if wide:
@@ -109,3 +116,21 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False
             row += [job.run.cluster if job.run else "-", labels or "-"]
         table.add_row(*row, job_reason(job))
     return table
+
+
+def duration(seconds: float | None) -> str:
+    """``-``; under a second ``4ms`` and under a minute ``12.3s`` (a short job's CPU time is
+    not ``0:00:00``); else ``H:MM:SS``, and ``D-HH:MM:SS`` past a day, as sacct writes it."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}"

@@ -9,15 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.files import write_text_safely
-from flotilla.model.errors import SpecError
-from flotilla.model.loader import load_scenario
-from flotilla.sdk.client import DEFAULT_SERVER
-
-err = Console(stderr=True, soft_wrap=True)
+from flotilla.sdk.connection import DEFAULT_SERVER
 
 
 def replay(
@@ -38,6 +33,10 @@ def replay(
     submit its jobs and cancel them at their times, wait for them to end, and write the
     same JSON report as ``flotilla simulate``, in scenario seconds. The service's fleet is
     replaced: use a service of its own (``flotilla up --db sqlite:///replay.db``)."""
+    from rich.console import Console
+
+    from flotilla.model.errors import SpecError
+    from flotilla.model.loader import load_scenario
     from flotilla.replay.driver import ReplayError
     from flotilla.replay.driver import replay as run_replay
     from flotilla.replay.plan import plan_replay
@@ -50,6 +49,7 @@ def replay(
     except SpecError as error:
         fail(f"{scenario}: invalid scenario", error.problems, code=2)
     plan = plan_replay(spec, speed)
+    err = Console(stderr=True, soft_wrap=True)
     for problem in plan.unsupported:
         err.print(f"[yellow]warning:[/] not replayed: {problem}", highlight=False)
     progress = None

@@ -23,17 +23,12 @@ from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 import typer
-import yaml
 
-from flotilla.cli.arrays import element_ids
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console
 from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES
-from flotilla.model.durations import seconds
-from flotilla.sdk import InvalidSpec, WaitTimeout
-from flotilla.sdk.client import DEFAULT_SERVER
-from flotilla.sdk.jobfile import checked
+from flotilla.sdk.connection import DEFAULT_SERVER
 
 _ARRAY = re.compile(r"^(\d+)(?:%(\d+))?$")
 DIRECTIVE = "#FLOTILLA"
@@ -149,6 +144,8 @@ def job_from_flags(
         "payload": payload,
     }
     if max_runtime is not None:
+        from flotilla.model.durations import seconds
+
         try:
             spec["max_runtime"] = seconds(max_runtime)
         except ValueError as error:
@@ -270,11 +267,16 @@ def run(
         priority=given["priority"],
         hold_if_unfit=given["hold_if_unfit"],
     )
+    from flotilla.sdk.errors import InvalidSpec
+    from flotilla.sdk.jobfile import checked
+
     try:
         body = checked(spec, "")
     except InvalidSpec as invalid:
         fail(invalid.message, invalid.problems, code=2)
     if dry_run:
+        import yaml
+
         typer.echo(yaml.safe_dump(spec, sort_keys=False), nl=False)
         return
     with api(server) as client:
@@ -289,6 +291,9 @@ def run(
             console().print(f"submitted {what} {shown} ({result.jobs[0].name})", highlight=False)
         if not wait:
             return
+        from flotilla.cli.arrays import element_ids
+        from flotilla.sdk.errors import WaitTimeout
+
         try:
             ended = client.wait_all(element_ids(client, ids), timeout)
         except WaitTimeout as timed_out:

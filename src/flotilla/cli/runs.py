@@ -6,18 +6,21 @@ where it did not: ``docs/cli.md``)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from flotilla.api.schemas import RunUse, RunUseReport
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
-from flotilla.cli.render import console, short_id, state_text
+from flotilla.cli.render import console, duration, short_id, state_text
 from flotilla.lifecycle.states import RunState
 from flotilla.model.quantity import format_quantity
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from flotilla.api.schemas import RunUse, RunUseReport
 
 RUN_STATES = tuple(state.value for state in RunState)
 
@@ -64,6 +67,8 @@ def runs(
 def runs_table(report: RunUseReport, wide: bool = False) -> Table:
     """One row per run: ``JOB.ATTEMPT`` as sacct's ``JOBID.STEP``; ``wide``: full ids, the
     cluster and the start and end times."""
+    from rich.table import Table
+
     title = f"{len(report.runs)} run(s) since {report.since:%Y-%m-%d %H:%M:%S}Z"
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
     table.add_column("JOB")
@@ -99,24 +104,6 @@ def runs_table(report: RunUseReport, wide: bool = False) -> Table:
             cells += [run.cluster, _time(run.started_at), _time(run.finished_at)]
         table.add_row(*cells)
     return table
-
-
-def duration(seconds: float | None) -> str:
-    """``-``; under a second ``4ms`` and under a minute ``12.3s`` (a short job's CPU time is
-    not ``0:00:00``); else ``H:MM:SS``, and ``D-HH:MM:SS`` past a day, as sacct writes it."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def gpu_text(run: RunUse) -> str:

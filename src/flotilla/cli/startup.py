@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flotilla.cli.client import fail
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
 
 if TYPE_CHECKING:
     from flotilla.server import AuthSettings

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import typer
 
 from flotilla.cli.client import ServerOption
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
 
 
 def ui(server: ServerOption = DEFAULT_SERVER) -> None:

@@ -29,7 +29,7 @@ from flotilla.cli.startup import (
     submit_hint,
     traces_or_fail,
 )
-from flotilla.model.scenario import Mode
+from flotilla.model.modes import Mode
 
 if TYPE_CHECKING:
     from flotilla.app import Service

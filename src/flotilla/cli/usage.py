@@ -6,14 +6,16 @@ import csv
 import io
 import json
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.render import console
-from flotilla.sdk.client import DEFAULT_SERVER
+from flotilla.sdk.connection import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 FIGURES = (
     "jobs",
@@ -86,6 +88,8 @@ def to_csv(report: dict[str, Any]) -> str:
 
 
 def to_table(report: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     keys = KEYS[report["by"]]
     title = f"usage from {report['since'][:19]}Z to {report['until'][:19]}Z"
     table = Table(title=title, box=None, pad_edge=False, header_style="bold", show_footer=True)

@@ -1,36 +1,41 @@
 """Typed specs of everything Flotilla schedules, and their validation.
 
-The bottom layer: it imports nothing else of Flotilla.
+The bottom layer: it imports nothing else of Flotilla. Its names are imported on first use
+(PEP 562): a client that needs ``format_quantity`` does not build every spec model.
 """
 
-from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, TaintEffect
-from flotilla.model.errors import SpecError
-from flotilla.model.job import (
-    Affinity,
-    Dependency,
-    DependencyCondition,
-    GangMode,
-    GangSpec,
-    JobSpec,
-    LabelAffinity,
-    TaskSpec,
-    Toleration,
-    Topology,
-    TopologyScope,
-)
-from flotilla.model.loader import load_scenario, scenario_from_data
-from flotilla.model.quantity import format_quantity, parse_quantity
-from flotilla.model.queue import Preemption, PriorityClass, QueueSpec, QuotaSpec
-from flotilla.model.retry import ArraySpec, Backoff, RetryCause, RetrySpec
-from flotilla.model.scenario import (
-    Expectation,
-    FairShare,
-    Mode,
-    Queueing,
-    Scenario,
-    ScenarioJobState,
-    Settings,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, TaintEffect
+    from flotilla.model.errors import SpecError
+    from flotilla.model.job import (
+        Affinity,
+        Dependency,
+        DependencyCondition,
+        GangMode,
+        GangSpec,
+        JobSpec,
+        LabelAffinity,
+        TaskSpec,
+        Toleration,
+        Topology,
+        TopologyScope,
+    )
+    from flotilla.model.loader import load_scenario, scenario_from_data
+    from flotilla.model.quantity import format_quantity, parse_quantity
+    from flotilla.model.queue import Preemption, PriorityClass, QueueSpec, QuotaSpec
+    from flotilla.model.retry import ArraySpec, Backoff, RetryCause, RetrySpec
+    from flotilla.model.scenario import (
+        Expectation,
+        FairShare,
+        Mode,
+        Queueing,
+        Scenario,
+        ScenarioJobState,
+        Settings,
+    )
 
 __all__ = [
     "Affinity",
@@ -70,3 +75,50 @@ __all__ = [
     "parse_quantity",
     "scenario_from_data",
 ]
+
+_MODULES: dict[str, list[str]] = {
+    "flotilla.model.cluster": [
+        "ClusterSpec",
+        "GpuInventory",
+        "NodeGroup",
+        "Taint",
+        "TaintEffect",
+    ],
+    "flotilla.model.errors": ["SpecError"],
+    "flotilla.model.job": [
+        "Affinity",
+        "Dependency",
+        "DependencyCondition",
+        "GangMode",
+        "GangSpec",
+        "JobSpec",
+        "LabelAffinity",
+        "TaskSpec",
+        "Toleration",
+        "Topology",
+        "TopologyScope",
+    ],
+    "flotilla.model.loader": ["load_scenario", "scenario_from_data"],
+    "flotilla.model.quantity": ["format_quantity", "parse_quantity"],
+    "flotilla.model.queue": ["Preemption", "PriorityClass", "QueueSpec", "QuotaSpec"],
+    "flotilla.model.retry": ["ArraySpec", "Backoff", "RetryCause", "RetrySpec"],
+    "flotilla.model.scenario": [
+        "Expectation",
+        "FairShare",
+        "Mode",
+        "Queueing",
+        "Scenario",
+        "ScenarioJobState",
+        "Settings",
+    ],
+}
+"""Where each exported name is defined."""
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use (PEP 562)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

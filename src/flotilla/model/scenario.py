@@ -14,12 +14,8 @@ from pydantic import Field, model_validator
 from flotilla.model.base import MAX_SECONDS, Seconds, Strict
 from flotilla.model.cluster import ClusterSpec
 from flotilla.model.job import JobSpec
+from flotilla.model.modes import Mode as Mode
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
-
-
-class Mode(StrEnum):
-    SYNC = "sync"
-    ASYNC = "async"
 
 
 class FairShare(StrEnum):

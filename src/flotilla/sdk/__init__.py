@@ -2,38 +2,48 @@
 
 Results are the server's own response models (``flotilla.api.schemas``) and the model's
 specs (``QueueSpec``, ``QuotaSpec``), so a field the API adds is there on both sides.
+
+Its names are imported on first use (PEP 562): ``flotilla.sdk.connection`` is there
+without the HTTP client, and ``Client`` without ``AsyncClient``.
 """
 
-from flotilla.api.schemas import (
-    Cluster,
-    Event,
-    Job,
-    JobDetail,
-    JobList,
-    LogChunk,
-    Node,
-    Run,
-    SubmitResult,
-    Why,
-)
-from flotilla.sdk.aio import AsyncClient
-from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported now, not on first use: the function shares its name with its module, which an
+# import of ``flotilla.sdk.checkpoint`` would otherwise leave here in its place.
 from flotilla.sdk.checkpoint import checkpoint
-from flotilla.sdk.client import Client
-from flotilla.sdk.errors import (
-    BadRequest,
-    Conflict,
-    FlotillaError,
-    Forbidden,
-    InvalidSpec,
-    NotFound,
-    ServerError,
-    TooMany,
-    Unauthorized,
-    Unreachable,
-    WaitTimeout,
-)
-from flotilla.sdk.jobfile import read_job_file
+
+if TYPE_CHECKING:
+    from flotilla.api.schemas import (
+        Cluster,
+        Event,
+        Job,
+        JobDetail,
+        JobList,
+        LogChunk,
+        Node,
+        Run,
+        SubmitResult,
+        Why,
+    )
+    from flotilla.sdk.aio import AsyncClient
+    from flotilla.sdk.calls import JobFilter, LogOutput, LogSelection
+    from flotilla.sdk.client import Client
+    from flotilla.sdk.errors import (
+        BadRequest,
+        Conflict,
+        FlotillaError,
+        Forbidden,
+        InvalidSpec,
+        NotFound,
+        ServerError,
+        TooMany,
+        Unauthorized,
+        Unreachable,
+        WaitTimeout,
+    )
+    from flotilla.sdk.jobfile import read_job_file
 
 __all__ = [
     "AsyncClient",
@@ -65,3 +75,45 @@ __all__ = [
     "checkpoint",
     "read_job_file",
 ]
+
+_MODULES: dict[str, list[str]] = {
+    "flotilla.sdk.aio": ["AsyncClient"],
+    "flotilla.sdk.calls": ["JobFilter", "LogOutput", "LogSelection"],
+    "flotilla.sdk.client": ["Client"],
+    "flotilla.sdk.errors": [
+        "BadRequest",
+        "Conflict",
+        "FlotillaError",
+        "Forbidden",
+        "InvalidSpec",
+        "NotFound",
+        "ServerError",
+        "TooMany",
+        "Unauthorized",
+        "Unreachable",
+        "WaitTimeout",
+    ],
+    "flotilla.sdk.jobfile": ["read_job_file"],
+    "flotilla.api.schemas": [
+        "Cluster",
+        "Event",
+        "Job",
+        "JobDetail",
+        "JobList",
+        "LogChunk",
+        "Node",
+        "Run",
+        "SubmitResult",
+        "Why",
+    ],
+}
+"""Where each exported name is defined."""
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use (PEP 562)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

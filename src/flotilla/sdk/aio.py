@@ -7,7 +7,7 @@ import asyncio
 import builtins
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -25,12 +25,14 @@ from flotilla.api.schemas import (
     SubmitResult,
     Why,
 )
-from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.sdk import calls
 from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelection, Waiting
-from flotilla.sdk.client import POLL, http_settings, server_address
+from flotilla.sdk.connection import POLL, http_settings, server_address
 from flotilla.sdk.errors import Unreachable, WaitTimeout
-from flotilla.sdk.jobfile import Submission, submission_body
+
+if TYPE_CHECKING:
+    from flotilla.model import QueueSpec, QuotaSpec
+    from flotilla.sdk.jobfile import Submission
 
 T = TypeVar("T")
 
@@ -72,7 +74,9 @@ class AsyncClient:
 
     # Jobs -----------------------------------------------------------------------------------
     async def submit(self, jobs: Submission) -> SubmitResult:
-        return await self.call(calls.submit(submission_body(jobs)))
+        from flotilla.sdk import jobfile
+
+        return await self.call(calls.submit(jobfile.submission_body(jobs)))
 
     async def get(self, job: str) -> JobDetail:
         return await self.call(calls.get_job(job))

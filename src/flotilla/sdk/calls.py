@@ -2,6 +2,9 @@
 body, and how to read the answer), and the state of the operations that take several
 requests (paging, following logs, waiting, reading an event stream). The clients only send
 calls and sleep, each in its own way.
+
+The specs' models (``flotilla.model.queue``) are imported by the calls that read them, so a
+client that lists jobs does not build them (docs/performance.md, CLI start-up).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
@@ -31,8 +34,10 @@ from flotilla.api.schemas import (
     Why,
 )
 from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
-from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.sdk.errors import error_for
+
+if TYPE_CHECKING:
+    from flotilla.model.queue import QueueSpec, QuotaSpec
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -201,10 +206,14 @@ def logs(job: str, stream: str, offset: int, selection: LogSelection) -> Call[Lo
 
 
 def queues() -> Call[list[QueueSpec]]:
+    from flotilla.model.queue import QueueSpec
+
     return Call("GET", "/v1/queues", many(QueueSpec))
 
 
 def put_queue(spec: QueueSpec) -> Call[QueueSpec]:
+    from flotilla.model.queue import QueueSpec
+
     body = spec.model_dump(mode="json", exclude_none=True)
     return Call("PUT", f"/v1/queues/{quote(spec.name, safe='')}", one(QueueSpec), body=body)
 
@@ -214,10 +223,14 @@ def delete_queue(name: str) -> Call[None]:
 
 
 def quotas() -> Call[list[QuotaSpec]]:
+    from flotilla.model.queue import QuotaSpec
+
     return Call("GET", "/v1/quotas", many(QuotaSpec))
 
 
 def put_quota(spec: QuotaSpec, parent: str | None) -> Call[QuotaSpec]:
+    from flotilla.model.queue import QuotaSpec
+
     body = spec.model_dump(mode="json", exclude_none=True)
     params = {} if parent is None else {"parent": parent}
     path = f"/v1/quotas/{quote(spec.name, safe='')}"

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import builtins
-import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -25,42 +24,16 @@ from flotilla.api.schemas import (
     SubmitResult,
     Why,
 )
-from flotilla.model import QueueSpec, QuotaSpec
-from flotilla.runtime import token_for
 from flotilla.sdk import calls
 from flotilla.sdk.calls import Call, JobFilter, LogOutput, LogReader, LogSelection, Waiting
+from flotilla.sdk.connection import POLL, http_settings, server_address
 from flotilla.sdk.errors import Unreachable, WaitTimeout
-from flotilla.sdk.jobfile import Submission, submission_body
+
+if TYPE_CHECKING:
+    from flotilla.model import QueueSpec, QuotaSpec
+    from flotilla.sdk.jobfile import Submission
 
 T = TypeVar("T")
-
-DEFAULT_SERVER = "http://127.0.0.1:8467"
-POLL = 0.1
-"""Seconds between two polls of ``wait`` and ``logs(follow=True)`` when nothing changed."""
-
-
-def server_address(server: str | None) -> str:
-    """``server``, else ``$FLOTILLA_SERVER``, else the default of ``flotilla up``."""
-    return (server or os.environ.get("FLOTILLA_SERVER") or DEFAULT_SERVER).rstrip("/")
-
-
-def bearer_token(server: str, token: str | None) -> str | None:
-    """``token``, else ``$FLOTILLA_TOKEN``, else the token file of a loopback server started
-    by this user (``docs/api.md``)."""
-    return token or os.environ.get("FLOTILLA_TOKEN") or token_for(server)
-
-
-def auth_headers(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def http_settings(server: str, token: str | None, timeout: float) -> dict[str, Any]:
-    """The keyword arguments of the ``httpx`` client of a ``Client`` or ``AsyncClient``."""
-    return {
-        "base_url": server,
-        "headers": auth_headers(bearer_token(server, token)),
-        "timeout": timeout,
-    }
 
 
 class Client:
@@ -106,7 +79,9 @@ class Client:
     def submit(self, jobs: Submission) -> SubmitResult:
         """Submit a spec (mapping or ``JobSpec``), a list of them, or a job file's path: all
         or nothing. Checked here first (``InvalidSpec``), then by the server."""
-        return self.call(calls.submit(submission_body(jobs)))
+        from flotilla.sdk import jobfile
+
+        return self.call(calls.submit(jobfile.submission_body(jobs)))
 
     def get(self, job: str) -> JobDetail:
         """One job in full: spec, runs, and why it waits if it does."""
