@@ -335,6 +335,7 @@ class RayBackend:
         self._check_open()
         runs = self._scan()
         reported: list[RunStatus] = []
+        ended: list[str] = []  # finished runs whose checkpoint file is still there
         with self._lock:
             first, self._polled = not self._polled, True
         for run_id in sorted(runs):
@@ -345,14 +346,16 @@ class RayBackend:
                 self._changes.remember(run_id, status.state)  # finished before us: not news
             else:
                 self._changes.observe(run_id, status.state)
-            self._note_checkpoint(status)
+            if not status.state.terminal:
+                self._note_checkpoint(status)
+            elif status.last_checkpoint_at is not None:
+                ended.append(run_id)
         by_id = {run_id: runs[run_id] for run_id in runs}
         for run_id in self._changes.drain():
             if run_id in by_id:
                 reported.append(self._compose(by_id[run_id]))
-        for status in reported:
-            if status.state.terminal and status.last_checkpoint_at is not None:
-                self._drop_checkpoint(status.run_id)
+        for run_id in ended:  # read into the report of its end above, if that is news
+            self._drop_checkpoint(run_id)
         return reported
 
     def logs(self, request: LogsRequest) -> LogChunk:
@@ -513,7 +516,8 @@ class RayBackend:
             self._changes.mark(status.run_id)
 
     def _drop_checkpoint(self, run_id: str) -> None:
-        """A finished run's checkpoint file, once its end was reported: nothing reads it."""
+        """A finished run's checkpoint file, once its end was reported (or was not news):
+        nothing reads it any more."""
         self._checkpoints.pop(run_id, None)
         path = self._checkpoint_file(run_id)
         if path is not None:
