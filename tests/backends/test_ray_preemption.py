@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +23,7 @@ from flotilla.backends import (
 
 from .engines.ray_head import RayHead
 from .ray_support import RAY_WAIT_LIMIT
-from .test_ray import make, submission, wait_terminal
+from .test_ray import make, marker, submission, wait_terminal
 
 pytestmark = pytest.mark.xdist_group("ray")
 """One worker runs every test on the Ray head, so a session starts one head."""
@@ -69,6 +70,67 @@ def test_the_checkpoint_file_is_given_only_with_a_checkpoint_dir(tmp_path: Path)
     )
     with pytest.raises(ValueError, match="checkpoint_dir"):
         RayBackend(cluster="c", address="http://127.0.0.1:8265", checkpoint_dir="")
+
+
+class ListedJobs:
+    """What the backend asks of Ray's Jobs API, answered from a list of ``JobDetails``."""
+
+    def __init__(self) -> None:
+        self.listed: list[SimpleNamespace] = []
+
+    def jobs(self) -> list[SimpleNamespace]:
+        return list(self.listed)
+
+    def info(self, submission: str) -> SimpleNamespace | None:
+        return next((job for job in self.listed if job.submission_id == submission), None)
+
+
+def ray_job(cluster: str, status: str, started: float) -> SimpleNamespace:
+    """One replica's Ray job of run ``run-1``, as ``list_jobs`` returns it."""
+    return SimpleNamespace(
+        submission_id=f"{cluster}--run-1--main--0",
+        metadata=marker(cluster=cluster).to_metadata(),
+        status=status,
+        start_time=started * 1000,
+        end_time=None if status == "RUNNING" else (started + 60) * 1000,
+        driver_exit_code=None if status == "RUNNING" else 0,
+        message="",
+        entrypoint="python train.py",
+    )
+
+
+def test_a_touched_checkpoint_file_is_news_for_the_next_poll_only(tmp_path: Path) -> None:
+    """The Ray backend's poll reports a run whose checkpoint file changed, though its state
+    did not; a finished run's file goes once its end was reported, and a finished run's
+    leftover file is not news to a fresh backend (it is removed)."""
+    from flotilla.backends.ray import RayBackend
+
+    started = time.time() - 100
+    listed = ListedJobs()
+    listed.listed = [ray_job("c", "RUNNING", started)]
+
+    def backend() -> RayBackend:
+        made = RayBackend(cluster="c", address="http://127.0.0.1:1", checkpoint_dir=tmp_path)
+        made._client = listed  # type: ignore[assignment]
+        return made
+
+    ray = backend()
+    assert [status.last_checkpoint_at for status in ray.poll()] == [None]  # adopted: running
+    checkpoint = tmp_path / "c--run-1.checkpoint"
+    checkpoint.touch()
+    [status] = ray.poll()
+    assert status.state is BackendRunState.RUNNING
+    assert status.last_checkpoint_at == checkpoint.lstat().st_mtime
+    assert ray.poll() == []  # the same time again: not news
+    listed.listed = [ray_job("c", "SUCCEEDED", started)]
+    [ended] = ray.poll()
+    assert ended.state is BackendRunState.SUCCEEDED
+    assert ended.last_checkpoint_at == status.last_checkpoint_at
+    assert not checkpoint.exists()
+
+    checkpoint.touch()  # left by a run that ended while no backend watched
+    assert backend().poll() == []
+    assert not checkpoint.exists()
 
 
 # --- on a real Ray head ---
