@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,3 +295,37 @@ def test_every_replica_gets_the_polite_signal_and_what_its_trap_prints_is_kept(
         output = read_replica(backend, "trapping", "main", replica)
         assert f"got {name} {replica}\n" in output
     assert [item.exit_code for item in status.replicas] == [0, 0]
+
+
+CHECKPOINTER = """
+import os, time
+import flotilla
+print("file", os.environ["FLOTILLA_CHECKPOINT_FILE"], flush=True)
+assert flotilla.checkpoint()
+print("saved", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_checkpoint_the_job_reports_shows_on_its_run(slurm: SlurmHarness) -> None:
+    """``flotilla.checkpoint()`` in a Slurm job (issue 28): its ``FLOTILLA_CHECKPOINT_FILE``
+    is in the run's output dir, and the backend's poll reports the file's time as the run's
+    ``last_checkpoint_at`` while it still runs (victim selection reads it)."""
+    backend = slurm.make()
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(CHECKPOINTER)}"
+    backend.dispatch(placed(backend, "saver", command))
+    slurm.wait_output(backend, "saver", "saved")
+    deadline = time.monotonic() + slurm.wait_limit
+    reported = None
+    while reported is None:
+        assert time.monotonic() < deadline, "the checkpoint never reached a poll"
+        reported = next(
+            (s for s in backend.poll() if s.run_id == "saver" and s.last_checkpoint_at), None
+        )
+        slurm.pass_time()
+    assert reported.state is BackendRunState.RUNNING
+    assert reported.started_at is not None and reported.last_checkpoint_at is not None
+    assert reported.started_at <= reported.last_checkpoint_at <= time.time()
+    assert "/saver/checkpoint" in read_all(backend, "saver")
+    backend.cancel(CancelRequest("saver", grace_period=0.5))
+    slurm.wait_terminal(backend, "saver")

@@ -252,6 +252,31 @@ class ChangeLog:
         yield from changed
 
 
+CHECKPOINT_FILE_VARIABLE = "FLOTILLA_CHECKPOINT_FILE"
+"""The variable that names a job's checkpoint file (``flotilla.checkpoint()`` touches it)."""
+
+
+def checkpoint_env(path: Path | None) -> dict[str, str]:
+    """The job's ``FLOTILLA_CHECKPOINT_FILE`` when its backend gives it one (none: empty)."""
+    return {} if path is None else {CHECKPOINT_FILE_VARIABLE: str(path)}
+
+
+def reported_checkpoint(path: Path | None, started_at: float | None, now: float) -> float | None:
+    """When a job last reported a checkpoint: the time of its checkpoint file, which
+    ``flotilla.checkpoint()`` touches; ``None`` while there is no file (or no start). Every
+    backend that gives a job a file it can read back reports it this way (issue 28). The job
+    owns the file, so the link itself is read (never followed) and the time held within the
+    run's start and ``now`` (a clock skewed on the job's node, or a forged time, cannot put it
+    outside the run)."""
+    if path is None or started_at is None:
+        return None
+    try:
+        touched = os.lstat(path).st_mtime
+    except OSError:
+        return None
+    return min(max(touched, started_at), now)
+
+
 def read_log_slice(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
     """Up to ``limit`` bytes of the log at ``path`` from ``offset``, and the log's size (a
     missing log is empty). An offset past the end reads nothing: seeking there is refused by

@@ -152,6 +152,14 @@ class DispatchRequest:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     queue: str | None = None
     owner: str | None = None
+    preemption_signal: str | None = None
+    """The job's ``preemption.signal`` (``SIGUSR1``), for a backend whose engine fixes how a
+    run is stopped when it starts it (Ray: every stop of the run sends it); ``None``: the job
+    declares none (SIGTERM). Backends that take the signal with each stop read
+    ``CancelRequest.signal`` instead."""
+    preemption_grace: float | None = None
+    """The job's ``preemption.grace`` in seconds, for the same backends (Ray's stop wait);
+    ``None``: the backend's ``grace_period``."""
 
 
 @dataclass(frozen=True)
@@ -249,8 +257,9 @@ class RunStatus:
     (no GPU, or a backend that does not sample)."""
     last_checkpoint_at: float | None = None
     """When the job last reported "checkpointed now" (``flotilla.checkpoint()`` touching
-    ``FLOTILLA_CHECKPOINT_FILE``); ``None``: never, or the backend cannot tell (only the local
-    backend reports it)."""
+    ``FLOTILLA_CHECKPOINT_FILE``); ``None``: never, or the backend cannot tell (``local``,
+    ``slurm``, and ``ray`` with a ``checkpoint_dir`` report it; ``kubernetes`` cannot read a
+    pod's files)."""
     resources: RunResources | None = None
     """CPU seconds and peak memory its processes used, measured when it ended (the local
     backend from each replica's cgroup, Slurm from its accounting); ``None``: not measured

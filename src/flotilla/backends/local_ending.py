@@ -24,7 +24,7 @@ from typing import Any
 
 from flotilla.backends import processes
 from flotilla.backends._supervise import KILL
-from flotilla.backends.common import read_json
+from flotilla.backends.common import read_json, reported_checkpoint
 from flotilla.backends.local_records import Replica, Run, Stop, Supervisor
 
 REAP_SECONDS = 0.05
@@ -186,17 +186,11 @@ def reap_supervised(run: Run, replica: Replica, alive: bool | None = None) -> bo
 
 def read_checkpoint(run: Run, now: float) -> bool:
     """Read the time of the run's checkpoint file (``flotilla.checkpoint()`` touches it) into
-    ``run.last_checkpoint_at``; True when it is newer than the one held. The job owns the
-    file, so the link itself is read (never followed) and the time held within the run's
-    start and now."""
-    path = run.checkpoint_file()
-    if path is None or run.started_at is None:
+    ``run.last_checkpoint_at`` (``common.reported_checkpoint``); True when it is newer than
+    the one held."""
+    touched = reported_checkpoint(run.checkpoint_file(), run.started_at, now)
+    if touched is None:
         return False
-    try:
-        touched = os.lstat(path).st_mtime
-    except OSError:
-        return False
-    touched = min(max(touched, run.started_at), now)
     if run.last_checkpoint_at is not None and touched <= run.last_checkpoint_at:
         return False
     run.last_checkpoint_at = touched

@@ -25,7 +25,7 @@ from typing import Any
 
 from flotilla.backends import local_environment, processes
 from flotilla.backends._supervise import claim_gate
-from flotilla.backends.common import rendezvous_envs
+from flotilla.backends.common import checkpoint_env, rendezvous_envs
 from flotilla.backends.interface import DispatchRequest, DispatchResult, ReplicaPlacement
 from flotilla.backends.local_identity import Identity
 from flotilla.backends.local_records import Replica, Run, Supervisor, save_run
@@ -148,8 +148,7 @@ def start_replicas(
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
-    checkpoint = run.checkpoint_file()
-    reporting = {} if checkpoint is None else {"FLOTILLA_CHECKPOINT_FILE": str(checkpoint)}
+    reporting = checkpoint_env(run.checkpoint_file())
     common: dict[str, Any] = {
         "argv": payload.argv(),
         "uid": None if identity is None else identity.uid,

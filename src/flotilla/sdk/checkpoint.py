@@ -1,7 +1,8 @@
 """A job's report "checkpointed now" (issue 28): ``flotilla.checkpoint()``.
 
 Called by the job itself, right after it saved its state. The backend names a file in
-``FLOTILLA_CHECKPOINT_FILE`` (the local backend: in the run's own scratch dir); touching it is
+``FLOTILLA_CHECKPOINT_FILE`` (local: in the run's scratch dir; Slurm: in its output dir; Ray:
+in the cluster's ``checkpoint_dir``, when set; docs/backends.md); touching it is
 the whole report: the backend reads the file's time at its next poll, the service keeps it on
 the run, and victim selection counts the work a preemption would lose from then on.
 """

@@ -151,6 +151,7 @@ class Dispatcher:
         raises ``SecretError`` when its secret values cannot be opened here."""
         run = job.run
         assert run is not None
+        asked = job.spec.preemption
         request = DispatchRequest(
             run_id=run.id,
             job=job.id,
@@ -171,6 +172,9 @@ class Dispatcher:
             ),
             queue=job.queue,
             owner=job.owner,
+            # Ray fixes a run's stop signal and grace when it starts it (docs/backends.md).
+            preemption_signal=None if asked is None else asked.signal,
+            preemption_grace=None if asked is None else asked.grace,
         )
         return request
 

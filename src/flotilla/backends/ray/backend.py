@@ -12,6 +12,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from flotilla.backends.common import (
     ChangeLog,
@@ -19,6 +21,7 @@ from flotilla.backends.common import (
     check_request,
     check_same_job,
     pick_replica,
+    reported_checkpoint,
 )
 from flotilla.backends.interface import (
     RUN_ID_PATTERN,
@@ -63,8 +66,13 @@ class RayBackend:
     ``token``: sent as ``Authorization: Bearer`` (Ray's token authentication); never logged,
     printed or stored. ``grace_period``: seconds between Ray's SIGTERM and its SIGKILL when a
     run is stopped (set per Ray job at submit, as ``RAY_JOB_STOP_WAIT_TIME_S``) and after
-    ``max_runtime``. ``request_timeout``: seconds any HTTP request to the head may take.
-    ``node_refresh``: seconds a read of the node list is reused to check dispatches.
+    ``max_runtime`` (a job's ``preemption.grace`` wins for its own run, and its
+    ``preemption.signal`` is sent first: ``relay.py``). ``request_timeout``: seconds any HTTP
+    request to the head may take. ``node_refresh``: seconds a read of the node list is reused
+    to check dispatches. ``checkpoint_dir``: a directory the Ray nodes and the scheduler both
+    see (a shared file system; any directory when the Ray cluster is this machine): each run's
+    ``FLOTILLA_CHECKPOINT_FILE`` is made there, and its time read back as the run's
+    ``last_checkpoint_at``; ``None``: jobs get no checkpoint file.
     """
 
     name = "ray"
@@ -77,6 +85,7 @@ class RayBackend:
         grace_period: float = 10.0,
         request_timeout: float = 30.0,
         node_refresh: float = 5.0,
+        checkpoint_dir: str | Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(cluster, str) or not CLUSTER_PATTERN.match(cluster):
@@ -90,6 +99,10 @@ class RayBackend:
             )
         if token is not None and not isinstance(token, str):
             raise ValueError("token: must be a string")
+        if checkpoint_dir is not None and (
+            not isinstance(checkpoint_dir, str | Path) or not str(checkpoint_dir)
+        ):
+            raise ValueError(f"checkpoint_dir: {checkpoint_dir!r} must be a directory's path")
         for setting, value in (
             ("grace_period", grace_period),
             ("request_timeout", request_timeout),
@@ -101,6 +114,7 @@ class RayBackend:
         self.address = address.rstrip("/")
         self.grace_period = float(grace_period)
         self.node_refresh = float(node_refresh)
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.clock = clock
         self._client = RayJobsClient(self.address, token, float(request_timeout) or 10.0)
         self._lock = threading.Lock()
@@ -113,6 +127,8 @@ class RayBackend:
         self._changes = ChangeLog()
         self._polled = False
         self._dispatched_here: set[str] = set()
+        self._checkpoints: dict[str, float] = {}
+        """Run id → the checkpoint time its last poll reported (a newer one is news)."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -227,6 +243,8 @@ class RayBackend:
         """One Ray job per placement of ``request`` whose index is not in ``submitted``; the
         run's replicas are then known (cached) as every placement of ``request``."""
         node_ids = {node.info.name: node.node_id for node in nodes}
+        if self.checkpoint_dir is not None:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         first = next(node for node in nodes if node.info.name == request.placements[0].node)
         master_addr = first.info.labels.get("ray.io/node-ip", first.info.name)
         for index, placement in enumerate(request.placements):
@@ -253,6 +271,7 @@ class RayBackend:
                 node_ids[placement.node],
                 grace_period=self.grace_period,
                 master_addr=master_addr,
+                checkpoint_file=self._checkpoint_file(request.run_id),
             )
             self._client.submit(**submission.fields)
         with self._lock:
@@ -317,6 +336,7 @@ class RayBackend:
         self._check_open()
         runs = self._scan()
         reported: list[RunStatus] = []
+        ended: list[str] = []  # finished runs whose checkpoint file is still there
         with self._lock:
             first, self._polled = not self._polled, True
         for run_id in sorted(runs):
@@ -327,10 +347,16 @@ class RayBackend:
                 self._changes.remember(run_id, status.state)  # finished before us: not news
             else:
                 self._changes.observe(run_id, status.state)
+            if not status.state.terminal:
+                self._note_checkpoint(status)
+            elif status.last_checkpoint_at is not None:
+                ended.append(run_id)
         by_id = {run_id: runs[run_id] for run_id in runs}
         for run_id in self._changes.drain():
             if run_id in by_id:
                 reported.append(self._compose(by_id[run_id]))
+        for run_id in ended:  # read into the report of its end above, if that is news
+            self._drop_checkpoint(run_id)
         return reported
 
     def logs(self, request: LogsRequest) -> LogChunk:
@@ -477,4 +503,34 @@ class RayBackend:
     def _compose(self, view: RunView) -> RunStatus:
         with self._lock:
             reason = self._reasons.get(view.run_id)
-        return compose(view, self.cluster, reason, self.clock())
+        now = self.clock()
+        status = compose(view, self.cluster, reason, now)
+        path = self._checkpoint_file(view.run_id)
+        if path is None:
+            return status
+        return replace(status, last_checkpoint_at=reported_checkpoint(path, status.started_at, now))
+
+    # --- checkpoints (issue 28) ---
+
+    def _checkpoint_file(self, run_id: str) -> Path | None:
+        """The run's ``FLOTILLA_CHECKPOINT_FILE`` in ``checkpoint_dir`` (one for its replicas,
+        as on ``local``), named like its Ray jobs so two Flotilla clusters never share one."""
+        if self.checkpoint_dir is None:
+            return None
+        return self.checkpoint_dir / f"{self.cluster}--{run_id}.checkpoint"
+
+    def _note_checkpoint(self, status: RunStatus) -> None:
+        """A checkpoint newer than the one last noted makes the run news for this poll,
+        though its state did not change (the local backend's way, ``local.py``)."""
+        at = status.last_checkpoint_at
+        if at is not None and at != self._checkpoints.get(status.run_id):
+            self._checkpoints[status.run_id] = at
+            self._changes.mark(status.run_id)
+
+    def _drop_checkpoint(self, run_id: str) -> None:
+        """A finished run's checkpoint file, once its end was reported (or was not news):
+        nothing reads it any more."""
+        self._checkpoints.pop(run_id, None)
+        path = self._checkpoint_file(run_id)
+        if path is not None:
+            path.unlink(missing_ok=True)

@@ -15,14 +15,16 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from flotilla.backends.common import rendezvous_env
+from flotilla.backends.common import checkpoint_env, rendezvous_env
 from flotilla.backends.interface import (
     BackendRunState,
     DispatchRequest,
     ReplicaPlacement,
 )
+from flotilla.backends.ray.relay import RAY_STOP_SIGNALS, relay_command
 from flotilla.model.payload import CommandPayload, Payload, RayPayload
 
 MARKER = "flotilla_cluster"
@@ -123,9 +125,12 @@ def build_submission(
     *,
     grace_period: float,
     master_addr: str,
+    checkpoint_file: Path | None = None,
 ) -> Submission:
     """The Ray job for one replica: entrypoint, runtime_env, resources, node, marker.
-    ``master_addr``: the IP of the node of the run's first replica (``MASTER_ADDR``)."""
+    ``master_addr``: the IP of the node of the run's first replica (``MASTER_ADDR``);
+    ``checkpoint_file``: the run's ``FLOTILLA_CHECKPOINT_FILE`` (the backend's
+    ``checkpoint_dir``), if it gives one."""
     env: dict[str, str] = {**request.env, **rendezvous_env(request, placement, master_addr)}
     runtime_env: dict[str, Any] = {}
     if isinstance(payload, CommandPayload):
@@ -146,11 +151,21 @@ def build_submission(
             runtime_env["pip"] = list(payload.runtime_env.pip)
         command = payload.entrypoint
     env.update(backend_env(request, placement))
-    # Ray's job supervisor reads the stop wait from the job's environment: the grace period
-    # between stop_job's SIGTERM and its SIGKILL (whole seconds, at least one).
-    env["RAY_JOB_STOP_WAIT_TIME_S"] = str(max(1, math.ceil(grace_period)))
+    env.update(checkpoint_env(checkpoint_file))
+    # Ray's job supervisor reads how to stop the job from the job's environment: the signal
+    # (SIGTERM or SIGINT) and the wait before its SIGKILL (whole seconds, at least one). A
+    # job's own preemption grace and signal win over the backend's (relay.py).
+    signal = request.preemption_signal or "SIGTERM"
+    stop_grace = grace_period if request.preemption_grace is None else request.preemption_grace
+    env["RAY_JOB_STOP_WAIT_TIME_S"] = str(max(1, math.ceil(stop_grace)))
+    if signal == "SIGINT":
+        env["RAY_JOB_STOP_SIGNAL"] = "SIGINT"
     runtime_env["env_vars"] = env
-    if request.max_runtime is not None:
+    if signal not in RAY_STOP_SIGNALS:
+        command = relay_command(
+            command, signal, stop_grace, request.max_runtime, deadline_grace=grace_period
+        )
+    elif request.max_runtime is not None:
         # Enforced on the node itself, so it holds while no scheduler watches.
         command = shlex.join(
             [

@@ -23,6 +23,7 @@ from flotilla.backends.common import (
     ChangeLog,
     check_request,
     check_same_job,
+    checkpoint_env,
     command_payload_of,
     pick_replica,
     read_log_slice,
@@ -189,6 +190,7 @@ class SlurmBackend:
                 "FLOTILLA_JOB": request.job,
                 "FLOTILLA_RUN": request.run_id,
                 "FLOTILLA_CLUSTER": self.cluster,
+                **checkpoint_env(self.files.checkpoint_file(request.run_id)),
             }
             self.files.write_record(marker, job_id=None)
             try:
@@ -333,9 +335,15 @@ class SlurmBackend:
                     continue
                 item = _Seen(marker, job, status_of(marker, job, self.files, self._clock()))
                 found[marker.run_id] = item
+                before = self._seen.get(marker.run_id)
                 self._seen[marker.run_id] = item
                 if self._polled or marker.run_id in self._tracked:
                     self._changes.observe(marker.run_id, item.status.state)
+                    checkpoint = item.status.last_checkpoint_at
+                    if checkpoint is not None and (
+                        before is None or before.status.last_checkpoint_at != checkpoint
+                    ):
+                        self._changes.mark(marker.run_id)  # news, though its state is not
             for run, item in list(self._seen.items()):
                 if run not in found and not item.status.state.terminal and item.job is not None:
                     # Active when last seen, gone from squeue now: ended past MinJobAge.

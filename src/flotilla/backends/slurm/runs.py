@@ -2,17 +2,21 @@
 
 ``output_dir/RUN_ID/`` holds ``run.json`` (written before ``sbatch`` and again with the job id
 after it, so a run Slurm has forgotten after ``MinJobAge`` is still known), each replica's
-``TASK-REPLICA.stdout|stderr|exit`` and the batch script's own ``batch.stdout|stderr``.
+``TASK-REPLICA.stdout|stderr|exit``, the batch script's own ``batch.stdout|stderr`` and
+``checkpoint``, the job's ``FLOTILLA_CHECKPOINT_FILE`` (``flotilla.checkpoint()`` touches it;
+its time is the run's ``last_checkpoint_at``, issue 28).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from flotilla.backends.common import (
     placements_from_json,
     placements_to_json,
     read_json,
+    reported_checkpoint,
     write_json_atomic,
 )
 from flotilla.backends.interface import BackendRunState, ReplicaStatus, RunStatus
@@ -80,6 +84,11 @@ class RunFiles:
         job_id = data.get("slurm_job_id")
         return marker, int(job_id) if job_id is not None else None
 
+    def checkpoint_file(self, run_id: str) -> Path:
+        """The run's ``FLOTILLA_CHECKPOINT_FILE``: beside its output, which the nodes write and
+        Flotilla reads, so the backend reads its time back as it reads the logs."""
+        return self.directory(run_id) / "checkpoint"
+
     def replica_exit(self, run_id: str, task: str, replica: int) -> int | None:
         try:
             return int((self.directory(run_id) / f"{task}-{replica}.exit").read_text().strip())
@@ -99,7 +108,16 @@ class RunFiles:
 
 
 def status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> RunStatus:
-    """The run's status from its Slurm job (and the stop Flotilla asked for, in the marker)."""
+    """The run's status from its Slurm job (and the stop Flotilla asked for, in the marker),
+    with the checkpoint its job last reported."""
+    status = _status_of(marker, job, files, now)
+    checkpoint = files.checkpoint_file(marker.run_id)
+    return replace(
+        status, last_checkpoint_at=reported_checkpoint(checkpoint, status.started_at, now)
+    )
+
+
+def _status_of(marker: Marker, job: SlurmJob, files: RunFiles, now: float) -> RunStatus:
     if job.state in ACTIVE_STATES:
         state = ACTIVE_STATES[job.state]
         started = job.start_time if state is BackendRunState.RUNNING else None
