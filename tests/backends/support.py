@@ -218,6 +218,7 @@ class KubernetesHarness(Harness):
     """
 
     name = "kubernetes"
+    error_stream = LogStream.STDOUT  # a container log holds both streams
 
     def __init__(self, state_dir: Path, scratch: Path) -> None:
         from .engines.fake_kube_apiserver import FakeApiServer

@@ -24,6 +24,7 @@ from flotilla.backends import (
     CancelRequest,
     DispatchRejected,
     LogsRequest,
+    LogStream,
     ReplicaPlacement,
     StatusRequest,
     UnknownRun,
@@ -352,6 +353,19 @@ def test_a_container_payload_runs_its_command_with_its_env(kube: KubernetesHarne
     status = kube.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.SUCCEEDED
     assert backend.logs(LogsRequest("run-1", replica=1)).text.strip() == "hi-1"
+
+
+def test_the_container_log_is_served_once_as_stdout(kube: KubernetesHarness) -> None:
+    """A container keeps one log of both streams: a reader of both (the SDK's default, the
+    dashboard, ``flotilla logs``) must get each line once, not once per stream."""
+    backend = kube.make()
+    payload = {"command": "echo out-line; echo err-line >&2"}
+    backend.dispatch(request(backend, "run-1", payload))
+    assert kube.wait_terminal(backend, "run-1").state is BackendRunState.SUCCEEDED
+    stdout = backend.logs(LogsRequest("run-1", stream=LogStream.STDOUT))
+    stderr = backend.logs(LogsRequest("run-1", stream=LogStream.STDERR))
+    assert sorted(stdout.text.splitlines()) == ["err-line", "out-line"]
+    assert (stderr.data, stderr.next_offset, stderr.complete) == (b"", 0, True)
 
 
 # --- end to end through the scheduling loop ---

@@ -37,6 +37,7 @@ from flotilla.backends.interface import (
     Inventory,
     LogChunk,
     LogsRequest,
+    LogStream,
     ReplicaPlacement,
     RunStatus,
     StatusRequest,
@@ -318,6 +319,15 @@ class KubernetesBackend:
         if request.offset < 0 or request.limit <= 0:
             raise ValueError("offset must be >= 0 and limit > 0")
         job, pods = self._read(request.run_id)
+        if request.stream is LogStream.STDERR:
+            # A container keeps one log of both streams, served as stdout: were it stderr as
+            # well, a reader of both streams (the SDK's default, the dashboard) got it twice.
+            terminal = (
+                True if job is None else self._status_of(request.run_id, job, pods).state.terminal
+            )
+            return LogChunk(
+                request.run_id, request.stream, request.offset, request.offset, b"", terminal
+            )
         if job is None:
             # Cancelled and deleted: the pods are gone; their output read before is kept.
             status = self._cancelled[request.run_id]
