@@ -9,8 +9,7 @@ import errno
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from flotilla.model import JobSpec, RetryCause
 from flotilla.service.retry import cause_of
 from flotilla.store import JobState
 from tests.service.test_service_loop import Service
+from tests.timing import limit, wait_until
 
 from .support import WAIT_LIMIT, LocalHarness, read_all, request
 
@@ -45,13 +45,6 @@ def _require_isolation() -> None:
 def isolated(local: LocalHarness) -> LocalHarness:
     _require_isolation()
     return local
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not condition():
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.01)
 
 
 def read_pid(path: Path) -> int:
@@ -291,7 +284,7 @@ def test_v2_kill_ends_a_tree_that_left_its_session(unified: Path, tmp_path: Path
         survivor = read_pid(pid_file)
         assert {leader.pid, survivor} <= set(hierarchy.processes("run-1"))
         hierarchy.kill("run-1")
-        leader.wait(WAIT_LIMIT)
+        leader.wait(limit(WAIT_LIMIT))
         wait_until(lambda: not process_alive(survivor, None), "killed the daemon")
         wait_until(lambda: hierarchy.processes("run-1") == [], "emptied the cgroup")
     finally:

@@ -9,38 +9,15 @@ whose tests are about the client's own behaviour (arguments, errors, exit codes,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
-from fastapi.testclient import TestClient
-from typer.testing import CliRunner, Result
-
-from flotilla.cli import client as cli_client
-from flotilla.cli.main import app
+from tests.cli.live_cli import run
 from tests.live_service import (
     LiveService,
-    live_service,
     process_gone,
     read_pids,
     sleeper_writing_pids,
 )
-
-
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveService]:
-    with live_service(tmp_path) as service:
-
-        def factory(server: str, token: str | None) -> httpx.Client:
-            return TestClient(service.app, base_url=server)
-
-        monkeypatch.setattr(cli_client, "client_factory", factory)
-        yield service
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def test_logs_follow_prints_output_as_it_is_written_until_the_process_ends(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import signal
 import socket
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench.split import api_client, flotilla_process, scheduler_up
+
+from tests.timing import wait_until
 
 
 def free_port() -> int:
@@ -20,10 +21,7 @@ def free_port() -> int:
 
 
 def wait(predicate: Callable[[], bool], what: str, limit: float = 60) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until(predicate, what, limit, 0.05)
 
 
 def job(name: str) -> dict[str, object]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from flotilla.model.scenario import RuntimeSource
 from flotilla.server import AuthSettings, create_app
 from flotilla.service.projection import Projection, ProjectionSettings
 from flotilla.whatif.estimator import EstimatorMethod
+from tests.timing import wait_until
 from tests.whatif.test_export import Live
 
 
@@ -92,10 +92,9 @@ def test_the_background_projection_reads_and_simulates_in_a_child_process_and_st
     )
     projection.start()
     try:
-        deadline = time.monotonic() + 60
-        while projection.estimated_start(waiting) is None:
-            assert time.monotonic() < deadline, "no projection within a minute"
-            time.sleep(0.05)
+        wait_until(
+            lambda: projection.estimated_start(waiting) is not None, "a projection", 60, 0.05
+        )
     finally:
         projection.stop()
     found = projection.estimated_start(waiting)
