@@ -227,8 +227,14 @@ class Services:
         token: str | None = None,
         ready: bool = True,
         port: int | None = None,
+        projection: bool = False,
     ) -> Server:
+        """``flotilla up`` with ``extra`` flags. Without ``projection`` (or its own
+        ``--projection-interval``) it runs no projection worker: a second Python process,
+        niced, that imports the engine, which nothing but the projection's tests reads."""
         workdir = workdir or self.root
+        if not projection and "--projection-interval" not in extra:
+            extra = [*extra, "--projection-interval", "0"]
         workdir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         args = [
