@@ -20,7 +20,7 @@ from flotilla.backends import (
 )
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.processes import group_alive, process_alive
-from tests.timing import wait_until
+from tests.timing import limit, wait_until
 
 from .support import LocalHarness, node_of, read_all, read_replica, request
 
@@ -117,7 +117,8 @@ def test_a_command_that_cannot_start_fails_with_a_reason(local: LocalHarness) ->
 
 
 def test_max_runtime_stops_the_process_with_sigterm(local: LocalHarness) -> None:
-    backend = local.make()
+    # The grace before SIGKILL stretched: a busy machine may deliver the TERM late.
+    backend = local.make(grace_period=limit(2.0))
     backend.dispatch(request(backend, "run-1", {"command": ["sleep", "60"]}, max_runtime=0.2))
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.FAILED

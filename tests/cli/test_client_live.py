@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.live_cli import run
+from tests.cli.live_cli import patience, run
 from tests.live_service import (
     LiveService,
     process_gone,
@@ -35,9 +35,9 @@ def test_wait_returns_when_the_jobs_end_with_their_outcome(live: LiveService) ->
     good = live.submit("good", "sleep 0.3")
     bad = live.submit("bad", "sleep 0.3; exit 4")
     assert live.state(good).value not in ("succeeded", "failed")
-    ok = run("wait", good, "--timeout", "60")
+    ok = run("wait", good, "--timeout", patience())
     assert ok.exit_code == 0 and f"{good} succeeded" in ok.output
-    failed = run("wait", good, bad, "--timeout", "60")
+    failed = run("wait", good, bad, "--timeout", patience())
     assert failed.exit_code == 1 and f"{bad} failed" in failed.output
     assert live.store.runs(bad)[-1].exit_code == 4
 
@@ -79,12 +79,12 @@ def test_resubmitting_a_finished_job_file_works_and_its_name_finds_the_latest(
     job_file = tmp_path / "hello.yaml"
     job_file.write_text(json.dumps(live.spec("hello", "echo hello")))
     first = run("submit", str(job_file), "-q").output.strip()
-    assert run("wait", "hello", "--timeout", "60").exit_code == 0
+    assert run("wait", "hello", "--timeout", patience()).exit_code == 0
     again = run("submit", str(job_file), "-q")
     assert again.exit_code == 0, again.output
     second = again.output.strip()
     assert second != first
-    assert run("wait", "default/hello", "--timeout", "60").output == f"{second} succeeded\n"
+    assert run("wait", "default/hello", "--timeout", patience()).output == f"{second} succeeded\n"
     assert run("logs", "hello").output == "hello\n"
 
 
