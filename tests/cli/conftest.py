@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+import flotilla.server
 from flotilla.cli import client as cli_client
 from flotilla.model import QueueSpec, QuotaSpec
 from flotilla.server import AuthSettings, create_app
@@ -64,3 +66,16 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServic
 
         monkeypatch.setattr(cli_client, "client_factory", factory)
         yield service
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Replace the server loop: ``up``/``serve`` do everything else, then return at once."""
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_server(application: object, host: str, port: int, **options: Any) -> None:
+        calls.append({"host": host, "port": port, **options})
+        options["listener"].close()
+
+    monkeypatch.setattr(flotilla.server, "run_server", fake_run_server)
+    return calls
