@@ -100,6 +100,7 @@ class RayHead:
         self.address = ""
         self.log = self.temp_dir / "ray-start.log"
         self.start_limit = start_limit
+        self.gcs_port = 0
         self.failures: list[str] = []
         """Why each attempt that failed failed, in Ray's own words (``start``)."""
 
@@ -138,7 +139,7 @@ class RayHead:
         block = _port_block(40)
         ports = iter(range(block, block + 40))
         self.dashboard_port = next(ports)
-        gcs_port = next(ports)
+        gcs_port = self.gcs_port = next(ports)
         named = {
             "--node-manager-port": next(ports),
             "--object-manager-port": next(ports),
@@ -242,10 +243,13 @@ class RayHead:
         return "\n".join(parts)
 
     def processes(self) -> list[int]:
-        """PIDs of this head's processes: every process naming its temp dir, and all their
-        descendants (Ray renames its workers and dashboard modules, so their command lines no
-        longer name the directory)."""
+        """PIDs of this head's processes: every process naming its temp dir or its GCS
+        (``--address=HOST:PORT``: the Ray client server, whose parent has exited and which
+        names neither, outlived the tests' heads), and all their descendants (Ray renames
+        its workers and dashboard modules, so their command lines no longer name the
+        directory)."""
         marker = str(self.temp_dir).encode()
+        gcs = f":{self.gcs_port}\0".encode() if self.gcs_port else None
         parents: dict[int, int] = {}
         roots = set()
         for entry in Path("/proc").iterdir():
@@ -255,7 +259,10 @@ class RayHead:
             try:
                 stat = (entry / "stat").read_text()
                 parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-                if marker in (entry / "cmdline").read_bytes():
+                command = (entry / "cmdline").read_bytes()
+                if marker in command or (
+                    gcs is not None and b"--address=" in command and gcs in command
+                ):
                     roots.add(pid)
             except (OSError, ValueError, IndexError):
                 continue
