@@ -47,8 +47,10 @@ def flotilla_process(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]
 
 
 @contextmanager
-def scheduler_up(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``flotilla up ARGS…``, once it says it is up."""
+def scheduler_up(
+    log: Path, *args: str, patience: float = 120.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``flotilla up ARGS…``, once it says it is up (within ``patience`` seconds)."""
     with flotilla_process(log, "up", *args) as scheduler:
 
         def up() -> bool:
@@ -56,13 +58,16 @@ def scheduler_up(log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
                 raise RuntimeError(log.read_text()[-3000:])
             return "Flotilla is up" in log.read_text()
 
-        _wait(up, 120, "the scheduler", 0.1)
+        _wait(up, patience, "the scheduler", 0.1)
         yield scheduler
 
 
 @contextmanager
-def api_client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterator[httpx.Client]:
-    """A client of the API ``process`` serves on ``port``, once it is ready, with its token."""
+def api_client(
+    port: int, process: subprocess.Popen[bytes], log: Path, patience: float = 120.0
+) -> Iterator[httpx.Client]:
+    """A client of the API ``process`` serves on ``port``, once it is ready (within
+    ``patience`` seconds), with its token."""
     url = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=url, timeout=120.0) as http:
 
@@ -73,7 +78,7 @@ def api_client(port: int, process: subprocess.Popen[bytes], log: Path) -> Iterat
                 return http.get("/readyz").status_code == 200 and token_for(url) is not None
             return False
 
-        _wait(ready, 120, f"the API on port {port}", 0.1)
+        _wait(ready, patience, f"the API on port {port}", 0.1)
         http.headers["Authorization"] = f"Bearer {token_for(url)}"
         yield http
 

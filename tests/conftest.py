@@ -21,6 +21,7 @@ from tests.backends.engines.ray_head import RayHead, ray_executable
 from tests.builders import SHARED_DIR
 from tests.e2e.service import Services
 from tests.postgres_support import POSTGRES_URL, postgres_schema_url
+from tests.timing import limit
 
 
 @pytest.hookimpl(trylast=True)
@@ -84,14 +85,16 @@ def postgres_admin() -> Iterator[tuple[Engine, str]]:
 def ray_head() -> Iterator[RayHead]:
     """A real Ray head for the session (per xdist worker), stopped by PID at the end.
 
-    Outside CI a machine where Ray is missing or cannot start skips the Ray tests; under
-    ``CI=true`` that is a failure, never a skip."""
+    ``RayHead.start`` tries ``ATTEMPTS`` times; when none starts, the failure (or, outside CI,
+    the skip) gives each attempt's reason in Ray's words. Outside CI a machine where Ray is
+    missing or cannot start skips the Ray tests; under ``CI=true`` that is a failure, never a
+    skip."""
     in_ci = os.environ.get("CI") == "true"
     if ray_executable() is None:
         if in_ci:
             pytest.fail("Ray is not installed: uv sync --all-extras (CI must test it)")
         pytest.skip("Ray is not installed (uv sync --all-extras installs it)")
-    head = RayHead()
+    head = RayHead(start_limit=limit(60))  # stretched on a busy machine (tests/timing.py)
     try:
         head.start()
     except RuntimeError as error:

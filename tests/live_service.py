@@ -9,7 +9,6 @@ only with a short cycle and a local backend that stops its runs when closed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from flotilla.model import JobSpec
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import TEST_API, service_over
+from tests.timing import wait_until
 
 CYCLE = 0.05
 
@@ -80,10 +80,8 @@ class LiveService:
         return self.store.get_job(job_id).state
 
     def wait_until(self, done: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-        deadline = time.monotonic() + limit
-        while not done():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.05)
+        """Until ``done``; ``limit`` seconds on the reference machine (``tests/timing.py``)."""
+        wait_until(done, what, limit, interval=0.05)
 
     def close(self) -> None:
         self.service.stop()

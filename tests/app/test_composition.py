@@ -5,8 +5,6 @@ root is what a user starts."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +28,7 @@ from flotilla.model.fleet_loader import fleet_from_data
 from flotilla.service.fleet import fleet_change
 from flotilla.service.loop import LoopSettings
 from flotilla.store import SqlStore
-
-
-def wait_until(done: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+from tests.timing import wait_until
 
 
 def test_up_builds_its_service_through_the_root_from_its_flags(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import limit
+
 from .engines.fake_kube_apiserver import FakeApiServer
 from .engines.slurm_cluster import SlurmCluster, slurm_installed
 from .kube_support import Manual
@@ -36,7 +38,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
             pytest.fail("Slurm is not installed: run scripts/install-slurm (CI must test it)")
         pytest.skip("Slurm is not installed (scripts/install-slurm installs it)")
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm") / "box")
-    cluster.start()
+    cluster.start(timeout=limit(30))  # longer on a busy machine (tests/timing.py)
     try:
         yield cluster
     finally:

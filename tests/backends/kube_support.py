@@ -12,6 +12,7 @@ from typing import Any
 
 from flotilla.backends import ReplicaPlacement, load_backend
 from flotilla.backends.kubernetes import KubernetesBackend
+from tests.timing import deadline
 
 from .engines.fake_kube_apiserver import FakeApiServer
 from .engines.fake_kube_cluster import FakeCluster
@@ -19,9 +20,9 @@ from .support import WAIT_LIMIT
 
 
 def until(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_LIMIT
+    due = deadline(WAIT_LIMIT)
     while not (value := condition()):
-        assert time.monotonic() < deadline, f"never: {what}"
+        assert not due.expired(), f"never in {due.allowed:.0f}s: {what}"
         time.sleep(0.02)
     return value
 

@@ -30,11 +30,13 @@ from flotilla.backends.local import LocalBackend
 from flotilla.backends.processes import group_alive
 from flotilla.backends.sim import FakeClock, SimBackend
 from flotilla.backends.slurm import SlurmBackend
+from tests.timing import deadline, wait_until
 
 from .engines.slurm_cluster import SlurmCluster
 
 WAIT_LIMIT = 15.0
-"""Upper bound of any wait in real time; reaching it fails the test, it never passes it."""
+"""Upper bound of any wait, in seconds on the reference machine (``tests/timing.py`` stretches
+it on a slower or busier one); reaching it fails the test, it never passes it."""
 
 
 class Harness:
@@ -85,13 +87,15 @@ class Harness:
     def wait(
         self, backend: Backend, run_id: str, until: Callable[[RunStatus], bool], what: str
     ) -> RunStatus:
-        deadline = time.monotonic() + self.wait_limit
+        due = deadline(self.wait_limit)
         while True:
             status = backend.status(StatusRequest(run_id))
             if until(status):
                 return status
-            if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} never became {what}: {status}")
+            if due.expired():
+                raise AssertionError(
+                    f"run {run_id} never became {what} in {due.allowed:.0f}s: {status}"
+                )
             self.pass_time()
 
     def wait_terminal(self, backend: Backend, run_id: str) -> RunStatus:
@@ -99,10 +103,10 @@ class Harness:
 
     def wait_output(self, backend: Backend, run_id: str, text: str) -> None:
         """Until the run's stdout contains ``text`` (e.g. a process says it is ready)."""
-        deadline = time.monotonic() + self.wait_limit
+        due = deadline(self.wait_limit)
         while text not in read_all(backend, run_id):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} never printed {text!r}")
+            if due.expired():
+                raise AssertionError(f"run {run_id} never printed {text!r} in {due.allowed:.0f}s")
             self.pass_time()
 
     # --- payloads shared by every backend ---
@@ -287,10 +291,12 @@ class KubernetesHarness(Harness):
         assert isinstance(self.backends[-1], KubernetesBackend)
         api = self.backends[-1].api
 
-        deadline = time.monotonic() + WAIT_LIMIT
-        while api.list_pods(f"{JOB_NAME_LABEL}={job_name(status.run_id)}")["items"]:
-            assert time.monotonic() < deadline, f"pods of {status.run_id} are still there"
-            time.sleep(0.05)
+        wait_until(
+            lambda: not api.list_pods(f"{JOB_NAME_LABEL}={job_name(status.run_id)}")["items"],
+            f"the pods of {status.run_id} to go",
+            WAIT_LIMIT,
+            interval=0.05,
+        )
         if self.fake is not None:
             with self.fake.cluster.lock:
                 for process in self.fake.cluster.processes.values():

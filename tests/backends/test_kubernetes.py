@@ -35,6 +35,7 @@ from flotilla.model.scenario import Mode
 from flotilla.service.loop import SchedulingLoop
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 from .engines.fake_kube_apiserver import FakeApiServer
 from .kube_support import Manual, gpu_request, make, only_job, until
@@ -406,11 +407,7 @@ class Service:
         return self.store.get_job(job_id).state
 
     def cycle_until(self, done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + WAIT_LIMIT
-        while not done():
-            assert time.monotonic() < deadline, "the loop did not get there in time"
-            self.loop.cycle()
-            time.sleep(0.05)
+        wait_until(done, "the loop to get there", WAIT_LIMIT, 0.05, self.loop.cycle)
 
 
 @pytest.fixture

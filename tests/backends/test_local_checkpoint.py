@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from flotilla.backends import Backend, RunStatus, StatusRequest
+from tests.timing import deadline
 
 from .support import LocalHarness, read_all, request
 
@@ -27,12 +28,12 @@ time.sleep(60)
 
 
 def polled_until_checkpoint(local: LocalHarness, backend: Backend, run_id: str) -> RunStatus:
-    deadline = time.monotonic() + local.wait_limit
+    due = deadline(local.wait_limit)
     while True:
         for status in backend.poll():
             if status.run_id == run_id and status.last_checkpoint_at is not None:
                 return status
-        if time.monotonic() > deadline:
+        if due.expired():
             raise AssertionError(f"run {run_id} never reported a checkpoint")
         local.pass_time()
 

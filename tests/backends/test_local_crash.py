@@ -12,15 +12,13 @@ import pytest
 
 from flotilla.backends import BackendRunState, StatusRequest
 from flotilla.backends.local import LocalBackend
+from tests.timing import wait_until
 
-from .support import WAIT_LIMIT, LocalHarness, read_all, request
+from .support import LocalHarness, read_all, request
 
 
 def wait_for_file(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    wait_until(path.exists, f"{path} to appear")
 
 
 def test_a_repeated_dispatch_of_a_run_that_ended_reports_its_outcome_at_the_next_poll(

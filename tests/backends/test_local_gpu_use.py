@@ -4,44 +4,23 @@ reported as the job's own: the command writes its pid where the fake source read
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from flotilla.backends import BackendRunState, DispatchRequest, ReplicaPlacement
 from flotilla.backends.gpu_inventory import GPU_ENV
-from flotilla.backends.gpu_sources import GpuDevice, GpuProcess
 from flotilla.backends.interface import Backend, RunStatus
 
-from .gpu_recordings import recorded
+from .gpu_recordings import JobOnRecordedGpu, writes_its_pid
 from .support import LocalHarness, node_of
 
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class JobOnRecordedGpu:
-    """The recorded H200, its recorded process (60 GiB) being whatever pid the job wrote."""
-
-    pid_file: Path
-
-    def devices(self) -> Sequence[GpuDevice]:
-        return recorded("h200-1").devices()
-
-    def processes(self) -> Sequence[GpuProcess]:
-        try:
-            pid = int(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return []
-        [process] = recorded("h200-1").processes()
-        return [GpuProcess(process.device, pid, process.memory_used)]
-
-
 def gpu_request(backend: Backend, pid_file: Path, resources: dict[str, float]) -> DispatchRequest:
     """One replica on device 0, whose command writes its pid and sleeps."""
-    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 30"
+    command = writes_its_pid(pid_file, "exec sleep 30")
     return DispatchRequest(
         run_id="run-1",
         job="job-a",

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,9 @@ import pytest
 from flotilla.backends import BackendRunState, BackendUnavailable, CancelRequest, StatusRequest
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_identity import CLAIMS, parse_uid_range
+from tests.timing import wait_until
 
-from .support import WAIT_LIMIT, LocalHarness, read_all, request
+from .support import LocalHarness, read_all, request
 from .test_local_isolation import needs_root
 
 
@@ -30,13 +29,6 @@ def uids_in_range(first: int, size: int) -> str:
     they must not wait on each other's uids)."""
     base = first + (os.getpid() % 50) * 20
     return f"{base}-{base + size - 1}"
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not condition():
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.02)
 
 
 def uid_of(pid: int) -> int:
@@ -206,10 +198,7 @@ def test_a_local_cluster_of_a_root_server_gives_each_run_a_uid_unless_its_settin
         assert (here.uid_range, here.run_as) == (uid_range, None)
         assert (fixed.uid_range, fixed.run_as) == (None, "nobody")
         here.dispatch(request(here, "run-1", {"command": "id -u"}))
-        deadline = time.monotonic() + WAIT_LIMIT
-        while not here.status(StatusRequest("run-1")).state.terminal:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: here.status(StatusRequest("run-1")).state.terminal, "run-1 to end")
         first, last = parse_uid_range(uid_range)
         assert first <= int(read_all(here, "run-1")) <= last
     finally:

@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +17,9 @@ import pytest
 
 from flotilla.backends import BackendRunState, DispatchRejected
 from flotilla.backends.local import LocalBackend
+from tests.timing import wait_until
 
-from .support import WAIT_LIMIT, LocalHarness, read_all, request
+from .support import LocalHarness, read_all, request
 
 
 def test_a_job_sees_only_its_own_variables_and_flotillas_never_the_servers(
@@ -111,10 +111,10 @@ def ancestors(pid: int, up_to: int) -> list[int]:
 
 def wait_until_exec(pid: int, program: bytes) -> None:
     """Wait until ``pid`` runs ``program`` (its supervisor forked it; it execs soon)."""
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program):
-        assert time.monotonic() < deadline, f"{pid} never ran {program!r}"
-        time.sleep(0.02)
+    wait_until(
+        lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program),
+        f"{pid} to run {program!r}",
+    )
 
 
 def test_the_supervisor_takes_neither_the_jobs_environment_arguments_nor_working_dir(

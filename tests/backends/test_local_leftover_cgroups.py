@@ -20,7 +20,8 @@ import pytest
 from flotilla.backends import cgroups as cgroup_module
 from flotilla.backends import local_tree
 from flotilla.backends.cgroups import Cgroups, CgroupV1, CgroupV2, Detected, Limits
-from tests.cli.test_up_isolation import served, up
+from tests.cli.conftest import served
+from tests.cli.test_up_isolation import up
 
 from .test_local_cgroups import _require_isolation
 

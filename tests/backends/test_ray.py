@@ -27,6 +27,7 @@ from flotilla.backends.ray import RayBackend
 from flotilla.backends.ray.client import RayJobsClient
 from flotilla.backends.ray.jobs import Marker, build_submission, user_output
 from flotilla.model.payload import parse_payload
+from tests.timing import deadline
 
 from .engines.ray_head import CUSTOM, GPUS, LABELS, RayHead
 from .ray_support import RAY_WAIT_LIMIT
@@ -223,9 +224,9 @@ def make(head: RayHead, **settings: Any) -> RayBackend:
 
 
 def wait_terminal(backend: RayBackend, run_id: str) -> Any:
-    deadline = time.monotonic() + RAY_WAIT_LIMIT
+    due = deadline(RAY_WAIT_LIMIT)
     while not (status := backend.status(StatusRequest(run_id))).state.terminal:
-        assert time.monotonic() < deadline, f"{run_id} never ended: {status}"
+        assert not due.expired(), f"{run_id} never ended in {due.allowed:.0f}s: {status}"
         time.sleep(0.2)
     return status
 

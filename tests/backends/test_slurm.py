@@ -26,6 +26,7 @@ from flotilla.backends import (
 )
 from flotilla.backends.slurm import SlurmBackend
 from flotilla.backends.slurm.nodes import FEATURE_LABEL
+from tests.timing import wait_until
 
 from .engines.slurm_cluster import CPUS, GPUS, MEMORY_MIB, SlurmCluster
 from .support import SlurmHarness, read_all, read_replica
@@ -93,10 +94,8 @@ def test_a_drained_node_is_left_out_of_the_inventory(slurm: SlurmHarness) -> Non
         assert backend.inventory().nodes == ()
     finally:
         subprocess.run([*scontrol, "State=RESUME"], env=environment, check=True)
-        deadline = time.monotonic() + 15
         # Slurm flags a resumed node NOT_RESPONDING until slurmd answers again (a second).
-        while not backend.inventory().nodes and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: bool(backend.inventory().nodes), "the resumed node", 15, 0.2)
     assert [info.name for info in backend.inventory().nodes] == [node]
 
 

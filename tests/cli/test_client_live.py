@@ -9,38 +9,15 @@ whose tests are about the client's own behaviour (arguments, errors, exit codes,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
-from fastapi.testclient import TestClient
-from typer.testing import CliRunner, Result
-
-from flotilla.cli import client as cli_client
-from flotilla.cli.main import app
+from tests.cli.live_cli import patience, run
 from tests.live_service import (
     LiveService,
-    live_service,
     process_gone,
     read_pids,
     sleeper_writing_pids,
 )
-
-
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveService]:
-    with live_service(tmp_path) as service:
-
-        def factory(server: str, token: str | None) -> httpx.Client:
-            return TestClient(service.app, base_url=server)
-
-        monkeypatch.setattr(cli_client, "client_factory", factory)
-        yield service
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def test_logs_follow_prints_output_as_it_is_written_until_the_process_ends(
@@ -58,9 +35,9 @@ def test_wait_returns_when_the_jobs_end_with_their_outcome(live: LiveService) ->
     good = live.submit("good", "sleep 0.3")
     bad = live.submit("bad", "sleep 0.3; exit 4")
     assert live.state(good).value not in ("succeeded", "failed")
-    ok = run("wait", good, "--timeout", "60")
+    ok = run("wait", good, "--timeout", patience())
     assert ok.exit_code == 0 and f"{good} succeeded" in ok.output
-    failed = run("wait", good, bad, "--timeout", "60")
+    failed = run("wait", good, bad, "--timeout", patience())
     assert failed.exit_code == 1 and f"{bad} failed" in failed.output
     assert live.store.runs(bad)[-1].exit_code == 4
 
@@ -102,12 +79,12 @@ def test_resubmitting_a_finished_job_file_works_and_its_name_finds_the_latest(
     job_file = tmp_path / "hello.yaml"
     job_file.write_text(json.dumps(live.spec("hello", "echo hello")))
     first = run("submit", str(job_file), "-q").output.strip()
-    assert run("wait", "hello", "--timeout", "60").exit_code == 0
+    assert run("wait", "hello", "--timeout", patience()).exit_code == 0
     again = run("submit", str(job_file), "-q")
     assert again.exit_code == 0, again.output
     second = again.output.strip()
     assert second != first
-    assert run("wait", "default/hello", "--timeout", "60").output == f"{second} succeeded\n"
+    assert run("wait", "default/hello", "--timeout", patience()).output == f"{second} succeeded\n"
     assert run("logs", "hello").output == "hello\n"
 
 

@@ -3,33 +3,13 @@ service in the test process (real API app, loop, SQLite and local processes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner, Result
 
-from flotilla.cli import client as cli_client
-from flotilla.cli.main import app
 from flotilla.sdk import Client
-from tests.live_service import LiveService, live_service
-
-
-@pytest.fixture
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveService]:
-    with live_service(tmp_path) as service:
-
-        def factory(server: str, token: str | None) -> httpx.Client:
-            return TestClient(service.app, base_url=server)
-
-        monkeypatch.setattr(cli_client, "client_factory", factory)
-        yield service
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
+from tests.cli.live_cli import run
+from tests.live_service import LiveService
 
 
 def gated(live: LiveService, gate: Path) -> tuple[str, str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import signal
 import socket
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench.split import api_client, flotilla_process, scheduler_up
+
+from tests.timing import limit, wait_until
 
 
 def free_port() -> int:
@@ -20,10 +21,7 @@ def free_port() -> int:
 
 
 def wait(predicate: Callable[[], bool], what: str, limit: float = 60) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until(predicate, what, limit, 0.05)
 
 
 def job(name: str) -> dict[str, object]:
@@ -65,7 +63,7 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
             served = stack.enter_context(
                 flotilla_process(log, "serve", "--db", db, "--port", str(port))
             )
-            clients.append(stack.enter_context(api_client(port, served, log)))
+            clients.append(stack.enter_context(api_client(port, served, log, patience=limit(120))))
 
         ids = [
             client.post("/v1/jobs", json={"jobs": [job(f"through-{index}")]}).json()["jobs"][0][
@@ -87,7 +85,7 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
         with socket.socket() as probe:  # the scheduler serves nothing, not even on --port
             assert probe.connect_ex(("127.0.0.1", unused)) != 0
         scheduler.send_signal(signal.SIGTERM)
-        assert scheduler.wait(timeout=30) == 0, scheduler_log.read_text()
+        assert scheduler.wait(timeout=limit(30)) == 0, scheduler_log.read_text()
 
 
 def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cancel(
@@ -114,13 +112,14 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
                 "60",
                 "--lease-ttl",
                 "600",
+                patience=limit(120),
             )
         )
         port, log = free_port(), tmp_path / "api.log"
         served = stack.enter_context(
             flotilla_process(log, "serve", "--db", db, "--port", str(port))
         )
-        client = stack.enter_context(api_client(port, served, log))
+        client = stack.enter_context(api_client(port, served, log, patience=limit(120)))
         sleeper = {**job("sleeper"), "payload": {"command": ["sleep", "600"]}}
         job_id = client.post("/v1/jobs", json={"jobs": [sleeper]}).json()["jobs"][0]["id"]
 

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import Engine
 from typer.testing import CliRunner, Result
 
-import flotilla.server
 from flotilla.cli.draining import shut_down
 from flotilla.cli.main import app
 from flotilla.cli.startup import open_store_or_fail, submit_hint
@@ -36,19 +35,6 @@ def taken_port() -> Iterator[int]:
     holder.listen()
     yield holder.getsockname()[1]
     holder.close()
-
-
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Replace the server loop: ``up``/``serve`` do everything else, then return at once."""
-    calls: list[dict[str, Any]] = []
-
-    def fake_run_server(application: object, host: str, port: int, **options: Any) -> None:
-        calls.append({"host": host, "port": port, **options})
-        options["listener"].close()
-
-    monkeypatch.setattr(flotilla.server, "run_server", fake_run_server)
-    return calls
 
 
 @pytest.mark.parametrize("command", ["up", "serve"])

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from bench.split import scheduler_up
 
+from tests.timing import limit
+
 
 def test_up_says_which_gpus_the_local_cluster_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -19,7 +21,15 @@ def test_up_says_which_gpus_the_local_cluster_has(
     log = tmp_path / "up.log"
     db = f"sqlite:///{tmp_path / 'flotilla.db'}"
     with scheduler_up(
-        log, "--no-api", "--db", db, "--port", str(port), "--state-dir", str(tmp_path / "runs")
+        log,
+        "--no-api",
+        "--db",
+        db,
+        "--port",
+        str(port),
+        "--state-dir",
+        str(tmp_path / "runs"),
+        patience=limit(120),
     ):
         lines = log.read_text().splitlines()
     assert "  cluster local: GPUs: 3 from FLOTILLA_LOCAL_GPUS (no discovery)" in lines

@@ -10,23 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-import flotilla.server
 from flotilla.backends import local_tree
 from flotilla.backends.cgroups import Detected
 from flotilla.cli.main import app
-
-
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Replace the server loop: ``up`` does everything else, then returns at once."""
-    calls: list[dict[str, Any]] = []
-
-    def fake_run_server(application: object, host: str, port: int, **options: Any) -> None:
-        calls.append({"host": host, "port": port, **options})
-        options["listener"].close()
-
-    monkeypatch.setattr(flotilla.server, "run_server", fake_run_server)
-    return calls
 
 
 def up(tmp_path: Path) -> Result:

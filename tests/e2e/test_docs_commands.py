@@ -153,6 +153,7 @@ def test_every_command_the_docs_show_runs_as_written(services: Services, tmp_pat
         db=f"sqlite:///{tmp_path / 'f.db'}",
         state_dir=tmp_path / "runs",
         extra=["--cycle-interval", "0.2"],
+        projection=True,  # as the reader runs it: `why` may show an estimated start
     )
     cwd = reader_dir(tmp_path)
     env = {

@@ -31,6 +31,7 @@ from flotilla.store import JobState, SqlStore
 from flotilla.store.states import ACTIVE_RUN_STATES
 from tests.e2e.service import kill_leftover_runs, run_records
 from tests.live_service import process_gone, read_pids
+from tests.timing import deadline, limit, wait_until
 
 REPLICA = Path(__file__).parents[1] / "service" / "loop_process.py"
 """A scheduler replica as its own process (the loop of ``flotilla up``, without the API):
@@ -113,20 +114,22 @@ def test_a_kill_at_a_named_point_loses_nothing_and_runs_nothing_twice(
     try:
         doomed = Replica(db_url, state_dir, "replica-a", log, fault)
         started.append(doomed)
-        deadline = time.monotonic() + 30
-        while doomed.alive() and store.current_lease("scheduler") is None:
-            assert time.monotonic() < deadline, "replica-a never took the lease"
-            time.sleep(0.05)
+        wait_until(
+            lambda: not doomed.alive() or store.current_lease("scheduler") is not None,
+            "replica-a to take the lease",
+            30,
+            0.05,
+        )
         if replicas == 2:
             started.append(Replica(db_url, state_dir, "replica-b", tmp_path / "b.log", None))
         cancelled = restarted = False
-        deadline = time.monotonic() + LIMIT
+        due = deadline(LIMIT)
         while True:
             states = {job_id: store.get_job(job_id).state for job_id in [victim, *ids]}
             ended = (JobState.SUCCEEDED, JobState.CANCELLED)
             if cancelled and all(state in ended for state in states.values()):
                 break
-            assert time.monotonic() < deadline, f"stuck after a kill at {point}: {states}"
+            assert not due.expired(), f"stuck after a kill at {point}: {states}"
             if not cancelled and states[victim] is JobState.RUNNING:
                 store.cancel(victim, "cancelled by the test")  # the during-cancel point fires
                 cancelled = True
@@ -134,7 +137,7 @@ def test_a_kill_at_a_named_point_loses_nothing_and_runs_nothing_twice(
                 started.append(Replica(db_url, state_dir, "replica-a", log, None))
                 restarted = True
             time.sleep(0.05)
-        doomed.process.wait(timeout=10)
+        doomed.process.wait(timeout=limit(10))
     finally:
         for replica in started:
             replica.stop()

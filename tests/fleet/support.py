@@ -41,6 +41,7 @@ from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import TEST_API
+from tests.timing import wait_until
 
 Data = dict[str, Any]
 
@@ -156,11 +157,7 @@ class FleetService:
 
     def cycle_until(self, done: Callable[[], bool], limit: float = 20.0) -> None:
         assert self.loop is not None
-        deadline = time.monotonic() + limit
-        while not done():
-            assert time.monotonic() < deadline, "the loop did not get there in time"
-            self.loop.cycle()
-            time.sleep(0.02)
+        wait_until(done, "the loop to get there", limit, 0.02, self.loop.cycle)
 
     def close(self) -> None:
         if self.service is not None:

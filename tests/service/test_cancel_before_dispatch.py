@@ -20,6 +20,7 @@ from flotilla.model import JobSpec
 from flotilla.service.loop import SchedulingLoop
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 
 class HookedSim(SimBackend):
@@ -55,10 +56,13 @@ def two_jobs(tmp_path: Path) -> tuple[SqlStore, HookedSim, SchedulingLoop, list[
 
 
 def settle(loop: SchedulingLoop, store: SqlStore, job: str) -> None:
-    deadline = time.monotonic() + 60
-    while store.get_job(job).state is not JobState.CANCELLED:
-        assert time.monotonic() < deadline, f"job ended {store.get_job(job).state}"
-        loop.cycle()
+    wait_until(
+        lambda: store.get_job(job).state is JobState.CANCELLED,
+        lambda: f"the job to be cancelled: {store.get_job(job).state}",
+        60,
+        0,
+        loop.cycle,
+    )
 
 
 @pytest.mark.parametrize("handed_over", [True, False], ids=["same-process", "other-process"])

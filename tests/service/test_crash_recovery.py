@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
+from tests.timing import wait_until
 
 PROCESS = Path(__file__).with_name("loop_process.py")
 
@@ -32,10 +32,7 @@ def _start(url: str, state_dir: Path, replica: str) -> subprocess.Popen[str]:
 
 
 def _wait(predicate: object, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out waiting for the scheduler"
-        time.sleep(0.1)
+    wait_until(predicate, "the scheduler", limit, 0.1)  # type: ignore[arg-type]
 
 
 def test_kill_9_mid_flight_then_restart_runs_every_job_exactly_once(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ succeeds when every replica has exited 0. (``test_gang_growth.py``: the same on 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore
 from tests.backends.engines.fake_kube_apiserver import FakeApiServer
 from tests.backends.engines.ray_head import RayHead
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 ENGINE_LIMIT = 240.0
 """Seconds the service may take to get somewhere: a Ray job needs about 4 s to start on an
@@ -66,11 +66,7 @@ class EngineService:
         return 0 if run is None else len(run.assignment["placements"])
 
     def cycle_until(self, done: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + ENGINE_LIMIT
-        while not done():
-            assert time.monotonic() < deadline, f"the service never got there: {what}"
-            self.loop.cycle()
-            time.sleep(0.1)
+        wait_until(done, what, ENGINE_LIMIT, 0.1, self.loop.cycle)
 
     def close(self) -> None:
         self.loop.close()

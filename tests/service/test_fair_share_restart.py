@@ -4,7 +4,6 @@ run in a child process still feed the scheduler's ledger."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +14,7 @@ from flotilla.model.scenario import Mode
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
 from tests.live_service import local_loop
+from tests.timing import wait_until
 
 SETTINGS = LoopSettings(
     cycle_interval=0.05,
@@ -36,11 +36,7 @@ def submit(store: SqlStore, name: str, command: str) -> str:
 
 
 def cycle_until(loop: SchedulingLoop, done: Callable[[], bool], limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not done():
-        assert time.monotonic() < deadline, "the loop did not get there in time"
-        loop.cycle()
-        time.sleep(0.05)
+    wait_until(done, "the loop to get there", limit, 0.05, loop.cycle)
 
 
 def test_a_restarted_scheduler_remembers_the_queues_usage(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from flotilla.scheduler.runner import AsyncSchedulingRunner, RoundCancelled, Run
 from flotilla.service.forked import ForkedRound, ForkedRoundFailed
 from flotilla.sim.simulator import Simulator
 from tests.builders import cluster, jobs, load, nodes, scenario
+from tests.timing import wait_until
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -101,10 +102,7 @@ def test_cancelling_kills_the_child_at_once() -> None:
 
     thread = threading.Thread(target=run)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not started.exists():
-        assert time.monotonic() < deadline, "the child never started"
-        time.sleep(0.01)
+    wait_until(started.exists, "the child to start", 30, 0.01)
     child = int(started.read_text())
     started.unlink()
     cancel.set()
@@ -138,9 +136,6 @@ def test_the_async_runner_takes_a_forked_rounds_result() -> None:
 
     runner = AsyncSchedulingRunner(ForkedRound(decide))
     assert runner.trigger(None)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 30
-    while runner.state is not RunnerState.RESULT_READY:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: runner.state is RunnerState.RESULT_READY, "the round's result", 30, 0.01)
     result = runner.take_result()
     assert result is not None and result.time == 42.0 and result.stats.considered == 3

@@ -5,7 +5,6 @@ waits, the scheduler says how many replicas are placed and why the rest wait. Re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from flotilla.server import AuthSettings, create_app
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 NODES = [{"name": "n", "count": 4, "resources": {"cpu": 8}}]
 
@@ -66,11 +66,7 @@ class SimService:
         return 0 if run is None else len(run.assignment["placements"])
 
     def cycle_until(self, done: Callable[[], bool], limit: float = 30.0) -> None:
-        deadline = time.monotonic() + limit
-        while not done():
-            assert time.monotonic() < deadline, "the loop did not get there in time"
-            self.loop.cycle()
-            time.sleep(0.02)
+        wait_until(done, "the loop to get there", limit, 0.02, self.loop.cycle)
 
     def close(self) -> None:
         self.loop.close()

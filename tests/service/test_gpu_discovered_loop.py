@@ -3,7 +3,6 @@ scheduler places it on the device, and the process sees that device only."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
 from tests.backends.gpu_recordings import recorded
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 LIMIT = 60.0
 
@@ -44,11 +44,13 @@ def test_a_gpu_memory_share_runs_on_the_discovered_device(
             }
         )
         [job] = store.submit_jobs([spec])
-        deadline = time.monotonic() + LIMIT
-        while store.get_job(job).state is not JobState.SUCCEEDED:
-            assert time.monotonic() < deadline, store.get_job(job).state
-            loop.cycle()
-            time.sleep(0.05)
+        wait_until(
+            lambda: store.get_job(job).state is JobState.SUCCEEDED,
+            lambda: f"the job to succeed: {store.get_job(job).state}",
+            LIMIT,
+            0.05,
+            loop.cycle,
+        )
         assert loop.logs(job, LogsRequest(run_id="")).data == b"[0]\n"
     finally:
         loop.close()

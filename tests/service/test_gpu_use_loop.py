@@ -5,45 +5,24 @@ reason."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from flotilla.backends.gpu_inventory import GPU_ENV
-from flotilla.backends.gpu_sources import GpuDevice, GpuProcess
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
-from tests.backends.gpu_recordings import recorded
+from tests.backends.gpu_recordings import JobOnRecordedGpu, writes_its_pid
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 LIMIT = 60.0
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class JobOnRecordedGpu:
-    """``h200-1``, its recorded process being whatever pid the job wrote to ``pid_file``."""
-
-    pid_file: Path
-
-    def devices(self) -> Sequence[GpuDevice]:
-        return recorded("h200-1").devices()
-
-    def processes(self) -> Sequence[GpuProcess]:
-        try:
-            pid = int(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return []
-        [process] = recorded("h200-1").processes()
-        return [GpuProcess(process.device, pid, process.memory_used)]
-
-
 def spec(pid_file: Path, resources: dict[str, object], seconds: float) -> JobSpec:
-    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && sleep {seconds}"
+    command = writes_its_pid(pid_file, f"sleep {seconds}")
     return JobSpec.model_validate(
         {
             "name": "trainer",
@@ -90,11 +69,13 @@ def test_a_jobs_gpu_use_is_kept_with_its_run(
     loop = loop_over(store, {"local": backend}, cycle_interval=0.05, replica="gpu")
     try:
         [job] = store.submit_jobs([spec(pid_file, resources, 1.0)])
-        deadline = time.monotonic() + LIMIT
-        while store.get_job(job).state not in (JobState.SUCCEEDED, JobState.FAILED):
-            assert time.monotonic() < deadline, store.get_job(job).state
-            loop.cycle()
-            time.sleep(0.05)
+        wait_until(
+            lambda: store.get_job(job).state in (JobState.SUCCEEDED, JobState.FAILED),
+            lambda: f"the job to end: {store.get_job(job).state}",
+            LIMIT,
+            0.05,
+            loop.cycle,
+        )
         record = store.get_job(job)
         assert record.state is ends
         if reason:

@@ -12,16 +12,14 @@ from flotilla.model import JobSpec
 from flotilla.service.loop import LoopSettings
 from flotilla.store import JobState
 from tests.service_builders import service_over
+from tests.timing import wait_until
 
 WAIT = 10.0
 """How long the test waits for something before failing (not a performance bound)."""
 
 
 def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    wait_until(predicate, what, WAIT)
 
 
 def job(name: str) -> JobSpec:

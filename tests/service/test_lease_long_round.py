@@ -23,6 +23,7 @@ from flotilla.model.scenario import Mode
 from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.store import JobState
 from tests.service_builders import service_over
+from tests.timing import wait_until
 
 TTL = 2.0
 SLOW_ROUND = 3 * TTL
@@ -32,10 +33,7 @@ WAIT = 120.0
 
 
 def wait_for(predicate: Callable[[], bool], what: str, limit: float = WAIT) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {limit:g}s waiting for {what}"
-        time.sleep(0.05)
+    wait_until(predicate, what, limit, 0.05)
 
 
 def job(name: str) -> JobSpec:

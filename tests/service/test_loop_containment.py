@@ -12,7 +12,6 @@ its reason while every other job finishes.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from flotilla.service.loop import SchedulingLoop
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import CycleWrite, JobRecord, JobState, SqlStore
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 WAIT = 60.0
 """How long the test waits for the jobs to end before failing (not a performance bound)."""
@@ -190,14 +190,18 @@ def test_an_error_in_one_jobs_step_fails_that_job_and_every_other_job_finishes(
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + WAIT
         ended = {*good, Poison.id}
-        while any(store.get_job(job_id).state not in _TERMINAL for job_id in ended):
+
+        def all_ended() -> bool:
             assert thread.is_alive(), "the loop died"
-            assert time.monotonic() < deadline, {
-                job_id: store.get_job(job_id).state.value for job_id in ended
-            }
-            time.sleep(0.05)
+            return all(store.get_job(job_id).state in _TERMINAL for job_id in ended)
+
+        wait_until(
+            all_ended,
+            lambda: f"every job to end: { {job: store.get_job(job).state.value for job in ended} }",
+            WAIT,
+            0.05,
+        )
         assert [store.get_job(job_id).state for job_id in good] == [JobState.SUCCEEDED] * GOOD
         poison = store.get_job(Poison.id)
         assert poison.state is JobState.FAILED

@@ -23,6 +23,7 @@ from flotilla.service.loop import LoopSettings
 from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
 from tests.live_service import local_loop, process_gone, read_pids, sleeper_writing_pids
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 
 class Service:
@@ -57,11 +58,8 @@ class Service:
         return self.store.get_job(job_id).state
 
     def cycle_until(self, done: Callable[[], bool], limit: float = 20.0) -> None:
-        deadline = time.monotonic() + limit
-        while not done():
-            assert time.monotonic() < deadline, "the loop did not get there in time"
-            self.loop.cycle()
-            time.sleep(0.05)
+        """Cycle the loop until ``done``, for ``limit`` seconds on the reference machine."""
+        wait_until(done, "the loop to get there", limit, 0.05, self.loop.cycle)
 
     def close(self) -> None:
         self.loop.close()

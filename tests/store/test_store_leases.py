@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 from store_support import FakeClock, job
+from tests.timing import deadline
 
 from flotilla.store import (
     CycleWrite,
@@ -256,8 +257,8 @@ def test_a_leader_stopped_inside_a_fenced_write_does_not_keep_the_standby_out(
         leader.send_signal(signal.SIGSTOP)
 
         def take_over() -> None:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            due = deadline(60)
+            while not due.expired():
                 lease = standby.try_acquire_lease("leader", "standby", ttl=60)
                 if lease is not None:
                     taken.append(lease)

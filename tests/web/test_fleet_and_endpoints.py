@@ -3,7 +3,6 @@ timeline; who the caller is; the same tokens as the API; and newest-first job pa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ from flotilla.web.recent import recent_activity
 from flotilla.web.timeline import Timeline
 from flotilla.web.usage import fleet_usage
 from tests.server.api_support import FakeScheduler
+from tests.timing import wait_until
 
 TOKENS = {
     "users": [
@@ -142,12 +142,14 @@ def test_the_fleet_view_hides_the_names_of_jobs_the_caller_may_not_read(
 
 def test_the_timeline_samples_the_fleet_while_served(client: TestClient) -> None:
     headers = {"Authorization": "Bearer ops-token"}
-    deadline = time.monotonic() + 30
     samples: list[dict[str, object]] = []
-    while len(samples) < 2 and time.monotonic() < deadline:
+
+    def two_samples() -> bool:
+        nonlocal samples
         samples = client.get("/ui/api/timeline", headers=headers).json()["samples"]
-        time.sleep(0.05)
-    assert len(samples) >= 2
+        return len(samples) >= 2
+
+    wait_until(two_samples, "two samples of the timeline", 30, 0.05)
     latest = samples[-1]
     assert latest["clusters"] == {"c1": {"cpu": 0.375, "memory": 0.0, "gpu": 0.25}}
     assert latest["queues"]["team-b"]["queued"] == 1  # type: ignore[index]

@@ -3,7 +3,6 @@ its first cycle places what the service places next, and it carries no secret.""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +20,7 @@ from flotilla.sim import SimulationOptions, simulate
 from flotilla.store import ACTIVE_JOB_STATES, JobState, SqlStore
 from flotilla.whatif.export import ExportInput, export_scenario
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 NODES = [{"name": "n", "count": 2, "resources": {"cpu": 4, "memory": "16Gi"}}]
 
@@ -166,11 +166,13 @@ def test_running_jobs_keep_their_nodes_and_queued_ones_their_order(live: Live) -
 def test_a_job_without_max_runtime_is_estimated_from_its_past_runs(live: Live) -> None:
     for _ in range(2):
         job = live.submit("train", "a", 1, payload={"sim": {"duration": 0.05}})
-        deadline = time.monotonic() + 20
-        while live.store.get_job(job).state is not JobState.SUCCEEDED:
-            assert time.monotonic() < deadline, "the run did not end"
-            live.loop.cycle()
-            time.sleep(0.02)
+        wait_until(
+            lambda: live.store.get_job(job).state is JobState.SUCCEEDED,  # noqa: B023
+            "the run to end",
+            20,
+            0.02,
+            live.loop.cycle,
+        )
     waiting = live.submit("train", "a", 8)  # never fits: 2 nodes of 4 cores
     parsed = scenario_from_data(export(live))
     assert parsed.live is not None

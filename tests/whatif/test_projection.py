@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-import time
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,8 +17,10 @@ from fastapi.testclient import TestClient
 from flotilla.model.loader import scenario_from_data
 from flotilla.model.scenario import RuntimeSource
 from flotilla.server import AuthSettings, create_app
+from flotilla.service import projection as projection_module
 from flotilla.service.projection import Projection, ProjectionSettings
 from flotilla.whatif.estimator import EstimatorMethod
+from tests.timing import wait_until
 from tests.whatif.test_export import Live
 
 
@@ -92,10 +97,9 @@ def test_the_background_projection_reads_and_simulates_in_a_child_process_and_st
     )
     projection.start()
     try:
-        deadline = time.monotonic() + 60
-        while projection.estimated_start(waiting) is None:
-            assert time.monotonic() < deadline, "no projection within a minute"
-            time.sleep(0.05)
+        wait_until(
+            lambda: projection.estimated_start(waiting) is not None, "a projection", 60, 0.05
+        )
     finally:
         projection.stop()
     found = projection.estimated_start(waiting)
@@ -116,3 +120,33 @@ def test_up_refuses_an_unknown_estimator_before_anything_starts(tmp_path: Path) 
     assert result.exit_code == 2
     assert "--projection-runtimes: 'auto,guess': give auto, max_runtime or history" in result.output
     assert not db.parent.exists()
+
+
+def test_a_projection_stopped_while_its_worker_is_being_started_ends_that_worker_at_once(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flotilla up`` stopped soon after it started: its first worker (slow to import the
+    engine on a busy machine) was made after ``stop`` had looked for one, so nothing ended it
+    and the stop waited out the join's and the worker's timeouts (40 s) before killing it."""
+    live.submit("waiting", "a", 8)
+    real_popen = subprocess.Popen
+    made: list[subprocess.Popen[str]] = []
+    projection = Projection(
+        live.store,
+        ProjectionSettings(interval=3600, min_gap=0.05),
+        database=f"sqlite:///{tmp_path / 'flotilla.db'}",
+    )
+
+    def made_as_stop_begins(args: list[str], **options: Any) -> subprocess.Popen[str]:
+        # A worker that never answers, handed over only once stop() has begun.
+        child = real_popen([sys.executable, "-c", "import time; time.sleep(600)"], **options)
+        made.append(child)
+        projection._stop.wait()
+        return child
+
+    monkeypatch.setattr(projection_module.subprocess, "Popen", made_as_stop_begins)
+    projection.start()
+    wait_until(lambda: bool(made), "the worker to be started")
+    projection.stop()
+    [worker] = made
+    assert worker.returncode == -signal.SIGTERM  # ended at once, not killed after a wait

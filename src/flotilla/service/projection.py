@@ -125,7 +125,11 @@ class Projection:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop at once: a simulation under way is ended with its child process."""
+        """Stop at once: a simulation under way is ended with its child process. The flag is
+        set before the child is looked at, and ``_worker`` looks at the flag after it made a
+        child, so a child started while stopping is ended by one of them (it was not: a
+        ``flotilla up`` stopped while its first worker was importing waited for the join's
+        and the worker's timeouts, 40 s)."""
         self._stop.set()
         child = self._child
         if child is not None and child.poll() is None:
@@ -223,14 +227,16 @@ class Projection:
         if self._child is not None and self._child.poll() is None:
             return self._child
         nice = self.settings.nice
-        self._child = subprocess.Popen(
+        self._child = child = subprocess.Popen(
             [sys.executable, "-m", "flotilla.whatif.project"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
-        return self._child
+        if self._stop.is_set():  # stop() came while it was being made: see stop()
+            child.terminate()
+        return child
 
     def _end_worker(self) -> None:
         child, self._child = self._child, None

@@ -88,15 +88,15 @@ class RuntimeHistory:
                 continue
             longer = [seconds for seconds in runs if seconds > job.elapsed]
             subject = words.format(queue=job.queue, owner=job.owner or "-", name=job.name)
-            if not longer:
-                seconds = job.elapsed * 1.25
-                basis = f"ran past all {len(runs)} runs of {subject}: a quarter more"
-            elif job.elapsed > 0:
-                seconds = _median(longer)
-                basis = f"p50 of the {len(longer)} of {len(runs)} runs of {subject} this long"
-            else:
+            if job.elapsed <= 0:  # not started: every run counts, however short
                 seconds = _median(runs)
                 basis = f"p50 of {len(runs)} runs of {subject}"
+            elif not longer:
+                seconds = job.elapsed * 1.25
+                basis = f"ran past all {len(runs)} runs of {subject}: a quarter more"
+            else:
+                seconds = _median(longer)
+                basis = f"p50 of the {len(longer)} of {len(runs)} runs of {subject} this long"
             return RuntimeEstimate(seconds=seconds, source=RuntimeSource.HISTORY, basis=basis)
         return None
 

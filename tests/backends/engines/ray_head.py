@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,8 +24,21 @@ import urllib.request
 from pathlib import Path
 
 START_LIMIT = 180.0
-"""Seconds the head may take to answer on its Jobs API (about 4 s on an idle machine, 50 s
-seen on a loaded one)."""
+"""Seconds ``ray start`` may take, and then the head to answer on its Jobs API (about 4 s on
+an idle machine, 50 s seen on a loaded one); the tests' fixture passes its own, stretched to
+the machine's slowdown (``tests/timing.py``)."""
+
+ATTEMPTS = 4
+"""``ray start`` gives up when its raylet has not registered within Ray's fixed 30 s (seen at
+a load average of 15-37 on 2 cores); each further attempt starts afresh on new ports."""
+
+GLOG_PROBLEM = re.compile(r"^\[[^\]]* [EF] \d+ \d+\]")
+"""An error or fatal line of Ray's C++ logs (``[2026-11-28 04:19:13,137 E 22336 22336] …``)."""
+
+LOGS = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "dashboard.err")
+"""The head's logs (under its session's ``logs/``) a failed start is explained from."""
+
+PYTHON_PROBLEM = re.compile(r"(Error|Exception|Traceback|[Ff]ailed|timed out|refused)")
 
 CPUS = 2
 GPUS = 2
@@ -78,13 +92,17 @@ def _free(port: int) -> bool:
 class RayHead:
     """One Ray head node on this machine; ``address`` is its dashboard (Jobs API) URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_limit: float = START_LIMIT) -> None:
         # Ray's unix sockets live under the temp dir and a socket path is limited to 107
         # bytes, so it stays short (pytest's tmp_path is too long).
         self.temp_dir = Path(tempfile.mkdtemp(prefix="flray-", dir="/tmp"))
         self.dashboard_port = 0
         self.address = ""
         self.log = self.temp_dir / "ray-start.log"
+        self.start_limit = start_limit
+        self.gcs_port = 0
+        self.failures: list[str] = []
+        """Why each attempt that failed failed, in Ray's own words (``start``)."""
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -96,16 +114,21 @@ class RayHead:
         )
         return env
 
-    def start(self, attempts: int = 4) -> None:
-        """Start the head, trying again on fresh ports: on a loaded machine ``ray start`` gives
-        up when its raylet does not register within Ray's fixed 30 s."""
+    def start(self, attempts: int = ATTEMPTS) -> None:
+        """Start the head, trying again on fresh ports and a fresh temp dir (``ATTEMPTS``).
+        Fails with every attempt's reason as Ray gave it (``failures``): the error lines of
+        ``ray start``'s output and of the raylet's and GCS's logs, not the tail of whatever
+        it printed last (a warning, often)."""
+        self.failures = []
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once()
                 return
-            except RuntimeError:
+            except RuntimeError as error:
+                self.failures.append(f"attempt {attempt} of {attempts}: {error}")
+                self.stop()
                 if attempt == attempts:
-                    raise
+                    raise RuntimeError("\n\n".join(self.failures)) from None
                 self.temp_dir = Path(tempfile.mkdtemp(prefix="flray-", dir="/tmp"))
                 self.log = self.temp_dir / "ray-start.log"
 
@@ -116,7 +139,7 @@ class RayHead:
         block = _port_block(40)
         ports = iter(range(block, block + 40))
         self.dashboard_port = next(ports)
-        gcs_port = next(ports)
+        gcs_port = self.gcs_port = next(ports)
         named = {
             "--node-manager-port": next(ports),
             "--object-manager-port": next(ports),
@@ -160,23 +183,26 @@ class RayHead:
         for flag, port in named.items():
             command += [flag, str(port)]
         with self.log.open("wb") as output:
-            finished = subprocess.run(
-                command,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=self.environment(),
-                timeout=START_LIMIT,
-                check=False,
-            )
+            try:
+                finished = subprocess.run(
+                    command,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    timeout=self.start_limit,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(
+                    self.why(f"ray start ran past {self.start_limit:.0f}s")
+                ) from None
         if finished.returncode != 0:
-            tail = self.log.read_text(errors="replace")[-3000:]
-            self.stop()
-            raise RuntimeError(f"ray start failed ({finished.returncode}): {tail}")
+            raise RuntimeError(self.why(f"ray start exited {finished.returncode}"))
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self._wait_for_jobs_api()
 
     def _wait_for_jobs_api(self) -> None:
-        deadline = time.monotonic() + START_LIMIT
+        deadline = time.monotonic() + self.start_limit
         while True:
             try:
                 with urllib.request.urlopen(f"{self.address}/api/jobs/", timeout=5) as answer:
@@ -185,15 +211,45 @@ class RayHead:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the Ray head never served {self.address}/api/jobs/")
+                what = f"the head never served {self.address}/api/jobs/ in {self.start_limit:.0f}s"
+                raise RuntimeError(self.why(what))
             time.sleep(0.5)
 
+    def why(self, what: str) -> str:
+        """``what`` happened, and why in Ray's words: the error lines ``ray start`` printed
+        (all of its output when none looks like one) and the error lines of the logs of its
+        raylet, GCS and dashboard; read before the temp dir holding them is removed."""
+        printed = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        said = [line for line in printed if PYTHON_PROBLEM.search(line)] or printed
+        parts = [what, "ray start printed:", *said[-20:]]
+        logs = self.temp_dir / "session_latest" / "logs"
+        for name in (
+            "raylet.out",
+            "raylet.err",
+            "gcs_server.out",
+            "gcs_server.err",
+            "dashboard.err",
+        ):
+            path = logs / name
+            try:
+                lines = path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            wrong = [line for line in lines if GLOG_PROBLEM.match(line)]
+            if name.endswith(".err"):
+                wrong = [line for line in lines if line.strip()]
+            if wrong:
+                parts += [f"{name}:", *wrong[-10:]]
+        return "\n".join(parts)
+
     def processes(self) -> list[int]:
-        """PIDs of this head's processes: every process naming its temp dir, and all their
-        descendants (Ray renames its workers and dashboard modules, so their command lines no
-        longer name the directory)."""
+        """PIDs of this head's processes: every process naming its temp dir or its GCS
+        (``--address=HOST:PORT``: the Ray client server, whose parent has exited and which
+        names neither, outlived the tests' heads), and all their descendants (Ray renames
+        its workers and dashboard modules, so their command lines no longer name the
+        directory)."""
         marker = str(self.temp_dir).encode()
+        gcs = f":{self.gcs_port}\0".encode() if self.gcs_port else None
         parents: dict[int, int] = {}
         roots = set()
         for entry in Path("/proc").iterdir():
@@ -203,7 +259,10 @@ class RayHead:
             try:
                 stat = (entry / "stat").read_text()
                 parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-                if marker in (entry / "cmdline").read_bytes():
+                command = (entry / "cmdline").read_bytes()
+                if marker in command or (
+                    gcs is not None and b"--address=" in command and gcs in command
+                ):
                     roots.add(pid)
             except (OSError, ValueError, IndexError):
                 continue

@@ -10,9 +10,11 @@ were not captured on those machines, and ``scripts/gpu-check`` is what checks a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from flotilla.backends.gpu_sources import RecordedSource
+from flotilla.backends.gpu_sources import GpuDevice, GpuProcess, RecordedSource
 
 HERE = Path(__file__).parent
 
@@ -22,3 +24,29 @@ def recorded(name: str) -> RecordedSource:
     return RecordedSource(
         (HERE / f"{name}.xml").read_text(), topology.read_text() if topology.exists() else ""
     )
+
+
+@dataclass(frozen=True)
+class JobOnRecordedGpu:
+    """The recorded H200 (``h200-1``), its one recorded process (60 GiB, 97 % busy) being
+    whatever pid the job wrote to ``pid_file`` (``writes_its_pid``): a GPU source that
+    reports a test's job as the device's user."""
+
+    pid_file: Path
+
+    def devices(self) -> Sequence[GpuDevice]:
+        return recorded("h200-1").devices()
+
+    def processes(self) -> Sequence[GpuProcess]:
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return []
+        [process] = recorded("h200-1").processes()
+        return [GpuProcess(process.device, pid, process.memory_used)]
+
+
+def writes_its_pid(pid_file: Path, then: str) -> str:
+    """Shell: write this shell's pid to ``pid_file`` at once (renamed into place, so a reader
+    never sees half of it), then run ``then``."""
+    return f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && {then}"
