@@ -10,8 +10,9 @@ The names below are imported on first use (PEP 562): a client that needs the sta
 (``states.py``) does not build the specs' models that the rules read (docs/performance.md).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flotilla.model.exports import lazy_exports
 
 if TYPE_CHECKING:
     from flotilla.lifecycle.machine import step
@@ -57,12 +58,4 @@ _MODULES: dict[str, list[str]] = {
     "flotilla.lifecycle.view": ["DependencyView", "JobView"],
 }
 """Where each exported name is defined."""
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """An exported name, imported from its module on first use (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _MODULES)

@@ -4,8 +4,9 @@ The bottom layer: it imports nothing else of Flotilla. Its names are imported on
 (PEP 562): a client that needs ``format_quantity`` does not build every spec model.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flotilla.model.exports import lazy_exports
 
 if TYPE_CHECKING:
     from flotilla.model.cluster import ClusterSpec, GpuInventory, NodeGroup, Taint, TaintEffect
@@ -113,12 +114,4 @@ _MODULES: dict[str, list[str]] = {
     ],
 }
 """Where each exported name is defined."""
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """An exported name, imported from its module on first use (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _MODULES)

@@ -7,8 +7,9 @@ Its names are imported on first use (PEP 562): ``flotilla.sdk.connection`` is th
 without the HTTP client, and ``Client`` without ``AsyncClient``.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flotilla.model.exports import lazy_exports
 
 # Imported now, not on first use: the function shares its name with its module, which an
 # import of ``flotilla.sdk.checkpoint`` would otherwise leave here in its place.
@@ -108,12 +109,4 @@ _MODULES: dict[str, list[str]] = {
     ],
 }
 """Where each exported name is defined."""
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """An exported name, imported from its module on first use (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _MODULES)
