@@ -6,25 +6,44 @@ its job in), from a driver started in a session of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from flotilla.backends.ray.relay import relay_command
 
 LIMIT = 30.0
 
 
-def start(command: str, signal_name: str, grace: float, max_runtime: float | None = None) -> Any:
-    """The relay as Ray's driver (``exec``: the shell Ray starts is the relay, so the test
-    reads the relay's own exit code)."""
-    entrypoint = relay_command(command, signal_name, grace, max_runtime, deadline_grace=grace)
-    return subprocess.Popen(f"exec {entrypoint}", shell=True, start_new_session=True)
+@pytest.fixture
+def start() -> Iterator[Callable[..., Any]]:
+    """Start the relay as Ray's driver (``exec``: the shell Ray starts is the relay, so the
+    test reads the relay's own exit code). Each driver's group (the relay keeps its job in
+    it) is killed at the end, so a failing test leaves no job behind."""
+    drivers: list[subprocess.Popen[bytes]] = []
+
+    def relay(
+        command: str, signal_name: str, grace: float, max_runtime: float | None = None
+    ) -> subprocess.Popen[bytes]:
+        entrypoint = relay_command(command, signal_name, grace, max_runtime, deadline_grace=grace)
+        driver = subprocess.Popen(f"exec {entrypoint}", shell=True, start_new_session=True)
+        drivers.append(driver)
+        return driver
+
+    yield relay
+    for driver in drivers:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
 
 
 def await_file(path: Path) -> str:
@@ -70,7 +89,7 @@ while True:
 
 
 def test_rays_sigterm_becomes_the_jobs_signal_and_the_kill_comes_after_the_grace(
-    tmp_path: Path,
+    tmp_path: Path, start: Callable[..., Any]
 ) -> None:
     driver = start(saver(tmp_path, "stay"), "SIGUSR1", grace=1.0)
     job = int(await_file(tmp_path / "ready"))
@@ -80,7 +99,9 @@ def test_rays_sigterm_becomes_the_jobs_signal_and_the_kill_comes_after_the_grace
     assert gone(job)  # ignored its signal: killed once the grace was over
 
 
-def test_a_job_that_saves_and_exits_within_its_grace_ends_then(tmp_path: Path) -> None:
+def test_a_job_that_saves_and_exits_within_its_grace_ends_then(
+    tmp_path: Path, start: Callable[..., Any]
+) -> None:
     driver = start(saver(tmp_path, "exit"), "SIGUSR1", grace=60.0)
     job = int(await_file(tmp_path / "ready"))
     started = time.monotonic()
@@ -91,7 +112,9 @@ def test_a_job_that_saves_and_exits_within_its_grace_ends_then(tmp_path: Path) -
     assert gone(job)
 
 
-def test_max_runtime_sends_the_jobs_signal_and_reports_timeouts_code(tmp_path: Path) -> None:
+def test_max_runtime_sends_the_jobs_signal_and_reports_timeouts_code(
+    tmp_path: Path, start: Callable[..., Any]
+) -> None:
     """In place of ``timeout`` (which would pass Ray's SIGTERM on): the job's signal at the
     deadline, 124 when it ended within the grace, 137 when it had to be killed."""
     saved = start(saver(tmp_path, "exit"), "SIGUSR1", grace=30.0, max_runtime=0.5)
@@ -101,5 +124,7 @@ def test_max_runtime_sends_the_jobs_signal_and_reports_timeouts_code(tmp_path: P
     assert stubborn.wait(timeout=LIMIT) == 137
 
 
-def test_a_job_that_ends_by_itself_reports_its_own_code(tmp_path: Path) -> None:
+def test_a_job_that_ends_by_itself_reports_its_own_code(
+    tmp_path: Path, start: Callable[..., Any]
+) -> None:
     assert start("exit 3", "SIGUSR1", grace=1.0).wait(timeout=LIMIT) == 3
