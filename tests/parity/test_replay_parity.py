@@ -112,6 +112,17 @@ KNOWN: dict[str, list[Known]] = {
             always=False,
         )
     ],
+    "owners-own-limits": [
+        Known(
+            "queue research",
+            frozenset({"start order"}),
+            "a tie in time: all seven jobs end at t=100 and the simulator frees them in one "
+            "step, so owners' DRF orders the five left with every end known; the service may "
+            "see the ends over two cycles and start the first of the five while the rest still "
+            "run (which five start, and their states, are the same)",
+            always=False,
+        )
+    ],
     "preemption-fair-share": [
         Known(
             "*",
