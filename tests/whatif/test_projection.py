@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -150,3 +152,47 @@ def test_a_projection_stopped_while_its_worker_is_being_started_ends_that_worker
     projection.stop()
     [worker] = made
     assert worker.returncode == -signal.SIGTERM  # ended at once, not killed after a wait
+
+
+SERVICE_WITH_A_PROJECTION = """
+import sys, time
+from flotilla.service.projection import Projection, ProjectionSettings
+from flotilla.store import SqlStore
+
+url = sys.argv[1]
+projection = Projection(SqlStore.open(url), ProjectionSettings(interval=3600), database=url)
+projection.start()
+while projection._child is None:
+    time.sleep(0.01)
+print(projection._child.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_kill_9_of_the_service_ends_its_projection_worker_too(tmp_path: Path) -> None:
+    """The worker is stopped (as one still importing the engine on a busy machine is, in
+    effect: it never reads the end of its input); the service is then killed with SIGKILL.
+    The kernel ends the worker with it; before, it stayed behind for good."""
+    service = subprocess.Popen(
+        [sys.executable, "-c", SERVICE_WITH_A_PROJECTION, f"sqlite:///{tmp_path / 'f.db'}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert service.stdout is not None
+    worker = int(service.stdout.readline())
+    os.kill(worker, signal.SIGSTOP)
+    service.kill()
+    service.wait()
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{worker}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    try:
+        wait_until(gone, "the stopped projection worker to end with its service", 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)

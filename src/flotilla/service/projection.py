@@ -15,6 +15,7 @@ Self-contained: ``start()`` and ``stop()``, nothing else of the service calls in
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -32,6 +33,31 @@ from flotilla.whatif.estimator import EstimatorMethod
 from flotilla.whatif.project import StoreProjection, StoreProjectionInput, project_store
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+SIGKILL = 9
+
+
+def _worker_setup(nice: int) -> Callable[[], None]:
+    """What the worker runs between fork and exec: it dies with the thread that made it
+    (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the service leaves no worker behind (one did:
+    a worker still importing the engine, or stopped, never read the end of its input), and it
+    takes its low CPU priority. libc is loaded here, in the parent: the child only calls it."""
+    parent = os.getpid()
+    try:
+        prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the worker still ends at its input's end
+        prctl = None
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the service died before the request took hold
+                os._exit(1)
+        if nice:
+            os.nice(nice)
+
+    return setup
 
 
 @dataclass(frozen=True)
@@ -226,13 +252,12 @@ class Projection:
         ended): it imports the engine once, runs at a low CPU priority."""
         if self._child is not None and self._child.poll() is None:
             return self._child
-        nice = self.settings.nice
         self._child = child = subprocess.Popen(
             [sys.executable, "-m", "flotilla.whatif.project"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+            preexec_fn=_worker_setup(self.settings.nice),
         )
         if self._stop.is_set():  # stop() came while it was being made: see stop()
             child.terminate()
