@@ -12,3 +12,16 @@ else
 fi
 uv() { python3 -m uv "$@"; }
 uv sync --frozen --quiet --all-extras
+# Bytecode, compiled once per lock: Python reads a module's cached bytecode even where
+# PYTHONDONTWRITEBYTECODE is set (as in some CI shells), and without it every process compiles
+# every module it imports again — about 1.6 s of CPU more for each `flotilla up` or CLI call
+# (docs/performance.md, "Bytecode at install"). The project's own sources are checked each time
+# (a changed file is compiled; the rest is only stat'ed).
+bytecode_stamp=".venv/.bytecode-$(sha1sum uv.lock | cut -c1-16)"
+if [ ! -e "$bytecode_stamp" ]; then
+  echo "compiling the environment's bytecode (once per uv.lock)…" >&2
+  .venv/bin/python -m compileall -q -j 0 .venv/lib > /dev/null 2>&1 || true  # a few vendored test files do not compile
+  rm -f .venv/.bytecode-*
+  touch "$bytecode_stamp"
+fi
+.venv/bin/python -m compileall -q -j 0 src > /dev/null
