@@ -24,6 +24,7 @@ SERVER_SIDE = (
     "starlette",
     "uvicorn",
     "numpy",
+    "cryptography",  # the secret box: the server seals and the scheduler opens
     "flotilla.app",
     "flotilla.store",
     "flotilla.server",
@@ -150,3 +151,14 @@ def test_a_refused_value_is_still_said_in_typers_words(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "jobs", "--limit", "0", "--server", UNREACHABLE)
     assert code == 2
     assert "typer._adapters" in modules  # the message is typer's adapter's
+
+
+def test_a_job_file_with_a_secret_is_checked_without_the_secret_box(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: a\nqueue: default\ntasks: [{name: main, resources: {cpu: 1}}]\n"
+        "payload: {command: [env], env: {TOKEN: {secret: hunter22}}}\n"
+    )
+    code, modules = loaded(tmp_path, "submit", "--dry-run", str(job))
+    assert code in (0, None)
+    assert among(modules, ("cryptography",)) == []
