@@ -109,3 +109,11 @@ def test_plain_values_build_no_pydantic_adapter(monkeypatch: pytest.MonkeyPatch)
     assert coercion.quick_conversion(int, typer.models.OptionInfo(min=1)) is not None
     done = outcome(command(int, min=1), "7")
     assert done == (0, "int 7\n")
+
+
+def test_a_typer_without_the_hook_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyproject allows older typers (``typer>=0.12``): without ``build_runtime_param``
+    (0.28 and before, which do not convert through pydantic) nothing is installed."""
+    monkeypatch.delattr(typer.core, "build_runtime_param")
+    coercion.install()
+    assert not hasattr(typer.core, "build_runtime_param")

@@ -128,11 +128,12 @@ def quick_conversion(annotation: Any, info: ParameterInfo) -> Quick | None:
 def install() -> None:
     """Have typer build the quick conversion of each parameter it can have one for."""
     import typer.core
-    from typer import _coercion
 
     found = getattr(typer.core, "build_runtime_param", None)
     if found is None or getattr(found, "quick", False):
         return  # another typer than the one this was written for, or installed already
+    from typer import _coercion
+
     typed: Callable[[TypeDescriptor], RuntimeParam] = found
 
     @dataclass(frozen=True)
