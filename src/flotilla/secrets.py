@@ -21,6 +21,9 @@ setting references) are also kept out of its logs: ``hide_in_logs`` registers th
 log record made afterwards has them replaced by ``(hidden)``, in its message and its traceback.
 
 This module depends on nothing else in Flotilla, so the server and the scheduler share it.
+``cryptography`` is imported by ``SecretBox``, which only they make: the CLI checks a job
+file's secrets (``placeholders``) and reads jobs (``redact``) without it (docs/performance.md,
+CLI start-up).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.fernet import Fernet, InvalidToken
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
 
 HIDDEN = "(hidden)"
 
@@ -60,7 +64,9 @@ class SecretBox:
     """Seals and opens the secret values of payloads with one key."""
 
     def __init__(self, key: bytes) -> None:
-        self._fernet = Fernet(key)
+        from cryptography.fernet import Fernet
+
+        self._fernet: Fernet = Fernet(key)
 
     def __repr__(self) -> str:
         return "SecretBox(<key hidden>)"
@@ -74,6 +80,8 @@ class SecretBox:
         except FileNotFoundError:
             pass
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from cryptography.fernet import Fernet
+
         key = Fernet.generate_key()
         try:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -104,6 +112,8 @@ class SecretBox:
 
     def _open_one(self, value: Any, field: str) -> Any:
         if isinstance(value, Mapping) and set(value) == {"encrypted"}:
+            from cryptography.fernet import InvalidToken
+
             try:
                 return self._fernet.decrypt(str(value["encrypted"]).encode()).decode()
             except InvalidToken:

@@ -24,6 +24,7 @@ SERVER_SIDE = (
     "starlette",
     "uvicorn",
     "numpy",
+    "cryptography",  # the secret box: the server seals and the scheduler opens
     "flotilla.app",
     "flotilla.store",
     "flotilla.server",
@@ -116,3 +117,48 @@ def test_submit_dry_run_checks_the_file_without_the_http_client_or_the_server(
     assert code in (0, None)
     assert "flotilla.api.submission" in modules  # the server's own rules, client-side
     assert among(modules, (*SERVER_SIDE, "httpx", "flotilla.sdk.client")) == []
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["jobs", "--limit", "5", "--server", UNREACHABLE],  # int with a minimum, str
+        ["wait", "a", "b", "--timeout", "0", "--server", UNREACHABLE],  # list, float
+        ["queues", "--output", "json", "--server", UNREACHABLE],  # a choice
+        ["logs", "a", "--replica", "0", "--server", UNREACHABLE],
+    ],
+    ids=" ".join,
+)
+def test_option_values_are_converted_without_pydantic_adapters(
+    tmp_path: Path, words: list[str]
+) -> None:
+    """typer's conversion through pydantic (``typer._adapters``, a ``TypeAdapter`` per
+    parameter) is for values the quick conversion leaves to it (``cli/coercion.py``)."""
+    code, modules = loaded(tmp_path, *words)
+    assert code == 1  # they reached the request: cannot reach the server
+    assert among(modules, ("typer._adapters",)) == []
+
+
+def test_a_file_argument_is_converted_without_pydantic_adapters(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nqueue: default\ntasks: [{name: main, resources: {cpu: 1}}]\n")
+    code, modules = loaded(tmp_path, "submit", "--dry-run", str(job))
+    assert code in (0, None)
+    assert among(modules, ("typer._adapters",)) == []
+
+
+def test_a_refused_value_is_still_said_in_typers_words(tmp_path: Path) -> None:
+    code, modules = loaded(tmp_path, "jobs", "--limit", "0", "--server", UNREACHABLE)
+    assert code == 2
+    assert "typer._adapters" in modules  # the message is typer's adapter's
+
+
+def test_a_job_file_with_a_secret_is_checked_without_the_secret_box(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: a\nqueue: default\ntasks: [{name: main, resources: {cpu: 1}}]\n"
+        "payload: {command: [env], env: {TOKEN: {secret: hunter22}}}\n"
+    )
+    code, modules = loaded(tmp_path, "submit", "--dry-run", str(job))
+    assert code in (0, None)
+    assert among(modules, ("cryptography",)) == []

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from flotilla.sdk.connection import DEFAULT_SERVER, auth_headers, bearer_token
+from flotilla.sdk.connection import DEFAULT_SERVER, auth_headers, bearer_token, tls_settings
 
 if TYPE_CHECKING:
     import httpx
@@ -29,7 +29,9 @@ ClientFactory = Callable[[str, str | None], "httpx.Client"]
 def default_client(server: str, token: str | None) -> httpx.Client:
     import httpx
 
-    return httpx.Client(base_url=server, headers=auth_headers(token), timeout=30.0)
+    return httpx.Client(
+        base_url=server, headers=auth_headers(token), timeout=30.0, **tls_settings(server)
+    )
 
 
 client_factory: ClientFactory = default_client

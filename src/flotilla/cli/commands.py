@@ -18,6 +18,8 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
+from flotilla.cli import coercion
+
 if TYPE_CHECKING:
     from typer._click import Command, Context  # typer's own click: what its groups hold
 
@@ -53,6 +55,8 @@ COMMANDS: dict[str, str] = {
 
 SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "rich_markup_mode": None}
 """The root app's settings, which the commands built here are built with too."""
+
+coercion.install()  # values converted without pydantic where typer's result is plain
 
 
 def build(module: str) -> dict[str, Command]:
