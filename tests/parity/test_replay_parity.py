@@ -231,7 +231,9 @@ def test_a_service_that_disagrees_with_the_simulator_still_fails_parity(client: 
     a service whose lifecycle differs never gets there, the step goes ahead, and the
     comparison names the difference. Here the service is given ``careful`` without its
     retry (limit 0), the simulator's course is that of the scenario as written: careful
-    fails at t=5 in the service, and at t=40 after a second run in the simulator."""
+    fails at t=5 in the service, and at t=40 after a second run in the simulator. (Its
+    times are not asserted: on a loaded machine the tolerance of times widens with the
+    service's lag; runs, states and clusters stay exact.)"""
     path = REPO_ROOT / "tests" / "scenarios" / "policies" / "retry-node-failure.yaml"
     scenario = load_scenario(path)
     simulated = build_report(simulate(scenario))
@@ -245,7 +247,7 @@ def test_a_service_that_disagrees_with_the_simulator_still_fails_parity(client: 
     replayed = build_replay_report(replay(client, plan, patience=limit(PATIENCE)))
     slack = tolerance(scenario.settings.cycle_interval, speed, service_lag(replayed, scenario))
     found = {(d.job, d.field) for d in compare(simulated, replayed, slack)}
-    assert {("careful", "runs"), ("careful", "finished_at")} <= found, found
+    assert ("careful", "runs") in found, found  # 1 run in the service, 2 in the simulator
 
 
 def test_every_known_difference_names_a_scenario() -> None:
