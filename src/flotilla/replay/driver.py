@@ -40,7 +40,7 @@ BARRIER_POLL = 0.02
 START_PATIENCE = 5.0
 """Wall seconds a step waits, past a run's due start, for the service to see it started."""
 PACE_PATIENCE = 30.0
-"""Wall seconds a step (or the end at ``max_time``) waits for the service to catch up with
+"""Wall seconds a step waits for the service to catch up with
 the simulation's course before it goes ahead regardless: a bound for a service that
 disagrees with the simulator (it never gets there), not a pace."""
 QUIET_CYCLES = 3
@@ -140,9 +140,10 @@ def replay(
             # The replay's clock runs behind the wall by the service's lag (``behind``): its
             # max_time is on that clock, or what was simulated just before it would be cut.
             end_reason, end_time = "settings.max_time", limit
-            # The simulation includes the cycle at max_time: so does the replay, once the
-            # service has done what the simulator had by then.
-            _await_course(client, plan, limit, ids, after, patience)
+            # The simulation includes the cycle at max_time: so does the replay. (Not paced:
+            # waiting here for the simulator's course by max_time lets the service run past
+            # it elsewhere — at a load average of 27, 16 stream jobs of
+            # backfill-starvation-backfill ended in the wait that the simulator still ran.)
             _await_cycle(client, _cycle_number(client) + 2)
             break
         if time.monotonic() - looked < STATE_POLL:
@@ -224,15 +225,13 @@ def _caught_up(
     at: float,
     ids: Mapping[str, str],
     jobs: Mapping[str, Job],
-    *,
-    inclusive: bool = False,
 ) -> bool:
     """Whether the service has placed each job at least as often as the simulator had
-    before scenario time ``at`` (``inclusive``: by it), and ended every job the simulator
-    had ended (``Milestones.due``). A service ahead of the simulator is not waited for."""
+    before scenario time ``at``, and ended every job the simulator had ended
+    (``Milestones.due``). A service ahead of the simulator is not waited for."""
     if plan.milestones is None:
         return True
-    for name, (placed, ended) in plan.milestones.due(at, inclusive=inclusive).items():
+    for name, (placed, ended) in plan.milestones.due(at).items():
         job = jobs.get(ids.get(name, ""))
         if job is None:
             return False
@@ -240,23 +239,6 @@ def _caught_up(
         if runs < placed or (ended and job.state not in TERMINAL):
             return False
     return True
-
-
-def _await_course(
-    client: Client,
-    plan: ReplayPlan,
-    at: float,
-    ids: Mapping[str, str],
-    after: int | None,
-    patience: float,
-) -> None:
-    """Until the service has done what the simulator had done by ``at`` (its cycle at
-    ``at`` included), for at most ``patience`` wall seconds."""
-    give_up = time.monotonic() + patience
-    while not _caught_up(plan, at, ids, _jobs(client, ids, after), inclusive=True):
-        if time.monotonic() > give_up:
-            return
-        time.sleep(STATE_POLL)
 
 
 def _await_cycle(client: Client, number: int) -> None:

@@ -91,19 +91,17 @@ class Milestones:
                 found.ends[name] = (float(event["time"]), kind)
         return found
 
-    def due(self, at: float, *, inclusive: bool = False) -> dict[str, tuple[int, bool]]:
+    def due(self, at: float) -> dict[str, tuple[int, bool]]:
         """Per job, what the simulator had done before its step at ``at``: how many times it
         had placed the job, and whether the job had ended. The simulator's cycle at ``at``
         comes after that time's submissions, cancels and cluster failures, so what it did at
         ``at`` is not yet due; only runs ending at ``at`` by their duration (freed before
-        the cycle) are. ``inclusive``: the cycle at ``at`` too (the end at max_time)."""
+        the cycle) are."""
         wanted: dict[str, tuple[int, bool]] = {}
         for name, times in self.leases.items():
-            placed = sum(1 for time in times if time < at or (inclusive and time <= at))
+            placed = sum(1 for time in times if time < at)
             end = self.ends.get(name)
-            ended = end is not None and (
-                end[0] < at or (end[0] <= at and (inclusive or end[1] == "succeeded"))
-            )
+            ended = end is not None and (end[0] < at or (end[0] == at and end[1] == "succeeded"))
             if placed or ended:
                 wanted[name] = (placed, ended)
         return wanted
