@@ -20,6 +20,7 @@ from flotilla.backends import (
     ReplicaPlacement,
     RunStatus,
 )
+from tests.timing import deadline, wait_until
 
 from .engines.ray_head import RayHead
 from .ray_support import RAY_WAIT_LIMIT
@@ -152,20 +153,17 @@ while True:
 
 
 def polled_until_checkpoint(backend: object, run_id: str) -> RunStatus:
-    deadline = time.monotonic() + RAY_WAIT_LIMIT
+    due = deadline(RAY_WAIT_LIMIT)
     while True:
         for status in backend.poll():  # type: ignore[attr-defined]
             if status.run_id == run_id and status.last_checkpoint_at is not None:
                 return status
-        assert time.monotonic() < deadline, f"run {run_id} never reported a checkpoint"
+        assert not due.expired(), f"run {run_id} never reported a checkpoint"
         time.sleep(0.2)
 
 
 def await_marker(path: Path) -> int:
-    deadline = time.monotonic() + RAY_WAIT_LIMIT
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, "the job never got its signal"
-        time.sleep(0.1)
+    wait_until(lambda: path.exists() and bool(path.read_text()), "the job's signal", RAY_WAIT_LIMIT)
     return int(path.read_text())
 
 
@@ -210,9 +208,6 @@ def test_a_preempted_ray_job_checkpoints_gets_its_signal_and_is_killed_after_its
     job = await_marker(marker)
     status = wait_terminal(backend, "victim")
     assert (status.state, status.message) == (BackendRunState.CANCELLED, "preempted")
-    deadline = time.monotonic() + 10.0
-    while not process_gone(job):
-        assert time.monotonic() < deadline, f"the job's process {job} outlived its grace"
-        time.sleep(0.1)
+    wait_until(lambda: process_gone(job), f"the job's process {job} to end after its grace", 10.0)
     backend.poll()  # reports the end, and so removes the run's checkpoint file
     assert not os.listdir(tmp_path / "checkpoints")

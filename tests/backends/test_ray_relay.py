@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from flotilla.backends.ray.relay import relay_command
+from tests.timing import deadline, limit, wait_until
 
 LIMIT = 30.0
 
@@ -47,18 +48,15 @@ def start() -> Iterator[Callable[..., Any]]:
 
 
 def await_file(path: Path) -> str:
-    deadline = time.monotonic() + LIMIT
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"{path} never written"
-        time.sleep(0.02)
+    wait_until(lambda: path.exists() and bool(path.read_text()), f"{path} to be written", LIMIT)
     return path.read_text()
 
 
 def gone(pid: int) -> bool:
     """Whether ``pid`` ended (within a few seconds: a killed process is a zombie until its
     new parent reaps it, and a zombie runs nothing)."""
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
+    due = deadline(5.0)
+    while not due.expired():
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
@@ -95,7 +93,7 @@ def test_rays_sigterm_becomes_the_jobs_signal_and_the_kill_comes_after_the_grace
     job = int(await_file(tmp_path / "ready"))
     os.killpg(driver.pid, signal.SIGTERM)  # Ray's stop_job: SIGTERM to every process
     assert await_file(tmp_path / "saved") == "saved"  # the job outlived SIGTERM and saved
-    driver.wait(timeout=LIMIT)
+    driver.wait(timeout=limit(LIMIT))
     assert gone(job)  # ignored its signal: killed once the grace was over
 
 
@@ -106,7 +104,7 @@ def test_a_job_that_saves_and_exits_within_its_grace_ends_then(
     job = int(await_file(tmp_path / "ready"))
     started = time.monotonic()
     os.killpg(driver.pid, signal.SIGTERM)
-    driver.wait(timeout=LIMIT)  # (Ray reports a stopped job STOPPED whatever its code)
+    driver.wait(timeout=limit(LIMIT))  # (Ray reports a stopped job STOPPED whatever its code)
     assert time.monotonic() - started < 60  # its own end, long before the 60 s grace
     assert (tmp_path / "saved").read_text() == "saved"
     assert gone(job)
@@ -118,13 +116,13 @@ def test_max_runtime_sends_the_jobs_signal_and_reports_timeouts_code(
     """In place of ``timeout`` (which would pass Ray's SIGTERM on): the job's signal at the
     deadline, 124 when it ended within the grace, 137 when it had to be killed."""
     saved = start(saver(tmp_path, "exit"), "SIGUSR1", grace=30.0, max_runtime=0.5)
-    assert saved.wait(timeout=LIMIT) == 124
+    assert saved.wait(timeout=limit(LIMIT)) == 124
     assert (tmp_path / "saved").read_text() == "saved"
     stubborn = start("trap '' USR1; sleep 60", "SIGUSR1", grace=0.2, max_runtime=0.3)
-    assert stubborn.wait(timeout=LIMIT) == 137
+    assert stubborn.wait(timeout=limit(LIMIT)) == 137
 
 
 def test_a_job_that_ends_by_itself_reports_its_own_code(
     tmp_path: Path, start: Callable[..., Any]
 ) -> None:
-    assert start("exit 3", "SIGUSR1", grace=1.0).wait(timeout=LIMIT) == 3
+    assert start("exit 3", "SIGUSR1", grace=1.0).wait(timeout=limit(LIMIT)) == 3

@@ -26,7 +26,7 @@ from flotilla.backends import (
 )
 from flotilla.backends.slurm import SlurmBackend
 from flotilla.backends.slurm.nodes import FEATURE_LABEL
-from tests.timing import wait_until
+from tests.timing import deadline, wait_until
 
 from .engines.slurm_cluster import CPUS, GPUS, MEMORY_MIB, SlurmCluster
 from .support import SlurmHarness, read_all, read_replica
@@ -282,9 +282,9 @@ def test_every_replica_gets_the_polite_signal_and_what_its_trap_prints_is_kept(
         "echo ready; while true; do sleep 0.1; done"
     )
     backend.dispatch(placed(backend, "trapping", trapping, replicas=2))
-    deadline = time.monotonic() + slurm.wait_limit
+    due = deadline(slurm.wait_limit)
     while not all("ready" in read_replica(backend, "trapping", "main", r) for r in (0, 1)):
-        assert time.monotonic() < deadline, "the replicas never said they were ready"
+        assert not due.expired(), "the replicas never said they were ready"
         slurm.pass_time()
     cancel = CancelRequest("trapping", reason="preempted", grace_period=600.0, signal=signal)
     assert backend.cancel(cancel).outcome.value == "stopping"
@@ -314,10 +314,10 @@ def test_a_checkpoint_the_job_reports_shows_on_its_run(slurm: SlurmHarness) -> N
     command = f"{shlex.quote(sys.executable)} -c {shlex.quote(CHECKPOINTER)}"
     backend.dispatch(placed(backend, "saver", command))
     slurm.wait_output(backend, "saver", "saved")
-    deadline = time.monotonic() + slurm.wait_limit
+    due = deadline(slurm.wait_limit)
     reported = None
     while reported is None:
-        assert time.monotonic() < deadline, "the checkpoint never reached a poll"
+        assert not due.expired(), "the checkpoint never reached a poll"
         reported = next(
             (s for s in backend.poll() if s.run_id == "saver" and s.last_checkpoint_at), None
         )

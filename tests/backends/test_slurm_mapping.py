@@ -14,6 +14,7 @@ from flotilla.backends.slurm.marker import Marker, decode, exit_code_of
 from flotilla.backends.slurm.nodes import gpu_count, node_info
 from flotilla.backends.slurm.script import batch_script, sbatch_options
 from flotilla.model.payload import parse_payload
+from tests.timing import limit
 
 MIB = 1 << 20
 
@@ -196,7 +197,7 @@ def test_a_failed_replica_s_sibling_that_ignores_its_term_is_killed_after_the_gr
             ["bash", "-c", script], env=environment, start_new_session=True, stderr=batch_stderr
         )
     try:
-        process.wait(timeout=20)  # the step itself would run 60 s
+        process.wait(timeout=limit(20))  # the step itself would run 60 s
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # that orphan

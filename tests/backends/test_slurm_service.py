@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.service import FLOTILLA, Server, Services, assert_started_once, job_spec, wait_for
+from tests.timing import limit
 
 from .engines.slurm_cluster import SlurmCluster
 
@@ -103,7 +104,7 @@ def cli(server: Server, *arguments: str) -> str:
         [str(FLOTILLA), *arguments, "--server", server.url],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit(60),
         check=False,
         env={**os.environ, "COLUMNS": "250"},
     )

@@ -13,6 +13,7 @@ import pytest
 
 from flotilla.backends import processes
 from flotilla.backends._supervise import claim_gate
+from tests.timing import limit
 
 
 @pytest.mark.parametrize("decision", ["go", None])
@@ -51,7 +52,7 @@ def test_a_supervisor_runs_its_command_only_once_the_gate_says_go(
     if decision is not None:
         claim_gate(str(gate), decision)
     os.close(gate_write)  # the backend decided, or died without deciding
-    assert supervisor.wait(timeout=60) == 0, (tmp_path / "err").read_text()
+    assert supervisor.wait(timeout=limit(60)) == 0, (tmp_path / "err").read_text()
     outcome = json.loads(exit_file.read_text())
     if decision == "go":
         assert outcome["exit_code"] == 0 and marker.exists()

@@ -18,6 +18,7 @@ from bench.cases import CASES, ENGINE_CASES, quick_suite  # noqa: E402
 from bench.engine import run_engine_case  # noqa: E402
 from bench.generators import FleetParams, WorkloadParams, build_fleet, build_workload  # noqa: E402
 from bench.philly import build_scenario, read_trace, run_philly, scenario_data  # noqa: E402
+from tests.timing import limit  # noqa: E402
 
 from flotilla.model import scenario_from_data  # noqa: E402
 from flotilla.sim import Simulator  # noqa: E402
@@ -93,7 +94,7 @@ def test_cli_runs_a_case_and_writes_results(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=limit(300),
     )
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(out.read_text())

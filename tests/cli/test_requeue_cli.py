@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from flotilla.sdk import Client
 from tests.cli.live_cli import run
 from tests.live_service import LiveService
+from tests.timing import limit
 
 
 def twice(live: LiveService, marker: Path) -> str:
@@ -59,4 +60,4 @@ def test_the_sdk_requeues_with_the_callers_name_in_the_reason(
         assert requeued.state == "preempted"
         assert requeued.reason.startswith("requeue requested by ")
         assert requeued.reason.endswith(": bad node")
-        assert client.wait(job, timeout=60).state == "succeeded"
+        assert client.wait(job, timeout=limit(60)).state == "succeeded"

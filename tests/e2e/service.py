@@ -26,7 +26,7 @@ import httpx
 
 from flotilla.backends.processes import start_ticks
 from flotilla.runtime import token_for
-from tests.timing import deadline, wait_until
+from tests.timing import deadline, limit, wait_until
 
 FLOTILLA = Path(sys.executable).with_name("flotilla")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -133,7 +133,7 @@ class Server:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=15)
+                self.process.wait(timeout=limit(15))
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -191,9 +191,16 @@ class Server:
         raise AssertionError(f"logs of {job_id} never complete")
 
     def wait_states(
-        self, ids: Iterable[str], states: frozenset[str] = TERMINAL, limit: float = 60.0
+        self,
+        ids: Iterable[str],
+        states: frozenset[str] = TERMINAL,
+        limit: float = 60.0,
+        context: Callable[[], str] | None = None,
     ) -> dict[str, str]:
-        """Poll until every job is in one of ``states``; return each job's state."""
+        """Poll until every job is in one of ``states``; return each job's state. A wait that
+        times out says where each job stood, the end of the server's log, and ``context``
+        (what the engine under it shows), so that a failure on a loaded machine can be read
+        from its report alone."""
         pending = list(ids)
         seen: dict[str, str] = {}
 
@@ -204,7 +211,13 @@ class Server:
                     pending.remove(job_id)
             return not pending
 
-        wait_for(done, limit, lambda: f"jobs to reach {sorted(states)}: {seen}", interval=0.1)
+        def what() -> str:
+            said = f"jobs to reach {sorted(states)}: {seen}"
+            tail = "\n".join(self.output().splitlines()[-40:])
+            extra = f"\n{context()}" if context is not None else ""
+            return f"{said}{extra}\nthe server's log ends:\n{tail}"
+
+        wait_for(done, limit, what, interval=0.1)
         return seen
 
 

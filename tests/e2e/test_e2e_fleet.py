@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from tests.e2e.service import Server, Services, wait_for
 from tests.postgres_support import postgres_schema_url
+from tests.timing import limit
 
 LEASE_TTL = 10.0
 
@@ -118,7 +119,7 @@ def test_a_replica_whose_local_cluster_would_be_another_one_refuses_to_start(
     second = services.start(
         db=db, state_dir=tmp_path / "runs-b", workdir=tmp_path / "b", ready=False
     )
-    assert second.process.wait(timeout=60) == 2
+    assert second.process.wait(timeout=limit(60)) == 2
     output = " ".join(second.output().split())
     assert "cluster local: this local cluster is" in output
     assert str(tmp_path / "runs-b") in output  # its own; the other's path is not on record

@@ -20,9 +20,11 @@ import yaml
 
 from tests.backends.engines.fake_kube_apiserver import FakeApiServer
 from tests.e2e.service import FLOTILLA, Server, Services, wait_for
+from tests.timing import limit
 
 LIMIT = 120.0
-"""Seconds a job may take to reach a state on a loaded machine."""
+"""Seconds a job may take to reach a state on the reference machine (``tests/timing.py``
+stretches it on a loaded one)."""
 
 
 @pytest.fixture
@@ -79,6 +81,27 @@ def job(name: str, command: str, replicas: int = 1, **fields: Any) -> dict[str, 
     }
 
 
+def describe(cluster: FakeApiServer) -> str:
+    """The fake cluster's Jobs (conditions) and pods (phase, process), for a failed wait."""
+    with cluster.cluster.lock:
+        lines = [
+            f"Job {item['metadata']['name']}: "
+            + str([c["type"] for c in item.get("status", {}).get("conditions", [])])
+            for item in cluster.cluster.list("Job")
+        ]
+        for pod in cluster.cluster.list("Pod"):
+            meta = pod["metadata"]
+            process = cluster.cluster.processes.get((meta["namespace"], meta["name"]))
+            code = None if process is None else process.popen.poll()
+            lines.append(
+                f"Pod {meta['name']}: {pod['status'].get('phase')} on "
+                f"{pod['spec'].get('nodeName')}, deleting={bool(meta.get('deletionTimestamp'))}"
+                f", process={'none' if process is None else code}"
+            )
+        lines.append(f"resourceVersion {cluster.cluster.version}")
+    return "the fake cluster:\n" + "\n".join(lines)
+
+
 def chunk(server: Server, job_id: str, **params: Any) -> dict[str, Any]:
     response = server.http.get(f"/v1/jobs/{job_id}/logs", params=params)
     assert response.status_code == 200, response.text
@@ -98,7 +121,9 @@ def test_jobs_on_kubernetes_succeed_fail_gang_are_cancelled_time_out_and_show_lo
         job("long", "echo before-cancel; sleep 300"),
         job("late", "echo before-deadline; sleep 300", max_runtime=1),
     )
-    states = server.wait_states([ok, bad, gang, late], limit=LIMIT)
+    states = server.wait_states(
+        [ok, bad, gang, late], limit=LIMIT, context=lambda: describe(cluster)
+    )
     assert states == {ok: "succeeded", bad: "failed", gang: "succeeded", late: "failed"}
 
     assert server.logs(ok) == "hello-from-a-pod\nkept=$(FLOTILLA_RUN)\non-stderr\n"
@@ -129,7 +154,7 @@ def test_jobs_on_kubernetes_succeed_fail_gang_are_cancelled_time_out_and_show_lo
         [str(FLOTILLA), "logs", ok, "--server", server.url],
         capture_output=True,
         text=True,
-        timeout=LIMIT,
+        timeout=limit(LIMIT),
         check=True,
     )
     assert printed.stdout + printed.stderr == "hello-from-a-pod\nkept=$(FLOTILLA_RUN)\non-stderr\n"
@@ -150,14 +175,14 @@ def test_kill9_of_flotilla_loses_and_repeats_no_run_on_kubernetes(
         job("gated-0", waiting), job("gated-1", waiting), job("gated-gang", waiting, replicas=2)
     )
     ids += first.submit(job("doomed", "sleep 300"))
-    first.wait_states(ids, frozenset({"running"}), limit=LIMIT)
+    first.wait_states(ids, frozenset({"running"}), limit=LIMIT, context=lambda: describe(cluster))
     first.kill9()  # the pods keep running on the cluster
 
     second = start(services, tmp_path, cluster)
     assert all(second.state(job_id) == "running" for job_id in ids)
     second.cancel(ids[-1])
     gate.touch()
-    states = second.wait_states(ids, limit=LIMIT)
+    states = second.wait_states(ids, limit=LIMIT, context=lambda: describe(cluster))
     assert states == {**dict.fromkeys(ids[:-1], "succeeded"), ids[-1]: "cancelled"}
     for job_id in ids:
         runs = second.job(job_id)["runs"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from tests.e2e.service import Services, job_spec, wait_for
+from tests.timing import limit
 
 
 def states(db_file: Path) -> dict[str, str]:
@@ -38,7 +39,7 @@ def test_ctrl_c_with_drain_waits_for_the_running_jobs_before_exiting(
     assert server.state(running) == "running"
     assert server.http.get("/v1/jobs").status_code == 200
     gate.touch()
-    server.process.wait(timeout=60)
+    server.process.wait(timeout=limit(60))
     assert server.process.returncode == 0, server.output()
     assert "drained: every job has ended; stopping" in server.output()
     assert states(db_file) == {"running": "succeeded"}
@@ -59,7 +60,7 @@ def test_a_second_ctrl_c_stops_a_drain_at_once_leaving_the_job_running(
     server.process.send_signal(signal.SIGINT)
     wait_for(lambda: "waiting for 1 running job(s)" in server.output(), 60, server.output)
     server.process.send_signal(signal.SIGINT)
-    server.process.wait(timeout=60)
+    server.process.wait(timeout=limit(60))
     assert "stopping without waiting: 1 job(s) keep running" in server.output()
     assert states(db_file) == {"running": "running"}
     gate.touch()
@@ -77,6 +78,6 @@ def test_ctrl_c_without_drain_says_running_jobs_keep_running(
     [running] = server.submit(job_spec("running", f"until [ -e {gate} ]; do sleep 0.05; done"))
     wait_for(lambda: server.state(running) == "running", 60, "the job to run")
     server.process.send_signal(signal.SIGINT)
-    server.process.wait(timeout=60)
+    server.process.wait(timeout=limit(60))
     gate.touch()
     assert "1 running job(s) keep running and the next `flotilla up`" in server.output()

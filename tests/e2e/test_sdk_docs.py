@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.e2e.service import Services
+from tests.timing import limit
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"
 
@@ -35,7 +36,7 @@ def test_every_sdk_example_runs_against_flotilla_up(services: Services, tmp_path
             env=env,
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=limit(180),
             check=False,
         )
         assert done.returncode == 0, f"example {number} failed:\n{code}\n{done.stderr}"

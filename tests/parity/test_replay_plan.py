@@ -14,6 +14,7 @@ from flotilla.backends.sim import make_sim_backend
 from flotilla.cli.main import app
 from flotilla.model import scenario_from_data
 from flotilla.model.fleet import FleetCluster
+from flotilla.model.loader import load_scenario
 from flotilla.replay.plan import FOREVER, plan_replay
 from tests.builders import REPO_ROOT
 
@@ -96,6 +97,28 @@ def test_a_failed_cluster_stops_answering_and_the_service_loses_it_within_a_cycl
     backend = make_sim_backend(cluster="c", **cluster["settings"], clock=lambda: 1_800_000_000.0)
     with pytest.raises(BackendUnavailable, match="cluster c failed"):
         backend.poll()
+
+
+def test_each_step_awaits_what_the_simulator_did_before_its_time() -> None:
+    """The plan carries the simulation's course; a step at t waits until the service has
+    placed each job as often as the simulator had before t, and ended what it had ended."""
+    scenario = REPO_ROOT / "tests" / "scenarios" / "policies" / "retry-node-failure.yaml"
+    plan = plan_replay(load_scenario(scenario), speed=20)
+    assert plan.milestones is not None
+    # primary fails at 5: all three placed at 0, nothing ended (the cycle at 5 comes after)
+    assert plan.milestones.due(5) == {
+        "careful": (1, False),
+        "fragile": (1, False),
+        "plain": (1, False),
+    }
+    # backup fails at 40: careful placed again at 15; plain again at 5, ended at 25; fragile
+    # failed at 5. careful fails at 40, by the step itself: not yet due.
+    assert plan.milestones.due(40) == {
+        "careful": (2, False),
+        "fragile": (1, True),
+        "plain": (2, True),
+    }
+    assert plan_replay(load_scenario(scenario), speed=20, paced=False).milestones is None
 
 
 def test_an_invalid_scenario_exits_2_naming_the_field(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from flotilla.scheduler.algorithm import SchedulingAlgorithm
 from flotilla.scheduler.precedence import Precedence
 from flotilla.server.requests_first import RequestsFirst
 from tests.builders import cluster, fleet, jobs, nodes, scenario
+from tests.timing import limit
 
 
 class ScriptedClock:
@@ -39,7 +40,7 @@ def test_a_round_waits_at_its_checkpoint_until_the_urgent_work_is_done() -> None
         thread = threading.Thread(target=run)
         thread.start()
         assert not passed.wait(0.2)  # still waiting: the urgent work is not done
-    thread.join(timeout=30)
+    thread.join(timeout=limit(30))
     assert passed.is_set()
 
 
@@ -139,7 +140,7 @@ def test_bulk_work_waits_at_its_pace_while_a_read_is_under_way() -> None:
     with precedence.urgent():  # a GET, on another thread than the bulk work
         thread, passed = _paced_in_thread(precedence)
         assert not passed.wait(0.2)
-    thread.join(timeout=30)
+    thread.join(timeout=limit(30))
     assert passed.is_set()
 
 
@@ -149,12 +150,12 @@ def test_bulk_work_does_not_wait_for_bulk_work_but_the_round_does() -> None:
         assert precedence.pending and not precedence.prompt_pending
         thread, passed = _paced_in_thread(precedence)  # the loop's sync, another submission
         assert passed.wait(30)
-        thread.join(timeout=30)
+        thread.join(timeout=limit(30))
         round_passed = threading.Event()
         checkpoint = threading.Thread(target=lambda: (precedence.checkpoint(), round_passed.set()))
         checkpoint.start()
         assert not round_passed.wait(0.2)  # a scheduling round still yields to a submission
-    checkpoint.join(timeout=30)
+    checkpoint.join(timeout=limit(30))
     assert round_passed.is_set() and not precedence.pending
 
 
@@ -164,7 +165,7 @@ def test_a_thread_never_waits_at_its_pace_for_its_own_urgent_work() -> None:
         precedence.pace()  # returns at once (it would wait ten minutes otherwise)
         thread, passed = _paced_in_thread(precedence)
         assert not passed.wait(0.2)  # another thread does wait
-    thread.join(timeout=30)
+    thread.join(timeout=limit(30))
 
 
 def test_after_a_pace_the_thread_works_at_least_as_long_before_it_paces_again() -> None:
@@ -175,7 +176,7 @@ def test_after_a_pace_the_thread_works_at_least_as_long_before_it_paces_again() 
             target=lambda: [precedence.pace() for _ in range(3)]  # as the checkpoint's test
         )
         thread.start()
-        thread.join(timeout=30)
+        thread.join(timeout=limit(30))
     assert clock.times == []
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 import flotilla
 from flotilla.sdk import JobDetail, JobFilter, LogSelection
 from tests.live_service import LiveService, live_service
+from tests.timing import limit
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_submit_wait_and_read_both_streams_typed(
 ) -> None:
     submitted = client.submit(live.spec("hello", "echo out; echo err >&2; exit 0"))
     assert [job.name for job in submitted.jobs] == ["hello"]
-    done = client.wait("hello", timeout=60)
+    done = client.wait("hello", timeout=limit(60))
     assert isinstance(done, JobDetail) and done.id == submitted.ids[0]
     assert (done.state, done.runs[-1].exit_code) == ("succeeded", 0)
     read = [(output.stream, output.text) for output in client.logs("default/hello")]
@@ -84,7 +85,7 @@ def test_the_async_client_does_the_same(live: LiveService) -> None:
         http = httpx.AsyncClient(transport=transport, base_url="http://testserver")
         async with flotilla.AsyncClient(http=http) as client:
             [job_id] = (await client.submit(live.spec("hello", "echo async"))).ids
-            done = await client.wait(job_id, timeout=60)
+            done = await client.wait(job_id, timeout=limit(60))
             texts = [output.text async for output in client.logs("hello", follow=True)]
             names = [job.name async for job in client.list(limit=5)]
             with pytest.raises(flotilla.NotFound):
@@ -123,7 +124,7 @@ def test_the_run_report_through_the_sdk(live: LiveService, client: flotilla.Clie
     """``Client.runs`` (``flotilla sacct``): each run with its end, node and, once the loop
     recorded it, what it used where this machine measures it (cgroups as root)."""
     [job_id] = client.submit(live.spec("sums", "exit 4")).ids
-    assert client.wait(job_id, timeout=60).state == "failed"
+    assert client.wait(job_id, timeout=limit(60)).state == "failed"
     report = client.runs(since="1h", queues=["default"], states=["failed"])
     [run] = report.runs
     assert (run.job, run.name, run.exit_code, run.attempt) == (job_id, "sums", 4, 1)

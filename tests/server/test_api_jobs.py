@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from flotilla.store import JobState, SqlStore
 from tests.server.api_support import FakeScheduler, spec, submit
+from tests.timing import limit
 
 
 def test_submit_one_job_stores_it_queued_and_wakes_the_scheduler(
@@ -259,5 +260,5 @@ def test_a_large_submission_waits_for_a_read_under_way_and_a_small_one_does_not(
         thread.start()
         thread.join(timeout=0.5)
         assert answers == []  # still waiting for the read
-    thread.join(timeout=60)
+    thread.join(timeout=limit(60))
     assert answers == [201]

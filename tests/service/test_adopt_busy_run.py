@@ -5,7 +5,6 @@ behind it, cycle after cycle, while its lock was held)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import JobState, SqlStore
 from tests.service_builders import loop_over
+from tests.timing import wait_until
 
 WAIT = 10.0
 """How long the test waits for something before failing (not a performance bound)."""
@@ -80,8 +80,4 @@ def running(store: SqlStore, job_id: str) -> bool:
 
 
 def cycle_until(cycle: Callable[[], object], done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not done():
-        assert time.monotonic() < deadline, "the loop did not get there in time"
-        cycle()
-        time.sleep(0.01)
+    wait_until(done, "the loop to get there", WAIT, interval=0.01, step=cycle)

@@ -23,7 +23,7 @@ from flotilla.service.loop import LoopSettings
 from flotilla.store import TERMINAL_JOB_STATES, CycleWrite, JobState
 from tests.live_service import local_loop, process_gone, read_pids, sleeper_writing_pids
 from tests.service_builders import loop_over
-from tests.timing import wait_until
+from tests.timing import deadline, wait_until
 
 
 class Service:
@@ -176,8 +176,8 @@ def test_async_mode_applies_a_cancel_while_a_slow_round_is_in_flight(
             cancel: threading.Event | None = None,
             precedence: Precedence | None = None,
         ) -> CycleResult:
-            deadline = time.monotonic() + 30
-            while not release.exists() and time.monotonic() < deadline:
+            due = deadline(30)  # only a bound for a test that fails before it releases
+            while not release.exists() and not due.expired():
                 time.sleep(0.01)
             return original(snapshot, cancel, precedence)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import limit
+
 
 def _flotilla() -> list[str]:
     beside_python = Path(sys.executable).with_name("flotilla")
@@ -35,7 +37,7 @@ def test_shared_scenario_passes_check(shared_dir: Path, name: str) -> None:
         [*_flotilla(), "simulate", str(path), "--check", "--format", "json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit(120),
     )
     assert result.returncode == 0, result.stderr
     assert "expectations hold" in result.stderr

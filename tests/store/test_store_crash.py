@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 
 from sqlalchemy import text
+from tests.timing import limit
 
 from flotilla.faults import ENVIRONMENT
 from flotilla.model import JobSpec, QueueSpec, TaskSpec
@@ -177,7 +178,7 @@ def test_a_cycle_write_killed_between_its_transitions_and_its_leases_leaves_noth
         env={**os.environ, ENVIRONMENT: "mid-cycle-write"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit(120),
     )
     assert writer.returncode == -signal.SIGKILL, writer.stderr
     assert "flotilla fault: killed at mid-cycle-write" in writer.stderr

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 from store_support import FakeClock, job
-from tests.timing import deadline
+from tests.timing import deadline, limit
 
 from flotilla.store import (
     CycleWrite,
@@ -189,7 +189,7 @@ def test_racing_processes_on_postgresql_elect_exactly_one_leader(postgres_url: s
         assert racer.stdin is not None
         racer.stdin.write("go\n")
         racer.stdin.flush()
-    outcomes = [racer.communicate(timeout=60)[0].strip() for racer in racers]
+    outcomes = [racer.communicate(timeout=limit(60))[0].strip() for racer in racers]
     assert sorted(outcomes) == ["lost", "won"]
 
 
@@ -267,14 +267,14 @@ def test_a_leader_stopped_inside_a_fenced_write_does_not_keep_the_standby_out(
 
         trying = threading.Thread(target=take_over, daemon=True)
         trying.start()
-        trying.join(timeout=90)
+        trying.join(timeout=limit(90))
         assert taken, "the standby did not take the lease while the leader was stopped"
         assert taken[0].token == old_token + 1
     finally:
         leader.send_signal(signal.SIGCONT)
         leader.stdin.write("go\n")
         leader.stdin.flush()
-        outcome = leader.communicate(timeout=60)[0].strip()
+        outcome = leader.communicate(timeout=limit(60))[0].strip()
         standby.close()
     assert outcome.startswith("refused:"), outcome
     check = SqlStore.open(postgres_url)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
+from tests.timing import limit
 
 from flotilla.model import ClusterSpec, QueueSpec
 from flotilla.store import SqlStore, catalog
@@ -80,7 +81,7 @@ def test_replicas_starting_together_all_register(postgres_url: str) -> None:
 
     def register(store: SqlStore) -> None:
         try:
-            start.wait(timeout=60)
+            start.wait(timeout=limit(60))
             store.upsert_cluster(SPEC)
             store.put_queue(QueueSpec(name="default"))
         except BaseException as error:
@@ -90,7 +91,7 @@ def test_replicas_starting_together_all_register(postgres_url: str) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=limit(120))
     try:
         assert errors == []
         assert [cluster.name for cluster in stores[0].list_clusters()] == ["local"]

@@ -30,7 +30,8 @@ def replay(
     ] = None,
 ) -> None:
     """Play a scenario against a live service (admin): apply its fleet as sim clusters,
-    submit its jobs and cancel them at their times, wait for them to end, and write the
+    submit its jobs and cancel them at their times (each step once the service has done
+    what the scenario's simulation had done by then), wait for them to end, and write the
     same JSON report as ``flotilla simulate``, in scenario seconds. The service's fleet is
     replaced: use a service of its own (``flotilla up --db sqlite:///replay.db``)."""
     from rich.console import Console

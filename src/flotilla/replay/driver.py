@@ -3,8 +3,11 @@
 The fleet is applied and the replay waits until every cluster of it is ready; then the clock
 starts (scenario time 0) and each step is taken when its wall time comes — but never before
 the scheduler has run a full cycle since the previous step, as the simulator runs a cycle at
-each step's time: a service that lags (a loaded machine, a high speed) sees the scenario's
-events late, never in another order. The replay ends as
+each step's time, nor before the service has placed and ended what the simulator had placed
+and ended before that time (the plan's ``Milestones``; for at most ``patience`` wall seconds,
+after which the step goes ahead and the difference shows in the report): a service that lags
+(a loaded machine, a high speed) sees the scenario's events late, never in another order.
+The replay ends as
 a simulation does: every job terminal, ``settings.max_time`` reached, or nothing that can
 change any more (every step taken, no job running that will end by itself, no queued job
 with a timer — a gang timeout or a retry backoff — and the scheduler has run cycles since
@@ -36,6 +39,10 @@ BARRIER_POLL = 0.02
 """Wall seconds between two reads of the scheduler's cycle number while a step waits."""
 START_PATIENCE = 5.0
 """Wall seconds a step waits, past a run's due start, for the service to see it started."""
+PACE_PATIENCE = 30.0
+"""Wall seconds a step waits for the service to catch up with
+the simulation's course before it goes ahead regardless: a bound for a service that
+disagrees with the simulator (it never gets there), not a pace."""
 QUIET_CYCLES = 3
 """Scheduler cycles without a change after which nothing can change any more."""
 Progress = Callable[[float, int, int], None]
@@ -71,8 +78,14 @@ class Observed:
         return (epoch - self.started_at) * self.plan.speed
 
 
-def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -> Observed:
-    """Apply, play, wait, read back, clean up."""
+def replay(
+    client: Client,
+    plan: ReplayPlan,
+    progress: Progress | None = None,
+    patience: float = PACE_PATIENCE,
+) -> Observed:
+    """Apply, play, wait, read back, clean up. ``patience``: the wall seconds a step waits
+    for the service to catch up with the simulation's course (``PACE_PATIENCE``)."""
     apply_fleet(client, plan)
     epoch = time.time()
     start = time.monotonic()
@@ -93,6 +106,8 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
     looked = -STATE_POLL
     behind = 0.0
     """Scenario seconds the latest step was taken after its time (the service lagged)."""
+    pacing: tuple[float, float] | None = None
+    """(The step's time, the wall time it began to wait for the simulation's course.)"""
     durations: dict[str, float | None] = {}
     """Job id → its duration in scenario seconds (jobs that end by themselves)."""
     states: dict[str, str] = {}
@@ -104,7 +119,12 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             # One step time at a time, each once the service is where the simulator would be
             # at its cycle: the previous step seen, the runs due to end by then ended.
             jobs = _jobs(client, ids, after)
-            if _ready(client, plan, steps[0].at, barrier, jobs, epoch, durations):
+            at = steps[0].at
+            if pacing is None or pacing[0] != at:
+                pacing = (at, time.monotonic())
+            if _ready(client, plan, at, barrier, jobs, epoch, durations) and (
+                _caught_up(plan, at, ids, jobs) or time.monotonic() - pacing[1] > patience
+            ):
                 barrier = _cycle_number(client) + 2
                 behind = max(behind, now - steps[0].at)
                 _take(client, plan, steps.pop(0), ids, failed)
@@ -120,7 +140,10 @@ def replay(client: Client, plan: ReplayPlan, progress: Progress | None = None) -
             # The replay's clock runs behind the wall by the service's lag (``behind``): its
             # max_time is on that clock, or what was simulated just before it would be cut.
             end_reason, end_time = "settings.max_time", limit
-            # The simulation includes the cycle at max_time: so does the replay.
+            # The simulation includes the cycle at max_time: so does the replay. (Not paced:
+            # waiting here for the simulator's course by max_time lets the service run past
+            # it elsewhere — at a load average of 27, 16 stream jobs of
+            # backfill-starvation-backfill ended in the wait that the simulator still ran.)
             _await_cycle(client, _cycle_number(client) + 2)
             break
         if time.monotonic() - looked < STATE_POLL:
@@ -195,6 +218,27 @@ def _fail(client: Client, plan: ReplayPlan, names: list[str], failed: dict[str, 
         if time.monotonic() > deadline:
             raise ReplayError(f"the service did not lose the failed clusters: {names}")
         time.sleep(BARRIER_POLL)
+
+
+def _caught_up(
+    plan: ReplayPlan,
+    at: float,
+    ids: Mapping[str, str],
+    jobs: Mapping[str, Job],
+) -> bool:
+    """Whether the service has placed each job at least as often as the simulator had
+    before scenario time ``at``, and ended every job the simulator had ended
+    (``Milestones.due``). A service ahead of the simulator is not waited for."""
+    if plan.milestones is None:
+        return True
+    for name, (placed, ended) in plan.milestones.due(at).items():
+        job = jobs.get(ids.get(name, ""))
+        if job is None:
+            return False
+        runs = job.run.attempt if job.run is not None else 0
+        if runs < placed or (ended and job.state not in TERMINAL):
+            return False
+    return True
 
 
 def _await_cycle(client: Client, number: int) -> None:

@@ -18,16 +18,27 @@ timeout, which the plan sets (``settings.heartbeat_timeout``, scaled; half a cyc
 the scenario sets one) so that the service loses it within a cycle, as the simulator does at
 once. As a step, it waits for the service like the others: a lagging service sees the
 failure late, never before the placements the simulator made ahead of it.
+
+The plan also carries the simulation's own course (``Milestones``: when the simulator placed
+and ended each job). The service's latencies (a cycle, a dispatch, a poll) are wall time, and
+on a loaded machine they outgrow the scenario's gaps at any speed; so a step is taken only
+once the service has done what the simulator had done before that step's time (its
+placements and ends), for at most a patience: a lagging service sees the scenario's events
+late, never in another order, and a service that disagrees still shows the difference (it
+never gets there; the step goes ahead when the patience is spent).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from flotilla.model.base import MAX_SECONDS
 from flotilla.model.job import JobSpec
 from flotilla.model.scenario import Scenario
+from flotilla.sim.report import build_report
+from flotilla.sim.simulator import simulate
 
 FOREVER = MAX_SECONDS
 """Wall seconds a job without ``duration`` runs: past the end of any replay, as a scenario
@@ -61,6 +72,42 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Milestones:
+    """The simulation's course, job by job: the scenario times the simulator placed each job
+    at (its ``scheduled`` events) and the time and kind of its end."""
+
+    leases: dict[str, list[float]] = field(default_factory=dict)
+    ends: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any]) -> Milestones:
+        """From ``flotilla simulate``'s report (its ``events``)."""
+        found = cls()
+        for event in report["events"]:
+            kind, name = event["event"], event["job"]
+            if kind == "scheduled":
+                found.leases.setdefault(name, []).append(float(event["time"]))
+            elif kind in ("succeeded", "failed", "cancelled"):
+                found.ends[name] = (float(event["time"]), kind)
+        return found
+
+    def due(self, at: float) -> dict[str, tuple[int, bool]]:
+        """Per job, what the simulator had done before its step at ``at``: how many times it
+        had placed the job, and whether the job had ended. The simulator's cycle at ``at``
+        comes after that time's submissions, cancels and cluster failures, so what it did at
+        ``at`` is not yet due; only runs ending at ``at`` by their duration (freed before
+        the cycle) are."""
+        wanted: dict[str, tuple[int, bool]] = {}
+        for name, times in self.leases.items():
+            placed = sum(1 for time in times if time < at)
+            end = self.ends.get(name)
+            ended = end is not None and (end[0] < at or (end[0] == at and end[1] == "succeeded"))
+            if placed or ended:
+                wanted[name] = (placed, ended)
+        return wanted
+
+
+@dataclass(frozen=True)
 class ReplayPlan:
     scenario: Scenario
     speed: float
@@ -69,6 +116,8 @@ class ReplayPlan:
     jobs: list[PlannedJob]
     unsupported: list[str]
     """Scenario fields the replay cannot give a service, each with why (shown as warnings)."""
+    milestones: Milestones | None = None
+    """The simulation's course, which paces the steps (None: steps by the clock alone)."""
 
     def wall(self, scenario_seconds: float) -> float:
         return scenario_seconds / self.speed
@@ -92,8 +141,9 @@ class ReplayPlan:
         return self.scenario.settings.max_time
 
 
-def plan_replay(scenario: Scenario, speed: float) -> ReplayPlan:
-    """The fleet document and timeline of ``scenario`` at ``speed`` (> 0)."""
+def plan_replay(scenario: Scenario, speed: float, *, paced: bool = True) -> ReplayPlan:
+    """The fleet document and timeline of ``scenario`` at ``speed`` (> 0); ``paced``: with
+    the simulation's course (``Milestones``, from simulating the scenario)."""
     if speed <= 0:
         raise ValueError("speed must be > 0")
     unsupported: list[str] = []
@@ -124,6 +174,7 @@ def plan_replay(scenario: Scenario, speed: float) -> ReplayPlan:
         steps=[steps[at] for at in sorted(steps)],
         jobs=jobs,
         unsupported=unsupported,
+        milestones=Milestones.of(build_report(simulate(scenario))) if paced else None,
     )
 
 
