@@ -55,15 +55,20 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
                 "0.1",
             )
         )
-        wait(lambda: "Flotilla is up" in scheduler_log.read_text(), "the scheduler")
-        assert "scheduler only, no API here" in scheduler_log.read_text()
-        clients = []
+        # The three processes start side by side (each pays its imports), then are waited for.
+        apis = []
         for index in range(2):
             port, log = free_port(), tmp_path / f"api-{index}.log"
             served = stack.enter_context(
                 flotilla_process(log, "serve", "--db", db, "--port", str(port))
             )
-            clients.append(stack.enter_context(api_client(port, served, log, patience=limit(120))))
+            apis.append((port, served, log))
+        wait(lambda: "Flotilla is up" in scheduler_log.read_text(), "the scheduler")
+        assert "scheduler only, no API here" in scheduler_log.read_text()
+        clients = [
+            stack.enter_context(api_client(port, served, log, patience=limit(120)))
+            for port, served, log in apis
+        ]
 
         ids = [
             client.post("/v1/jobs", json={"jobs": [job(f"through-{index}")]}).json()["jobs"][0][
