@@ -103,6 +103,11 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
     db = db_url
     with ExitStack() as stack:
         scheduler_log = tmp_path / "scheduler.log"
+        # Both processes start side by side; the job is submitted once both are up.
+        port, log = free_port(), tmp_path / "api.log"
+        served = stack.enter_context(
+            flotilla_process(log, "serve", "--db", db, "--port", str(port))
+        )
         stack.enter_context(
             scheduler_up(
                 scheduler_log,
@@ -119,10 +124,6 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
                 "600",
                 patience=limit(120),
             )
-        )
-        port, log = free_port(), tmp_path / "api.log"
-        served = stack.enter_context(
-            flotilla_process(log, "serve", "--db", db, "--port", str(port))
         )
         client = stack.enter_context(api_client(port, served, log, patience=limit(120)))
         sleeper = {**job("sleeper"), "payload": {"command": ["sleep", "600"]}}
