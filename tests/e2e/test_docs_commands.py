@@ -30,6 +30,7 @@ from tests.e2e.docs_commands import (
     treatment,
 )
 from tests.e2e.service import Services
+from tests.timing import limit
 
 VENV = Path(sys.executable).parents[1]
 SHORT_ID = re.compile(r"^\s*([0-9a-f]{8,32})\s", re.MULTILINE)
@@ -213,7 +214,7 @@ def test_every_bench_case_the_docs_name_exists() -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit(120),
         check=True,
     ).stdout
     known = set(listed.split())

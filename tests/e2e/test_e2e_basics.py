@@ -11,6 +11,7 @@ import httpx
 
 from flotilla.backends.processes import group_alive
 from tests.e2e.service import FLOTILLA, Services, job_spec, run_records, wait_for
+from tests.timing import limit
 
 
 def test_submit_run_succeed_with_logs(services: Services, db_url: str, tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_public_bind_without_auth_refuses_to_start(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit(60),  # stretched on a loaded machine (tests/timing.py)
     )
     assert finished.returncode == 2
     assert "refusing to listen on 0.0.0.0 without authentication" in finished.stderr

@@ -14,6 +14,7 @@ import pytest
 
 from flotilla.runtime import server_file
 from tests.e2e.service import FLOTILLA, Services, job_spec, wait_for
+from tests.timing import limit
 
 
 def test_the_loopback_default_refuses_a_cross_origin_page_and_the_cli_still_works(
@@ -48,7 +49,7 @@ def test_the_loopback_default_refuses_a_cross_origin_page_and_the_cli_still_work
         env={**environment, "FLOTILLA_SERVER": url},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit(60),
     )
     assert listed.returncode == 0, listed.stderr
     server.stop()

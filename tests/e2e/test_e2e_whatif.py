@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.service import FLOTILLA, Server, Services, wait_for
+from tests.timing import limit
 
 
 def fleet(cpu_quota: int) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def flotilla(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "FLOTILLA_TOKEN": server.token or ""},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit(120),
         cwd=server.workdir,
     )
 
