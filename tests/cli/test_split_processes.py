@@ -55,15 +55,20 @@ def test_two_api_processes_and_a_scheduler_only_process_share_one_database(
                 "0.1",
             )
         )
-        wait(lambda: "Flotilla is up" in scheduler_log.read_text(), "the scheduler")
-        assert "scheduler only, no API here" in scheduler_log.read_text()
-        clients = []
+        # The three processes start side by side (each pays its imports), then are waited for.
+        apis = []
         for index in range(2):
             port, log = free_port(), tmp_path / f"api-{index}.log"
             served = stack.enter_context(
                 flotilla_process(log, "serve", "--db", db, "--port", str(port))
             )
-            clients.append(stack.enter_context(api_client(port, served, log, patience=limit(120))))
+            apis.append((port, served, log))
+        wait(lambda: "Flotilla is up" in scheduler_log.read_text(), "the scheduler")
+        assert "scheduler only, no API here" in scheduler_log.read_text()
+        clients = [
+            stack.enter_context(api_client(port, served, log, patience=limit(120)))
+            for port, served, log in apis
+        ]
 
         ids = [
             client.post("/v1/jobs", json={"jobs": [job(f"through-{index}")]}).json()["jobs"][0][
@@ -98,6 +103,11 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
     db = db_url
     with ExitStack() as stack:
         scheduler_log = tmp_path / "scheduler.log"
+        # Both processes start side by side; the job is submitted once both are up.
+        port, log = free_port(), tmp_path / "api.log"
+        served = stack.enter_context(
+            flotilla_process(log, "serve", "--db", db, "--port", str(port))
+        )
         stack.enter_context(
             scheduler_up(
                 scheduler_log,
@@ -114,10 +124,6 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
                 "600",
                 patience=limit(120),
             )
-        )
-        port, log = free_port(), tmp_path / "api.log"
-        served = stack.enter_context(
-            flotilla_process(log, "serve", "--db", db, "--port", str(port))
         )
         client = stack.enter_context(api_client(port, served, log, patience=limit(120)))
         sleeper = {**job("sleeper"), "payload": {"command": ["sleep", "600"]}}
