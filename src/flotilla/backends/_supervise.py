@@ -61,10 +61,11 @@ import time
 from typing import Any
 
 if __package__:
-    from flotilla.backends import _job_init
-else:  # run as a script (``python -I -S``): its sibling, by path
+    from flotilla.backends import _job_init, _spawn
+else:  # run as a script (``python -I -S``): its siblings, by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _job_init  # type: ignore[import-not-found,no-redef]
+    import _spawn  # type: ignore[import-not-found,no-redef]
 
 CHUNK = 65536
 
@@ -257,8 +258,11 @@ class _Batch:
     """The replicas of one supervisor: starting them, pumping their output, writing down how
     each ended. Runs as PID 1 of the batch's PID namespace when there is one."""
 
-    def __init__(self, spec: dict[str, Any], stopping: int | None) -> None:
+    def __init__(self, spec: dict[str, Any], stopping: int | None, namespace: bool) -> None:
         self.spec = spec
+        self.spawner = _spawn.Spawner(spec) if namespace and _spawn.available() else None
+        """Commands started with no Python in the child (``_spawn.py``): only as PID 1 of a
+        namespace, whose end is every command's (``fork`` and ``_job_init`` otherwise)."""
         self.replicas = [_Replica(index, item) for index, item in enumerate(spec["replicas"])]
         self.budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
         self.note = str(spec.get("log_note") or "[log capped]")
@@ -295,12 +299,18 @@ class _Batch:
         self.kill, self.stopped = True, True
 
     def run(self) -> int:
+        refusal = self._enter_working_dir()
         for started, replica in enumerate(self.replicas, start=1):
             if self.stop is not None or self.kill:
                 break
+            if refusal is not None:
+                self._finish(replica, {"exit_code": 127, "error": refusal})
+                continue
             self._start(replica)
             if started % START_SLICE == 0:
                 self._service(0.0)
+        if self.spawner is not None:
+            self.spawner.leave_working_dir()
         for replica in self.replicas:
             if replica.pid is None and not replica.done:  # stopped before its start
                 code = -int(signal.SIGKILL if self.kill else (self.stop or signal.SIGTERM))
@@ -313,17 +323,38 @@ class _Batch:
         self._write_pids()
         return 0
 
+    def _enter_working_dir(self) -> str | None:
+        """With a spawner: enter the working dir as the job's user, once for the batch
+        (``_spawn.Spawner.enter_working_dir``); why no command may start, else ``None``."""
+        if self.spawner is None:
+            return None
+        try:
+            self.spawner.enter_working_dir()
+        except _spawn.Refused as refusal:
+            return str(refusal)
+        return None
+
     def _start(self, replica: _Replica) -> None:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
-            replica.pid = _job_init.start_command(
-                self.spec,
-                replica.spec,
-                replica.index,
-                (out_write, err_write),
-                (self.started_write, self.refused_write),
-            )
+            if self.spawner is not None:
+                replica.pid, replica.host_pid, replica.ticks = self.spawner.spawn(
+                    replica.spec, (out_write, err_write)
+                )
+            else:
+                replica.pid = _job_init.start_command(
+                    self.spec,
+                    replica.spec,
+                    replica.index,
+                    (out_write, err_write),
+                    (self.started_write, self.refused_write),
+                )
+        except _spawn.Refused as refusal:
+            for descriptor in (out_read, err_read):
+                os.close(descriptor)
+            self._finish(replica, {"exit_code": 127, "error": str(refusal)})
+            return
         except OSError as error:
             for descriptor in (out_read, err_read):
                 os.close(descriptor)
@@ -500,7 +531,9 @@ def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> i
     if namespace:
         _job_init.die_with_parent()  # the outer supervisor, killed: the whole batch goes
     _nofile_limit()
-    batch = _Batch(spec, stopping)  # its handlers set: the stops blocked since main may come
+    batch = _Batch(spec, stopping, namespace)  # its handlers set: the stops blocked since main
+    if batch.spawner is not None:  # may come; the commands inherit the mask: none blocked
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))
     return batch.run()
 
