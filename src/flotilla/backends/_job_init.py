@@ -75,8 +75,12 @@ def die_with_parent(number: int = signal.SIGKILL) -> None:
 
 def _join(cgroups: Sequence[str]) -> None:
     for directory in cgroups:
-        with open(os.path.join(directory, "cgroup.procs"), "w", encoding="ascii") as file:
-            file.write("0")  # this process; the command and its children follow it
+        # This process (single-threaded: a fork's child); the command and its children
+        # follow it. By v1's ``tasks`` where there is one: ``cgroup.procs`` takes the kernel's
+        # threadgroup lock, an RCU grace period each (see ``_spawn._enter``).
+        name = "tasks" if os.path.exists(os.path.join(directory, "tasks")) else "cgroup.procs"
+        with open(os.path.join(directory, name), "w", encoding="ascii") as file:
+            file.write("0")
 
 
 def _host_pid() -> int:

@@ -48,6 +48,19 @@ def available() -> bool:
     return _FORK_EXEC is not None
 
 
+class Started:
+    """A command just started: its pid here and on this machine, its start time, and the
+    read end of its error pipe until its ``exec`` is known to be done (``Spawner.check``)."""
+
+    __slots__ = ("errors", "host_pid", "pid", "refusal", "report", "ticks")
+
+    def __init__(self, pid: int, host_pid: int, ticks: int | None, errors: int) -> None:
+        self.pid, self.host_pid, self.ticks = pid, host_pid, ticks
+        self.errors: int | None = errors
+        self.report = b""
+        self.refusal: str | None = None
+
+
 class Refused(Exception):
     """The command did not start: the message is the replica's error (exit code 127)."""
 
@@ -142,19 +155,16 @@ class Spawner:
 
     # --- one command ----------------------------------------------------------------------
 
-    def spawn(
-        self, replica: dict[str, Any], outputs: tuple[int, int]
-    ) -> tuple[int, int, int | None]:
-        """Start ``replica``'s command (its ``env`` and ``cgroups``) writing into ``outputs``;
-        once it runs: its pid here, its pid on this machine and its start time (clock
-        ticks). Raises ``Refused`` (the child, if any, reaped) or ``OSError`` (the fork)."""
+    def spawn(self, replica: dict[str, Any], outputs: tuple[int, int]) -> Started:
+        """Start ``replica``'s command (its ``env`` and ``cgroups``) writing into ``outputs``.
+        Raises ``Refused`` (no process left) or ``OSError`` (the fork)."""
         env = [
             os.fsencode(str(name)) + b"=" + os.fsencode(str(value))
             for name, value in replica["env"].items()
         ]
         executables = self._executables(replica["env"].get("PATH"))
         cgroups = [str(directory) for directory in replica.get("cgroups") or ()]
-        error_read, error_write = os.pipe2(os.O_CLOEXEC)
+        error_read, error_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             homes = self._join(cgroups)
             try:
@@ -168,16 +178,38 @@ class Spawner:
             raise
         finally:
             os.close(error_write)
-        try:
-            report = _read_all(error_read)
-        finally:
-            os.close(error_read)
         host_pid = _host_pid(pid)
-        if report:
+        started = Started(pid, host_pid, _start_ticks(host_pid), error_read)
+        if self.check(started, block=False) is False and started.refusal is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            raise Refused(self._reported(report))
-        return pid, host_pid, _start_ticks(host_pid)
+            raise Refused(started.refusal)
+        return started
+
+    def check(self, started: Started, *, block: bool) -> bool | None:
+        """Whether ``started``'s command is running (``exec`` done; ``False``: it could not
+        start, ``started.refusal`` says why) or, while its child has not come that far and
+        not ``block``, ``None``. Its error pipe is closed once known."""
+        descriptor = started.errors
+        if descriptor is None:
+            return started.refusal is None
+        if block:
+            os.set_blocking(descriptor, True)
+        try:
+            while True:
+                chunk = os.read(descriptor, 4096)
+                if not chunk:
+                    break
+                started.report += chunk
+                os.set_blocking(descriptor, True)  # it writes its report, then exits
+        except BlockingIOError:
+            return None
+        os.close(descriptor)
+        started.errors = None
+        if started.report:
+            started.refusal = self._reported(started.report)
+            return False
+        return True
 
     def _fork_exec(
         self,
@@ -302,25 +334,26 @@ class _Joining(OSError):
     """A replica's cgroup could not be joined."""
 
 
+_MEMBERS: dict[str, str] = {}
+"""Hierarchy (a cgroup's parent directory) → the file this process joins a cgroup of it by."""
+
+
 def _enter(directory: str) -> None:
-    descriptor = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    """Move this (single-threaded) process into the cgroup ``directory``: by its v1 ``tasks``
+    file, which moves the calling thread only and so skips the kernel's threadgroup lock
+    (``cgroup.procs`` takes it for writing: a grace period of RCU each time when the writes
+    are a few ms apart, ~3 ms per replica for five hierarchies, docs/performance.md); by
+    ``cgroup.procs`` on v2, which has no ``tasks``."""
+    parent = os.path.dirname(directory)
+    name = _MEMBERS.get(parent)
+    if name is None:
+        name = "tasks" if os.path.exists(os.path.join(directory, "tasks")) else "cgroup.procs"
+        _MEMBERS[parent] = name
+    descriptor = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(descriptor, b"0")
     finally:
         os.close(descriptor)
-
-
-def _read_all(descriptor: int) -> bytes:
-    """What the child wrote on its error pipe before ``exec`` closed it (or it exited)."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(descriptor, 4096)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
 
 
 def _host_pid(pid: int) -> int:

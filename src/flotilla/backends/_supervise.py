@@ -252,6 +252,9 @@ class _Replica:
         self.streams: dict[int, _Stream] = {}
         self.refusal: str | None = None
         self.done = False
+        self.starting: _spawn.Started | None = None
+        """Spawned, its ``exec`` not yet known to be done: no stop is sent to it until then
+        (its child may still have the supervisor's handlers, which would swallow it)."""
 
 
 class _Batch:
@@ -271,6 +274,10 @@ class _Batch:
         self.stop: int | None = stopping
         self.kill = False
         self.stopped = stopping is not None
+        self.passed: int | None = None
+        """The last stop passed on: sent to each command when its ``exec`` is known done."""
+        self.starting: dict[int, _Replica] = {}
+        """Error pipe → the spawned replica whose ``exec`` is not yet known to be done."""
         self.outcomes: list[tuple[str, dict[str, object]]] = []
         self.all_started = False
         self.pids_written = False
@@ -339,9 +346,18 @@ class _Batch:
         err_read, err_write = os.pipe()
         try:
             if self.spawner is not None:
-                replica.pid, replica.host_pid, replica.ticks = self.spawner.spawn(
-                    replica.spec, (out_write, err_write)
+                started = self.spawner.spawn(replica.spec, (out_write, err_write))
+                replica.pid, replica.host_pid, replica.ticks = (
+                    started.pid,
+                    started.host_pid,
+                    started.ticks,
                 )
+                if started.errors is not None:
+                    replica.starting = started
+                    self.starting[started.errors] = replica
+                    self.selector.register(started.errors, selectors.EVENT_READ)
+                    if len(self.starting) >= START_SLICE:  # bounded descriptors
+                        self._started(next(iter(self.starting.values())), block=True)
             else:
                 replica.pid = _job_init.start_command(
                     self.spec,
@@ -380,6 +396,8 @@ class _Batch:
                     os.read(descriptor, CHUNK)
             elif descriptor in (self.started_read, self.refused_read):
                 self._read_reports()
+            elif descriptor in self.starting:
+                self._started(self.starting[descriptor], block=False)
             elif descriptor in self.by_source:
                 replica, stream = self.by_source[descriptor]
                 data = os.read(descriptor, CHUNK)
@@ -392,13 +410,35 @@ class _Batch:
         self._write_outcomes()
         self._write_pids()
 
+    def _started(self, replica: _Replica, *, block: bool) -> None:
+        """If ``replica``'s spawned command has come as far as ``exec`` (or failed before):
+        stop tracking its error pipe, and pass on a stop it missed meanwhile."""
+        started = replica.starting
+        if started is None or self.spawner is None:
+            return
+        descriptor = started.errors
+        if self.spawner.check(started, block=block) is None:
+            return
+        assert descriptor is not None
+        self.selector.unregister(descriptor)
+        del self.starting[descriptor]
+        replica.starting = None
+        replica.refusal = started.refusal
+        if self.passed is not None and started.refusal is None and replica.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(replica.pid, self.passed)
+
     def _pass_stops(self) -> None:
         if self.stop is None and not self.kill:
             return
         number = signal.SIGKILL if self.kill else self.stop
         self.stop, self.kill = None, False
         assert number is not None
+        if self.passed != signal.SIGKILL:
+            self.passed = number
         for pid, replica in self.by_pid.items():
+            if replica.starting is not None:
+                continue  # not yet its own command: it gets the stop once it is (_started)
             if not replica.done:
                 try:
                     os.killpg(pid, number)
@@ -449,9 +489,12 @@ class _Batch:
             if replica is None:
                 continue  # an orphan this init adopted
             self._read_reports()
+            self._started(replica, block=True)  # it exited: its error pipe is closed
             for stream in list(replica.streams.values()):
                 self._drain(replica, stream)
             code = os.waitstatus_to_exitcode(status)
+            if replica.refusal is not None and self.spawner is not None:
+                code = 127  # ``fork_exec``'s child exits 255 when it cannot ``exec``
             outcome: dict[str, object] = {"exit_code": code}
             if replica.refusal is not None and code == 127:
                 outcome["error"] = replica.refusal
