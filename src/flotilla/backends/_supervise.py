@@ -8,11 +8,14 @@ environment) with its launch spec, a JSON object, on stdin: what the batch's rep
 exit file and cgroups. Nothing of the job is ever the supervisor's own (issue 23): the spec
 travels on stdin, not in its arguments (``/proc/PID/cmdline`` is readable by every user) nor
 in its environment (``LD_PRELOAD`` there would run a job's library in a process of the
-server's, root's when the server is root); its working dir is ``/``. The job's environment,
-working dir and identity are applied only in the forked child that becomes the command
-(``_job_init.py``): it drops to the spec's ``uid``/``gid``/``groups`` first, then changes
-into ``working_dir`` as that user, and its ``env`` takes effect at ``exec``. The supervisor
-keeps the server's identity: it writes the exit files, which a command must not forge.
+server's, root's when the server is root); its working dir is ``/``, but while it starts a
+batch's commands as PID 1 of their namespace (``_spawn.py``), when it is the job's working dir,
+entered as the job's user (every path the supervisor opens is absolute). The job's
+environment and identity are applied only in the child that becomes the command: in C, by
+``fork_exec`` (``_spawn.py``), or, without a namespace, in Python (``_job_init.py``, which also
+changes into ``working_dir`` as that user); its ``env`` takes effect at ``exec``. The
+supervisor keeps the server's identity: it writes the exit files, which a command must not
+forge.
 
 Start gate: no command starts until the run's gate file says ``go``. The backend writes it
 after every supervisor's pid is on disk, then closes the write end of a pipe whose read end
@@ -24,7 +27,8 @@ tracked or never runs at all — never run twice. No timeout: a start of many re
 long, and a supervisor that gave up early would lose its replicas.
 
 Once ``go``, where PID namespaces work, the supervisor forks a copy of itself that is PID 1 of
-a new namespace and does the rest there (this one passes stops on to it and waits): every
+a new namespace and does the rest there (starting each command with no Python in the child,
+``_spawn.py``) (this one passes stops on to it and waits): every
 command of the batch lives in that namespace and dies with it (and with its supervisor:
 ``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for every command. Each command leads
 a process group of its own. A stop (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2) to the
