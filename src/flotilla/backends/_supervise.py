@@ -52,62 +52,25 @@ is read and dropped, and the stream that first lost some gets ``log_note`` as it
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import resource
 import select
 import selectors
 import signal
-import stat
 import sys
 import time
 from typing import Any
 
 if __package__:
-    from flotilla.backends import _job_init, _spawn
+    from flotilla.backends import _job_init, _outputs, _spawn
 else:  # run as a script (``python -I -S``): its siblings, by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _job_init  # type: ignore[import-not-found,no-redef]
+    import _outputs  # type: ignore[import-not-found,no-redef]
     import _spawn  # type: ignore[import-not-found,no-redef]
 
 CHUNK = 65536
-
-
-def _write(
-    path: str, outcome: dict[str, object], *, durable: bool = True, rename: bool = True
-) -> None:
-    """Write-then-rename, as ``flotilla.files`` does (this file may import nothing of
-    Flotilla): a device or FIFO at ``path`` is written in place, never replaced. Not
-    ``durable``: no fsync (see ``main``)."""
-    try:
-        special = not stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
-        special = False
-    if special:
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump(outcome, file)
-        return
-    temporary = f"{path}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump(outcome, file)
-        if durable:
-            file.flush()
-            os.fsync(file.fileno())
-    if rename:
-        os.replace(temporary, path)
-
-
-def _sync_filesystem(path: str) -> None:
-    """``syncfs`` of the filesystem holding ``path`` (every file written so far on it)."""
-    import ctypes
-
-    descriptor = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        ctypes.CDLL(None, use_errno=True).syncfs(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def claim_gate(path: str, decision: str) -> str:
@@ -148,80 +111,6 @@ def _await_gate(path: str, gate_fd: int | None) -> str:
     return claim_gate(path, "abandon")
 
 
-class _Budget:
-    """The run's log budget, shared by all its supervisors through a counter file."""
-
-    def __init__(self, path: str | None, limit: int | None) -> None:
-        self.limit = limit
-        self.exhausted = False
-        self._fd = (
-            None if path is None or limit is None else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        )
-
-    def take(self, wanted: int) -> int:
-        """How many of ``wanted`` bytes may still be written (all of them without a limit)."""
-        if self.limit is None or self._fd is None:
-            return wanted
-        if self.exhausted:
-            return 0
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            raw = os.pread(self._fd, 8, 0)
-            used = int.from_bytes(raw, "little") if len(raw) == 8 else 0
-            granted = max(0, min(wanted, self.limit - used))
-            if granted:
-                os.pwrite(self._fd, (used + granted).to_bytes(8, "little"), 0)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if granted < wanted:
-            self.exhausted = True
-        return granted
-
-
-class _Stream:
-    """One of the command's output pipes and the log it is copied into, created when the
-    command first writes to it (a command that writes nothing costs no file: two fewer per
-    replica to create, 20,000 at 10,000 replicas; a missing log reads as empty)."""
-
-    def __init__(self, source: int, path: str) -> None:
-        self.source, self.path = source, path
-        self.target: int | None = None
-        self.last = b"\n"
-        self.noted = False
-
-    def copy(self, data: bytes, budget: _Budget, note: str) -> None:
-        granted = budget.take(len(data))
-        if granted:
-            self._append(data[:granted])
-            self.last = data[granted - 1 : granted]
-        if granted < len(data) and not self.noted:
-            self.noted = True
-            self._append((b"" if self.last == b"\n" else b"\n") + note.encode() + b"\n")
-
-    def _append(self, data: bytes) -> None:
-        if self.target is None:
-            try:
-                self.target = _open_log(self.path)
-            except OSError:
-                return  # the log cannot be made (disk full): the command's outcome still counts
-        _write_all(self.target, data)
-
-    def close(self) -> None:
-        os.close(self.source)
-        if self.target is not None:
-            os.close(self.target)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(descriptor, view)
-        except OSError:
-            return  # the log cannot be written (disk full): the command's outcome still counts
-        view = view[written:]
-
-
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 """What the supervisor outlives (a handler): each is passed on to every replica's group.
 SIGUSR1/SIGUSR2 are what a job may ask to get first when preempted (``preemption.signal``)."""
@@ -253,7 +142,7 @@ class _Replica:
         """Its command's pid in this process's namespace (``None``: not started)."""
         self.host_pid: int | None = None
         self.ticks: int | None = None
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, _outputs.Stream] = {}
         self.refusal: str | None = None
         self.done = False
         self.starting: _spawn.Started | None = None
@@ -271,10 +160,10 @@ class _Batch:
         """Commands started with no Python in the child (``_spawn.py``): only as PID 1 of a
         namespace, whose end is every command's (``fork`` and ``_job_init`` otherwise)."""
         self.replicas = [_Replica(index, item) for index, item in enumerate(spec["replicas"])]
-        self.budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
+        self.budget = _outputs.Budget(spec.get("log_usage_file"), spec.get("log_limit"))
         self.note = str(spec.get("log_note") or "[log capped]")
         self.by_pid: dict[int, _Replica] = {}
-        self.by_source: dict[int, tuple[_Replica, _Stream]] = {}
+        self.by_source: dict[int, tuple[_Replica, _outputs.Stream]] = {}
         self.stop: int | None = stopping
         self.kill = False
         self.stopped = stopping is not None
@@ -386,7 +275,7 @@ class _Batch:
         self.by_pid[replica.pid] = replica
         logs = (str(replica.spec["stdout"]), str(replica.spec["stderr"]))
         for source, path in zip((out_read, err_read), logs, strict=True):
-            stream = _Stream(source, path)
+            stream = _outputs.Stream(source, path)
             replica.streams[source] = stream
             self.by_source[source] = (replica, stream)
             self.selector.register(source, selectors.EVENT_READ)
@@ -504,7 +393,7 @@ class _Batch:
                 outcome["error"] = replica.refusal
             self._finish(replica, outcome)
 
-    def _drain(self, replica: _Replica, stream: _Stream) -> None:
+    def _drain(self, replica: _Replica, stream: _outputs.Stream) -> None:
         """Copy what is already in a pipe without waiting for processes that still hold it."""
         os.set_blocking(stream.source, False)
         while True:
@@ -517,7 +406,7 @@ class _Batch:
             stream.copy(data, self.budget, self.note)
         self._close_stream(replica, stream)
 
-    def _close_stream(self, replica: _Replica, stream: _Stream) -> None:
+    def _close_stream(self, replica: _Replica, stream: _outputs.Stream) -> None:
         self.selector.unregister(stream.source)
         del self.by_source[stream.source]
         del replica.streams[stream.source]
@@ -541,9 +430,9 @@ class _Batch:
         if not outcomes:
             return
         for path, outcome in outcomes:
-            _write(path, outcome, durable=False, rename=False)
+            _outputs.write(path, outcome, durable=False, rename=False)
         if not self.stopped:
-            _sync_filesystem(outcomes[0][0])
+            _outputs.sync_filesystem(outcomes[0][0])
         for path, _ in outcomes:
             with contextlib.suppress(OSError):
                 os.replace(f"{path}.tmp", path)
@@ -564,12 +453,7 @@ class _Batch:
             for replica in self.replicas
             if replica.host_pid is not None
         }
-        _write(str(path), {"pids": pids}, durable=False)
-
-
-def _open_log(path: str) -> int:
-    """A replica's log, opened for appending, created readable by the server alone."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        _outputs.write(str(path), {"pids": pids}, durable=False)
 
 
 def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> int:
@@ -601,7 +485,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))  # blocked by the backend
     if _await_gate(str(spec["gate_file"]), spec.get("gate_fd")) != "go":
         for replica in spec["replicas"]:
-            _write(str(replica["exit_file"]), {"exit_code": None, "abandoned": True})
+            _outputs.write(str(replica["exit_file"]), {"exit_code": None, "abandoned": True})
         return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, (*STOPS, KILL))  # until someone passes them on
     stopping = None
