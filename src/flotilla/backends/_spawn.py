@@ -142,14 +142,14 @@ class Spawner:
             yield
             return
         assert self.gid is not None and self.groups is not None
-        groups, egid = os.getgroups(), os.getegid()
-        os.setgroups(self.groups)
-        os.setegid(self.gid)
-        os.seteuid(self.uid)
+        groups, egid, euid = os.getgroups(), os.getegid(), os.geteuid()
         try:
+            os.setgroups(self.groups)
+            os.setegid(self.gid)
+            os.seteuid(self.uid)
             yield
-        finally:
-            os.seteuid(0)
+        finally:  # whichever step failed: all of them undone (root may set them back)
+            os.seteuid(euid)
             os.setegid(egid)
             os.setgroups(groups)
 
