@@ -7,9 +7,9 @@ before the first process exists, every supervisor's pid is on disk (one write fo
 in the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours)
 before the gate opens, and every command lives and dies with its supervisor. One interpreter
 per batch, not per replica, and no Python in a command's child: 10,000 replicas fit in memory
-and under ``pid_max``, and start in seconds (``docs/performance.md``, sixth pass). What
-each supervisor is told travels in its launch spec, never in its own arguments or environment
-(see ``_supervise.py``).
+and under ``pid_max``, and start in about half a minute on two shared cores
+(``docs/performance.md``, sixth pass). What each supervisor is told travels in its launch
+spec, never in its own arguments or environment (see ``_supervise.py``).
 """
 
 from __future__ import annotations
