@@ -1,14 +1,15 @@
 """The local backend alone: how long starting one run with many replicas takes.
 
-``python3 -m uv run python -m bench.local_replicas [--sleep S] [N ...]``: for each N (default
-250 500 1000), dispatch one run of N replicas of ``true`` (``--sleep S``: of ``sleep S``) on a
-fresh state dir, then wait until it is terminal. Prints, from the dispatch call: when it
-returned, when the run was ``running`` (every supervisor on record, the gate open), when every
-replica's command had started (its pid known), and when the run was terminal; the time per
-replica to start; and the CPU time of the whole (this process, the supervisors and the commands
-they reaped), less dependent on the machine's load than the wall clock. A linear start keeps
-the time per replica flat as N grows (issue 23: a record rewrite per replica made N=10,000
-take hours, then an interpreter per replica minutes).
+``python3 -m uv run python -m bench.local_replicas [--sleep S] [--run-as USER] [N ...]``: for
+each N (default 250 500 1000), dispatch one run of N replicas of ``true`` (``--sleep S``: of
+``sleep S``; ``--run-as USER``: as that account, the backend's ``run_as``, as a run with an
+identity of its own starts) on a fresh state dir, then wait until it is terminal. Prints, from
+the dispatch call: when it returned, when the run was ``running`` (every supervisor on record,
+the gate open), when every replica's command had started (its pid known), and when the run
+was terminal; the time per replica to start; and the CPU time of the whole (this process, the
+supervisors and the commands they reaped), less dependent on the machine's load than the wall
+clock. A linear start keeps the time per replica flat as N grows (issue 23: a record rewrite
+per replica made N=10,000 take hours, then an interpreter per replica minutes).
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ from flotilla.backends import (
 from flotilla.backends.local import LocalBackend
 
 
-def start_replicas(replicas: int, sleep: float | None) -> dict[str, float]:
+def start_replicas(
+    replicas: int, sleep: float | None, run_as: str | None = None
+) -> dict[str, float]:
     """Seconds from the dispatch call to each milestone of one run of ``replicas``."""
     with tempfile.TemporaryDirectory() as tmp:
-        backend = LocalBackend(cluster="bench", state_dir=Path(tmp) / "state", grace_period=5)
+        backend = LocalBackend(
+            cluster="bench", state_dir=Path(tmp) / "state", grace_period=5, run_as=run_as
+        )
         node = backend.inventory().nodes[0].name
         placements = tuple(ReplicaPlacement("main", index, node) for index in range(replicas))
         command = ["true"] if sleep is None else ["sleep", f"{sleep:g}"]
@@ -71,9 +76,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench.local_replicas")
     parser.add_argument("replicas", nargs="*", type=int, default=[250, 500, 1000])
     parser.add_argument("--sleep", type=float, default=None, help="run `sleep S`, not `true`")
+    parser.add_argument("--run-as", default=None, help="the account the commands run as")
     arguments = parser.parse_args()
     for replicas in arguments.replicas:
-        marks = start_replicas(replicas, arguments.sleep)
+        marks = start_replicas(replicas, arguments.sleep, arguments.run_as)
         started = marks.get("all started", float("nan"))
         print(
             f"{replicas:>6} replicas: dispatch returned {marks['dispatch returned']:6.2f} s, "

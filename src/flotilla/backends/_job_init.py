@@ -1,6 +1,8 @@
-"""How a run's supervisor (``_supervise.py``) starts one replica's command: by ``fork`` from
-itself — no interpreter of its own per replica — then, in the child, everything that makes it
-the job's and nothing else's (standard library only: the supervisor imports it by path).
+"""How a run's supervisor (``_supervise.py``) starts one replica's command where it is not
+PID 1 of a PID namespace (``_spawn.py`` does it there, with no Python in the child): by
+``fork`` from itself — no interpreter of its own per replica — then, in the child, everything
+that makes it the job's and nothing else's (standard library only: the supervisor imports it
+by path). Also where PID namespaces work: ``new_pid_namespace``, ``die_with_parent``.
 
 The child, still the server's identity for a moment: restores the default action of every
 signal, leads a session (hence a process group) of its own, dies with the supervisor
@@ -75,8 +77,12 @@ def die_with_parent(number: int = signal.SIGKILL) -> None:
 
 def _join(cgroups: Sequence[str]) -> None:
     for directory in cgroups:
-        with open(os.path.join(directory, "cgroup.procs"), "w", encoding="ascii") as file:
-            file.write("0")  # this process; the command and its children follow it
+        # This process (single-threaded: a fork's child); the command and its children
+        # follow it. By v1's ``tasks`` where there is one: ``cgroup.procs`` takes the kernel's
+        # threadgroup lock, an RCU grace period each (see ``_spawn._enter``).
+        name = "tasks" if os.path.exists(os.path.join(directory, "tasks")) else "cgroup.procs"
+        with open(os.path.join(directory, name), "w", encoding="ascii") as file:
+            file.write("0")
 
 
 def _host_pid() -> int:

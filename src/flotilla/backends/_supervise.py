@@ -8,11 +8,14 @@ environment) with its launch spec, a JSON object, on stdin: what the batch's rep
 exit file and cgroups. Nothing of the job is ever the supervisor's own (issue 23): the spec
 travels on stdin, not in its arguments (``/proc/PID/cmdline`` is readable by every user) nor
 in its environment (``LD_PRELOAD`` there would run a job's library in a process of the
-server's, root's when the server is root); its working dir is ``/``. The job's environment,
-working dir and identity are applied only in the forked child that becomes the command
-(``_job_init.py``): it drops to the spec's ``uid``/``gid``/``groups`` first, then changes
-into ``working_dir`` as that user, and its ``env`` takes effect at ``exec``. The supervisor
-keeps the server's identity: it writes the exit files, which a command must not forge.
+server's, root's when the server is root); its working dir is ``/``, but while it starts a
+batch's commands as PID 1 of their namespace (``_spawn.py``), when it is the job's working dir,
+entered as the job's user (every path the supervisor opens is absolute). The job's
+environment and identity are applied only in the child that becomes the command: in C, by
+``fork_exec`` (``_spawn.py``), or, without a namespace, in Python (``_job_init.py``, which also
+changes into ``working_dir`` as that user); its ``env`` takes effect at ``exec``. The
+supervisor keeps the server's identity: it writes the exit files, which a command must not
+forge.
 
 Start gate: no command starts until the run's gate file says ``go``. The backend writes it
 after every supervisor's pid is on disk, then closes the write end of a pipe whose read end
@@ -24,7 +27,8 @@ tracked or never runs at all — never run twice. No timeout: a start of many re
 long, and a supervisor that gave up early would lose its replicas.
 
 Once ``go``, where PID namespaces work, the supervisor forks a copy of itself that is PID 1 of
-a new namespace and does the rest there (this one passes stops on to it and waits): every
+a new namespace and does the rest there (starting each command with no Python in the child,
+``_spawn.py``) (this one passes stops on to it and waits): every
 command of the batch lives in that namespace and dies with it (and with its supervisor:
 ``PR_SET_PDEATHSIG``), so a recorded supervisor accounts for every command. Each command leads
 a process group of its own. A stop (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2) to the
@@ -48,61 +52,25 @@ is read and dropped, and the stream that first lost some gets ``log_note`` as it
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import resource
 import select
 import selectors
 import signal
-import stat
 import sys
 import time
 from typing import Any
 
 if __package__:
-    from flotilla.backends import _job_init
-else:  # run as a script (``python -I -S``): its sibling, by path
+    from flotilla.backends import _job_init, _outputs, _spawn
+else:  # run as a script (``python -I -S``): its siblings, by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _job_init  # type: ignore[import-not-found,no-redef]
+    import _outputs  # type: ignore[import-not-found,no-redef]
+    import _spawn  # type: ignore[import-not-found,no-redef]
 
 CHUNK = 65536
-
-
-def _write(
-    path: str, outcome: dict[str, object], *, durable: bool = True, rename: bool = True
-) -> None:
-    """Write-then-rename, as ``flotilla.files`` does (this file may import nothing of
-    Flotilla): a device or FIFO at ``path`` is written in place, never replaced. Not
-    ``durable``: no fsync (see ``main``)."""
-    try:
-        special = not stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
-        special = False
-    if special:
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump(outcome, file)
-        return
-    temporary = f"{path}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump(outcome, file)
-        if durable:
-            file.flush()
-            os.fsync(file.fileno())
-    if rename:
-        os.replace(temporary, path)
-
-
-def _sync_filesystem(path: str) -> None:
-    """``syncfs`` of the filesystem holding ``path`` (every file written so far on it)."""
-    import ctypes
-
-    descriptor = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        ctypes.CDLL(None, use_errno=True).syncfs(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def claim_gate(path: str, decision: str) -> str:
@@ -143,80 +111,6 @@ def _await_gate(path: str, gate_fd: int | None) -> str:
     return claim_gate(path, "abandon")
 
 
-class _Budget:
-    """The run's log budget, shared by all its supervisors through a counter file."""
-
-    def __init__(self, path: str | None, limit: int | None) -> None:
-        self.limit = limit
-        self.exhausted = False
-        self._fd = (
-            None if path is None or limit is None else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        )
-
-    def take(self, wanted: int) -> int:
-        """How many of ``wanted`` bytes may still be written (all of them without a limit)."""
-        if self.limit is None or self._fd is None:
-            return wanted
-        if self.exhausted:
-            return 0
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            raw = os.pread(self._fd, 8, 0)
-            used = int.from_bytes(raw, "little") if len(raw) == 8 else 0
-            granted = max(0, min(wanted, self.limit - used))
-            if granted:
-                os.pwrite(self._fd, (used + granted).to_bytes(8, "little"), 0)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if granted < wanted:
-            self.exhausted = True
-        return granted
-
-
-class _Stream:
-    """One of the command's output pipes and the log it is copied into, created when the
-    command first writes to it (a command that writes nothing costs no file: two fewer per
-    replica to create, 20,000 at 10,000 replicas; a missing log reads as empty)."""
-
-    def __init__(self, source: int, path: str) -> None:
-        self.source, self.path = source, path
-        self.target: int | None = None
-        self.last = b"\n"
-        self.noted = False
-
-    def copy(self, data: bytes, budget: _Budget, note: str) -> None:
-        granted = budget.take(len(data))
-        if granted:
-            self._append(data[:granted])
-            self.last = data[granted - 1 : granted]
-        if granted < len(data) and not self.noted:
-            self.noted = True
-            self._append((b"" if self.last == b"\n" else b"\n") + note.encode() + b"\n")
-
-    def _append(self, data: bytes) -> None:
-        if self.target is None:
-            try:
-                self.target = _open_log(self.path)
-            except OSError:
-                return  # the log cannot be made (disk full): the command's outcome still counts
-        _write_all(self.target, data)
-
-    def close(self) -> None:
-        os.close(self.source)
-        if self.target is not None:
-            os.close(self.target)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(descriptor, view)
-        except OSError:
-            return  # the log cannot be written (disk full): the command's outcome still counts
-        view = view[written:]
-
-
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 """What the supervisor outlives (a handler): each is passed on to every replica's group.
 SIGUSR1/SIGUSR2 are what a job may ask to get first when preempted (``preemption.signal``)."""
@@ -248,25 +142,35 @@ class _Replica:
         """Its command's pid in this process's namespace (``None``: not started)."""
         self.host_pid: int | None = None
         self.ticks: int | None = None
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, _outputs.Stream] = {}
         self.refusal: str | None = None
         self.done = False
+        self.starting: _spawn.Started | None = None
+        """Spawned, its ``exec`` not yet known to be done: no stop is sent to it until then
+        (its child may still have the supervisor's handlers, which would swallow it)."""
 
 
 class _Batch:
     """The replicas of one supervisor: starting them, pumping their output, writing down how
     each ended. Runs as PID 1 of the batch's PID namespace when there is one."""
 
-    def __init__(self, spec: dict[str, Any], stopping: int | None) -> None:
+    def __init__(self, spec: dict[str, Any], stopping: int | None, namespace: bool) -> None:
         self.spec = spec
+        self.spawner = _spawn.Spawner(spec) if namespace and _spawn.available() else None
+        """Commands started with no Python in the child (``_spawn.py``): only as PID 1 of a
+        namespace, whose end is every command's (``fork`` and ``_job_init`` otherwise)."""
         self.replicas = [_Replica(index, item) for index, item in enumerate(spec["replicas"])]
-        self.budget = _Budget(spec.get("log_usage_file"), spec.get("log_limit"))
+        self.budget = _outputs.Budget(spec.get("log_usage_file"), spec.get("log_limit"))
         self.note = str(spec.get("log_note") or "[log capped]")
         self.by_pid: dict[int, _Replica] = {}
-        self.by_source: dict[int, tuple[_Replica, _Stream]] = {}
+        self.by_source: dict[int, tuple[_Replica, _outputs.Stream]] = {}
         self.stop: int | None = stopping
         self.kill = False
         self.stopped = stopping is not None
+        self.passed: int | None = None
+        """The last stop passed on: sent to each command when its ``exec`` is known done."""
+        self.starting: dict[int, _Replica] = {}
+        """Error pipe → the spawned replica whose ``exec`` is not yet known to be done."""
         self.outcomes: list[tuple[str, dict[str, object]]] = []
         self.all_started = False
         self.pids_written = False
@@ -295,12 +199,18 @@ class _Batch:
         self.kill, self.stopped = True, True
 
     def run(self) -> int:
+        refusal = self._enter_working_dir()
         for started, replica in enumerate(self.replicas, start=1):
             if self.stop is not None or self.kill:
                 break
+            if refusal is not None:
+                self._finish(replica, {"exit_code": 127, "error": refusal})
+                continue
             self._start(replica)
             if started % START_SLICE == 0:
                 self._service(0.0)
+        if self.spawner is not None:
+            self.spawner.leave_working_dir()
         for replica in self.replicas:
             if replica.pid is None and not replica.done:  # stopped before its start
                 code = -int(signal.SIGKILL if self.kill else (self.stop or signal.SIGTERM))
@@ -313,17 +223,47 @@ class _Batch:
         self._write_pids()
         return 0
 
+    def _enter_working_dir(self) -> str | None:
+        """With a spawner: enter the working dir as the job's user, once for the batch
+        (``_spawn.Spawner.enter_working_dir``); why no command may start, else ``None``."""
+        if self.spawner is None:
+            return None
+        try:
+            self.spawner.enter_working_dir()
+        except _spawn.Refused as refusal:
+            return str(refusal)
+        return None
+
     def _start(self, replica: _Replica) -> None:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
-            replica.pid = _job_init.start_command(
-                self.spec,
-                replica.spec,
-                replica.index,
-                (out_write, err_write),
-                (self.started_write, self.refused_write),
-            )
+            if self.spawner is not None:
+                started = self.spawner.spawn(replica.spec, (out_write, err_write))
+                replica.pid, replica.host_pid, replica.ticks = (
+                    started.pid,
+                    started.host_pid,
+                    started.ticks,
+                )
+                if started.errors is not None:
+                    replica.starting = started
+                    self.starting[started.errors] = replica
+                    self.selector.register(started.errors, selectors.EVENT_READ)
+                    if len(self.starting) >= START_SLICE:  # bounded descriptors
+                        self._started(next(iter(self.starting.values())), block=True)
+            else:
+                replica.pid = _job_init.start_command(
+                    self.spec,
+                    replica.spec,
+                    replica.index,
+                    (out_write, err_write),
+                    (self.started_write, self.refused_write),
+                )
+        except _spawn.Refused as refusal:
+            for descriptor in (out_read, err_read):
+                os.close(descriptor)
+            self._finish(replica, {"exit_code": 127, "error": str(refusal)})
+            return
         except OSError as error:
             for descriptor in (out_read, err_read):
                 os.close(descriptor)
@@ -335,7 +275,7 @@ class _Batch:
         self.by_pid[replica.pid] = replica
         logs = (str(replica.spec["stdout"]), str(replica.spec["stderr"]))
         for source, path in zip((out_read, err_read), logs, strict=True):
-            stream = _Stream(source, path)
+            stream = _outputs.Stream(source, path)
             replica.streams[source] = stream
             self.by_source[source] = (replica, stream)
             self.selector.register(source, selectors.EVENT_READ)
@@ -349,6 +289,8 @@ class _Batch:
                     os.read(descriptor, CHUNK)
             elif descriptor in (self.started_read, self.refused_read):
                 self._read_reports()
+            elif descriptor in self.starting:
+                self._started(self.starting[descriptor], block=False)
             elif descriptor in self.by_source:
                 replica, stream = self.by_source[descriptor]
                 data = os.read(descriptor, CHUNK)
@@ -361,13 +303,35 @@ class _Batch:
         self._write_outcomes()
         self._write_pids()
 
+    def _started(self, replica: _Replica, *, block: bool) -> None:
+        """If ``replica``'s spawned command has come as far as ``exec`` (or failed before):
+        stop tracking its error pipe, and pass on a stop it missed meanwhile."""
+        started = replica.starting
+        if started is None or self.spawner is None:
+            return
+        descriptor = started.errors
+        if self.spawner.check(started, block=block) is None:
+            return
+        assert descriptor is not None
+        self.selector.unregister(descriptor)
+        del self.starting[descriptor]
+        replica.starting = None
+        replica.refusal = started.refusal
+        if self.passed is not None and started.refusal is None and replica.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(replica.pid, self.passed)
+
     def _pass_stops(self) -> None:
         if self.stop is None and not self.kill:
             return
         number = signal.SIGKILL if self.kill else self.stop
         self.stop, self.kill = None, False
         assert number is not None
+        if self.passed != signal.SIGKILL:
+            self.passed = number
         for pid, replica in self.by_pid.items():
+            if replica.starting is not None:
+                continue  # not yet its own command: it gets the stop once it is (_started)
             if not replica.done:
                 try:
                     os.killpg(pid, number)
@@ -418,15 +382,18 @@ class _Batch:
             if replica is None:
                 continue  # an orphan this init adopted
             self._read_reports()
+            self._started(replica, block=True)  # it exited: its error pipe is closed
             for stream in list(replica.streams.values()):
                 self._drain(replica, stream)
             code = os.waitstatus_to_exitcode(status)
+            if replica.refusal is not None and self.spawner is not None:
+                code = 127  # ``fork_exec``'s child exits 255 when it cannot ``exec``
             outcome: dict[str, object] = {"exit_code": code}
             if replica.refusal is not None and code == 127:
                 outcome["error"] = replica.refusal
             self._finish(replica, outcome)
 
-    def _drain(self, replica: _Replica, stream: _Stream) -> None:
+    def _drain(self, replica: _Replica, stream: _outputs.Stream) -> None:
         """Copy what is already in a pipe without waiting for processes that still hold it."""
         os.set_blocking(stream.source, False)
         while True:
@@ -439,7 +406,7 @@ class _Batch:
             stream.copy(data, self.budget, self.note)
         self._close_stream(replica, stream)
 
-    def _close_stream(self, replica: _Replica, stream: _Stream) -> None:
+    def _close_stream(self, replica: _Replica, stream: _outputs.Stream) -> None:
         self.selector.unregister(stream.source)
         del self.by_source[stream.source]
         del replica.streams[stream.source]
@@ -463,9 +430,9 @@ class _Batch:
         if not outcomes:
             return
         for path, outcome in outcomes:
-            _write(path, outcome, durable=False, rename=False)
+            _outputs.write(path, outcome, durable=False, rename=False)
         if not self.stopped:
-            _sync_filesystem(outcomes[0][0])
+            _outputs.sync_filesystem(outcomes[0][0])
         for path, _ in outcomes:
             with contextlib.suppress(OSError):
                 os.replace(f"{path}.tmp", path)
@@ -486,12 +453,7 @@ class _Batch:
             for replica in self.replicas
             if replica.host_pid is not None
         }
-        _write(str(path), {"pids": pids}, durable=False)
-
-
-def _open_log(path: str) -> int:
-    """A replica's log, opened for appending, created readable by the server alone."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        _outputs.write(str(path), {"pids": pids}, durable=False)
 
 
 def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> int:
@@ -500,7 +462,9 @@ def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> i
     if namespace:
         _job_init.die_with_parent()  # the outer supervisor, killed: the whole batch goes
     _nofile_limit()
-    batch = _Batch(spec, stopping)  # its handlers set: the stops blocked since main may come
+    batch = _Batch(spec, stopping, namespace)  # its handlers set: the stops blocked since main
+    if batch.spawner is not None:  # may come; the commands inherit the mask: none blocked
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))
     return batch.run()
 
@@ -521,7 +485,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))  # blocked by the backend
     if _await_gate(str(spec["gate_file"]), spec.get("gate_fd")) != "go":
         for replica in spec["replicas"]:
-            _write(str(replica["exit_file"]), {"exit_code": None, "abandoned": True})
+            _outputs.write(str(replica["exit_file"]), {"exit_code": None, "abandoned": True})
         return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, (*STOPS, KILL))  # until someone passes them on
     stopping = None

@@ -1,15 +1,15 @@
 """How the ``local`` backend starts a run: its record, then one supervisor per batch of up to
 ``BATCH`` replicas (one for most runs), then the gate that lets them start the commands, each
-by ``fork`` from itself (``_supervise.py``).
+by a ``vfork`` or ``fork`` from itself (``_supervise.py``, ``_spawn.py``).
 
 The order is what prevents a double run and an untracked process: the record is on disk
 before the first process exists, every supervisor's pid is on disk (one write for all: linear
 in the replicas, issue 23, where a write per replica made ``replicas: 10000`` take hours)
 before the gate opens, and every command lives and dies with its supervisor. One interpreter
-per batch, not per replica: 10,000 replicas fit in memory and under ``pid_max``, and start in
-a minute and a half of two quiet cores, most of it the kernel's (``docs/performance.md``). What
-each supervisor is told travels in its launch spec, never in its own arguments or environment
-(see ``_supervise.py``).
+per batch, not per replica, and no Python in a command's child: 10,000 replicas fit in memory
+and under ``pid_max``, and start in about half a minute on two shared cores
+(``docs/performance.md``, sixth pass). What each supervisor is told travels in its launch
+spec, never in its own arguments or environment (see ``_supervise.py``).
 """
 
 from __future__ import annotations
