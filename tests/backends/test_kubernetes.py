@@ -526,6 +526,58 @@ def test_a_pod_that_cannot_start_keeps_the_run_pending_with_the_reason(
     assert status.message == "ErrImagePull: manifest unknown"
 
 
+def test_a_failed_job_seen_before_its_pods_end_waits_for_the_failing_replicas_exit_code(
+    manual: Manual,
+) -> None:
+    """The Jobs' and the pods' watches are two streams: the Job may be seen ``Failed`` (which
+    Kubernetes sets only once every pod has ended) while the failing pod is still seen
+    running. The run stays running until the pod's end arrives, and then fails with the
+    replica's exit code; it once failed at once as "job failed" with no exit code, for good."""
+    import httpx
+
+    backend = manual.backend()
+    backend.dispatch(gpu_request("run-1", replicas=1))
+    (pod,) = until(lambda: manual.cluster.pods_of(m.job_name("run-1")), "pod created")
+    with manual.cluster.lock:
+        pod["status"]["phase"] = "Running"
+        manual.cluster.put("Pod", pod)
+    until(
+        lambda: backend.status(StatusRequest("run-1")).state is BackendRunState.RUNNING,
+        "the run running",
+    )
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+    httpx.patch(
+        f"{manual.server.url}/apis/batch/v1/namespaces/default/jobs/{m.job_name('run-1')}/status",
+        json={"status": {"failed": 1, "conditions": [failed]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    ending = until(
+        lambda: (found := backend.status(StatusRequest("run-1"))).message and found,
+        "the Job's failure seen",
+    )
+    assert (ending.state, ending.message) == (BackendRunState.RUNNING, "ending: the Job failed")
+
+    with manual.cluster.lock:
+        pod["status"]["phase"] = "Failed"
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "busybox",
+                "imageID": "",
+                "state": {"terminated": {"exitCode": 3, "reason": "Error"}},
+            }
+        ]
+        manual.cluster.put("Pod", pod)
+    final = until(
+        lambda: (found := backend.status(StatusRequest("run-1"))).state.terminal and found,
+        "the run ended",
+    )
+    assert (final.state, final.exit_code) == (BackendRunState.FAILED, 3)
+    assert "exited with code 3" in final.message
+
+
 def test_a_job_failed_through_its_status_subresource_fails_the_run(
     manual: Manual,
 ) -> None:

@@ -203,6 +203,8 @@ def _overall(
             label, code, why = failing
             detail = f" ({why})" if why and why not in ("Error", "Completed") else ""
             return BackendRunState.FAILED, code, f"replica {label} exited with code {code}{detail}"
+        if _pods_lag_behind(job, by_index):
+            return BackendRunState.RUNNING, None, "ending: the Job failed"
         return BackendRunState.FAILED, None, f"job failed: {failed.get('reason', '')}".rstrip(": ")
     if any(replica.state is BackendRunState.RUNNING for replica in replicas):
         return BackendRunState.RUNNING, None, ""
@@ -213,6 +215,17 @@ def _overall(
 
 
 _LIVE = (BackendRunState.PENDING, BackendRunState.RUNNING)
+
+
+def _pods_lag_behind(job: Obj, by_index: Mapping[int, Obj]) -> bool:
+    """The Job counts a failed pod, yet every pod this backend sees has still to end: its
+    pods' watch is behind its Jobs' (two streams; Kubernetes marks a Job ``Failed`` only once
+    every pod has ended). Reporting the run now would end it without the failing replica's
+    exit code for good (seen under load: a replica that exited 3 reported as ``job failed``),
+    so the run stays running until the pods' ends arrive; a pod deleted meanwhile stops
+    counting, so this cannot wait for ever."""
+    counted = int(job.get("status", {}).get("failed") or 0)
+    return counted > 0 and any(replica_state(pod) in _LIVE for pod in by_index.values())
 
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
