@@ -45,6 +45,17 @@ def test_a_whole_device_run_is_credited_with_its_device_utilisation_and_memory()
     assert use.samples == 2
 
 
+def test_the_first_sample_counts_the_gpus_held_since_the_run_started() -> None:
+    """A run stopped at its first sample (a ``monitor`` stop) held its GPU until then: its
+    GPU-seconds are not zero for having been sampled once."""
+    source = recorded("a100-8-nvlink")
+    started = RunGpus("trainer", (31337,), (DeviceShare(0, 1.0),), started_at=96.0)
+    use = sample_gpus(source, SampleRequest((started,), {}, now=100.0), GROUPS.get).uses["trainer"]
+    assert use.samples == 1
+    assert use.held_gpu_seconds == pytest.approx(4.0)
+    assert use.used_gpu_seconds == pytest.approx(3.52)
+
+
 def test_a_shared_device_splits_its_utilisation_by_the_memory_each_run_holds() -> None:
     source = recorded("a100-8-nvlink")
     runs = (HALF_A, HALF_B)

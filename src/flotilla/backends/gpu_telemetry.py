@@ -14,7 +14,8 @@ backend's replicas lead a session each). Per run:
   proportion to the GPU memory each holds there; a run alone on its device gets all of it.
 - ``held_gpu_seconds`` and ``used_gpu_seconds``: GPUs held (its fraction per device) and
   GPUs kept busy (its part of each device's utilisation), integrated over the time between
-  samples; ``efficiency`` is their ratio, the way ``seff`` reports CPU efficiency.
+  samples (the first from the run's start); ``efficiency`` is their ratio, the way ``seff``
+  reports CPU efficiency.
 
 ``monitor``: a run whose processes hold more GPU memory on a device than its share there (the
 task's ``gpu_memory``, else its ``gpu`` fraction of the device's memory; a whole device for
@@ -53,6 +54,9 @@ class RunGpus:
     run_id: str
     process_groups: tuple[int, ...]
     shares: tuple[DeviceShare, ...]
+    started_at: float | None = None
+    """When it started (the request's clock): its first sample counts the GPUs held since
+    then, so a run that ends at its first sample (a ``monitor`` stop) has held them too."""
 
 
 def process_group_of(pid: int) -> int | None:
@@ -127,7 +131,8 @@ def sample_gpus(
             if mine and everyone and util is not None:
                 busy += util / 100.0 * mine / everyone
         total_fraction = sum(fractions.values())
-        elapsed = 0.0 if before.sampled_at is None else max(0.0, request.now - before.sampled_at)
+        since = before.sampled_at if before.sampled_at is not None else run.started_at
+        elapsed = 0.0 if since is None else max(0.0, request.now - since)
         uses[run.run_id] = GpuUse(
             memory_used=memory,
             memory_peak=max(before.memory_peak, memory),

@@ -645,6 +645,7 @@ class LocalBackend:
                         run.run_id,
                         tuple(r.pid for r in run.replicas if r.pid is not None and not r.finished),
                         run.gpu_shares,
+                        run.started_at,
                     )
                     for run in runs
                 ),
