@@ -165,7 +165,7 @@ def _child(
         os._exit(137)
     _join([str(directory) for directory in replica.get("cgroups") or ()])
     pid = _host_pid()
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     os.write(reports[0], f"{index} {pid} {ticks}\n".encode())
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -200,7 +200,7 @@ def _become_the_job(spec: dict[str, Any], replica: dict[str, Any]) -> None:  # p
     os.execvpe(argv[0], argv, env)
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as file:
             text = file.read()

@@ -31,6 +31,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+if __package__:
+    from flotilla.backends import _job_init
+else:  # imported by ``_supervise.py`` run as a script: its sibling, by path
+    import _job_init  # type: ignore[import-not-found,no-redef]
+
 try:
     import _posixsubprocess
 
@@ -179,7 +184,7 @@ class Spawner:
         finally:
             os.close(error_write)
         host_pid = _host_pid(pid)
-        started = Started(pid, host_pid, _start_ticks(host_pid), error_read)
+        started = Started(pid, host_pid, _job_init.start_ticks(host_pid), error_read)
         if self.check(started, block=False) is False and started.refusal is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
@@ -374,12 +379,3 @@ def _host_pid(pid: int) -> int:
     finally:
         os.close(descriptor)
     return pid
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as file:
-            text = file.read()
-    except OSError:
-        return None
-    return int(text[text.rfind(")") + 2 :].split()[19])
