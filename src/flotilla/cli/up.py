@@ -70,6 +70,16 @@ def up(
             "(default 60000-60999; uids with an account are skipped).",
         ),
     ] = None,
+    accept_open_database: Annotated[
+        bool,
+        typer.Option(
+            "--accept-open-database",
+            envvar="FLOTILLA_ACCEPT_OPEN_DATABASE",
+            help="Start jobs as other users even though the database lets them in without a "
+            "password (a laptop, a throwaway database): any job could then rewrite "
+            "Flotilla's state. Without it, `up` refuses to start in that case.",
+        ),
+    ] = False,
     lease_ttl: Annotated[
         float,
         typer.Option(
@@ -155,6 +165,7 @@ def up(
         listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
         port = listener.getsockname()[1]
     uid_range = _identities(run_as, uid_range)  # before any database is touched
+    _database_out_of_reach(db, run_as, uid_range, accepted=accept_open_database)
     estimators = _projection_methods(projection_runtimes)
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
     config = ServiceConfig(
@@ -271,6 +282,35 @@ def _identities(run_as: str | None, uid_range: str | None) -> str | None:
     if uid_range is None and run_as is None and os.geteuid() == 0:
         return "{}-{}".format(*DEFAULT_UID_RANGE)
     return uid_range
+
+
+def _database_out_of_reach(
+    db: str, run_as: str | None, uid_range: str | None, *, accepted: bool
+) -> None:
+    """Exit 2 when jobs would run as another uid that can open the database without a
+    password (``app/exposure.py``); with ``--accept-open-database``, say so and go on."""
+    from flotilla.app.exposure import job_account, open_to
+
+    account = job_account(run_as, uid_range)
+    if account is None or open_to(db, account) is not True:
+        return
+    problem = (
+        f"--db {shown_url(db)}: a job (uid {account.uid}) can open this database without a "
+        "password, so any job could rewrite Flotilla's state"
+    )
+    if accepted:
+        typer.echo(f"warning: {problem} (accepted: --accept-open-database)", err=True)
+        return
+    fail(
+        problem,
+        [
+            "give Flotilla's database role a password (in --db or PGPASSWORD) or use peer "
+            "authentication over the Unix socket: docs/store.md, 'PostgreSQL for a service'",
+            "or run jobs as this user: --run-as " + str(os.getuid()),
+            "or accept the risk (a laptop, a throwaway database): --accept-open-database",
+        ],
+        code=2,
+    )
 
 
 def _runs_as(run_as: str | None, uid_range: str | None) -> str:
