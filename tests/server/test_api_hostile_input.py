@@ -144,6 +144,23 @@ def test_infinity_and_nan_are_not_json_and_are_refused(
     assert any_store.list_jobs().jobs == []
 
 
+def test_a_key_given_twice_is_refused_naming_it(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    """Issue 35: the JSON API kept the last of two values where the CLI refuses the file;
+    which one counts is not the client's guess to make."""
+    text = json.dumps(spec("twice")).removesuffix("}") + ', "queue": "other"}'
+    response = raw(lifecycle_client, text)
+    assert response.status_code == 400
+    assert problems(response) == ["queue: given more than once"]
+    nested = json.dumps(spec("inner"))
+    nested = nested.replace('"command": [', '"command": ["false"], "command": [', 1)
+    response = raw(lifecycle_client, nested)
+    assert response.status_code == 400
+    assert problems(response)[0].endswith(".command: given more than once")
+    assert any_store.list_jobs().jobs == []
+
+
 def test_infinity_in_a_queue_weight_is_refused(lifecycle_client: TestClient) -> None:
     response = lifecycle_client.put(
         "/v1/queues/q", content='{"weight": Infinity}', headers={"content-type": "application/json"}

@@ -12,8 +12,8 @@
 * **JSON that every store can hold.** A body must be JSON nested at most
   ``max_json_depth`` deep, with no ``Infinity``/``NaN`` (not JSON; PostgreSQL refuses them and
   SQLite stores them as invalid JSON) and no NUL character in any string or key (PostgreSQL
-  text cannot hold one; a command with one can never start). The path and query must not carry
-  NUL either. Each is a 400 naming the field.
+  text cannot hold one; a command with one can never start), and no object giving a key twice.
+  The path and query must not carry NUL either. Each is a 400 naming the field.
 
 A pure ASGI middleware (not ``@app.middleware``): it must see the body as it streams.
 """
@@ -187,6 +187,53 @@ def _reject_constant(name: str) -> Any:
     raise _Unacceptable(f"{name} is not a JSON number")
 
 
+class _Repeated(dict[str, Any]):
+    """An object that gave a key more than once (``repeated``: the first such key). Kept to
+    be found with its path after parsing: the parser builds objects innermost first."""
+
+    repeated: str
+
+
+class _KeepRepeated:
+    """``json.loads``'s ``object_pairs_hook``: a ``_Repeated`` for an object that repeats a
+    key (``seen``: one did, so the value is worth walking)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) == len(pairs):
+            return value
+        self.seen = True
+        keys: set[str] = set()
+        marked = _Repeated(value)
+        marked.repeated = next(key for key, _ in pairs if key in keys or keys.add(key))
+        return marked
+
+
+def _repeated_path(value: Any, path: str) -> str | None:
+    """``path.key: given more than once`` for the first object that repeats a key: which of
+    the two the server would keep is a guess the client should not have to make (the CLI
+    refuses them in job files too)."""
+    if isinstance(value, _Repeated):
+        where = f"{path}.{value.repeated}" if path else value.repeated
+        return f"{where}: given more than once"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        found = _repeated_path(item, where)
+        if found:
+            return found
+    return None
+
+
 def json_depth(body: bytes) -> int:
     """How deeply ``body`` nests arrays and objects (strings skipped), without parsing it:
     Python's parser recurses and fails with RecursionError past ~1,000 levels."""
@@ -215,12 +262,15 @@ def check_json(body: bytes, max_depth: int) -> str | None:
     that are not JSON at all are left to the route (which names its own error)."""
     if json_depth(body) > max_depth:
         return f"(top level): nested more than {max_depth} levels deep"
+    repeats = _KeepRepeated()
     try:
-        value = json.loads(body, parse_constant=_reject_constant)
+        value = json.loads(body, parse_constant=_reject_constant, object_pairs_hook=repeats)
     except _Unacceptable as error:
         return f"(top level): {error}"
     except ValueError:
         return None
+    if repeats.seen:
+        return _repeated_path(value, "")
     if b"\\u0000" not in body:  # JSON strings carry NUL only escaped (a raw one is invalid)
         return None
     return _nul_path(value, "")
