@@ -18,7 +18,6 @@ from flotilla.app import (
     ApiConfig,
     Service,
     ServiceConfig,
-    StartupError,
     build_service,
 )
 from flotilla.backends.local import LocalBackend
@@ -117,14 +116,30 @@ def test_stop_closes_what_the_root_built_and_leaves_what_it_was_handed(tmp_path:
         store.close()
 
 
-def test_a_fleet_in_force_that_cannot_be_driven_here_is_a_startup_error_naming_it(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("cluster", "problem"),
+    [
+        ({"backend": "no-such-engine"}, "no-such-engine"),
+        (
+            {"backend": "sim", "settings": {"startup_delay": {"env": "FLOTILLA_TEST_UNSET_9"}}},
+            "environment variable FLOTILLA_TEST_UNSET_9 is not set",
+        ),
+    ],
+)
+def test_a_cluster_of_the_fleet_in_force_that_cannot_be_built_here_is_unreachable_not_fatal(
+    tmp_path: Path, cluster: dict[str, Any], problem: str
 ) -> None:
+    """Issue 35: a secret reference that no longer resolves at a restart stopped the whole
+    service; docs/fleet.md promises the cluster is unreachable with its reason and the rest
+    of the fleet goes on."""
     db = f"sqlite:///{tmp_path / 'flotilla.db'}"
     store = SqlStore.open(db)
     data = {
         "name": "test",
-        "clusters": [{"name": "far", "backend": "no-such-engine", "nodes": []}],
+        "clusters": [
+            {"name": "far", "nodes": [], **cluster},
+            {"name": "near", "backend": "sim", "nodes": [{"name": "n", "resources": {"cpu": 4}}]},
+        ],
         "queues": [{"name": "default"}],
     }
     try:
@@ -132,7 +147,12 @@ def test_a_fleet_in_force_that_cannot_be_driven_here_is_a_startup_error_naming_i
     finally:
         store.close()
     config = ServiceConfig(db=db, loop=LoopSettings(replica="x"), state_dir=tmp_path / "s")
-    with pytest.raises(StartupError) as raised:
-        build_service(config)
-    assert raised.value.message == "cannot drive the fleet in force"
-    assert any("no-such-engine" in problem for problem in raised.value.problems)
+    service = build_service(config)
+    try:
+        far = service.store.get_cluster("far")
+        assert far.state == "unreachable"
+        assert problem in (far.reason or "")
+        assert any(line.startswith("cluster far (") and problem in line for line in service.notices)
+        assert service.store.get_cluster("near").state == "ready"
+    finally:
+        service.stop()

@@ -32,9 +32,10 @@ def connect_clusters(store: SqlStore, runtime: FleetRuntime, config: ServiceConf
     if config.fleet is not None:
         return apply_fleet(store, runtime, config.fleet, config.fleet_source)
     if store.get_fleet() is not None:  # a fleet was applied to this database before
+        # A cluster that cannot be built here (a secret this environment lacks, a backend
+        # not installed) is unreachable with its reason, as at any later change of the fleet:
+        # the rest of the fleet, and the API, are not held back (docs/fleet.md).
         runtime.sync()
-        if runtime.problems:
-            raise StartupError("cannot drive the fleet in force", list(runtime.problems.values()))
         return runtime.connect()
     return default_cluster(store, runtime, config)
 
