@@ -194,3 +194,24 @@ def test_applying_a_secret_that_does_not_fit_its_setting_is_a_422_without_its_va
         assert service.store.get_fleet() is None
     finally:
         service.close()
+
+
+def test_a_secret_cannot_name_a_local_node(tmp_path: Path, shadow: Path) -> None:
+    """Issue 35: ``node_name: {file: …}`` put the file's text in the node list (API), the
+    logs and every job's environment. A setting the backend shows is refused as a secret,
+    naming the field, at apply and at start alike, without the value."""
+    from flotilla.model.fleet_loader import fleet_from_data
+    from flotilla.service.fleet import check_fleet
+
+    data = fleet_data(sim_cluster("c1"))
+    data["clusters"][0] = {
+        "name": "here",
+        "backend": "local",
+        "settings": {"node_name": {"file": str(shadow)}, "state_dir": str(tmp_path / "s")},
+    }
+    problems = check_fleet(fleet_from_data(data), local_state_dir=tmp_path / "s")
+    assert problems == [
+        "clusters[0].settings.node_name: this setting is shown (node lists, logs, jobs' "
+        "environments), so it cannot be a secret reference: give its value"
+    ]
+    assert not leaked("\n".join(problems))

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from flotilla.backends import (
     gpu_mps,
@@ -157,6 +157,9 @@ class LocalBackend:
     ``max_pids``: processes and threads one replica may have at once; ``isolate=False``: no
     cgroup, no PID namespace (``local_tree.py``).
     """
+
+    SHOWN_SETTINGS: ClassVar[frozenset[str]] = frozenset({"node_name"})
+    """Settings whose values anyone sees (the node's name): never a secret reference."""
 
     cluster: str = "local"
     state_dir: Path | None = None

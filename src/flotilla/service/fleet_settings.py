@@ -60,20 +60,33 @@ def scrub(text: str, secrets: tuple[str, ...] | list[str]) -> str:
     return text
 
 
-def setting_types(factory: Callable[..., Any] | None) -> dict[str, Any]:
-    """The type each setting of ``factory`` declares (its parameters', or for a
-    ``**config`` factory those of the class it builds, as its return annotation says)."""
+def _settings_target(factory: Callable[..., Any] | None) -> Any:
+    """What declares ``factory``'s settings: the factory itself, or for a ``**config``
+    factory the class it builds (as its return annotation says); ``None``: unknown."""
     if factory is None:
-        return {}
-    target: Any = factory
+        return None
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return {}
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        target = getattr(factory, "__wrapped_backend__", None) or _returned_class(factory)
-        if target is None:
-            return {}
+        return getattr(factory, "__wrapped_backend__", None) or _returned_class(factory)
+    return factory
+
+
+def shown_settings(factory: Callable[..., Any] | None) -> frozenset[str]:
+    """The settings whose values the backend shows (as a node's name in the API, logs and
+    jobs' environments): a backend lists them in ``SHOWN_SETTINGS``. A secret cannot be one."""
+    found = getattr(_settings_target(factory), "SHOWN_SETTINGS", frozenset())
+    return frozenset(found)
+
+
+def setting_types(factory: Callable[..., Any] | None) -> dict[str, Any]:
+    """The type each setting of ``factory`` declares (its parameters', or for a
+    ``**config`` factory those of the class it builds, as its return annotation says)."""
+    target = _settings_target(factory)
+    if target is None:
+        return {}
     try:
         hints = typing.get_type_hints(target)
     except Exception:  # an annotation that does not resolve here: leave the values as text
@@ -129,6 +142,7 @@ def resolve(
     to the type ``factory`` declares for it), and the problems."""
     environ = os.environ if environ is None else environ
     types_of = setting_types(factory)
+    shown = shown_settings(factory)
     values: dict[str, Any] = {}
     problems: list[str] = []
     secrets: list[str] = []
@@ -137,6 +151,12 @@ def resolve(
         reference = secret_reference(value)
         if reference is None:
             values[key] = value
+            continue
+        if key in shown:
+            problems.append(
+                f"{path}: this setting is shown (node lists, logs, jobs' environments), so it "
+                "cannot be a secret reference: give its value"
+            )
             continue
         kind, target = reference
         source = f"environment variable {target}" if kind == "env" else f"secret file {target}"
