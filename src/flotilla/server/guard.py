@@ -206,9 +206,13 @@ class _KeepRepeated:
         if len(value) == len(pairs):
             return value
         self.seen = True
-        keys: set[str] = set()
         marked = _Repeated(value)
-        marked.repeated = next(key for key, _ in pairs if key in keys or keys.add(key))
+        keys: set[str] = set()
+        for key, _ in pairs:
+            if key in keys:
+                marked.repeated = key
+                break
+            keys.add(key)
         return marked
 
 

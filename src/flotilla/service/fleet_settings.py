@@ -77,7 +77,7 @@ def _settings_target(factory: Callable[..., Any] | None) -> Any:
 def shown_settings(factory: Callable[..., Any] | None) -> frozenset[str]:
     """The settings whose values the backend shows (as a node's name in the API, logs and
     jobs' environments): a backend lists them in ``SHOWN_SETTINGS``. A secret cannot be one."""
-    found = getattr(_settings_target(factory), "SHOWN_SETTINGS", frozenset())
+    found: frozenset[str] = getattr(_settings_target(factory), "SHOWN_SETTINGS", frozenset())
     return frozenset(found)
 
 
