@@ -16,6 +16,7 @@ from flotilla.backends import (
     LogsRequest,
     ReplicaPlacement,
     StatusRequest,
+    UnknownReplica,
     UnknownRun,
 )
 
@@ -220,7 +221,7 @@ def test_every_replica_runs_and_has_its_own_logs(harness: Harness) -> None:
     for index in range(3):
         chunk = backend.logs(LogsRequest("run-1", task="main", replica=index))
         assert "replica-says-hi" in chunk.text
-    with pytest.raises(ValueError, match="no replica"):
+    with pytest.raises(UnknownReplica, match="no replica"):  # the API's 404
         backend.logs(LogsRequest("run-1", task="main", replica=7))
 
 

@@ -1,9 +1,12 @@
 """Fuzzing the REST API from its own OpenAPI document (issue 12): schemathesis generates
-requests, valid and not, for every operation; none may get a 5xx, and every response must
-match what the document says (status, content type, body schema, headers). Not checked:
-that every schema-valid request is accepted — the document cannot express every rule (a
-resource amount ``>= 0`` under any name, no NUL in any string), and such a request gets a
-documented 4xx naming the field.
+requests, valid and not, for every operation; none may get a 5xx, every response must
+match what the document says (status, content type, body schema, headers), and a request the
+document allows is not refused as invalid (issue 35: the document said less than the server
+checks — a negative amount, a name a URL may not give, a range end of no known form). What
+the document cannot express is left out of the generated requests or the check: no NUL in any
+string (documented in docs/api.md; generated without), and rules across fields (a range's end
+after its start, a quota a queue names existing) answered by a documented 4xx naming the
+field.
 
 The app runs with a real store and a real scheduling loop over the ``sim`` backend (nothing
 is executed), as a user who may submit and read on every queue: generated jobs are pointed at
@@ -50,6 +53,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     api = ApiConfig(auth=auth, poll_interval=0.01, any_host=True)
     service = service_over({"sim": backend}, root=root, api=api, cycle_interval=0.05, replica="f")
     schema = schemathesis.openapi.from_asgi("/openapi.json", service.app())
+    schema.config.generation.update(allow_x00=False)
     service.start()
     schema.hook(map_body)
     try:
@@ -77,6 +81,26 @@ def map_body(context: Any, body: Any) -> Any:
     return _harmless(body)
 
 
+CROSS_FIELD = {
+    "POST /v1/jobs": "a task's replicas under the server's limit, topology and gang rules",
+    "GET /v1/usage": "until after since",
+}
+"""Operations whose allowed requests may still break a rule across fields (a 422 naming the
+field, as docs/api.md says): left out of the positive check."""
+
+DOCUMENTED = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+]
+
+
+def _checks_for(label: str) -> list[Any]:
+    return DOCUMENTED if label in CROSS_FIELD else [*DOCUMENTED, checks.positive_data_acceptance]
+
+
 def test_no_server_errors_and_every_response_as_documented(api_schema: Any) -> None:
     failures: list[str] = []
     operations = [result.ok() for result in api_schema.get_all_operations()]
@@ -97,13 +121,7 @@ def test_no_server_errors_and_every_response_as_documented(api_schema: Any) -> N
                 case.headers = {**(case.headers or {}), "Last-Event-ID": "0"}
             case.call_and_validate(
                 headers={"Authorization": f"Bearer {TOKEN}"},
-                checks=[
-                    checks.not_a_server_error,
-                    checks.status_code_conformance,
-                    checks.content_type_conformance,
-                    checks.response_schema_conformance,
-                    checks.response_headers_conformance,
-                ],
+                checks=_checks_for(case.operation.label),
             )
 
         try:

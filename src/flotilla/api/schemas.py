@@ -365,7 +365,9 @@ class BulkCancelBody(_Closed):
 
     queue: str | None = Field(default=None, max_length=253)
     labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Reason] = Field(
-        default={}, max_length=MAX_LABEL_FILTERS
+        default={},
+        max_length=MAX_LABEL_FILTERS,
+        json_schema_extra={"additionalProperties": False},  # only keys of the pattern
     )
     reason: Reason = "cancelled by user"
 

@@ -34,6 +34,7 @@ from flotilla.backends.interface import (
     RunBusy,
     RunStatus,
     StatusRequest,
+    UnknownReplica,
     UnknownRun,
 )
 
@@ -114,6 +115,7 @@ __all__ = [
     "RunStatus",
     "StatusRequest",
     "UnknownBackend",
+    "UnknownReplica",
     "UnknownRun",
     "available_backends",
     "backend_can_grow",

@@ -16,6 +16,7 @@ from flotilla.backends.interface import (
     DispatchRequest,
     DispatchResult,
     ReplicaPlacement,
+    UnknownReplica,
 )
 from flotilla.files import write_text_safely
 from flotilla.model.node_info import NodeInfo
@@ -215,7 +216,9 @@ def pick_replica(
             replica is None or placement.replica == replica
         ):
             return index
-    raise ValueError(f"the run has no replica {task or '*'}/{'*' if replica is None else replica}")
+    raise UnknownReplica(
+        f"the run has no replica {task or '*'}/{'*' if replica is None else replica}"
+    )
 
 
 class ChangeLog:

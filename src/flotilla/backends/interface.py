@@ -72,6 +72,10 @@ class UnknownRun(BackendError, LookupError):
         super().__init__(f"no run {run_id!r} on this backend")
 
 
+class UnknownReplica(ValueError, LookupError):
+    """A logs request names a task or replica the run does not have (the API's 404)."""
+
+
 class BackendRunState(StrEnum):
     """The state of one run as its backend sees it (the store keeps its own, durable
     ``flotilla.store.RunState``, which the service moves from these reports).
@@ -355,8 +359,8 @@ class Backend(Protocol):
         ...
 
     def logs(self, request: LogsRequest) -> LogChunk:
-        """A chunk of one replica's stdout or stderr. Raises ``UnknownRun``, ``ValueError``
-        for a replica the run does not have."""
+        """A chunk of one replica's stdout or stderr. Raises ``UnknownRun``; ``UnknownReplica``
+        (a ``ValueError``) for a replica the run does not have (``common.pick_replica``)."""
         ...
 
     def close(self) -> None:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
-from flotilla.model.quantity import parse_quantity
+from flotilla.model.quantity import MAX_QUANTITY, parse_quantity
 
 MAX_SECONDS = 10 * 365 * 86400.0
 """The longest duration any spec may give (ten years): a delay, a runtime, a timeout. Every
@@ -44,10 +51,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Quantity = Annotated[float, BeforeValidator(parse_quantity)]
+QUANTITY_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0, "maximum": MAX_QUANTITY},
+        {
+            "type": "string",
+            "pattern": r"^[0-9]{1,6}(\.[0-9]{1,6})?(Ki|Mi|Gi|Ti|[mkMGT])?$",
+            "description": "A Kubernetes quantity (500m, 4Gi, 1G); larger ones than this "
+            "pattern allows are taken up to 8Ei.",
+        },
+    ]
+}
+"""What the API's document says of an amount: every request it allows is accepted."""
+
+Quantity = Annotated[float, BeforeValidator(parse_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
 """A non-negative resource amount; strings use Kubernetes quantity syntax."""
 
-Seconds = Annotated[float, Field(ge=0), AfterValidator(_at_most_max_seconds)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS), AfterValidator(_at_most_max_seconds)]
 """A non-negative number of seconds, at most ``MAX_SECONDS``."""
 
 Weight = Annotated[float, Field(gt=0, le=MAX_WEIGHT), AfterValidator(_weight)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Path, Response
 from pydantic import BaseModel, ValidationError
 
 from flotilla.api.schemas import Cluster, Node
@@ -21,6 +21,12 @@ from flotilla.store import NotFoundError
 router = APIRouter(prefix="/v1")
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
+
+SpecName = Annotated[
+    str, Path(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+]
+"""A queue's or quota's name in a URL that creates one: the document says what a name may be
+(``model.base.Name``), so a client learns it before a 422."""
 
 
 def _named_spec(kind: type[SpecT], name: str, body: dict[str, Any]) -> SpecT:
@@ -45,7 +51,7 @@ def get_queue(name: str, context: Context, _user: Caller) -> QueueSpec:
 
 @router.put("/queues/{name}", tags=["queues"])
 def put_queue(
-    name: str,
+    name: SpecName,
     body: Annotated[dict[str, Any], Body(description="A QueueSpec; `name` optional.")],
     context: Context,
     user: Caller,
@@ -124,7 +130,7 @@ def _walk(spec: QuotaSpec) -> list[QuotaSpec]:
 
 @router.put("/quotas/{name}", tags=["quotas"])
 def put_quota(
-    name: str,
+    name: SpecName,
     body: Annotated[dict[str, Any], Body(description="A QuotaSpec with its children.")],
     context: Context,
     user: Caller,

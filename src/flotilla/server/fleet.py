@@ -56,7 +56,13 @@ def show_fleet(context: Context, user: Caller) -> FleetInForce:
 
 @router.put("/fleet", tags=["fleet"])
 def apply_fleet(
-    body: Annotated[dict[str, Any], Body(description="A fleet file as JSON (docs/fleet.md).")],
+    body: Annotated[
+        dict[str, Any],
+        Body(
+            description="A fleet file as JSON (docs/fleet.md).",
+            json_schema_extra={"required": ["clusters", "queues"]},
+        ),
+    ],
     context: Context,
     user: Caller,
     expected_version: int | None = None,

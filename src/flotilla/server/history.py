@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from flotilla.api.schemas import Event, LogChunk, QuotaLevel, Why
-from flotilla.backends.interface import LogsRequest, LogStream, UnknownRun
+from flotilla.backends.interface import LogsRequest, LogStream, UnknownReplica, UnknownRun
 from flotilla.model import QuotaSpec
 from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
@@ -139,6 +139,8 @@ def job_logs(
         raise ApiError(
             404, f"the backend of cluster {run.cluster!r} has no logs for run {run.id}"
         ) from None
+    except UnknownReplica as error:
+        raise ApiError(404, str(error)) from None
     except ValueError as error:
         raise ApiError(400, str(error)) from None
     return LogChunk(

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 
 from flotilla.api.schemas import RunUse, RunUseReport
 from flotilla.server.context import Caller, Context
-from flotilla.server.usage import RANGE_HELP, parse_moment, visibility
+from flotilla.server.usage import MOMENT_SCHEMA, RANGE_HELP, parse_moment, visibility
 from flotilla.store import RunReportQuery, RunState
 from flotilla.store.run_report import REPORT_LIMIT
 
@@ -25,7 +25,12 @@ def list_runs(
     context: Context,
     user: Caller,
     since: Annotated[
-        str, Query(max_length=64, description=RANGE_HELP + " Runs active at or after it.")
+        str,
+        Query(
+            max_length=64,
+            description=RANGE_HELP + " Runs active at or after it.",
+            json_schema_extra=MOMENT_SCHEMA,
+        ),
     ] = "1d",
     queue: Annotated[
         list[Annotated[str, Query(max_length=253)]] | None,

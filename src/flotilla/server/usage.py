@@ -28,6 +28,15 @@ LONGEST = timedelta(days=366 * 100)
 
 RANGE_HELP = "ISO 8601 time (UTC unless it has an offset) or a duration ago: 90m, 12h, 7d, 2w."
 
+MOMENT_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": r"^[0-9]{1,9}(\.[0-9]{1,6})?[smhdw]$"},
+    ]
+}
+"""What the document says a range end may be (``parse_moment`` takes a little more: spaces,
+a date alone)."""
+
 
 def parse_moment(
     text: str, now: datetime, field: str, title: str = "invalid usage range"
@@ -36,9 +45,8 @@ def parse_moment(
     match = DURATION.match(text)
     if match:
         seconds = float(match.group(1)) * UNITS[match.group(2)]
-        if seconds > LONGEST.total_seconds():
-            raise ApiError(422, title, [f"{field}: {text!r} is too far back"])
-        return now - timedelta(seconds=seconds)
+        # Further back than anything a store holds is the same range as the store's start.
+        return now - timedelta(seconds=min(seconds, LONGEST.total_seconds()))
     try:
         moment = datetime.fromisoformat(text.strip())
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
@@ -108,9 +116,16 @@ def visibility(context: ServerContext, user: User) -> dict[str, Any]:
 def usage(
     context: Context,
     user: Caller,
-    since: Annotated[str, Query(max_length=64, description=RANGE_HELP)] = "7d",
+    since: Annotated[
+        str, Query(max_length=64, description=RANGE_HELP, json_schema_extra=MOMENT_SCHEMA)
+    ] = "7d",
     until: Annotated[
-        str | None, Query(max_length=64, description=RANGE_HELP + " Default: now.")
+        str | None,
+        Query(
+            max_length=64,
+            description=RANGE_HELP + " Default: now.",
+            json_schema_extra={"anyOf": [*MOMENT_SCHEMA["anyOf"], {"type": "null"}]},
+        ),
     ] = None,
     by: Annotated[UsageGrouping, Query(description="How to group the runs.")] = (
         UsageGrouping.QUEUE
