@@ -14,7 +14,8 @@ free resources summed cannot hold the job are not tried. ``required``: no domain
 (``fewest_domains``, Kueue TAS's greedy rule): the domains with the most free first, the last
 one the tightest that holds the rest; the job is placed on the nodes of those domains
 (``SchedulingJob.node_domains``), one more domain at a time when it does not fit there, and
-as if it asked nothing when not even every domain together holds it.
+as if it asked nothing when not even every domain together holds it. A cluster that does not
+declare the level is no candidate for either (Kueue's TAS leaves such flavors out alike).
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ def place_in_topology(job: SchedulingJob, cluster: Cluster, place: Place) -> Dec
     assert request is not None
     level = request.level
     if level not in cluster.topology:
-        if request.required is None:
-            return place(replace(job, topology=None))
+        # Not a candidate, for ``preferred`` as for ``required`` (as Kueue's TAS leaves out
+        # a flavor without the level): the job goes to a cluster that can honour it.
         levels = ", ".join(cluster.topology) or "none"
         return Decision(
             None,
