@@ -97,6 +97,27 @@ def test_queueing_decides_whether_a_small_job_passes_a_blocked_head(
     assert (service.state(small) in RUNNING) is small_runs
 
 
+@pytest.mark.parametrize(("owner_limit_stop", "bob_runs"), [(False, True), (True, False)])
+def test_owner_limit_stop_decides_whether_an_owner_at_its_limit_stops_a_strict_queue(
+    service: FleetService, owner_limit_stop: bool, bob_runs: bool
+) -> None:
+    queues = [{"name": "default", "owners": {"order": "queue", "max_running_jobs": 1}}]
+    start(
+        service,
+        sim_cluster("c1", cpu=8),
+        queues=queues,
+        queueing="strict-fifo",
+        owner_limit_stop=owner_limit_stop,
+    )
+    [first, second] = service.submit(job("a-0", 1, user="alice"), job("a-1", 1, user="alice"))
+    service.cycles()
+    [bob] = service.submit(job("bob", 1, user="bob"))
+    service.cycles()
+    assert service.state(first) in RUNNING
+    assert service.state(second) is JobState.QUEUED
+    assert (service.state(bob) in RUNNING) is bob_runs
+
+
 @pytest.mark.parametrize(
     ("queueing", "small_runs"), [("backfill", False), ("best-effort-fifo", True)]
 )

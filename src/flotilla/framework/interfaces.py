@@ -56,6 +56,9 @@ class Status:
     deferrable: bool = False
     """A soft refusal (e.g. runtime quota): the job is retried in the cycle's leftover pass,
     where soft limits are lifted, so capacity nobody else wants is never left idle."""
+    owner_limited: bool = False
+    """Refused by a limit of the job's own owner alone: a ``strict-fifo`` queue goes on past
+    it (as Slurm skips a job held by its association's limit), unless ``owner_limit_stop``."""
 
     @classmethod
     def success(cls) -> Status:
@@ -64,6 +67,10 @@ class Status:
     @classmethod
     def unschedulable(cls, reason: str) -> Status:
         return cls(ok=False, reason=reason)
+
+    @classmethod
+    def over_owner_limit(cls, reason: str) -> Status:
+        return cls(ok=False, reason=reason, owner_limited=True)
 
 
 _SUCCESS = Status()

@@ -247,6 +247,7 @@ class SchedulingConfig:
     assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
+    owner_limit_stop: bool = False
     profile: str = "default"
     usage_half_life: float | None = None
     enabled_plugins: tuple[str, ...] = ()
@@ -265,6 +266,7 @@ def scheduling_config(settings: Settings) -> SchedulingConfig:
         assignment_strategy=settings.assignment_strategy,
         fair_share=settings.fair_share,
         queueing=settings.queueing,
+        owner_limit_stop=settings.owner_limit_stop,
         profile=settings.plugins.profile,
         usage_half_life=settings.usage_half_life,
         enabled_plugins=tuple(enabled),

@@ -43,6 +43,10 @@ class Settings(Strict):
     assignment_strategy: str = "resource-aware"
     fair_share: FairShare = FairShare.DRF
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
+    owner_limit_stop: bool = False
+    """Extension: under ``strict-fifo``, a job held back only by its owner's limit stops its
+    queue too (Slurm's ``assoc_limit_stop``); by default the queue goes on past it, as Slurm
+    does, so one owner at its limit does not hold up the others."""
     fair_share_preemption: bool = False
     priority_preemption: bool = False
     usage_half_life: float | None = Field(default=None, gt=0, le=MAX_SECONDS)

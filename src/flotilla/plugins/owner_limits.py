@@ -142,11 +142,11 @@ class OwnerLimits:
         if caps.max_jobs is not None and running >= caps.max_jobs:
             label = owner_label(owner)
             if caps.own_jobs:
-                return Status.unschedulable(
+                return Status.over_owner_limit(
                     f"owner {label} is at its own limit of {caps.max_jobs} running jobs in "
                     f"queue {job.queue} (owners.limits.{label})"
                 )
-            return Status.unschedulable(
+            return Status.over_owner_limit(
                 f"owner {label} is at the limit of {caps.max_jobs} running "
                 f"jobs per owner in queue {job.queue}"
             )
@@ -165,10 +165,10 @@ class OwnerLimits:
                         f"this job's {asked[index]:g} that is over "
                     )
                     if caps.own_resources[position]:
-                        return Status.unschedulable(
+                        return Status.over_owner_limit(
                             head + f"its own limit of {limit:g} (owners.limits.{label})"
                         )
-                    return Status.unschedulable(head + f"the limit of {limit:g} per owner")
+                    return Status.over_owner_limit(head + f"the limit of {limit:g} per owner")
         return Status.success()
 
     def remove_running(self, request: RunningChange) -> None:

@@ -180,6 +180,8 @@ class _Attempt:
     decision: Decision
     kind: str | None = None
     deferrable: bool = False
+    owner_limited: bool = False
+    """Refused by its owner's limit alone: a strict-FIFO queue goes on past it."""
 
 
 _JOB_GANG = attrgetter("job.gang")
@@ -251,6 +253,7 @@ class _Loop:
     def execute(self) -> None:
         self._grow_partial_gangs()
         strict = self.config.queueing is Queueing.STRICT_FIFO
+        owner_limit_stop = self.config.owner_limit_stop
         precedence = self.precedence
         for job in self.order:
             self.considered += 1
@@ -303,7 +306,9 @@ class _Loop:
                 )
                 self.pending.set_slice(self.order.skip_alike(job, same), shared_reason)
                 continue
-            if strict:
+            if strict and attempt.owner_limited and not owner_limit_stop:
+                self.order.skipped(job)  # its owner's own limit: the others go on (Slurm)
+            elif strict:
                 for behind in self.order.blocked(job):
                     if behind.name not in self.handled:
                         self.pending.set(
@@ -368,9 +373,14 @@ class _Loop:
         if unit.waiting is not None:
             return _Attempt(Decision(None, unit.waiting), Outcome.ADMISSION)
         job = unit.job
-        admitted, reason, deferrable = self.round.admit(job, leftover=leftover)
-        if not admitted:
-            return _Attempt(Decision(None, reason or "not admitted"), Outcome.ADMISSION, deferrable)
+        admitted = self.round.admit(job, leftover=leftover)
+        if not admitted.ok:
+            return _Attempt(
+                Decision(None, admitted.reason or "not admitted"),
+                Outcome.ADMISSION,
+                admitted.deferrable,
+                admitted.owner_limited,
+            )
         long = self._needs_long_view(job)
         cacheable = not unit.combined and unit.pinned is None and unit.minimum is None
         key = (job.placement_key, long)
@@ -525,7 +535,8 @@ class _Loop:
                 )
                 self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)
                 continue
-            admitted, refused, _ = self.round.admit(rest, leftover=False)
+            admission = self.round.admit(rest, leftover=False)
+            admitted, refused = admission.ok, admission.reason
             if not admitted:
                 why = refused or "not admitted"
                 self.growing[job.name] = gangs.members_wait_reason(placed_count, wanted, why)

@@ -10,6 +10,7 @@ reservation starts are placed there, so they can never delay it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from flotilla.framework.interfaces import (
     PreFilterInput,
     RunningChange,
     SelectionInput,
+    Status,
     WaitingInput,
 )
 from flotilla.framework.jobs import SchedulingJob
@@ -118,15 +120,17 @@ class SchedulingRound:
 
     # --- deciding -----------------------------------------------------------------------
 
-    def admit(self, job: SchedulingJob, *, leftover: bool) -> tuple[bool, str | None, bool]:
-        """PreFilter: (admitted, reason, deferrable)."""
+    def admit(self, job: SchedulingJob, *, leftover: bool) -> Status:
+        """PreFilter: the first refusal (its reason, e.g. ``refused by NAME``), or success."""
         for plugin in self.framework.pre_filters:
             status = plugin.pre_filter(
                 PreFilterInput(job=job, cycle=self.cycle, leftover_pass=leftover)
             )
             if not status.ok:
-                return False, status.reason or f"refused by {plugin.name}", status.deferrable
-        return True, None, False
+                return (
+                    status if status.reason else replace(status, reason=f"refused by {plugin.name}")
+                )
+        return Status.success()
 
     def candidates(
         self, job: SchedulingJob, *, long: bool, pinned: str | None = None
@@ -277,7 +281,7 @@ class SchedulingRound:
             self._apply(running.assignment, -1)
             self._running_change(running, added=False)
         try:
-            admitted, _, _ = self.admit(job, leftover=True)
+            admitted = self.admit(job, leftover=True).ok
             if not admitted:
                 return False
             return self.select(job, self.candidates(job, long=False)).found
