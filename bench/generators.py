@@ -15,10 +15,11 @@ import numpy as np
 
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
-from flotilla.framework.nodes import NodeInfo, NodeTable
+from flotilla.framework.nodes import NodeTable
 from flotilla.framework.resources import ResourceSpace
 from flotilla.model.cluster import Taint
 from flotilla.model.job import JobSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.model.queue import Owners, QuotaSpec
 from flotilla.scheduler.types import QueueInfo
 

@@ -39,10 +39,11 @@ from bench.generators import GI
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import FilterInput, ScoreInput
 from flotilla.framework.jobs import SchedulingJob, build_job
-from flotilla.framework.nodes import NodeInfo, NodeTable
+from flotilla.framework.nodes import NodeTable
 from flotilla.framework.registry import Framework, load_plugin, profile_plugin_names
 from flotilla.framework.resources import ResourceSpace, Vector
 from flotilla.model.job import JobSpec
+from flotilla.model.node_info import NodeInfo
 from flotilla.scheduler import RunningJob, SchedulingAlgorithm, SchedulingConfig, SchedulingSnapshot
 from flotilla.scheduler.types import QueueInfo
 

@@ -17,8 +17,8 @@ from flotilla.backends import (
     load_backend,
 )
 from flotilla.backends.sim import FakeClock, SimBackend
-from flotilla.framework.fleet import node_infos
 from flotilla.model.cluster import NodeGroup
+from flotilla.model.node_info import node_infos
 
 from .support import SimHarness, request
 

@@ -33,10 +33,10 @@ from flotilla.backends import (
     UnknownRun,
     load_backend,
 )
-from flotilla.framework.nodes import NodeInfo
 from flotilla.model import JobSpec
 from flotilla.model.fleet import Fleet
 from flotilla.model.fleet_loader import fleet_from_data
+from flotilla.model.node_info import NodeInfo
 from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore

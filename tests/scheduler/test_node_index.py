@@ -26,11 +26,12 @@ from flotilla.framework.interfaces import (
     ScoreInput,
 )
 from flotilla.framework.jobs import SchedulingJob, build_job
-from flotilla.framework.nodes import Mask, NodeInfo, NodeTable
+from flotilla.framework.nodes import Mask, NodeTable
 from flotilla.framework.registry import Framework
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.model.cluster import Taint
 from flotilla.model.job import JobSpec, TopologyScope
+from flotilla.model.node_info import NodeInfo
 from flotilla.plugins.devices import GpuDevices
 from flotilla.plugins.fragmentation import Mix, MixType
 from flotilla.scheduler import node_index, placement

@@ -11,7 +11,7 @@ from flotilla.model.cluster import ClusterSpec
 from flotilla.model.job import JobSpec
 from flotilla.model.node_info import node_infos
 
-__all__ = ["build_cluster", "node_infos", "resource_space_for"]
+__all__ = ["build_cluster", "resource_space_for"]
 
 
 def build_cluster(spec: ClusterSpec, order: int, space: ResourceSpace) -> Cluster:

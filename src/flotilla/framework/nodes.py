@@ -19,7 +19,7 @@ from flotilla.framework.versions import ContentVersions, Version
 from flotilla.model.cluster import TaintEffect
 from flotilla.model.node_info import NodeInfo
 
-__all__ = ["HARD_EFFECTS", "NodeInfo", "NodeTable"]
+__all__ = ["HARD_EFFECTS", "NodeTable"]
 
 Mask = npt.NDArray[np.bool_]
 
