@@ -54,3 +54,23 @@ def test_an_applied_fleet_changes_clusters_and_settings_without_a_restart(
         assert [c.name for c in service.store.list_clusters()] == ["cheap"]
     finally:
         service.close()
+
+
+def test_a_node_added_to_a_simulated_cluster_is_added(tmp_path: Path) -> None:
+    """Issue 39: a node added under a simulated cluster's ``nodes:`` (the documented form)
+    answered 200 and was never added: the backend was kept, built from the old nodes."""
+    service = FleetService(sqlite_url(tmp_path))
+    try:
+        service.apply(fleet_data(sim_cluster("c", cpu=2)))
+        service.start()
+        [big] = service.submit(job("big", 4))
+        service.cycles()
+        assert service.state(big) is JobState.QUEUED
+        grown = sim_cluster("c", cpu=2)
+        grown["nodes"].append({"name": "c-large", "resources": {"cpu": 4}})
+        assert service.api().put("/v1/fleet", json=fleet_data(grown)).status_code == 200
+        service.cycle_until(lambda: service.state(big) in (JobState.PENDING, JobState.RUNNING))
+        clusters = {c["name"]: c for c in service.api().get("/v1/clusters").json()}
+        assert clusters["c"]["nodes"] == 2
+    finally:
+        service.close()

@@ -221,9 +221,16 @@ def fleet_of(record: FleetRecord) -> Fleet:
 
 def _fingerprint(cluster: FleetCluster) -> str:
     """What a backend is built from (references, not values): a change rebuilds it. A local
-    cluster's backend also enforces its ``gpu_sharing`` (monitor, mps)."""
+    cluster's backend also enforces its ``gpu_sharing`` (monitor, mps); a simulated one is
+    built from the cluster's ``nodes`` (``FleetRuntime.build``), so a node added there is a
+    change too."""
     sharing = cluster.gpu_sharing.value if cluster.backend == "local" else None
-    return json.dumps([cluster.backend, cluster.settings, sharing], sort_keys=True)
+    nodes = (
+        [group.model_dump(mode="json") for group in cluster.nodes]
+        if cluster.backend == "sim" and "nodes" not in cluster.settings
+        else None
+    )
+    return json.dumps([cluster.backend, cluster.settings, sharing, nodes], sort_keys=True)
 
 
 @dataclass
