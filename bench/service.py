@@ -115,7 +115,9 @@ def _flotilla_up(
         cwd=workdir,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        # The bench's PostgreSQL trusts 127.0.0.1 (as the tests' does): accept it for jobs
+        # that run as uids of their own (docs/store.md, "PostgreSQL for a service").
+        env={**os.environ, "FLOTILLA_ACCEPT_OPEN_DATABASE": "1", **(env or {})},
     )
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)
     try:

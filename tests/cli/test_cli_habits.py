@@ -11,7 +11,7 @@ from typer.testing import CliRunner, Result
 
 from flotilla.cli.main import app
 from flotilla.model import JobSpec, QueueSpec
-from flotilla.store import SqlStore
+from flotilla.store import JobState, SqlStore
 from tests.server.api_support import FakeScheduler, spec
 
 
@@ -41,6 +41,34 @@ def test_jobs_are_newest_first_with_short_ids_and_the_count_of_all_matches(
     assert [job["id"] for job in as_json["jobs"]] == ids[::-1] and as_json["total"] == 5
     as_yaml = yaml.safe_load(run("jobs", "-o", "yaml", "--name", "c").output)
     assert [job["id"] for job in as_yaml["jobs"]] == [ids[2]]
+
+
+def test_jobs_lists_the_active_ones_with_time_and_time_limit_as_squeue_does(
+    servers: list[str], store: SqlStore
+) -> None:
+    """Issue 37: ``jobs`` listed finished jobs among active ones and showed no elapsed time
+    or time limit; ``squeue`` shows the jobs not yet ended, with TIME and TIME_LIMIT."""
+    [done, _] = submit(store, "done", "waiting")
+    store.cancel(done, "not needed")  # a queued job: cancelled at once
+    [timed] = submit(store, "timed", max_runtime=5400)
+    run_id = store.record_run(timed, "east", {}).id
+    store.transition(timed, JobState.PENDING, "dispatched", run=run_id)
+    store.transition(timed, JobState.RUNNING, "started", run=run_id)
+    table = run("jobs")
+    assert table.exit_code == 0, table.output
+    header = table.output.splitlines()[1].split()
+    assert header[header.index("AGE") + 1 : header.index("AGE") + 3] == ["TIME", "TIME_LIMIT"]
+    rows = {line.split()[1]: line.split() for line in table.output.splitlines()[2:]}
+    assert set(rows) == {"waiting", "timed"}, "a finished job is listed"
+    assert rows["timed"][8] == "1:30:00"  # TIME_LIMIT of a 5400 s max_runtime
+    assert rows["timed"][7].startswith("0:0")  # started just now
+    assert rows["waiting"][7:9] == ["0:00", "UNLIMITED"]
+    described = run("describe", timed).output
+    assert "1:30:00 limit, 0:0" in described and "remaining" in described
+    assert "UNLIMITED limit, 0:00 elapsed" in run("describe", "waiting").output
+    every = run("jobs", "--all")
+    assert "done" in every.output and "3 job(s)" in every.output
+    assert "cancelled" in run("jobs", "--state", "cancelled").output
 
 
 def test_a_job_is_named_by_name_queue_slash_name_or_id_prefix(

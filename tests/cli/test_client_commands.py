@@ -117,7 +117,7 @@ def test_a_cancelled_job_reads_cancelling_until_its_run_has_ended(
     store.cancel(job, "not needed")
     assert "running (cancelling)" in run("describe", job).output
     store.transition(job, JobState.CANCELLED, "the run ended", run=run_id)
-    for shown in (run("describe", job).output, run("jobs").output):
+    for shown in (run("describe", job).output, run("jobs", "--all").output):
         assert "cancelled" in shown and "(cancelling)" not in shown
 
 

@@ -122,6 +122,7 @@ def test_a_scheduler_only_process_is_woken_by_another_process_s_submit_and_cance
                 "60",
                 "--lease-ttl",
                 "600",
+                "--accept-open-database",  # the tests' trusting PostgreSQL, jobs as other uids
                 patience=limit(120),
             )
         )

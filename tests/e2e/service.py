@@ -274,7 +274,9 @@ class Services:
                 cwd=workdir,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                # The tests' PostgreSQL trusts 127.0.0.1: accepted for servers whose jobs run
+                # as uids of their own (tests/cli/test_up_database_exposure.py tests the refusal).
+                env={**os.environ, "FLOTILLA_ACCEPT_OPEN_DATABASE": "1", **(env or {})},
             )
         server = Server(workdir, port, args, log, process, token)
         self.servers.append(server)

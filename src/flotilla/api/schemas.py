@@ -129,6 +129,10 @@ class Job(BaseModel):
     )
     array_id: str | None = Field(default=None, description="The array this job is an element of.")
     array_index: int | None = None
+    max_runtime: float | None = Field(
+        default=None,
+        description="The job's time limit in seconds (its `max_runtime`); null: none.",
+    )
 
     @classmethod
     def from_record(cls, job: JobRecord, pending_reason: str | None = None) -> Job:
@@ -153,6 +157,7 @@ def _job_fields(job: JobRecord) -> dict[str, Any]:
         "not_before": job.not_before,
         "array_id": job.array_id,
         "array_index": job.array_index,
+        "max_runtime": job.spec.max_runtime,
     }
 
 

@@ -10,7 +10,16 @@ import typer
 from flotilla.cli.client import ServerOption, api
 from flotilla.cli.jobs import JobArgument, JobOrArrayArgument
 from flotilla.cli.output import Output, OutputOption, emit
-from flotilla.cli.render import age, console, duration, resources, state_text
+from flotilla.cli.render import (
+    age,
+    clock,
+    console,
+    duration,
+    resources,
+    run_elapsed,
+    state_text,
+    time_limit,
+)
 from flotilla.model.quantity import format_quantity
 from flotilla.sdk.connection import DEFAULT_SERVER
 
@@ -38,6 +47,12 @@ def _facts(job: JobDetail) -> Table:
     facts.add_row(
         "Submitted", f"{job.submitted_at:%Y-%m-%d %H:%M:%S} ({age(job.submitted_at)} ago)"
     )
+    elapsed = run_elapsed(job.run)
+    limit = job.max_runtime
+    timing = f"{time_limit(limit)} limit, {clock(elapsed)} elapsed"
+    if limit is not None and elapsed is not None and job.run and job.run.finished_at is None:
+        timing += f", {clock(max(0.0, limit - elapsed))} remaining"
+    facts.add_row("Time", timing)
     if job.labels:
         facts.add_row("Labels", ", ".join(f"{k}={v}" for k, v in job.labels.items()))
     facts.add_row("Type", spec.get("type", "command"))

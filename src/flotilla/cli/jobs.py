@@ -16,7 +16,7 @@ import typer
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id
-from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES
+from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES, JobState
 from flotilla.sdk.connection import DEFAULT_SERVER
 
 if TYPE_CHECKING:
@@ -174,9 +174,19 @@ def _title(shown: int, total: int | None) -> str:
     return f"{shown} of {matched} job(s), newest first"
 
 
+ACTIVE_STATE_NAMES = tuple(state for state in JobState if state not in TERMINAL_STATE_NAMES)
+"""What ``jobs`` lists by default, as ``squeue`` lists the jobs not yet ended."""
+
+
 def jobs(
     queue: QueueFilter = None,
     state: StateFilter = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", "-a", help="Finished jobs too (by default only those not yet ended)."
+        ),
+    ] = False,
     owner: OwnerFilter = None,
     label: LabelFilter = None,
     name: NameFilter = None,
@@ -185,14 +195,21 @@ def jobs(
     output: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
-    """List jobs, newest first, with the count of every match."""
+    """List the jobs not yet ended (with --all, every job), newest first, with the count of
+    every match."""
+    if not state and not every:
+        state = list(ACTIVE_STATE_NAMES)
     where = _filter(queue, state, owner, label, name, oldest_first)
     with api(server) as client:
         found = fetch(client, where, limit)
     if emit(found, output):
         return
     if not found.jobs:
-        console().print("no jobs")
+        console().print(
+            "no jobs"
+            if every or state != list(ACTIVE_STATE_NAMES)
+            else "no active jobs (--all: finished ones too)"
+        )
         return
     title = _title(len(found.jobs), found.total)
     console().print(jobs_table(found.jobs, title=title, wide=output is Output.WIDE))

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from flotilla.api.schemas import Job
+    from flotilla.api.schemas import Job, Run
 
 PIPED_WIDTH = 200
 
@@ -96,7 +96,7 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False
     from rich.table import Table
 
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
-    columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE"]
+    columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE", "TIME", "TIME_LIMIT"]
     if wide:
         columns += ["CLUSTER", "LABELS"]
     for column in [*columns, "REASON"]:
@@ -110,12 +110,43 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False
             str(job.priority),
             job.owner or "-",
             age(job.submitted_at),
+            clock(run_elapsed(job.run)),
+            time_limit(job.max_runtime),
         ]
         if wide:
             labels = ", ".join(f"{key}={value}" for key, value in job.labels.items())
             row += [job.run.cluster if job.run else "-", labels or "-"]
         table.add_row(*row, job_reason(job))
     return table
+
+
+def run_elapsed(run: Run | None, now: datetime | None = None) -> float | None:
+    """Seconds the run has run (to its end, or to now while it runs); ``None`` before it
+    started."""
+    if run is None or run.started_at is None:
+        return None
+    end = run.finished_at or now or datetime.now(UTC)
+    return max(0.0, (end - run.started_at).total_seconds())
+
+
+def clock(seconds: float | None) -> str:
+    """squeue's TIME: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``; ``0:00`` before a start."""
+    if seconds is None:
+        return "0:00"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def time_limit(seconds: float | None) -> str:
+    """squeue's TIME_LIMIT: the job's ``max_runtime`` as a clock, or ``UNLIMITED``."""
+    return "UNLIMITED" if seconds is None else clock(seconds)
 
 
 def duration(seconds: float | None) -> str:
