@@ -127,6 +127,10 @@ def test_a_run_ended_by_max_runtime_keeps_its_last_output(kube: KubernetesHarnes
     assert kube.fake is not None
     assert kube.fake.cluster.pods_of(m.job_name("run-1")) == []  # deleted by the Job controller
     assert "step-1" in read_all(backend, "run-1")
+    # Issue 36: recorded as lasting 0 s (no pod left to date it), so timed-out runs were free
+    # for fair share and usage; it ran until its deadline.
+    assert status.started_at is not None and status.finished_at is not None
+    assert status.finished_at - status.started_at >= 1.0
 
 
 @pytest.mark.parametrize(

@@ -150,16 +150,26 @@ def run_status(
     started_at = max(dispatched_at, min(started)) if started else None
     finished_at = None
     if state.terminal:
-        end_time = timestamp(job.get("status", {}).get("completionTime"))
+        job_status = job.get("status", {})
+        end_time = timestamp(job_status.get("completionTime"))
+        ended = condition(job, "Failed") or condition(job, "Complete")
+        ended_at = timestamp(ended.get("lastTransitionTime")) if ended is not None else None
         candidates = [t for t in (end_time, *finished) if t is not None]
         if candidates:
             finished_at = max(candidates)
+        elif ended_at is not None:
+            # The pods are gone (the Job controller deletes them at the deadline): the Job's
+            # own condition says when it ended, not 0 s after the start.
+            finished_at = ended_at
         elif state is BackendRunState.CANCELLED:
             finished_at = time.time()  # the pods are gone, and with them their end times
         else:
             finished_at = started_at or dispatched_at
         if started_at is None and state is not BackendRunState.CANCELLED:
-            started_at = dispatched_at
+            # No pod left to say when it started: the Job's start, from which the controller
+            # counts activeDeadlineSeconds too.
+            job_started = timestamp(job_status.get("startTime"))
+            started_at = max(dispatched_at, job_started) if job_started else dispatched_at
         finished_at = max(finished_at, started_at or dispatched_at)
     if state is BackendRunState.CANCELLED:
         replicas = [
