@@ -131,6 +131,8 @@ def test_a_run_ended_by_max_runtime_keeps_its_last_output(kube: KubernetesHarnes
     # for fair share and usage; it ran until its deadline.
     assert status.started_at is not None and status.finished_at is not None
     assert status.finished_at - status.started_at >= 1.0
+    # Issue 39: the replica the Job controller killed read "pending" in the finished run.
+    assert [replica.state for replica in status.replicas] == [BackendRunState.FAILED]
 
 
 @pytest.mark.parametrize(

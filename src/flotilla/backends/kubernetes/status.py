@@ -171,11 +171,22 @@ def run_status(
             job_started = timestamp(job_status.get("startTime"))
             started_at = max(dispatched_at, job_started) if job_started else dispatched_at
         finished_at = max(finished_at, started_at or dispatched_at)
-    if state is BackendRunState.CANCELLED:
-        replicas = [
-            r if r.state.terminal else dataclasses.replace(r, state=BackendRunState.CANCELLED)
-            for r in replicas
-        ]
+    if state.terminal:
+        # A replica whose pod is gone without an end of its own was stopped with its run
+        # (a cancel, or the Job controller at the deadline or a gang's failure): it ended
+        # as the run did, never "pending" in a finished run.
+        stopped_as = (
+            BackendRunState.CANCELLED
+            if state is BackendRunState.CANCELLED
+            else BackendRunState.FAILED
+            if state is BackendRunState.FAILED
+            else None
+        )
+        if stopped_as is not None:
+            replicas = [
+                r if r.state.terminal else dataclasses.replace(r, state=stopped_as)
+                for r in replicas
+            ]
     return RunStatus(
         run_id=annotations[m.ANNOTATION_RUN_ID],
         job=annotations[m.ANNOTATION_JOB],
