@@ -603,3 +603,39 @@ def test_a_job_failed_through_its_status_subresource_fails_the_run(
         "job failed: PodFailurePolicy",
     )
     assert "run-1" not in backend.inventory().active_runs
+
+
+class _Logs:
+    """The one call ``KeptOutput`` makes of the API: each pod's log by name."""
+
+    def __init__(self, logs: dict[str, bytes]) -> None:
+        self.logs = logs
+
+    def pod_log(self, pod: str, limit_bytes: int, tail_lines: int | None = None) -> bytes:
+        return self.logs[pod][:limit_bytes]
+
+
+def _pod(name: str, job_uid: str, run_id: str, phase: str = "Running") -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"pod-{name}",
+            "labels": {m.CONTROLLER_UID_LABEL: job_uid, m.INDEX_LABEL: "0"},
+            "annotations": {m.ANNOTATION_RUN_ID: run_id},
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_kept_output_is_the_runs_own_jobs_not_a_same_named_one() -> None:
+    """Issue 39: copies were kept by run and replica, so the terminating pod of an earlier
+    Job of the same name showed as the new run's output."""
+    from flotilla.backends.kubernetes.kept import KeptOutput
+
+    kept = KeptOutput(_Logs({"old": b"old job's output\n", "new": b"new job's output\n"}))  # type: ignore[arg-type]
+    kept.keep(_pod("old", "uid-old", "run-1"))
+    kept.bind("run-1", "uid-new")  # the run's Job now
+    assert kept.get("run-1", 0) is None
+    kept.keep(_pod("new", "uid-new", "run-1", phase="Failed"))
+    assert kept.get("run-1", 0) == b"new job's output\n"

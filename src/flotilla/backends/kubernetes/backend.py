@@ -390,6 +390,7 @@ class KubernetesBackend:
             raise UnknownRun(run_id)
         # By the Job's uid: a Job of the same name still being deleted may have pods too.
         pods = self.api.list_pods(f"{m.CONTROLLER_UID_LABEL}={job['metadata']['uid']}")["items"]
+        self._kept.bind(run_id, str(job["metadata"]["uid"]))
         return job, pods
 
     def _status_of(self, run_id: str, job: Obj, pods: Sequence[Obj]) -> RunStatus:

@@ -6,6 +6,10 @@ The backend reads the tail of each such pod's log before it deletes it (cancel) 
 a pod being deleted or ended while deleted (the watch), and serves that copy once the pod is
 gone. Bounded: the last ``TAIL_LINES`` lines, at most ``TAIL_BYTES`` per pod, ``TOTAL_BYTES`` in
 all (the oldest copies go first). In memory only: a restarted scheduler has no copy.
+
+Copies are kept by the Job's uid (and the completion index), not by the run id: a Job of the
+same name — the same run dispatched again — may still have a pod terminating, and its output
+is not the new Job's.
 """
 
 from __future__ import annotations
@@ -25,14 +29,21 @@ TOTAL_BYTES = 64 * 2**20
 
 
 class KeptOutput:
-    """Copies of deleted pods' output by (run id, completion index). Thread-safe."""
+    """Copies of deleted pods' output by (Job uid, completion index). Thread-safe."""
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
         self._lock = threading.Lock()
         self._copies: OrderedDict[tuple[str, int], tuple[str, bool, bytes]] = OrderedDict()
-        """(run id, index) -> (pod uid, read after the container ended, the tail)."""
+        """(Job uid, index) -> (pod uid, read after the container ended, the tail)."""
         self._size = 0
+        self._jobs: dict[str, str] = {}
+        """Run id -> the uid of its newest Job the backend has read (``bind``)."""
+
+    def bind(self, run_id: str, job_uid: str) -> None:
+        """``job_uid`` is run ``run_id``'s Job now: its copies are the run's output."""
+        with self._lock:
+            self._jobs[run_id] = job_uid
 
     def keep(self, pod: Obj) -> None:
         """Read and keep the tail of ``pod``'s log, unless a copy read after its container
@@ -64,8 +75,10 @@ class KeptOutput:
                 self._size -= len(dropped)
 
     def get(self, run_id: str, index: int) -> bytes | None:
+        """The copy of replica ``index`` of the run's newest Job (``bind``), if kept."""
         with self._lock:
-            found = self._copies.get((run_id, index))
+            job_uid = self._jobs.get(run_id)
+            found = None if job_uid is None else self._copies.get((job_uid, index))
             return None if found is None else found[2]
 
 
@@ -76,13 +89,13 @@ def deleting(pod: Obj) -> bool:
 
 def _key(pod: Obj) -> tuple[str, int] | None:
     meta = pod["metadata"]
-    run_id = meta.get("annotations", {}).get(m.ANNOTATION_RUN_ID)
+    job_uid = meta.get("labels", {}).get(m.CONTROLLER_UID_LABEL)
     index = meta.get("labels", {}).get(m.INDEX_LABEL) or meta.get("annotations", {}).get(
         m.INDEX_ANNOTATION
     )
-    if run_id is None or index is None:
+    if job_uid is None or index is None:
         return None
-    return str(run_id), int(index)
+    return str(job_uid), int(index)
 
 
 def _ended(pod: Obj) -> bool:
