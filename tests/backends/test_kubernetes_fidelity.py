@@ -208,3 +208,27 @@ def test_a_failed_gangs_stopped_replicas_keep_their_last_output(kube: Kubernetes
     left = kube.fake.cluster.pods_of(m.job_name("run-1"))
     assert [pod["metadata"]["labels"][m.INDEX_LABEL] for pod in left] == ["1"]  # 0 was deleted
     assert backend.logs(LogsRequest("run-1", replica=0)).text == "replica-0\n"
+
+
+def test_an_ended_pods_log_is_read_once_however_many_chunks_follow_it(
+    kube: KubernetesHarness,
+) -> None:
+    """Issue 39: each 64 KiB chunk asked the API for the log's first offset+limit bytes (the
+    log API has no offset): a 24 MB log took 25 s. An ended pod's log no longer changes."""
+    assert kube.fake is not None
+    backend = kube.make()
+    line = "x" * 1023
+    backend.dispatch(
+        request(backend, "run-1", {"command": f"for i in $(seq 1024); do echo {line}; done"})
+    )
+    kube.wait_terminal(backend, "run-1")
+    before = len([r for r in kube.fake.cluster.requests if r[1].split("?")[0].endswith("/log")])
+    data, offset, complete = b"", 0, False
+    while not complete:
+        chunk = backend.logs(LogsRequest("run-1", offset=offset, limit=64 * 1024))
+        data, offset, complete = data + chunk.data, chunk.next_offset, chunk.complete
+    assert len(data) == 1024 * 1024 and data.count(b"\n") == 1024
+    reads = (
+        len([r for r in kube.fake.cluster.requests if r[1].split("?")[0].endswith("/log")]) - before
+    )
+    assert reads <= 2, f"{reads} log reads for 16 chunks"

@@ -46,6 +46,7 @@ from flotilla.backends.interface import (
 from flotilla.backends.kubernetes import growth
 from flotilla.backends.kubernetes import manifests as m
 from flotilla.backends.kubernetes.api import ApiFailure, KubeApi
+from flotilla.backends.kubernetes.ended_logs import EndedLogs
 from flotilla.backends.kubernetes.kept import KeptOutput
 from flotilla.backends.kubernetes.nodes import NodeReader
 from flotilla.backends.kubernetes.status import finished, pods_by_index, run_status
@@ -130,6 +131,7 @@ class KubernetesBackend:
         self._closed = threading.Event()
         self._mode_api_seen = mode not in MODE_APIS
         self._kept = KeptOutput(self.api)
+        self._ended_logs = EndedLogs(self.api.pod_log)
         self._watch = ClusterWatch(
             self.api, self._selector, self.settings, watch_timeout, on_deleting=self._kept.keep
         )
@@ -346,7 +348,12 @@ class KubernetesBackend:
             pod = pods_by_index(pods).get(index)
             data = b""
             if pod is not None:
-                data = self.api.pod_log(pod["metadata"]["name"], request.offset + request.limit + 1)
+                wanted = request.offset + request.limit + 1
+                name = pod["metadata"]["name"]
+                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    data = self._ended_logs.read(name, str(pod["metadata"]["uid"]), wanted)
+                else:
+                    data = self.api.pod_log(name, wanted)
             if not data:
                 # A pod deleted (cancel, max_runtime, a gang's failure): its last output.
                 data = self._kept.get(request.run_id, index) or b""
