@@ -90,6 +90,7 @@ from flotilla.backends.local_records import Replica, Run, Stop, record_path, sav
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
 from flotilla.model.cluster import GpuSharing
+from flotilla.model.names import TASK_NAME_LIMITS
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload
 
@@ -318,7 +319,7 @@ class LocalBackend:
             # have ended while nobody watched), so the next poll reports it.
             self._changes.mark(request.run_id)
             return existing, None, None
-        check_request(request, self.cluster, (self._node,))
+        check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
         payload = command_payload_of(request, "local")
         relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
         mapped = self._accounts.identity_for(request.queue, request.owner)
@@ -403,7 +404,7 @@ class LocalBackend:
                 raise DispatchRejected(
                     f"run {request.run_id} has ended or is stopping: no replica can join it"
                 )
-            check_request(request, self.cluster, (self._node,))
+            check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
             payload = command_payload_of(request, "local")
             relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
             joining = [Replica(placement) for placement in added]
