@@ -38,9 +38,20 @@ log = logging.getLogger(__name__)
 def pid_namespaces_work() -> bool:
     """True when a process of this server may make a PID namespace (root, a kernel with
     them): tried once, in a child process."""
+    return _unshare_works(0x20000000)
+
+
+@functools.cache
+def mount_namespaces_work() -> bool:
+    """True when a process of this server may make a mount namespace and mount in it (root):
+    tried once, in a child process (a batch's own ``/tmp``, ``/dev/shm`` and ``/proc``,
+    ``_private_mounts.py``)."""
+    return _unshare_works(0x00020000)
+
+
+def _unshare_works(flags: int) -> bool:
     probe = (
-        "import ctypes; "
-        "raise SystemExit(ctypes.CDLL(None, use_errno=True).unshare(0x20000000) != 0)"
+        f"import ctypes; raise SystemExit(ctypes.CDLL(None, use_errno=True).unshare({flags}) != 0)"
     )
     try:
         done = subprocess.run(
@@ -118,6 +129,10 @@ class ProcessTrees:
     problem: str = field(init=False, default="")
     """Why there are no cgroups (empty when there are)."""
     pid_namespace: bool = field(init=False, default=False)
+    private_mounts: bool = field(init=False, default=False)
+    """Whether each batch gets its own ``/tmp``, ``/dev/shm`` and ``/proc`` (a mount
+    namespace, in its PID namespace: ``_private_mounts.py``) when its job runs as a user other
+    than root."""
     _removable: list[str] = field(init=False, default_factory=list)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -132,6 +147,7 @@ class ProcessTrees:
         found = _detected()
         self.hierarchy, self.problem = found.cgroups, found.problem
         self.pid_namespace = pid_namespaces_work()
+        self.private_mounts = self.pid_namespace and mount_namespaces_work()
         notice = self.notice()
         if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
             log.info("cluster %s: %s", self.cluster, notice)
@@ -158,6 +174,8 @@ class ProcessTrees:
         missing = [names[name] for name in cgroups.CONTROLLERS if name not in enforced]
         if self.hierarchy is None and not self.pid_namespace:
             missing.append("ending setsid daemons with their job")
+        if not self.private_mounts:
+            missing.append("a private /tmp, /dev/shm and /proc per run")
         return missing
 
     def notice(self) -> str | None:
@@ -169,7 +187,14 @@ class ProcessTrees:
             why = self.problem
         else:
             absent = [name for name in cgroups.CONTROLLERS if name not in self.hierarchy.enforced]
-            why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
+            reasons = []
+            if absent:
+                reasons.append(
+                    f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
+                )
+            if not self.private_mounts:
+                reasons.append("no PID or mount namespaces")
+            why = "; ".join(reasons)
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
 
     def prepare(self, run: Run, replica: Replica, request: DispatchRequest) -> tuple[Path, ...]:
