@@ -175,6 +175,9 @@ class LocalBackend:
     """Owner or queue → the account its jobs run as, before ``run_as``/``uid_range``
     (``local_accounts.py``)."""
     max_pids: int = DEFAULT_MAX_PIDS
+    max_run_pids: int | None = None
+    """Processes and threads one run may have at once, all replicas together (``None``: half of
+    the machine's ``pid_max``)."""
     isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
@@ -219,7 +222,9 @@ class LocalBackend:
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
         self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
         """Runs whose uid is being swept of processes, to be released when the sweep ends."""
-        self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
+        self._trees = ProcessTrees(
+            self.cluster, self.state_dir, self.max_pids, self.isolate, self.max_run_pids
+        )
         discovery = discover_gpus(self.gpus, self.gpu_source)
         self.gpu_notice = discovery.notice
         """One line: the GPUs found and how (``flotilla up`` shows it)."""

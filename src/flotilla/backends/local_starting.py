@@ -188,6 +188,8 @@ def start_replicas(
     startable: list[tuple[int, dict[str, Any]]] = []
     memory: dict[int, float | None] = {}
     rendezvous = rendezvous_envs(request, "127.0.0.1")  # every replica is on this machine
+    with contextlib.suppress(OSError):  # a replica's own cgroup then fails, saying why
+        trees.prepare_run(run)
     for replica in run.replicas if replicas is None else replicas:
         env = {
             **shared_env,

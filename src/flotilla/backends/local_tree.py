@@ -67,6 +67,20 @@ def _unshare_works(flags: int) -> bool:
     return done.returncode == 0
 
 
+PID_MAX = Path("/proc/sys/kernel/pid_max")
+
+
+def run_pids_default() -> int:
+    """Half of this machine's ``pid_max`` (32,768 on many): a run may not take more, so that
+    one run alone never exhausts the machine's processes (issue 35: an 8-replica run could,
+    4,096 per replica)."""
+    try:
+        machine = int(PID_MAX.read_text().strip())
+    except (OSError, ValueError):
+        machine = 32768
+    return max(1, machine // 2)
+
+
 @functools.cache
 def _detected() -> cgroups.Detected:
     return cgroups.detect()
@@ -125,6 +139,9 @@ class ProcessTrees:
     state_dir: Path
     max_pids: int = cgroups.DEFAULT_MAX_PIDS
     isolate: bool = True
+    max_run_pids: int | None = None
+    """Processes and threads one run may have at once, all its replicas together (its cgroup
+    above theirs); ``None``: half of this machine's ``pid_max`` (``run_pids_default``)."""
     hierarchy: cgroups.Cgroups | None = field(init=False, default=None)
     problem: str = field(init=False, default="")
     """Why there are no cgroups (empty when there are)."""
@@ -141,6 +158,14 @@ class ProcessTrees:
             raise ValueError(f"max_pids: must be a whole number, not {self.max_pids!r}")
         if not 1 <= self.max_pids <= 4_194_304:
             raise ValueError(f"max_pids: must be between 1 and 4194304, not {self.max_pids}")
+        if self.max_run_pids is None:
+            self.max_run_pids = run_pids_default()
+        elif isinstance(self.max_run_pids, bool) or not isinstance(self.max_run_pids, int):
+            raise ValueError(f"max_run_pids: must be a whole number, not {self.max_run_pids!r}")
+        elif not 1 <= self.max_run_pids <= 4_194_304:
+            raise ValueError(
+                f"max_run_pids: must be between 1 and 4194304, not {self.max_run_pids}"
+            )
         if not self.isolate:
             self.problem = "isolation is off for this cluster"
             return
@@ -196,6 +221,13 @@ class ProcessTrees:
                 reasons.append("no PID or mount namespaces")
             why = "; ".join(reasons)
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
+
+    def prepare_run(self, run: Run) -> None:
+        """Make the run's cgroup, above its replicas', with its ``max_run_pids``: one run's
+        replicas together cannot exhaust the machine's pids (each replica's ``max_pids`` bounds
+        it alone). Raises ``OSError`` when it cannot be made."""
+        if self.hierarchy is not None:
+            self.hierarchy.create(self.path(run), cgroups.Limits(pids=self.max_run_pids))
 
     def prepare(self, run: Run, replica: Replica, request: DispatchRequest) -> tuple[Path, ...]:
         """The cgroup directories the replica joins (made now, with its limits). Raises

@@ -1,0 +1,54 @@
+"""Limits of a whole ``local`` run, above its replicas' (issue 35): processes (a run of eight
+replicas of 4,096 could take a machine's 32,768 pids) and a memory kill of any of its
+processes. Real processes, as root."""
+
+from __future__ import annotations
+
+import sys
+
+from flotilla.backends import BackendRunState
+from flotilla.backends.local import LocalBackend
+from flotilla.backends.local_tree import ProcessTrees, run_pids_default
+
+from .support import LocalHarness, read_replica, request
+from .test_local_cgroups import isolated  # noqa: F401
+
+FORKS = (
+    "import os, time\n"
+    "started = 0\n"
+    "for _ in range(30):\n"
+    "    try:\n"
+    "        child = os.fork()\n"
+    "    except OSError:\n"
+    "        break\n"
+    "    if child == 0:\n"
+    "        time.sleep(60)\n"
+    "        os._exit(0)\n"
+    "    started += 1\n"
+    "print('started', started, flush=True)\n"
+)
+
+
+def test_a_run_s_replicas_together_stop_at_its_max_run_pids(
+    isolated: LocalHarness,  # noqa: F811
+) -> None:
+    """Each replica may have 40 processes, the run 50: three replicas forking 30 each get
+    fewer than 50 between them (90 without the run's limit)."""
+    backend = isolated.make(max_pids=40, max_run_pids=50)
+    payload = {"command": [sys.executable, "-c", FORKS]}
+    backend.dispatch(request(backend, "run-1", payload, replicas=3))
+    status = isolated.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.SUCCEEDED, status.message
+    started = [int(read_replica(backend, "run-1", "main", index).split()[-1]) for index in range(3)]
+    assert sum(started) < 50, f"{started} processes started under max_run_pids=50"
+    isolated.assert_gone(status)
+
+
+def test_the_run_limit_defaults_to_half_the_machines_pids(
+    isolated: LocalHarness,  # noqa: F811
+) -> None:
+    backend = isolated.make()
+    assert isinstance(backend, LocalBackend)
+    trees = ProcessTrees(backend.cluster, backend.state_dir or isolated.state_dir)
+    with open("/proc/sys/kernel/pid_max", encoding="ascii") as file:
+        assert trees.max_run_pids == run_pids_default() == int(file.read()) // 2
