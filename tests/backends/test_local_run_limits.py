@@ -10,7 +10,7 @@ from flotilla.backends import BackendRunState
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_tree import ProcessTrees, run_pids_default
 
-from .support import LocalHarness, read_replica, request
+from .support import LocalHarness, read_all, read_replica, request
 from .test_local_cgroups import isolated  # noqa: F401
 
 FORKS = (
@@ -52,3 +52,30 @@ def test_the_run_limit_defaults_to_half_the_machines_pids(
     trees = ProcessTrees(backend.cluster, backend.state_dir or isolated.state_dir)
     with open("/proc/sys/kernel/pid_max", encoding="ascii") as file:
         assert trees.max_run_pids == run_pids_default() == int(file.read()) // 2
+
+
+CHILD_OOM = (
+    "import os, sys\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    hog = b'x' * (512 * 2**20)\n"
+    "    os._exit(0)\n"
+    "_, status = os.waitpid(child, 0)\n"
+    "print('child ended', status, flush=True)\n"
+    "sys.exit(0)  # as a careless parent does: the child's fate is not the command's\n"
+)
+
+
+def test_a_child_killed_for_memory_fails_the_run_though_its_command_exited_0(
+    isolated: LocalHarness,  # noqa: F811
+) -> None:
+    """Issue 35: the OOM killer took a child, the command exited 0, and the run succeeded."""
+    backend = isolated.make()
+    resources = {"main": {"memory": 64 * 2**20}}
+    payload = {"command": [sys.executable, "-c", CHILD_OOM]}
+    backend.dispatch(request(backend, "run-1", payload, resources=resources))
+    status = isolated.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED, (status.message, read_all(backend, "run-1"))
+    assert status.message.startswith("replica main/0 ")
+    assert status.message.endswith("exceeded its memory request of 64Mi")
+    assert status.over_limit

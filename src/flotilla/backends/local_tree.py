@@ -91,6 +91,17 @@ def memory_message(request: float) -> str:
     return f"exceeded its memory request of {format_quantity('memory', request)}"
 
 
+def oom_message(request: float | None) -> str:
+    """The reason a replica fails with when the out-of-memory killer took one of its
+    processes, not its command (which may have exited 0)."""
+    if request is None:
+        return "had a process killed by the out-of-memory killer"
+    return (
+        "had a process killed by the out-of-memory killer: exceeded its memory request of "
+        f"{format_quantity('memory', request)}"
+    )
+
+
 LEFTOVER_AGE = 300.0
 """Seconds a run's cgroup must have existed before a sweep of leftovers may remove it (when
 no process is in it): one just made for a run that is starting, by a server of its own, is
@@ -260,6 +271,12 @@ class ProcessTrees:
         request = replica.memory_request
         if request is not None and not replica.succeeded and self.hierarchy.memory_exceeded(path):
             replica.error, replica.over_memory = memory_message(request), True
+        elif replica.error is None and not replica.vanished and self.hierarchy.oom_killed(path):
+            # Any process of it, not only its command (issue 35: a child killed for memory
+            # left a command that exited 0, and the run "succeeded"); v2's memory.oom.group
+            # kills the whole replica then, v1 only the child.
+            replica.error = oom_message(request)
+            replica.over_memory = request is not None
 
     def settled(self, run: Run) -> None:
         """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
