@@ -15,6 +15,15 @@ from .test_local_cgroups import isolated  # noqa: F401
 
 FORKS = (
     "import os, time\n"
+    "def barrier(name):\n"
+    "    # Every replica gets there before any goes on (none exits with its processes early,\n"
+    "    # none forks before all three are running).\n"
+    "    open(f\"{name}-{os.environ['RANK']}\", 'w').close()\n"
+    "    for _ in range(3000):\n"
+    "        if all(os.path.exists(f'{name}-{rank}') for rank in range(3)):\n"
+    "            return\n"
+    "        time.sleep(0.01)\n"
+    "barrier('running')\n"
     "started = 0\n"
     "for _ in range(30):\n"
     "    try:\n"
@@ -26,6 +35,7 @@ FORKS = (
     "        os._exit(0)\n"
     "    started += 1\n"
     "print('started', started, flush=True)\n"
+    "barrier('forked')\n"
 )
 
 
