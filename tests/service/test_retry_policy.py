@@ -38,6 +38,8 @@ def test_a_signal_death_names_its_signal_whatever_the_backend_wrote() -> None:
     local = status(BackendRunState.FAILED, -9, "replica main/0 killed by signal 9 (SIGKILL)")
     assert failure_reason(local) == local.message
     assert failure_reason(status(BackendRunState.FAILED, 3)) == "exited 3"
+    stopped = status(BackendRunState.FAILED, -15, "exceeded max_runtime of 5s")
+    assert failure_reason(stopped) == stopped.message  # Flotilla's own stop, said already
 
 
 def job(retry: dict[str, object] | None, attempt: int = 1) -> JobRecord:

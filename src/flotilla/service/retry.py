@@ -43,10 +43,12 @@ def end_of(status: RunStatus) -> RunEnd:
 
 def failure_reason(status: RunStatus) -> str:
     """The reason a failed run gives its job: the backend's message, naming the signal that
-    killed it when the message does not (``killed by signal 9 (SIGKILL)``)."""
+    killed it when the message does not (``killed by signal 9 (SIGKILL)``) and the signal was
+    not Flotilla's own stop for a limit the job set (its message says which)."""
     message = status.message or f"exited {status.exit_code}"
     code = status.exit_code
-    if code is not None and code < 0 and "signal" not in message:
+    ours = status.over_limit or "max_runtime" in message
+    if code is not None and code < 0 and not ours and "signal" not in message:
         message = f"{message} (killed by {signal_words(-code)})"
     return message
 
