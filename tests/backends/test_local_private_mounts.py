@@ -129,3 +129,6 @@ def test_a_run_sees_its_own_processes_in_proc_not_the_hosts(
     assert replica.process_id is not None and status.state is BackendRunState.RUNNING
     assert uid_of(replica.process_id) >= 52400
     assert "sleep" in Path(f"/proc/{replica.process_id}/cmdline").read_text()
+    assert backend.state_dir is not None
+    supervisor_log = backend.state_dir / "runs" / "run-1" / "supervisor-0.log"
+    assert supervisor_log.read_text() == "", "the supervisor could not make the mounts"
