@@ -265,7 +265,7 @@ def test_kill_9_of_the_command_is_a_failure_by_signal(local: LocalHarness) -> No
     status = local.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.FAILED
     assert status.exit_code == -signal.SIGKILL
-    assert "killed by signal SIGKILL" in status.message
+    assert "killed by signal 9 (SIGKILL)" in status.message
 
 
 def test_a_failed_replica_stops_its_siblings(local: LocalHarness) -> None:

@@ -386,7 +386,10 @@ def test_a_missing_controller_is_named_and_daemons_still_end_with_the_cgroup(
     monkeypatch.setattr(local_tree, "_detected", lambda: Detected(partial))
     monkeypatch.setattr(local_tree, "pid_namespaces_work", lambda: False)
     trees = ProcessTrees("local", tmp_path)
-    assert trees.notice() == "local jobs: not enforced: CPU share (no cpu controller in cgroup v1)"
+    assert trees.notice() == (
+        "local jobs: not enforced: CPU share, a private /tmp, /dev/shm and /proc per run (no "
+        "cpu controller in cgroup v1; no PID or mount namespaces)"
+    )
 
 
 def test_max_pids_is_checked_naming_the_setting(tmp_path: Path) -> None:

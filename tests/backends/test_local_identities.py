@@ -69,12 +69,13 @@ def test_runs_get_uids_of_their_own_and_cannot_read_write_or_kill_each_other(
     first, last = parse_uid_range(uid_range)
     backend = dynamic(local, uid_range)
     victim = {
-        "command": "read -r pid _ </proc/self/stat; echo $pid; pwd; exec sleep 60",
+        "command": "echo ready; pwd; exec sleep 60",
         "env": {"B_SECRET": "b-secret-value"},
     }
     backend.dispatch(request(backend, "run-b", victim))
     local.wait(backend, "run-b", lambda _: len(read_all(backend, "run-b").split()) == 2, "ready")
-    b_pid, b_scratch = read_all(backend, "run-b").split()
+    _, b_scratch = read_all(backend, "run-b").split()
+    b_pid = backend.status(StatusRequest("run-b")).replicas[0].process_id  # as this machine sees it
 
     attack = (
         "id -u; id -G; "
@@ -218,13 +219,10 @@ def test_a_uid_released_before_a_crash_is_never_swept_again_once_another_run_has
     assert local.wait_terminal(first, "run-1").state is BackendRunState.SUCCEEDED
     uid = uid_range.split("-")[0]
     wait_until(lambda: not (CLAIMS / uid).exists(), "gave the uid back")
-    first.dispatch(
-        request(
-            first, "run-2", {"command": "read -r pid _ </proc/self/stat; echo $pid; exec sleep 60"}
-        )
-    )
+    first.dispatch(request(first, "run-2", {"command": "echo started; exec sleep 60"}))
     local.wait(first, "run-2", lambda _: read_all(first, "run-2").strip() != "", "started")
-    pid = int(read_all(first, "run-2"))
+    pid = first.status(StatusRequest("run-2")).replicas[0].process_id  # as this machine sees it
+    assert pid is not None
     local.close_leaving_runs(first)
     record = local.state_dir / "runs" / "run-1" / "run.json"
     data = json.loads(record.read_text())

@@ -170,7 +170,8 @@ def preload_library() -> Iterator[tuple[Path, Path]]:
         if os.environ.get("CI") == "true":
             pytest.fail("cc is needed to build the preload library")
         pytest.skip("no C compiler")
-    place = Path(tempfile.mkdtemp(prefix="flotilla-preload-"))
+    # Not in /tmp: a job running as another user has a /tmp of its own (issue 35).
+    place = Path(tempfile.mkdtemp(prefix="flotilla-preload-", dir="/var/tmp"))
     try:
         os.chmod(place, 0o755)
         marks = place / "marks"

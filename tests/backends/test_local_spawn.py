@@ -44,9 +44,13 @@ def test_a_command_starts_with_no_signal_blocked_or_ignored_as_the_jobs_user(
     uid = 65534 if run_as == "nobody" else 0
     assert fields["Uid"].split() == [str(uid)] * 4
     assert fields["Groups"].split() == ([] if run_as is None else ["65534"])
-    host_pid, *inner = fields["NSpid"].split()
-    assert inner, "not in a PID namespace of its own batch"
-    assert status.replicas[0].process_id == int(host_pid)  # the pid on this machine
+    if run_as is None:  # as root, the host's /proc: its pid there, then in its namespace
+        host_pid, *inner = fields["NSpid"].split()
+        assert inner, "not in a PID namespace of its own batch"
+        assert status.replicas[0].process_id == int(host_pid)  # the pid on this machine
+    else:  # the /proc of its batch's PID namespace (issue 35): its pid there only, a small one
+        assert fields["NSpid"].split() == [fields["Pid"]] and int(fields["Pid"]) <= 3
+        assert status.replicas[0].process_id != int(fields["Pid"])  # the pid on this machine
 
 
 def test_each_replicas_cgroups_hold_its_command_and_nothing_of_the_supervisor(

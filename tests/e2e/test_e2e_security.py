@@ -139,7 +139,7 @@ def test_as_root_one_tenants_job_cannot_read_write_or_kill_anothers(
     )
     url = server.url
     ana, bo = {"Authorization": "Bearer ana-t"}, {"Authorization": "Bearer bo-t"}
-    victim = job_spec("bo-job", "echo $$; pwd; exec sleep 120")
+    victim = job_spec("bo-job", "echo ready; pwd; exec sleep 120")
     victim["payload"]["env"] = {"PASS": {"secret": "bo-password"}}
     bo_job = httpx.post(f"{url}/v1/jobs", json=victim, headers=bo).json()["ids"][0]
     server.token = "the-admin-token"
@@ -150,7 +150,10 @@ def test_as_root_one_tenants_job_cannot_read_write_or_kill_anothers(
         return response.json()["data"].split() if response.status_code == 200 else []
 
     wait_for(lambda: len(bo_ready()) == 2, 60, "bo's job to start")
-    pid, scratch = bo_ready()
+    _, scratch = bo_ready()
+    # Its pid as this machine sees it (a job's /proc is its own PID namespace's: issue 35).
+    ids = httpx.get(f"{url}/v1/jobs/{bo_job}/engine-ids", headers=bo).json()
+    pid = ids["replicas"][0]["engine_id"].removeprefix("pid ")
     attack = (
         f"cat /proc/{pid}/environ && echo read-environ; "
         f"touch {scratch}/from-ana && echo wrote-scratch; kill -9 -1; echo still-here"

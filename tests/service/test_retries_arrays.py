@@ -102,20 +102,45 @@ def test_a_cause_the_policy_does_not_name_fails_the_job_at_once(service: Service
     assert len(service.store.runs(job)) == 1
 
 
-def test_a_process_killed_by_a_signal_is_a_node_failure_and_retried(
+def test_a_process_killed_by_a_signal_is_a_failure_and_retried(
     service: Service, tmp_path: Path
 ) -> None:
     first = tmp_path / "first"
     command = f"if [ ! -e {first} ]; then touch {first}; kill -9 $$; fi; echo survived"
-    (job,) = service.submit_spec(
-        command, retry={"limit": 1, "backoff": "none", "on": ["node_failure"]}
-    )
+    (job,) = service.submit_spec(command, retry={"limit": 1, "backoff": "none", "on": ["failed"]})
     service.cycle_until(ended(service, job))
     assert service.state(job) is JobState.SUCCEEDED
     first_run = service.store.runs(job)[0]
     assert (first_run.state, first_run.exit_code) == (RunState.FAILED, -9)
     events = [e.reason for e in service.store.events(job) if e.to_state is JobState.QUEUED]
-    assert events[-1].endswith("(node_failure: replica main/0 killed by signal SIGKILL)")
+    assert events[-1].endswith("(failed: replica main/0 killed by signal 9 (SIGKILL))")
+
+
+def test_a_signal_death_without_a_retry_policy_fails_the_job_once(service: Service) -> None:
+    """Issue 35: read as a node failure, a job that kills itself was re-queued at once,
+    uncounted, forever (24 runs in 30 s)."""
+    (job,) = service.submit_spec("kill -9 $$")
+    service.cycle_until(ended(service, job))
+    record = service.store.get_job(job)
+    assert record.state is JobState.FAILED
+    assert record.reason == "replica main/0 killed by signal 9 (SIGKILL)"
+    assert [(run.state, run.exit_code) for run in service.store.runs(job)] == [
+        (RunState.FAILED, -9)
+    ]
+
+
+def test_signal_deaths_count_against_the_retry_limit(service: Service) -> None:
+    """A segfault (SIGSEGV) every attempt: retried ``limit`` times, then the job fails."""
+    (job,) = service.submit_spec(
+        "kill -SEGV $$", retry={"limit": 2, "backoff": "none", "on": ["failed"]}
+    )
+    service.cycle_until(ended(service, job))
+    record = service.store.get_job(job)
+    assert record.state is JobState.FAILED
+    assert record.reason == (
+        "replica main/0 killed by signal 11 (SIGSEGV) (attempt 3, failed; retry limit of 2 reached)"
+    )
+    assert [run.exit_code for run in service.store.runs(job)] == [-11] * 3
 
 
 def test_the_backoff_is_stored_with_the_job_and_outlives_a_restart(

@@ -10,7 +10,7 @@ from flotilla.lifecycle.events import RunEnded
 from flotilla.lifecycle.machine import step
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.model import JobSpec, RetryCause
-from flotilla.service.retry import cause_of, transition_for, view_of
+from flotilla.service.retry import cause_of, failure_reason, transition_for, view_of
 from flotilla.store import JobRecord, JobState, RunRecord, RunState
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -22,12 +22,24 @@ def status(state: BackendRunState, exit_code: int | None = None, message: str = 
 
 def test_the_cause_comes_from_the_runs_end() -> None:
     assert cause_of(status(BackendRunState.FAILED, 3, "exited with code 3")) is RetryCause.FAILED
-    assert cause_of(status(BackendRunState.FAILED, -9, "killed by signal SIGKILL")) is (
-        RetryCause.NODE_FAILURE
-    )
+    # A signal death is the command's failure (issue 35), counted like a non-zero exit.
+    killed = status(BackendRunState.FAILED, -9, "killed by signal 9 (SIGKILL)")
+    assert cause_of(killed) is RetryCause.FAILED
     stopped = status(BackendRunState.FAILED, -15, "exceeded max_runtime of 5s")
     assert cause_of(stopped) is RetryCause.FAILED  # Flotilla's own stop is the job's fault
     assert cause_of(status(BackendRunState.LOST, message="no record")) is RetryCause.LOST
+
+
+def test_a_signal_death_names_its_signal_whatever_the_backend_wrote() -> None:
+    kubelet = status(BackendRunState.FAILED, -11, "replica main/0 exited with code -11")
+    assert failure_reason(kubelet) == (
+        "replica main/0 exited with code -11 (killed by signal 11 (SIGSEGV))"
+    )
+    local = status(BackendRunState.FAILED, -9, "replica main/0 killed by signal 9 (SIGKILL)")
+    assert failure_reason(local) == local.message
+    assert failure_reason(status(BackendRunState.FAILED, 3)) == "exited 3"
+    stopped = status(BackendRunState.FAILED, -15, "exceeded max_runtime of 5s")
+    assert failure_reason(stopped) == stopped.message  # Flotilla's own stop, said already
 
 
 def job(retry: dict[str, object] | None, attempt: int = 1) -> JobRecord:

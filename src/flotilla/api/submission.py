@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from flotilla.model import JobSpec, PriorityClass
 from flotilla.model.errors import from_pydantic
+from flotilla.model.names import name_problems
 from flotilla.model.payload import (
     PAYLOAD_TYPES,
     PayloadError,
@@ -128,7 +129,8 @@ def absolute_working_dir_problems(spec: JobSpec, allowed: Sequence[str] | None) 
 
 
 def check_limits(spec: JobSpec, limits: SubmissionLimits) -> list[str]:
-    """The limits on one spec (``SubmissionLimits``)."""
+    """The limits on one spec (``SubmissionLimits``), and on its names (``model/names.py``:
+    checked here, not in the model, so that a spec stored before keeps loading)."""
     problems: list[str] = []
     if spec.count is not None and spec.count > limits.max_count:
         problems.append(
@@ -138,6 +140,8 @@ def check_limits(spec: JobSpec, limits: SubmissionLimits) -> list[str]:
         problems.append(
             f"array.size: {spec.array.size} is more than this server's limit of {limits.max_count}"
         )
+    elements = spec.array.size if spec.array is not None else spec.count
+    problems += name_problems(spec.name, [task.name for task in spec.tasks], elements)
     for index, task in enumerate(spec.tasks):
         if task.replicas > limits.max_replicas:
             problems.append(

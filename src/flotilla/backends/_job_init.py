@@ -50,6 +50,11 @@ EVERY = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 """What is blocked across a fork (as plain numbers: ``_signal.pthread_sigmask`` takes and
 gives them so, where ``signal``'s makes an enum of each, twice per replica)."""
 
+PROC = "/proc"
+"""Where this process reads the host's ``/proc``: ``/proc`` itself, unless the supervisor
+mounted its PID namespace's own there (``_private_mounts``), and reads the host's through a
+descriptor it kept (``/proc/self/fd/N``)."""
+
 PIPE_LINE = 3800
 """A refusal line stays below ``PIPE_BUF`` (4096), so lines of many children never mix."""
 
@@ -89,7 +94,7 @@ def _host_pid() -> int:
     """This process's pid as the server sees it (``/proc`` is the host's: its ``self`` link
     names the pid in the host's namespace, not the 2 or 3 this process is in its own)."""
     try:
-        return int(os.readlink("/proc/self"))
+        return int(os.readlink(f"{PROC}/self"))
     except (OSError, ValueError):
         return os.getpid()
 
@@ -202,7 +207,7 @@ def _become_the_job(spec: dict[str, Any], replica: dict[str, Any]) -> None:  # p
 
 def start_ticks(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as file:
+        with open(f"{PROC}/{pid}/stat", encoding="ascii") as file:
             text = file.read()
     except OSError:
         return None

@@ -362,14 +362,14 @@ def _enter(directory: str) -> None:
 
 
 def _host_pid(pid: int) -> int:
-    """``pid`` (of this namespace) as the machine sees it: ``/proc`` is the host's, and a
-    pidfd's ``fdinfo`` there names the pid in ``/proc``'s namespace."""
+    """``pid`` (of this namespace) as the machine sees it: a pidfd's ``fdinfo`` in the host's
+    ``/proc`` (``_job_init.PROC``) names the pid in that ``/proc``'s namespace."""
     try:
         descriptor = os.pidfd_open(pid)
     except OSError:
         return pid
     try:
-        with open(f"/proc/self/fdinfo/{descriptor}", encoding="ascii") as file:
+        with open(f"{_job_init.PROC}/self/fdinfo/{descriptor}", encoding="ascii") as file:
             for line in file:
                 if line.startswith("Pid:"):
                     found = int(line.split()[1])

@@ -63,11 +63,12 @@ import time
 from typing import Any
 
 if __package__:
-    from flotilla.backends import _job_init, _outputs, _spawn
+    from flotilla.backends import _job_init, _outputs, _private_mounts, _spawn
 else:  # run as a script (``python -I -S``): its siblings, by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _job_init  # type: ignore[import-not-found,no-redef]
     import _outputs  # type: ignore[import-not-found,no-redef]
+    import _private_mounts  # type: ignore[import-not-found,no-redef]
     import _spawn  # type: ignore[import-not-found,no-redef]
 
 CHUNK = 65536
@@ -461,12 +462,25 @@ def _supervise(spec: dict[str, Any], stopping: int | None, namespace: bool) -> i
     ``namespace``: its end is that of every process in it)."""
     if namespace:
         _job_init.die_with_parent()  # the outer supervisor, killed: the whole batch goes
+        if spec.get("private_mounts"):
+            _private(spec)
     _nofile_limit()
     batch = _Batch(spec, stopping, namespace)  # its handlers set: the stops blocked since main
     if batch.spawner is not None:  # may come; the commands inherit the mask: none blocked
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOPS, KILL))
     return batch.run()
+
+
+def _private(spec: dict[str, Any]) -> None:
+    """The batch's own ``/tmp``, ``/dev/shm`` and ``/proc`` (``_private_mounts.py``); where
+    the kernel refuses, the batch runs without them and this supervisor's log says why."""
+    try:
+        host_proc = _private_mounts.set_up(spec.get("keep_paths") or (), spec.get("tmpfs_size"))
+    except OSError as error:
+        print(f"_supervise.py: no private /tmp, /dev/shm and /proc: {error}", file=sys.stderr)
+        return
+    _job_init.PROC = f"/proc/self/fd/{host_proc}"
 
 
 def main() -> int:

@@ -80,6 +80,11 @@ class Cgroups(Protocol):
         """True when the OOM killer killed a process of the cgroup for its memory limit."""
         ...
 
+    def oom_killed(self, path: str) -> bool:
+        """True when an out-of-memory kill took a process of the cgroup, whichever (the
+        kernel's own count of them: ``oom_kill``; False where it keeps none)."""
+        ...
+
     def usage(self, path: str) -> RunResources:
         """What the cgroup's processes used so far (its descendants included): CPU seconds
         and the peak of its memory, each ``None`` where this host does not count it. Read
@@ -231,6 +236,9 @@ class CgroupV2:
         events = _keyed(_read(self._at(path) / "memory.events"))
         return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
 
+    def oom_killed(self, path: str) -> bool:
+        return self.memory_exceeded(path)
+
     def usage(self, path: str) -> RunResources:
         # cpu.stat's usage_usec is there whatever the controllers; memory.peak since 5.19.
         target = self._at(path)
@@ -317,6 +325,13 @@ class CgroupV1:
         if "oom_kill" in control:  # Linux ≥ 4.13
             return control["oom_kill"] > 0
         return int(_read(memory / path / "memory.failcnt").strip() or 0) > 0
+
+    def oom_killed(self, path: str) -> bool:
+        memory = self.bases.get("memory")
+        if memory is None:
+            return False
+        # Not memory.failcnt: hitting the limit is not a kill (the kernel may reclaim).
+        return _keyed(_read(memory / path / "memory.oom_control")).get("oom_kill", 0) > 0
 
     def usage(self, path: str) -> RunResources:
         # cpuacct.usage: nanoseconds (its own hierarchy, or one it shares with cpu).

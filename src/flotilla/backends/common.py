@@ -19,12 +19,21 @@ from flotilla.backends.interface import (
     UnknownReplica,
 )
 from flotilla.files import write_text_safely
+from flotilla.model.names import NAME_MAX
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload, Payload, PayloadError, parse_payload
 
 
-def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeInfo]) -> None:
-    """Reject, naming the field, what no backend of ``cluster`` could ever start."""
+def check_request(
+    request: DispatchRequest,
+    cluster: str,
+    nodes: Sequence[NodeInfo],
+    task_name_max: int = NAME_MAX,
+) -> None:
+    """Reject, naming the field, what no backend of ``cluster`` could ever start.
+    ``task_name_max``: the longest task name the backend can hold (``model/names.py``; the
+    API refuses longer ones, but a spec stored before it did may still come): longer, and its
+    run would never start, so it fails at once rather than being lost and re-queued."""
     if not RUN_ID_PATTERN.match(request.run_id):
         raise DispatchRejected(
             f"run_id: {request.run_id!r} must be 1-200 characters of letters, digits, '.', '_'"
@@ -45,6 +54,11 @@ def check_request(request: DispatchRequest, cluster: str, nodes: Sequence[NodeIn
         if (placement.task, placement.replica) in seen:
             raise DispatchRejected(f"{where}: replica {placement.label} is placed twice")
         seen.add((placement.task, placement.replica))
+        if len(placement.task) > task_name_max:
+            raise DispatchRejected(
+                f"{where}.task: a task name of {len(placement.task)} characters; this backend "
+                f"holds at most {task_name_max} (docs/jobs.md, Names)"
+            )
         node = by_name.get(placement.node)
         if node is None:
             raise DispatchRejected(

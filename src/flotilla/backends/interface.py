@@ -29,6 +29,7 @@ Failure semantics, common to every backend:
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -268,6 +269,16 @@ class RunStatus:
     """CPU seconds and peak memory its processes used, measured when it ended (the local
     backend from each replica's cgroup, Slurm from its accounting); ``None``: not measured
     (a run still going, a backend that cannot tell)."""
+
+
+def signal_words(number: int) -> str:
+    """A signal in a run's message, its number and name: ``signal 9 (SIGKILL)`` (the number
+    alone for one this machine does not name). Every backend reports a kill by signal ``N`` as
+    the exit code ``-N`` (``RunStatus.exit_code``)."""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
 
 
 class LogStream(StrEnum):

@@ -90,6 +90,7 @@ from flotilla.backends.local_records import Replica, Run, Stop, record_path, sav
 from flotilla.backends.local_tree import ProcessTrees
 from flotilla.backends.run_lock import RunLocks
 from flotilla.model.cluster import GpuSharing
+from flotilla.model.names import TASK_NAME_LIMITS
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.payload import CommandPayload
 
@@ -177,6 +178,9 @@ class LocalBackend:
     """Owner or queue → the account its jobs run as, before ``run_as``/``uid_range``
     (``local_accounts.py``)."""
     max_pids: int = DEFAULT_MAX_PIDS
+    max_run_pids: int | None = None
+    """Processes and threads one run may have at once, all replicas together (``None``: half of
+    the machine's ``pid_max``)."""
     isolate: bool = True
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
@@ -221,7 +225,9 @@ class LocalBackend:
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
         self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
         """Runs whose uid is being swept of processes, to be released when the sweep ends."""
-        self._trees = ProcessTrees(self.cluster, self.state_dir, self.max_pids, self.isolate)
+        self._trees = ProcessTrees(
+            self.cluster, self.state_dir, self.max_pids, self.isolate, self.max_run_pids
+        )
         discovery = discover_gpus(self.gpus, self.gpu_source)
         self.gpu_notice = discovery.notice
         """One line: the GPUs found and how (``flotilla up`` shows it)."""
@@ -321,7 +327,7 @@ class LocalBackend:
             # have ended while nobody watched), so the next poll reports it.
             self._changes.mark(request.run_id)
             return existing, None, None
-        check_request(request, self.cluster, (self._node,))
+        check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
         payload = command_payload_of(request, "local")
         relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
         mapped = self._accounts.identity_for(request.queue, request.owner)
@@ -406,7 +412,7 @@ class LocalBackend:
                 raise DispatchRejected(
                     f"run {request.run_id} has ended or is stopping: no replica can join it"
                 )
-            check_request(request, self.cluster, (self._node,))
+            check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
             payload = command_payload_of(request, "local")
             relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
             joining = [Replica(placement) for placement in added]

@@ -116,6 +116,23 @@ def batch_size() -> int:
     return max(1, min(BATCH, (hard - 64) // 4))
 
 
+def private_mounts(trees: ProcessTrees, identity: Identity | None) -> bool:
+    """Whether the run's batches get their own ``/tmp``, ``/dev/shm`` and ``/proc``
+    (``_private_mounts.py``): where mount namespaces work, for a job that runs as a user other
+    than root. A job running as root (the server's identity, or ``run_as: root``) keeps the
+    host's: it could undo them."""
+    return trees.private_mounts and identity is not None and identity.uid != 0
+
+
+def tmpfs_size(requests: Sequence[float | None]) -> int | None:
+    """The size of a batch's ``/tmp`` and ``/dev/shm``: the memory its replicas asked for
+    together (what is written there is charged to the writer's memory cgroup in any case);
+    ``None`` (the kernel's default, half the machine's memory) when one asked for none."""
+    if not requests or any(asked is None for asked in requests):
+        return None
+    return int(sum(asked for asked in requests if asked is not None))
+
+
 def start_replicas(
     run: Run,
     request: DispatchRequest,
@@ -162,10 +179,17 @@ def start_replicas(
         "log_limit": log_limit,
         "log_note": log_note(log_limit),
         "pid_namespace": trees.pid_namespace,
+        "private_mounts": private_mounts(trees, identity),
+        "keep_paths": [
+            str(path) for path in (run.directory, run.scratch, working_dir) if path is not None
+        ],
     }
     position = {id(replica): index for index, replica in enumerate(run.replicas)}
     startable: list[tuple[int, dict[str, Any]]] = []
+    memory: dict[int, float | None] = {}
     rendezvous = rendezvous_envs(request, "127.0.0.1")  # every replica is on this machine
+    with contextlib.suppress(OSError):  # a replica's own cgroup then fails, saying why
+        trees.prepare_run(run)
     for replica in run.replicas if replicas is None else replicas:
         env = {
             **shared_env,
@@ -175,6 +199,8 @@ def start_replicas(
             **reporting,
             **(device_env(replica.placement) if device_env else {}),
         }
+        asked = request.resources.get(replica.placement.task, {}).get("memory")
+        memory[position[id(replica)]] = float(asked) if asked else None
         try:
             joins = trees.prepare(run, replica, request)
         except OSError as error:
@@ -203,6 +229,7 @@ def start_replicas(
                     **common,
                     "gate_fd": gate_read,
                     "pids_file": str(run.pids_file(number)),
+                    "tmpfs_size": tmpfs_size([memory[index] for index, _ in batch]),
                     "replicas": [item for _, item in batch],
                 }
                 try:

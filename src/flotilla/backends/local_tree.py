@@ -38,9 +38,20 @@ log = logging.getLogger(__name__)
 def pid_namespaces_work() -> bool:
     """True when a process of this server may make a PID namespace (root, a kernel with
     them): tried once, in a child process."""
+    return _unshare_works(0x20000000)
+
+
+@functools.cache
+def mount_namespaces_work() -> bool:
+    """True when a process of this server may make a mount namespace and mount in it (root):
+    tried once, in a child process (a batch's own ``/tmp``, ``/dev/shm`` and ``/proc``,
+    ``_private_mounts.py``)."""
+    return _unshare_works(0x00020000)
+
+
+def _unshare_works(flags: int) -> bool:
     probe = (
-        "import ctypes; "
-        "raise SystemExit(ctypes.CDLL(None, use_errno=True).unshare(0x20000000) != 0)"
+        f"import ctypes; raise SystemExit(ctypes.CDLL(None, use_errno=True).unshare({flags}) != 0)"
     )
     try:
         done = subprocess.run(
@@ -56,6 +67,20 @@ def pid_namespaces_work() -> bool:
     return done.returncode == 0
 
 
+PID_MAX = Path("/proc/sys/kernel/pid_max")
+
+
+def run_pids_default() -> int:
+    """Half of this machine's ``pid_max`` (32,768 on many): a run may not take more, so that
+    one run alone never exhausts the machine's processes (issue 35: an 8-replica run could,
+    4,096 per replica)."""
+    try:
+        machine = int(PID_MAX.read_text().strip())
+    except (OSError, ValueError):
+        machine = 32768
+    return max(1, machine // 2)
+
+
 @functools.cache
 def _detected() -> cgroups.Detected:
     return cgroups.detect()
@@ -64,6 +89,17 @@ def _detected() -> cgroups.Detected:
 def memory_message(request: float) -> str:
     """The reason a replica OOM-killed in its cgroup fails with."""
     return f"exceeded its memory request of {format_quantity('memory', request)}"
+
+
+def oom_message(request: float | None) -> str:
+    """The reason a replica fails with when the out-of-memory killer took one of its
+    processes, not its command (which may have exited 0)."""
+    if request is None:
+        return "had a process killed by the out-of-memory killer"
+    return (
+        "had a process killed by the out-of-memory killer: exceeded its memory request of "
+        f"{format_quantity('memory', request)}"
+    )
 
 
 LEFTOVER_AGE = 300.0
@@ -114,10 +150,17 @@ class ProcessTrees:
     state_dir: Path
     max_pids: int = cgroups.DEFAULT_MAX_PIDS
     isolate: bool = True
+    max_run_pids: int | None = None
+    """Processes and threads one run may have at once, all its replicas together (its cgroup
+    above theirs); ``None``: half of this machine's ``pid_max`` (``run_pids_default``)."""
     hierarchy: cgroups.Cgroups | None = field(init=False, default=None)
     problem: str = field(init=False, default="")
     """Why there are no cgroups (empty when there are)."""
     pid_namespace: bool = field(init=False, default=False)
+    private_mounts: bool = field(init=False, default=False)
+    """Whether each batch gets its own ``/tmp``, ``/dev/shm`` and ``/proc`` (a mount
+    namespace, in its PID namespace: ``_private_mounts.py``) when its job runs as a user other
+    than root."""
     _removable: list[str] = field(init=False, default_factory=list)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -126,12 +169,21 @@ class ProcessTrees:
             raise ValueError(f"max_pids: must be a whole number, not {self.max_pids!r}")
         if not 1 <= self.max_pids <= 4_194_304:
             raise ValueError(f"max_pids: must be between 1 and 4194304, not {self.max_pids}")
+        if self.max_run_pids is None:
+            self.max_run_pids = run_pids_default()
+        elif isinstance(self.max_run_pids, bool) or not isinstance(self.max_run_pids, int):
+            raise ValueError(f"max_run_pids: must be a whole number, not {self.max_run_pids!r}")
+        elif not 1 <= self.max_run_pids <= 4_194_304:
+            raise ValueError(
+                f"max_run_pids: must be between 1 and 4194304, not {self.max_run_pids}"
+            )
         if not self.isolate:
             self.problem = "isolation is off for this cluster"
             return
         found = _detected()
         self.hierarchy, self.problem = found.cgroups, found.problem
         self.pid_namespace = pid_namespaces_work()
+        self.private_mounts = self.pid_namespace and mount_namespaces_work()
         notice = self.notice()
         if notice:  # info: ``flotilla up`` shows it, once, as a line of its start
             log.info("cluster %s: %s", self.cluster, notice)
@@ -158,6 +210,8 @@ class ProcessTrees:
         missing = [names[name] for name in cgroups.CONTROLLERS if name not in enforced]
         if self.hierarchy is None and not self.pid_namespace:
             missing.append("ending setsid daemons with their job")
+        if not self.private_mounts:
+            missing.append("a private /tmp, /dev/shm and /proc per run")
         return missing
 
     def notice(self) -> str | None:
@@ -169,8 +223,22 @@ class ProcessTrees:
             why = self.problem
         else:
             absent = [name for name in cgroups.CONTROLLERS if name not in self.hierarchy.enforced]
-            why = f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
+            reasons = []
+            if absent:
+                reasons.append(
+                    f"no {', '.join(absent)} controller in cgroup {self.hierarchy.version}"
+                )
+            if not self.private_mounts:
+                reasons.append("no PID or mount namespaces")
+            why = "; ".join(reasons)
         return f"local jobs: not enforced: {', '.join(missing)} ({why})"
+
+    def prepare_run(self, run: Run) -> None:
+        """Make the run's cgroup, above its replicas', with its ``max_run_pids``: one run's
+        replicas together cannot exhaust the machine's pids (each replica's ``max_pids`` bounds
+        it alone). Raises ``OSError`` when it cannot be made."""
+        if self.hierarchy is not None:
+            self.hierarchy.create(self.path(run), cgroups.Limits(pids=self.max_run_pids))
 
     def prepare(self, run: Run, replica: Replica, request: DispatchRequest) -> tuple[Path, ...]:
         """The cgroup directories the replica joins (made now, with its limits). Raises
@@ -203,6 +271,12 @@ class ProcessTrees:
         request = replica.memory_request
         if request is not None and not replica.succeeded and self.hierarchy.memory_exceeded(path):
             replica.error, replica.over_memory = memory_message(request), True
+        elif replica.error is None and not replica.vanished and self.hierarchy.oom_killed(path):
+            # Any process of it, not only its command (issue 35: a child killed for memory
+            # left a command that exited 0, and the run "succeeded"); v2's memory.oom.group
+            # kills the whole replica then, v1 only the child.
+            replica.error = oom_message(request)
+            replica.over_memory = request is not None
 
     def settled(self, run: Run) -> None:
         """The run is over: its cgroups go at the next ``sweep``, off the cancel's path

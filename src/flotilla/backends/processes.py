@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from flotilla.backends.interface import signal_words
+
 SUPERVISOR = Path(__file__).with_name("_supervise.py")
 
 _PROC = Path("/proc")
@@ -247,9 +249,5 @@ def _log(path: Path) -> BinaryIO:
 
 def describe_exit(code: int) -> str:
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by signal {name}"
+        return f"killed by {signal_words(-code)}"
     return f"exited with code {code}"

@@ -28,9 +28,10 @@ class RunEnd(Enum):
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    """The command failed (non-zero exit, could not start, ``max_runtime``)."""
+    """The command failed (non-zero exit, killed by a signal Flotilla did not send, could not
+    start, ``max_runtime``)."""
     NODE_FAILURE = "node_failure"
-    """Its machine failed under it: a signal Flotilla did not send, its cluster lost."""
+    """Its machine failed under it: its cluster stopped answering."""
     LOST = "lost"
     """The backend lost track of it."""
     CANCELLED = "cancelled"

@@ -29,7 +29,7 @@ class TaskSpec(Strict):
     """A role of a job (head, worker…): ``replicas`` copies, each asking for ``resources``."""
 
     name: Name
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_COUNT)
     resources: ResourceList
     topology: Topology | None = None
     share_gpu: bool = False

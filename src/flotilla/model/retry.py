@@ -20,9 +20,9 @@ class Backoff(StrEnum):
 class RetryCause(StrEnum):
     """Why an attempt ended without success (``docs/jobs.md`` says what each backend reports).
 
-    ``failed``: the command exited non-zero, could not start or exceeded ``max_runtime``;
-    ``node_failure``: its process was killed by a signal Flotilla did not send (the OOM
-    killer, a node shutting down, ``kill -9``) or its cluster stopped answering;
+    ``failed``: the command exited non-zero, was killed by a signal Flotilla did not send (a
+    segfault, the OOM killer, ``kill -9``), could not start or exceeded ``max_runtime``;
+    ``node_failure``: its cluster stopped answering;
     ``lost``: the backend lost track of the run (no record of it any more)."""
 
     FAILED = "failed"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from flotilla.backends.interface import BackendRunState, RunStatus
+from flotilla.backends.interface import BackendRunState, RunStatus, signal_words
 from flotilla.lifecycle.effects import HoldUntil
 from flotilla.lifecycle.events import RunEnded
 from flotilla.lifecycle.machine import Transition as Step
@@ -28,16 +28,29 @@ from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 def end_of(status: RunStatus) -> RunEnd:
     """How a run its backend reports ended badly (failed or lost) ended.
 
-    Killed by a signal (a negative exit code) that was not Flotilla's own stop for a limit
-    the job set (``max_runtime``, its memory request: ``RunStatus.over_limit``) is a node
-    failure: the machine's OOM killer, a node shutting down, ``kill -9`` from outside.
+    A command killed by a signal (a negative exit code: a segfault, the OOM killer,
+    ``kill -9 $$``) failed, as a non-zero exit did: it counts against ``retry.limit`` and,
+    without a policy that covers ``failed``, fails the job (issue 35: read as the node's
+    failure, it was re-queued uncounted, forever). The stops Flotilla asks for keep their own
+    ends: a cancel and a preemption end ``cancelled`` or re-queue the job before this is
+    asked, ``max_runtime`` and the job's memory request are failures already, and a cluster
+    that stops answering is a ``node_failure`` (``cluster_watch.py``).
     """
     if status.state is BackendRunState.LOST:
         return RunEnd.LOST
-    killed = status.exit_code is not None and status.exit_code < 0
-    if killed and not status.over_limit and "max_runtime" not in status.message:
-        return RunEnd.NODE_FAILURE
     return RunEnd.FAILED
+
+
+def failure_reason(status: RunStatus) -> str:
+    """The reason a failed run gives its job: the backend's message, naming the signal that
+    killed it when the message does not (``killed by signal 9 (SIGKILL)``) and the signal was
+    not Flotilla's own stop for a limit the job set (its message says which)."""
+    message = status.message or f"exited {status.exit_code}"
+    code = status.exit_code
+    ours = status.over_limit or "max_runtime" in message
+    if code is not None and code < 0 and not ours and "signal" not in message:
+        message = f"{message} (killed by {signal_words(-code)})"
+    return message
 
 
 def cause_of(status: RunStatus) -> RetryCause:

@@ -45,7 +45,13 @@ from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
 from flotilla.service.gpu_metrics import GpuUseMetrics
-from flotilla.service.retry import counted_failures, end_of, transition_for, view_of
+from flotilla.service.retry import (
+    counted_failures,
+    end_of,
+    failure_reason,
+    transition_for,
+    view_of,
+)
 from flotilla.service.writes import CycleWrites
 from flotilla.stage_trace import trace
 from flotilla.store import (
@@ -244,7 +250,7 @@ class RunTransitions:
         elif state is BackendRunState.CANCELLED:
             end, reason = RunEnd.CANCELLED, status.message
         elif state is BackendRunState.FAILED:
-            end, reason = end_of(status), status.message or f"exited {status.exit_code}"
+            end, reason = end_of(status), failure_reason(status)
         elif state is BackendRunState.LOST:
             end = RunEnd.LOST
             reason = f"run lost: {status.message}" if status.message else "run lost"

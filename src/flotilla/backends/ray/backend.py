@@ -55,9 +55,13 @@ from flotilla.backends.ray.jobs import (
 )
 from flotilla.backends.ray.nodes import RayNode, read_nodes
 from flotilla.backends.ray.runs import RunView, compose
+from flotilla.model.names import RAY_TASK_NAME_MAX
 from flotilla.model.payload import ContainerPayload, Payload
 
 CLUSTER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+TASK_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{RAY_TASK_NAME_MAX - 1}}}$")
+"""A task name this backend puts in a submission id (``model/names.py``: the API refuses
+longer ones at submission)."""
 
 
 class RayBackend:
@@ -152,7 +156,7 @@ class RayBackend:
         if not RUN_ID_PATTERN.match(request.run_id) or request.cluster != self.cluster:
             check_request(request, self.cluster, ())  # raises, naming the field
         for index, placement in enumerate(request.placements):
-            if not CLUSTER_PATTERN.match(placement.task):
+            if not TASK_PATTERN.match(placement.task):
                 raise DispatchRejected(
                     f"placements[{index}].task: {placement.task!r} must be letters, digits, "
                     "'.', '_' or '-' (it is part of the Ray submission id)"
@@ -209,7 +213,7 @@ class RayBackend:
                 f"run {request.run_id} has ended or is stopping: no replica can join it"
             )
         for index, placement in enumerate(request.placements):
-            if placement in added and not CLUSTER_PATTERN.match(placement.task):
+            if placement in added and not TASK_PATTERN.match(placement.task):
                 raise DispatchRejected(
                     f"placements[{index}].task: {placement.task!r} must be letters, digits, "
                     "'.', '_' or '-' (it is part of the Ray submission id)"

@@ -56,6 +56,7 @@ from flotilla.backends.slurm.marker import (
 from flotilla.backends.slurm.nodes import node_info
 from flotilla.backends.slurm.runs import RunFiles, build_status, status_of
 from flotilla.backends.slurm.script import batch_script, replica_file, sbatch_options
+from flotilla.model.names import TASK_NAME_LIMITS
 from flotilla.model.node_info import NodeInfo
 from flotilla.model.run_resources import RunResources
 
@@ -171,7 +172,7 @@ class SlurmBackend:
                 result = self._result(known.marker)
                 check_same_job(result, request)
                 return result
-            check_request(request, self.cluster, self._nodes())
+            check_request(request, self.cluster, self._nodes(), TASK_NAME_LIMITS["slurm"])
             payload = command_payload_of(request, "slurm")
             marker = Marker(
                 cluster=self.cluster,
