@@ -204,6 +204,16 @@ class ProcessTrees:
         if request is not None and not replica.succeeded and self.hierarchy.memory_exceeded(path):
             replica.error, replica.over_memory = memory_message(request), True
 
+    def end_run(self, run: Run) -> bool:
+        """Kill whatever is left of ``run`` in its cgroups (a process never leaves its
+        cgroup: ``setsid`` daemons included) and nothing else; True once none of its
+        processes is left. ``False`` without cgroups: nothing here can tell."""
+        if self.hierarchy is None:
+            return False
+        path = self.path(run)
+        self.hierarchy.kill(path)
+        return not self.hierarchy.processes(path)
+
     def settled(self, run: Run) -> None:
         """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
         (removing a memory cgroup takes the kernel milliseconds)."""
