@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from flotilla.backends import BackendRunState, BackendUnavailable, CancelRequest, StatusRequest
+from flotilla.backends import (
+    BackendRunState,
+    BackendUnavailable,
+    CancelRequest,
+    RunBusy,
+    StatusRequest,
+)
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_identity import CLAIMS, parse_uid_range
+from flotilla.backends.run_lock import RunLocks
 from tests.timing import wait_until
 
 from .support import LocalHarness, read_all, request
@@ -233,3 +241,68 @@ def test_a_uid_released_before_a_crash_is_never_swept_again_once_another_run_has
     wait_until(lambda: json.loads(record.read_text())["identity_released"], "recorded it")
     assert second.status(StatusRequest("run-2")).state is BackendRunState.RUNNING
     assert os.path.exists(f"/proc/{pid}") and uid_of(pid) == int(uid)
+
+
+def test_the_end_of_a_run_kills_its_own_processes_and_no_other_process_of_its_uid(
+    local: LocalHarness,
+) -> None:
+    """Issue 35: the sweep of an ended run was ``kill -9 -1`` as its uid, so a second server
+    over the state dir sweeping the run late killed the uid's next run (a job then ran
+    twice), and a uid shared by several runs would end them all. Now only what is in the
+    run's cgroups is killed: its ``setsid`` daemon goes, a process of the same uid outside
+    the run (here one the test starts as that uid) stays, and the uid is still given back."""
+    uid_range = uids_in_range(56000, 1)
+    uid = int(uid_range.split("-")[0])
+    backend = dynamic(local, uid_range)
+    daemon = "setsid sleep 300 & echo started"
+    backend.dispatch(request(backend, "run-1", {"command": f"{daemon}; exec sleep 60"}))
+    local.wait(backend, "run-1", lambda _: "started" in read_all(backend, "run-1"), "started")
+    outsider = subprocess.Popen(
+        ["sleep", "300"], user=uid, group=uid, extra_groups=[], start_new_session=True
+    )
+    try:
+        wait_until(lambda: uid_of(outsider.pid) == uid, "the outsider to run as the uid")
+        run_processes = [pid for pid in processes_of(uid) if pid != outsider.pid]
+        assert run_processes, "the run's command and daemon run as its uid"
+        backend.cancel(CancelRequest("run-1", grace_period=0.0))
+        assert local.wait_terminal(backend, "run-1").state is BackendRunState.CANCELLED
+        wait_until(lambda: not (CLAIMS / str(uid)).exists(), "gave the uid back")
+        assert processes_of(uid) == [outsider.pid], "the run's daemon is gone, nothing else"
+        assert outsider.poll() is None, "the sweep killed a process that is not the run's"
+    finally:
+        outsider.kill()
+        outsider.wait()
+
+
+def test_a_backend_started_while_another_starts_a_run_with_a_uid_comes_up(
+    local: LocalHarness,
+) -> None:
+    """Issue 35: a second server over the state dir, starting while the first held a run's
+    lock (starting it), crashed with ``RunBusy``: giving back stale uid claims asked about
+    that run. The claim is then taken as held; the run is adopted once free."""
+    uid_range = uids_in_range(56500, 2)
+    first = dynamic(local, uid_range)
+    first.dispatch(request(first, "run-1", local.long()))
+    local.wait(first, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
+    local.close_leaving_runs(first)
+    record = local.state_dir / "runs" / "run-1" / "run.json"
+    uid = json.loads(record.read_text())["identity"]["uid"]
+    busy = RunLocks()
+    busy.take(local.state_dir / "runs" / "run-1")  # as a process starting it would
+    try:
+        second = dynamic(local, uid_range)
+        with pytest.raises(RunBusy):
+            second.status(StatusRequest("run-1"))
+    finally:
+        busy.release(local.state_dir / "runs" / "run-1")
+    assert second.status(StatusRequest("run-1")).state is BackendRunState.RUNNING
+    second.cancel(CancelRequest("run-1", grace_period=0.0))
+    assert local.wait_terminal(second, "run-1").state is BackendRunState.CANCELLED
+    wait_until(lambda: not (CLAIMS / str(uid)).exists(), "gave the uid back")
+
+
+def test_a_uid_per_run_is_refused_where_no_cgroup_can_end_a_run(tmp_path: Path) -> None:
+    """Without cgroups nothing but the uid would say which processes are the run's: the
+    backend refuses ``uid_range`` rather than sweep by uid (issue 35)."""
+    with pytest.raises(ValueError, match=r"uid_range: a uid of its own per run needs cgroups"):
+        LocalBackend(state_dir=tmp_path, uid_range=uids_in_range(55500, 2), isolate=False)

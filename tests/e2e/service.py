@@ -241,10 +241,13 @@ class Services:
         ready: bool = True,
         port: int | None = None,
         projection: bool = False,
+        default_identity: bool = False,
     ) -> Server:
         """``flotilla up`` with ``extra`` flags. Without ``projection`` (or its own
         ``--projection-interval``) it runs no projection worker: a second Python process,
-        niced, that imports the engine, which nothing but the projection's tests reads."""
+        niced, that imports the engine, which nothing but the projection's tests reads.
+        ``default_identity``: jobs run as ``flotilla up`` runs them by default (as root: a uid
+        of their own per run), not as this user."""
         workdir = workdir or self.root
         if not projection and "--projection-interval" not in extra:
             extra = [*extra, "--projection-interval", "0"]
@@ -263,7 +266,11 @@ class Services:
             str(state_dir),
             # Jobs here write to the test's own (private) temporary dir: run them as this
             # user unless the test is about who they run as.
-            *([] if {"--run-as", "--uid-range"} & set(extra) else ["--run-as", str(os.getuid())]),
+            *(
+                []
+                if default_identity or {"--run-as", "--uid-range"} & set(extra)
+                else ["--run-as", str(os.getuid())]
+            ),
             *extra,
         ]
         self.state_dirs.add(state_dir)

@@ -12,10 +12,19 @@ one restart:
 * **resources released**: no run record holds a live process, no run is active;
 * **history complete**: each job's events chain from submission to its state, no gap.
 
-The CI runs ``CI_TRIALS`` (a few seconds each). The long run is a documented command, with
-its figures in docs/fault-injection.md (``FAULT_KINDS=replicas`` runs only that kind)::
+Who the jobs run as (``FAULT_IDENTITY``): ``root`` (``--run-as`` this user, as these trials
+always ran) or ``per-run``: the default of a root deployment, a uid of its own per run
+(``uid_range``), whose end kills what is left of the run (issue 35: a replica sweeping a run
+by uid after that uid went to the next run killed it, and the job ran twice). The jobs then
+append to a marks file outside the test's private temporary dir. As root only.
 
-    FAULT_TRIALS=100 .venv/bin/pytest tests/e2e/test_fault_injection.py -q -n 2
+The CI runs ``CI_TRIALS`` (a few seconds each; one with per-run uids). The long run is a
+documented command, with its figures in docs/fault-injection.md (``FAULT_KINDS=replicas``
+runs only that kind; ``FAULT_SEED_BASE`` is the first seed, 1000 by default, and every report
+line names its seed, identity and seed base)::
+
+    FAULT_TRIALS=100 FAULT_IDENTITY=per-run FAULT_SEED_BASE=35000 \\
+        .venv/bin/pytest tests/e2e/test_fault_injection.py -q -n 2
 """
 
 from __future__ import annotations
@@ -25,9 +34,12 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -43,9 +55,23 @@ REPLICA_PHASES = (*PHASES, "pause")
 standby has taken the lease and dispatched the leased runs itself, resumed, then killed. Both
 dispatch the same runs over one state dir at once: the shape that started a run twice."""
 KINDS = tuple(os.environ.get("FAULT_KINDS", "sqlite,postgresql,replicas").split(","))
-CI_TRIALS = [("sqlite", 1), ("sqlite", 2), ("postgresql", 3), ("replicas", 4), ("replicas", 19)]
+IDENTITY = os.environ.get("FAULT_IDENTITY", "root")
+"""``root`` or ``per-run`` (see the module docstring): who the long run's jobs run as."""
+SEED_BASE = int(os.environ.get("FAULT_SEED_BASE", "1000"))
+CI_TRIALS = [
+    ("sqlite", 1, "root"),
+    ("sqlite", 2, "root"),
+    ("postgresql", 3, "root"),
+    ("replicas", 4, "root"),
+    ("replicas", 19, "root"),
+    ("replicas", 12, "per-run"),
+]
 LONG = int(os.environ.get("FAULT_TRIALS", "0"))
-TRIALS = [(KINDS[index % len(KINDS)], 1000 + index) for index in range(LONG)] if LONG else CI_TRIALS
+TRIALS = (
+    [(KINDS[index % len(KINDS)], SEED_BASE + index, IDENTITY) for index in range(LONG)]
+    if LONG
+    else CI_TRIALS
+)
 START_LIMIT = 240.0
 """Seconds a server may take to start: a 2-core box shared by many test runs was seen to take
 more than the e2e default of 60 s."""
@@ -63,9 +89,38 @@ def _leader(server: Server) -> bool:
     return bool(scheduler and scheduler["leader"])
 
 
-@pytest.mark.parametrize(("kind", "seed"), TRIALS, ids=[f"{k}-{s}" for k, s in TRIALS])
+@pytest.fixture
+def marks_dir(identity: str, tmp_path: Path) -> Iterator[Path]:
+    """Where the jobs append their names: the test's own dir as root; with per-run uids a
+    directory every user may reach, holding a marks file any uid may append to — under
+    /var/tmp: a job with a uid of its own has a /tmp of its own (SECURITY.md)."""
+    if identity == "root":
+        yield tmp_path
+        return
+    if os.geteuid() != 0:
+        pytest.skip("per-run uids need the server to run as root")
+    directory = Path(tempfile.mkdtemp(prefix="flotilla-marks-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    marks = directory / "marks"
+    marks.touch()
+    marks.chmod(0o666)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("kind", "seed", "identity"), TRIALS, ids=[f"{k}-{s}-{i}" for k, s, i in TRIALS]
+)
 def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothing_stuck(
-    services: Services, tmp_path: Path, request: pytest.FixtureRequest, kind: str, seed: int
+    services: Services,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    kind: str,
+    seed: int,
+    identity: str,
+    marks_dir: Path,
 ) -> None:
     rng = random.Random(seed)
     phase = rng.choice(REPLICA_PHASES if kind == "replicas" else PHASES)
@@ -76,13 +131,18 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
     else:
         admin: tuple[Engine, str] = request.getfixturevalue("postgres_admin")
         db = postgres_schema_url(admin)
-    state_dir, marks = tmp_path / "runs", tmp_path / "marks"
+    state_dir, marks = tmp_path / "runs", marks_dir / "marks"
     names = ["replica-a", "replica-b"] if kind == "replicas" else ["only"]
 
     def start(name: str) -> Server:
         extra = ["--cycle-interval", "0.1", "--replica", name, "--lease-ttl", "2"]
         server = services.start(
-            db=db, state_dir=state_dir, workdir=tmp_path / name, extra=extra, ready=False
+            db=db,
+            state_dir=state_dir,
+            workdir=tmp_path / name,
+            extra=extra,
+            ready=False,
+            default_identity=identity == "per-run",
         )
         server.wait_ready(START_LIMIT)
         return server
@@ -162,12 +222,12 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
         all_terminal,
         SETTLE_LIMIT,
         lambda: (
-            f"[{kind} seed {seed} phase {phase}] every job terminal: "
+            f"[{kind} seed {seed} phase {phase} identity {identity}] every job terminal: "
             + str(collections.Counter(str(job["state"]) for job in listed.values()))
         ),
         interval=0.2,
     )
-    where = f"{kind} seed {seed} phase {phase}"
+    where = f"{kind} seed {seed} phase {phase} identity {identity}"
     assert set(accepted) <= set(listed), f"[{where}] accepted jobs lost"
     ran = collections.Counter(marks.read_text().split() if marks.exists() else [])
     assert all(times == 1 for times in ran.values()), f"[{where}] ran twice: {ran}"
@@ -202,6 +262,8 @@ def test_kill_9_at_a_random_point_loses_nothing_runs_nothing_twice_leaves_nothin
         line = {
             "kind": kind,
             "seed": seed,
+            "seed_base": SEED_BASE if LONG else None,
+            "identity": identity,
             "phase": phase,
             "standby_led_during_pause": took_over,
             "submitted": count,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 if __package__:
@@ -191,10 +191,16 @@ class Spawner:
             raise Refused(started.refusal)
         return started
 
-    def check(self, started: Started, *, block: bool) -> bool | None:
+    def check(
+        self, started: Started, *, block: bool, forget: Callable[[int], object] | None = None
+    ) -> bool | None:
         """Whether ``started``'s command is running (``exec`` done; ``False``: it could not
         start, ``started.refusal`` says why) or, while its child has not come that far and
-        not ``block``, ``None``. Its error pipe is closed once known."""
+        not ``block``, ``None``. Its error pipe is closed once known, after ``forget`` (the
+        supervisor's unregister from its event watcher): closed first, the pipe would stay
+        watched while a child forked meanwhile still holds a copy of it, and its events would
+        come under the number a new pipe gets next (issue 35: a blocking read there hung the
+        start)."""
         descriptor = started.errors
         if descriptor is None:
             return started.refusal is None
@@ -209,6 +215,8 @@ class Spawner:
                 os.set_blocking(descriptor, True)  # it writes its report, then exits
         except BlockingIOError:
             return None
+        if forget is not None:
+            forget(descriptor)
         os.close(descriptor)
         started.errors = None
         if started.report:

@@ -276,6 +276,7 @@ class _Batch:
         self.by_pid[replica.pid] = replica
         logs = (str(replica.spec["stdout"]), str(replica.spec["stderr"]))
         for source, path in zip((out_read, err_read), logs, strict=True):
+            os.set_blocking(source, False)  # no read may hold up the loop (issue 35)
             stream = _outputs.Stream(source, path)
             replica.streams[source] = stream
             self.by_source[source] = (replica, stream)
@@ -294,7 +295,10 @@ class _Batch:
                 self._started(self.starting[descriptor], block=False)
             elif descriptor in self.by_source:
                 replica, stream = self.by_source[descriptor]
-                data = os.read(descriptor, CHUNK)
+                try:
+                    data = os.read(descriptor, CHUNK)
+                except BlockingIOError:
+                    continue  # nothing after all: the watcher reports it again when there is
                 if data:
                     stream.copy(data, self.budget, self.note)
                 else:
@@ -311,10 +315,9 @@ class _Batch:
         if started is None or self.spawner is None:
             return
         descriptor = started.errors
-        if self.spawner.check(started, block=block) is None:
+        if self.spawner.check(started, block=block, forget=self.selector.unregister) is None:
             return
         assert descriptor is not None
-        self.selector.unregister(descriptor)
         del self.starting[descriptor]
         replica.starting = None
         replica.refusal = started.refusal
@@ -396,7 +399,6 @@ class _Batch:
 
     def _drain(self, replica: _Replica, stream: _outputs.Stream) -> None:
         """Copy what is already in a pipe without waiting for processes that still hold it."""
-        os.set_blocking(stream.source, False)
         while True:
             try:
                 data = os.read(stream.source, CHUNK)

@@ -41,7 +41,6 @@ from flotilla.backends import (
     local_environment,
     local_identity,
     local_starting,
-    processes,
 )
 from flotilla.backends._supervise import claim_gate
 from flotilla.backends.cgroups import DEFAULT_MAX_PIDS
@@ -74,6 +73,7 @@ from flotilla.backends.interface import (
     LogChunk,
     LogsRequest,
     ReplicaPlacement,
+    RunBusy,
     RunStatus,
     StatusRequest,
     UnknownRun,
@@ -223,11 +223,20 @@ class LocalBackend:
         )
         self._log_limit = local_starting.log_limit_of(self.log_limit)
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
-        self._sweeps: dict[str, subprocess.Popen[bytes]] = {}
-        """Runs whose uid is being swept of processes, to be released when the sweep ends."""
+        self._sweeps: set[str] = set()
+        """Runs ended with a uid of their own whose cgroups are being emptied: the uid is
+        released once nothing of the run is left (``_finish_sweeps``)."""
         self._trees = ProcessTrees(
             self.cluster, self.state_dir, self.max_pids, self.isolate, self.max_run_pids
         )
+        if self._pool is not None and self._trees.hierarchy is None:
+            # A uid is given back once every process of its run is gone, and only the run's
+            # own processes may be killed for that: its cgroups say which (issue 35).
+            raise ValueError(
+                f"uid_range: a uid of its own per run needs cgroups on this machine "
+                f"({self._trees.problem}), to end every process of a run, and only those, "
+                "before its uid goes to another run; set run_as to one account instead"
+            )
         discovery = discover_gpus(self.gpus, self.gpu_source)
         self.gpu_notice = discovery.notice
         """One line: the GPUs found and how (``flotilla up`` shows it)."""
@@ -573,7 +582,10 @@ class LocalBackend:
 
     def _holds(self, run_id: str, uid: int) -> bool:
         """Whether the run ``run_id`` of this state dir holds ``uid`` (not released yet)."""
-        run = self._known(run_id) if RUN_ID_PATTERN.match(run_id) else None
+        try:
+            run = self._known(run_id) if RUN_ID_PATTERN.match(run_id) else None
+        except RunBusy:  # another process is starting or adopting it: held (issue 35)
+            return True
         if run is None or run.identity is None:
             return False
         return run.identity.uid == uid and run.holds_identity
@@ -682,41 +694,48 @@ class LocalBackend:
                     )
 
     def _give_back_identity(self, run: Run) -> None:
-        """A run that ended and holds a uid of its own: kill whatever still runs as that uid
-        (daemons that left the run's process group), then release it (``_finish_sweeps``)."""
+        """A run that ended and holds a uid of its own: end whatever is left of it (daemons
+        that left its process group), then release the uid (``_finish_sweeps``)."""
         if not run.holds_identity or run.run_id in self._sweeps:
             return
         assert run.identity is not None
         if not local_identity.claimed(self._state, run.identity.uid, run.run_id):
-            # Released already (by a backend that died before recording it): the uid may be
-            # another run's now, whose processes a sweep would kill.
+            # Released already (by another backend over the state dir, or one that died
+            # before recording it): nothing of the run was left then.
             run.identity_released = True
             self._save_soon(run)
             return
-        try:
-            self._sweeps[run.run_id] = local_identity.sweep(run.identity)
-        except OSError as error:  # kept, never reused: a uid with processes left is unsafe
-            log.error("run %s: cannot sweep uid %d: %s", run.run_id, run.identity.uid, error)
+        self._sweeps.add(run.run_id)
 
     def _finish_sweeps(self, wait: float = 0.0) -> None:
-        """Release the uid of every run whose sweep ended (waiting up to ``wait`` for each)."""
-        for run_id, sweeper in list(self._sweeps.items()):
-            if not processes.wait_reaped(sweeper, wait):
-                continue
-            del self._sweeps[run_id]
-            run = self._runs[run_id]
-            assert run.identity is not None
-            if self._pool is not None:
-                self._pool.release(run.identity.uid, run_id)
-            else:  # the cluster stopped giving uids of their own: still give this one back
-                local_identity.release_claim(
-                    local_identity.claims_directory(self._state),
-                    local_identity.claim_owner(self._state),
-                    run.identity.uid,
-                    run_id,
-                )
-            run.identity_released = True
-            self._save_soon(run)
+        """Kill what is left in the cgroups of every run being swept, and release the uid of
+        each one with no process left (trying for up to ``wait`` seconds). Only the run's own
+        processes, by its cgroups, never every process of the uid: another backend over the
+        state dir may sweep the same run late, after the uid went to a new run, whose
+        processes a kill by uid would end (issue 35: jobs ran twice). Without cgroups (a
+        backend now told ``isolate: false``) nothing says a run is over: its uid stays held."""
+        due = time.monotonic() + wait
+        while self._sweeps:
+            for run_id in list(self._sweeps):
+                run = self._runs[run_id]
+                if not self._trees.end_run(run):
+                    continue
+                self._sweeps.discard(run_id)
+                assert run.identity is not None
+                if self._pool is not None:
+                    self._pool.release(run.identity.uid, run_id)
+                else:  # the cluster stopped giving uids of their own: still give this one back
+                    local_identity.release_claim(
+                        local_identity.claims_directory(self._state),
+                        local_identity.claim_owner(self._state),
+                        run.identity.uid,
+                        run_id,
+                    )
+                run.identity_released = True
+                self._save_soon(run)
+            if not self._sweeps or time.monotonic() >= due:
+                return
+            time.sleep(min(0.05, self.monitor_interval))
 
     def _save_soon(self, run: Run) -> None:
         """Save ``run`` now and make it durable within a monitor interval: how a run stops or

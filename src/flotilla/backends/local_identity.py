@@ -10,12 +10,15 @@ several servers on one machine, a restart) by creating ``/run/flotilla/uids/UID/
 (``OWNER``: a digest of the state dir; ``/run`` is cleared at boot, as the processes are):
 ``mkdir`` of the uid's directory is the exclusive step, the file inside names the run holding
 it. The run's record in the state dir keeps its uid too, so a restarted backend gives it back
-only once the run is over. It is released only after
-every process of the run is gone: when the run has ended, a sweeper running as that uid sends
-SIGKILL to every process the uid owns (``kill -9 -1``: daemons that left the run's process
-group included), and only once the sweeper has exited is the claim removed. Released uids
-are reused least recently used first. A uid with an account in the user database is never
-handed out, nor the server's own.
+only once the run is over. It is released only after every process of the run is gone: when
+the run has ended, the backend kills whatever is left in the run's cgroups (daemons that left
+its process group included: a process never leaves its cgroup) and removes the claim once
+they are empty (``LocalBackend._finish_sweeps``). Never by uid: a backend that sweeps a run
+late (two servers over one state dir) would otherwise kill the uid's next run, and a uid may
+be shared by several runs. So a uid per run needs cgroups (the backend refuses ``uid_range``
+without them), and a release removes only its own run's claim. Released uids are reused
+least recently used first. A uid with an account in the user database is never handed out,
+nor the server's own.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import grp
 import hashlib
 import os
 import pwd
-import subprocess
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,13 +38,6 @@ from flotilla.backends.interface import BackendUnavailable
 DEFAULT_UID_RANGE = (60000, 60999)
 """Below systemd's dynamic range (61184-65519) and ``nobody`` (65534), above the ranges
 distributions give to accounts; a uid of it that has an account here is skipped."""
-
-SWEEP = (
-    "kill -9 -1; n=0; "
-    "while [ $n -lt 40 ] && kill -0 -1 2>/dev/null; do kill -9 -1; sleep 0.05; n=$((n+1)); done"
-)
-"""Run as the uid being released: SIGKILL to every process it owns but the shell itself,
-until none is left (zombies waiting for their reaper keep answering ``kill -0``: bounded)."""
 
 
 @dataclass(frozen=True)
@@ -246,23 +241,6 @@ def release_claim(directory: Path, owner: str, uid: int, run_id: str | None) -> 
         return False  # not empty: someone else's claim
     _sync_directory(directory)
     return True
-
-
-def sweep(identity: Identity) -> subprocess.Popen[bytes]:
-    """Start killing every process ``identity``'s uid owns; done when the process exits."""
-    return subprocess.Popen(
-        ["/bin/sh", "-c", SWEEP],
-        user=identity.uid,
-        group=identity.gid,
-        extra_groups=[],
-        env={"PATH": "/usr/bin:/bin"},
-        cwd="/",
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
 
 
 def _has_account(uid: int) -> bool:

@@ -278,6 +278,16 @@ class ProcessTrees:
             replica.error = oom_message(request)
             replica.over_memory = request is not None
 
+    def end_run(self, run: Run) -> bool:
+        """Kill whatever is left of ``run`` in its cgroups (a process never leaves its
+        cgroup: ``setsid`` daemons included) and nothing else; True once none of its
+        processes is left. ``False`` without cgroups: nothing here can tell."""
+        if self.hierarchy is None:
+            return False
+        path = self.path(run)
+        self.hierarchy.kill(path)
+        return not self.hierarchy.processes(path)
+
     def settled(self, run: Run) -> None:
         """The run is over: its cgroups go at the next ``sweep``, off the cancel's path
         (removing a memory cgroup takes the kernel milliseconds)."""
