@@ -1,7 +1,8 @@
-"""A victim of preemption that has not started yet — its run leased (not handed to its
-cluster yet) or pending (handed over, still starting) — holds its node like a running one:
-it is told to stop, and becomes preempted, before its preemptor is dispatched onto that node;
-a leased victim's run is never started afterwards. Real loop and store (SQLite), a sim
+"""A run that has not started yet — leased (not handed to its cluster yet) or pending (handed
+over, still starting) — is stopped like a running one. A victim of preemption holds its node
+until then: it is told to stop, and becomes preempted, before its preemptor is dispatched onto
+that node. A job requeued (``flotilla requeue``) runs again as a new attempt. Either way a
+leased run is never started afterwards. Real loop and store (SQLite), a sim
 cluster of one 4-cpu node whose clock never moves."""
 
 from __future__ import annotations
@@ -130,3 +131,37 @@ def test_a_victim_not_started_yet_is_stopped_before_its_preemptor_is_dispatched(
         cluster.loop.cycle()
     if victim_state is JobState.LEASED:
         assert ("start", victim_run) not in cluster.backend.calls
+
+
+@pytest.mark.parametrize("state", [JobState.LEASED, JobState.PENDING])
+def test_a_job_requeued_before_its_run_started_runs_again_as_a_new_attempt(
+    cluster: Cluster, state: JobState
+) -> None:
+    """``flotilla requeue`` of a job whose run is leased (its cluster did not answer the
+    dispatch) or pending (starting): that run is stopped and never starts; the job runs again
+    as attempt 2."""
+    job = cluster.submit("again", priority=0)
+    if state is JobState.LEASED:
+        cluster.backend.unreachable.add(job)
+    cluster.cycle_until(job, state)
+    first = cluster.run_of(job)
+    [record] = cluster.store.requeue_many([job], "requeue requested by alice")
+    assert record.state is JobState.PREEMPTED
+    cluster.backend.unreachable.clear()
+    wait_until(
+        lambda: (
+            len(cluster.store.runs(job)) == 2
+            and cluster.store.get_job(job).state in (JobState.PENDING, JobState.RUNNING)
+        ),
+        "the job's second attempt to be dispatched",
+        30,
+        0.0,
+        cluster.loop.cycle,
+    )
+    runs = cluster.store.runs(job)
+    assert (runs[0].attempt, runs[0].state) == (1, RunState.PREEMPTED)
+    calls = cluster.backend.calls
+    assert ("stop", first) in calls
+    assert calls.index(("stop", first)) < calls.index(("start", runs[1].id))
+    if state is JobState.LEASED:
+        assert ("start", first) not in calls
