@@ -100,6 +100,30 @@ def test_monitor_takes_the_fraction_of_the_device_memory_when_no_gpu_memory_was_
     assert watched_off.over_share == {}
 
 
+def test_a_runs_replicas_on_one_device_share_its_memory_together() -> None:
+    """Two replicas of 0.25 GPU on the same H200 hold half of it: the run's 60Gi there is
+    within its share (half the device's memory), and its GPU-seconds count half a GPU."""
+    pair = shares_of([("w", (0,)), ("w", (0,))], {"w": {"gpu": 0.25}})
+    run = RunGpus("pair", (48211,), pair)
+    source = recorded("h200-1")
+    sample = sample_gpus(source, SampleRequest((run,), {}, 0.0, monitor=True), GROUPS.get)
+    assert sample.over_share == {}
+    later = sample_gpus(source, SampleRequest((run,), sample.uses, 10.0), GROUPS.get)
+    assert later.uses["pair"].held_gpu_seconds == pytest.approx(5.0)
+    one = RunGpus("one", (48211,), pair[:1])  # a single 0.25 replica using as much is over
+    alone = sample_gpus(source, SampleRequest((one,), {}, 0.0, monitor=True), GROUPS.get)
+    assert alone.over_share["one"].startswith("used 60Gi of GPU memory, its share is 35.")
+
+
+def test_a_whole_device_is_the_share_of_a_job_that_also_sets_gpu_memory() -> None:
+    whole = shares_of([("main", (0,))], {"main": {"gpu": 1, "gpu_memory": 35 * GIB}})
+    run = RunGpus("whole", (48211,), whole)
+    sample = sample_gpus(
+        recorded("h200-1"), SampleRequest((run,), {}, 0.0, monitor=True), GROUPS.get
+    )
+    assert sample.over_share == {}
+
+
 class Unreadable:
     def devices(self) -> Sequence[GpuDevice]:
         raise GpuUnavailable("NVML did not start: Driver Not Loaded")

@@ -292,6 +292,33 @@ def test_processes_left_behind_by_a_finished_command_are_killed(local: LocalHarn
     assert not process_alive(straggler, None)
 
 
+@pytest.mark.parametrize("ending", ["exits", "cancelled"])
+def test_without_isolation_a_commands_background_child_does_not_outlive_its_run(
+    local: LocalHarness, ending: str
+) -> None:
+    """``isolate: false`` (no cgroup, no PID namespace): a child the command left running in
+    the background (``&``, its process group) ends with the run, whether the command exits
+    or the run is cancelled."""
+    backend = local.make(isolate=False)
+    pid_file = local.scratch / "child"
+    rest = "exit 0" if ending == "exits" else "echo ready; sleep 1000"
+    command = f"sleep 1000 & echo $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; {rest}"
+    backend.dispatch(request(backend, "run-1", {"command": command}))
+    child = int(wait_for_file(pid_file))
+    try:
+        if ending == "cancelled":
+            local.wait_output(backend, "run-1", "ready")
+            backend.cancel(CancelRequest("run-1"))
+        status = local.wait_terminal(backend, "run-1")
+        expected = BackendRunState.SUCCEEDED if ending == "exits" else BackendRunState.CANCELLED
+        assert status.state is expected, status
+        assert not process_alive(child, None), "the background child outlived its run"
+        local.assert_gone(status)
+    finally:  # a failure leaves no sleeper behind
+        if process_alive(child, None):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_run_whose_process_vanished_while_unwatched_is_lost(local: LocalHarness) -> None:
     first = local.make()
     first.dispatch(request(first, "run-1", local.long()))

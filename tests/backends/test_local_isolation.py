@@ -222,6 +222,8 @@ def test_a_preload_library_from_a_jobs_environment_never_runs_as_root(
         ("a/../../b", r"working_dir: 'a/\.\./\.\./b' leaves the run's scratch dir"),
         ("/", r"working_dir: '/' is an absolute path.*allowed_working_dirs \(none\)"),
         ("/srv/data/../../etc", r"working_dir: '/srv/data/\.\./\.\./etc' is an absolute path"),
+        # Under an allowed dir means inside it, not sharing its name's first letters.
+        ("/srv/database", r"working_dir: '/srv/database' is an absolute path"),
     ],
 )
 def test_a_working_dir_outside_the_scratch_dir_is_refused_naming_the_field(

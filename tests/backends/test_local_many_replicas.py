@@ -9,10 +9,15 @@ still ends every one of them. The figures are ``bench/local_replicas.py``'s
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
-from flotilla.backends import BackendRunState, CancelRequest
+import pytest
+
+from flotilla.backends import BackendRunState, CancelRequest, local_starting, processes
 from flotilla.backends.local_starting import BATCH
+from tests.timing import limit
 
 from .support import LocalHarness, request
 
@@ -64,4 +69,43 @@ def test_a_run_of_500_replicas_starts_under_one_supervisor_and_a_cancel_ends_the
     status = local.wait_terminal(backend, "many")
     assert status.state is BackendRunState.CANCELLED
     assert [replica.state for replica in status.replicas] == [BackendRunState.CANCELLED] * REPLICAS
+    local.assert_gone(status)
+
+
+def test_a_cancel_while_a_runs_supervisors_start_ends_the_replicas_not_started_at_once(
+    local: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large start takes a supervisor per batch of replicas. A cancel that comes once the
+    first is up and before the others: none of the run's commands ever starts (the ones whose
+    supervisor started after the cancel never got its SIGTERM), and the run ends cancelled
+    without waiting out its grace period. Batches of one replica here, so a run of 4 has 4
+    supervisors; the second one's start waits for the test's cancel."""
+    monkeypatch.setattr(local_starting, "batch_size", lambda: 1)
+    first_up, cancelled = threading.Event(), threading.Event()
+    starts: list[int] = []
+    real_start = processes.start_supervised
+
+    def start_supervised(spec: Any, **kwargs: Any) -> Any:
+        starts.append(len(starts))
+        if len(starts) == 2:  # the second supervisor: after the test's cancel
+            first_up.set()
+            assert cancelled.wait(limit(30)), "the test never cancelled"
+        return real_start(spec, **kwargs)
+
+    monkeypatch.setattr(processes, "start_supervised", start_supervised)
+    backend = local.make(grace_period=60.0)  # far beyond the wait for the run's end
+    started = local.scratch / "started"
+    started.mkdir()
+    command = f'touch {started}/"$FLOTILLA_REPLICA"; exec sleep 600'
+    backend.dispatch(request(backend, "large", {"command": command}, replicas=4))
+    assert first_up.wait(limit(30)), "the run's start never reached its second supervisor"
+    try:
+        backend.cancel(CancelRequest("large", reason="not now"))
+    finally:
+        cancelled.set()
+    status = local.wait_terminal(backend, "large")
+    assert status.state is BackendRunState.CANCELLED, status
+    assert len(starts) == 4
+    assert sorted(path.name for path in started.iterdir()) == [], "a command started"
+    assert all(replica.state.terminal for replica in status.replicas), status.replicas
     local.assert_gone(status)

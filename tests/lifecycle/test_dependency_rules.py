@@ -41,3 +41,24 @@ def test_every_condition_accepts_only_ends_and_has_a_slurm_row() -> None:
         assert condition in SLURM_EQUIVALENT
     assert ACCEPTED_ENDS[C.FINISHED] == terminal
     assert ACCEPTED_ENDS[C.FAILED] == terminal - {JobState.SUCCEEDED.value}
+
+
+# Every condition against every end, written out here (not derived from the table under
+# test): a skipped dependency (the branch not taken) ended, without succeeding or failing.
+EVERY_END = {
+    #                          succeeded  failed  cancelled  skipped
+    C.SUCCEEDED: ("met", "never", "never", "never"),
+    C.FINISHED: ("met", "met", "met", "met"),
+    C.FAILED: ("never", "met", "met", "met"),
+    C.FINISHED_NOT_CANCELLED: ("met", "met", "never", "never"),
+    C.FAILED_NOT_CANCELLED: ("never", "met", "never", "never"),
+}
+
+
+@pytest.mark.parametrize("condition", list(C), ids=lambda condition: condition.value)
+@pytest.mark.parametrize("end", ["succeeded", "failed", "cancelled", "skipped"])
+def test_each_condition_against_each_end_skipped_included(
+    condition: DependencyCondition, end: str
+) -> None:
+    expected = EVERY_END[condition][["succeeded", "failed", "cancelled", "skipped"].index(end)]
+    assert verdict(condition, end) is Verdict(expected)

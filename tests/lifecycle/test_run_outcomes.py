@@ -45,6 +45,21 @@ def test_a_covered_end_is_retried_with_its_backoff_then_fails_past_the_limit() -
     )
 
 
+def test_the_backoff_grows_with_the_counted_failures_not_with_the_attempts() -> None:
+    """Attempts the policy did not count (here: lost nodes, re-queued at once) do not lengthen
+    the backoff: the first counted failure waits ``delay``, whatever attempt it was."""
+    policy = {"limit": 3, "backoff": "exponential", "delay": "5s", "on": ["failed"]}
+    lost = after_run(spec(policy), EndedAttempt(RunEnd.NODE_FAILURE, "node gone", 1))
+    assert (lost.state, lost.delay, lost.counted) == (JobState.QUEUED, 0.0, False)
+    # attempts 1 and 2 were lost nodes; attempt 3 is the first failure the policy counts
+    first = after_run(spec(policy), EndedAttempt(RunEnd.FAILED, "exit 1", 3, failures=0))
+    assert (first.state, first.retry, first.delay) == (JobState.QUEUED, 1, 5.0)
+    assert first.reason == "retry 1 of 3: attempt 3 ended (failed: exit 1)"
+    # another lost node (attempt 4), then attempt 5 fails: the second counted failure
+    second = after_run(spec(policy), EndedAttempt(RunEnd.FAILED, "exit 1", 5, failures=1))
+    assert (second.retry, second.delay) == (2, 10.0)
+
+
 def test_a_run_that_ends_after_its_cancel_was_asked_ends_the_job_cancelled() -> None:
     asked = EndedAttempt(RunEnd.FAILED, "killed by SIGTERM", 1, cancel_requested=True)
     outcome = after_run(spec({"limit": 5}), asked)

@@ -163,6 +163,28 @@ def test_preferred_that_no_domain_holds_goes_to_the_fewest_the_last_the_tightest
     assert racks_of(report, "wide") == {"b1-r1", "b1-r3"}
 
 
+def test_preferred_takes_the_fewest_domains_that_hold_the_job() -> None:
+    """Ten 1-cpu replicas fit no rack (free: r3 2, r4 2, r2 5, r1 6). The fewest racks that
+    hold them are two: r1, the most free, then r2 for the other 4. Starting from the racks
+    with the least free (r3, r4, then r1 for the rest) takes three; placed as if
+    unconstrained, the job took the nodes as declared: all four racks."""
+    data = scenario(
+        clusters=[
+            topology_cluster(
+                rack("r3", 2, cpu=1),
+                rack("r4", 2, cpu=1),
+                rack("r2", 5, cpu=1),
+                rack("r1", 6, cpu=1),
+            )
+        ],
+        queues=["q"],
+        jobs=[gang("wide", 10, {"preferred": "rack"}, cpu=1)],
+    )
+    report = simulate_report(data, until=0)
+    assert report.state("wide") == "running"
+    assert racks_of(report, "wide") == {"b1-r1", "b1-r2"}
+
+
 def test_preferred_across_domains_keeps_the_gpu_scopes_inside_a_node() -> None:
     """Five replicas of 2 GPUs on one NUMA node fit no rack. r2 (8 free GPUs) is taken
     first, then the tightest rack that holds the last 2: r1, whose node has one GPU used and

@@ -189,3 +189,18 @@ def test_a_non_strict_gang_that_could_never_grow_on_the_fleet_is_refused(
         "whole", affinity={"clusters": {"required": {"engine": "slurm"}}}, **strict
     )
     submit(lifecycle_client, pinned_strict)
+
+
+def test_a_non_strict_gang_whose_min_member_is_all_its_replicas_is_taken_where_none_can_grow(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    """min_member equal to the replicas starts every replica at once: such a gang never has
+    to grow, so a fleet whose backends cannot add replicas (Slurm) takes it."""
+    slurm = {**cluster("hpc", nodes(4, cpu=8)), "backend": "slurm"}
+    any_store.upsert_cluster(ClusterSpec.model_validate(slurm))
+    whole = {"tasks": [task(replicas=4, cpu=8)], "gang": {"mode": "non-strict", "min_member": 4}}
+    [job] = submit(lifecycle_client, spec("whole", **whole))
+    assert any_store.get_job(job).state is JobState.QUEUED
+    smaller = {**whole, "gang": {"mode": "non-strict", "min_member": 3}}
+    [problem] = refused(lifecycle_client, spec("elastic", **smaller), 422)
+    assert problem.startswith("gang.mode: non-strict starts with min_member 3 of the job's 4")

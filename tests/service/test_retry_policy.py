@@ -10,7 +10,13 @@ from flotilla.lifecycle.events import RunEnded
 from flotilla.lifecycle.machine import step
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.model import JobSpec, RetryCause
-from flotilla.service.retry import cause_of, failure_reason, transition_for, view_of
+from flotilla.service.retry import (
+    cause_of,
+    counted_failures,
+    failure_reason,
+    transition_for,
+    view_of,
+)
 from flotilla.store import JobRecord, JobState, RunRecord, RunState
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -89,3 +95,21 @@ def test_no_policy_or_an_uncovered_cause_leaves_the_usual_handling() -> None:
     narrow = job({"limit": 5, "on": ["failed"]})
     lost = after_failure(narrow, RunEnd.LOST, "run lost", 0)
     assert lost == (JobState.QUEUED, None, None, "run lost")  # at once, uncounted
+
+
+def test_only_the_runs_recorded_failed_count_against_the_limit_and_the_backoff() -> None:
+    """A run returned (a lost node re-queued uncounted), preempted or cancelled is an attempt
+    the policy did not count: the next failure's backoff and limit ignore it."""
+    history = [
+        RunRecord(f"run-{n}", "job-1", n, "local", {}, state, NOW)
+        for n, state in enumerate(
+            [RunState.RETURNED, RunState.FAILED, RunState.PREEMPTED, RunState.CANCELLED], 1
+        )
+    ]
+    assert counted_failures(history) == 1
+    record = job({"limit": 3, "delay": "10s"}, attempt=5)
+    _, _, not_before, reason = after_failure(
+        record, RunEnd.FAILED, "exited 3", counted_failures(history)
+    )
+    assert not_before == NOW + timedelta(seconds=20)  # second counted failure: 10 s * 2
+    assert reason.startswith("retry 2 of 3: attempt 5 ended")
