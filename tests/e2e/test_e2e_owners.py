@@ -80,7 +80,7 @@ def test_owners_share_a_queue_and_stay_within_their_limit(
     # An owner's own limit (owners.limits.carol: 1) holds her second job with two cpu free.
     carol = server.submit(*(owned_job(f"c{i}", "limited", "carol") for i in range(2)))
     server.wait_states(carol[:1], RUNNING)
-    own = "owner carol is at its own limit of 1 running jobs in queue limited (owners.limits.carol)"
+    own = "owner carol is at its own limit of 1 running job in queue limited (owners.limits.carol)"
 
     def held_by_her_own_limit() -> bool:
         why = server.http.get(f"/v1/jobs/{carol[1]}/why").json()

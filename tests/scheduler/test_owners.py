@@ -199,7 +199,7 @@ def test_an_owners_own_resource_limit_replaces_only_the_resources_it_names() -> 
         "owner bob holds 2 cpu in queue q; with this job's 2 that is over the limit of 2 per owner"
     )
     assert report.job("carol-1")["reason"] == (
-        "owner carol is at its own limit of 1 running jobs in queue r (owners.limits.carol)"
+        "owner carol is at its own limit of 1 running job in queue r (owners.limits.carol)"
     )
 
 

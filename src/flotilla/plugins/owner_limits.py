@@ -141,14 +141,14 @@ class OwnerLimits:
         running = limits.jobs.get(owner, 0)
         if caps.max_jobs is not None and running >= caps.max_jobs:
             label = owner_label(owner)
+            jobs = f"{caps.max_jobs} running job{'s' if caps.max_jobs != 1 else ''}"
             if caps.own_jobs:
                 return Status.over_owner_limit(
-                    f"owner {label} is at its own limit of {caps.max_jobs} running jobs in "
+                    f"owner {label} is at its own limit of {jobs} in "
                     f"queue {job.queue} (owners.limits.{label})"
                 )
             return Status.over_owner_limit(
-                f"owner {label} is at the limit of {caps.max_jobs} running "
-                f"jobs per owner in queue {job.queue}"
+                f"owner {label} is at the limit of {jobs} per owner in queue {job.queue}"
             )
         if limits.resources:
             held = limits.held.get(owner)
