@@ -65,7 +65,8 @@ class Barrier:
 @pytest.fixture
 def barrier() -> Iterator[Barrier]:
     needs_root()
-    directory = Path(tempfile.mkdtemp(prefix="flotilla-barrier-", dir="/tmp"))
+    # Not under /tmp: a job of another user has a /tmp of its own (SECURITY.md).
+    directory = Path(tempfile.mkdtemp(prefix="flotilla-barrier-", dir="/var/tmp"))
     directory.chmod(0o755)
     made = Barrier(directory)
     try:
