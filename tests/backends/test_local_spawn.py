@@ -5,7 +5,10 @@ replica's cgroups and nobody else's, with the same reasons as before when it can
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,18 @@ def _status_fields(text: str) -> dict[str, str]:
     return fields
 
 
+@contextlib.contextmanager
+def ignoring(*numbers: signal.Signals) -> Iterator[None]:
+    """This process (the server) ignores ``numbers`` meanwhile, as ``flotilla up &`` from a
+    script does SIGINT and SIGQUIT: an ignored signal survives ``exec``."""
+    before = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 @pytest.mark.parametrize("run_as", [None, "nobody"])
 def test_a_command_starts_with_no_signal_blocked_or_ignored_as_the_jobs_user(
     isolated: LocalHarness,  # noqa: F811
@@ -34,10 +49,12 @@ def test_a_command_starts_with_no_signal_blocked_or_ignored_as_the_jobs_user(
 ) -> None:
     """A command that inherited an ignored SIGPIPE or a blocked SIGTERM would misbehave in a
     pipeline or outlive a stop; as ``nobody`` it runs with a ``fork``, as root with a
-    ``vfork``: both reset the signals."""
+    ``vfork``: both reset the signals. The server here ignores SIGQUIT and SIGINT, whatever
+    the test runner's own (issue 41: the test passed or failed with how it was started)."""
     backend = isolated.make(working_dir=None, run_as=run_as)
-    backend.dispatch(request(backend, "run-1", {"command": ["cat", "/proc/self/status"]}))
-    status = isolated.wait_terminal(backend, "run-1")
+    with ignoring(signal.SIGQUIT, signal.SIGINT):
+        backend.dispatch(request(backend, "run-1", {"command": ["cat", "/proc/self/status"]}))
+        status = isolated.wait_terminal(backend, "run-1")
     assert status.state is BackendRunState.SUCCEEDED
     fields = _status_fields(read_all(backend, "run-1"))
     assert int(fields["SigBlk"], 16) == 0 and int(fields["SigIgn"], 16) == 0
@@ -101,3 +118,16 @@ def test_a_command_that_cannot_start_says_why_as_before(
         f"could not start: cannot enter working_dir {str(closed / 'inside')!r} as the job's user"
     )
     assert read_all(backend, "no-entry") == ""
+
+
+def test_a_command_gets_sigquit_at_its_default_from_a_server_that_ignores_it(
+    local: LocalHarness,
+) -> None:
+    """Issue 41: a server started with SIGQUIT ignored passed the ignore on to every job, so
+    ``kill -QUIT`` no longer ended it. Without a PID namespace as with one."""
+    backend = local.make(working_dir=None)
+    with ignoring(signal.SIGQUIT):
+        backend.dispatch(request(backend, "run-1", {"command": "kill -QUIT $$; sleep 30"}))
+        status = local.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED
+    assert status.replicas[0].exit_code == -signal.SIGQUIT

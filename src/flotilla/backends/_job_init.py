@@ -44,7 +44,8 @@ RESET = (
     signal.SIGXFSZ,
 )
 """The signals the supervisor handles or ignores (Python ignores SIGPIPE and SIGXFSZ): the
-command gets their default action (every other one has it already)."""
+command gets their default action (every other one has it already: the supervisor puts back
+the default of any signal it inherited as ignored, ``_supervise._default_dispositions``)."""
 
 EVERY = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 """What is blocked across a fork (as plain numbers: ``_signal.pthread_sigmask`` takes and

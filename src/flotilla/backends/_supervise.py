@@ -485,7 +485,22 @@ def _private(spec: dict[str, Any]) -> None:
     _job_init.PROC = f"/proc/self/fd/{host_proc}"
 
 
+def _default_dispositions() -> None:
+    """Every signal this process inherited as ignored back to its default action. An ignored
+    signal survives ``exec``: a server started as ``flotilla up &`` from a script (SIGINT and
+    SIGQUIT ignored), under ``nohup`` (SIGHUP) or after ``trap '' QUIT`` passed it on to every
+    command, which then could not be stopped by it (issue 41). SIGPIPE and SIGXFSZ stay
+    ignored here, as Python sets them; the commands get their defaults at ``exec``."""
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(number) is signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
+
+
 def main() -> int:
+    _default_dispositions()
     try:
         spec = json.loads(_read_stdin())
     except ValueError as error:
