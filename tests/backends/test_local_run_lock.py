@@ -28,6 +28,7 @@ import pytest
 from flotilla.backends import Backend, BackendRunState, StatusRequest
 from flotilla.backends.interface import RunBusy
 from flotilla.backends.run_lock import RunLocks
+from tests.e2e.service import kill_leftover_runs
 from tests.timing import limit
 
 from .support import WAIT_LIMIT, LocalHarness, request
@@ -95,12 +96,19 @@ def test_two_processes_dispatching_the_same_runs_at_once_start_each_replica_once
         )
         for _ in range(2)
     ]
-    for process in processes:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
-    go.touch()
-    for process in processes:
-        assert process.wait(timeout=limit(WAIT_LIMIT * 8)) == 0
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "ready"
+        go.touch()
+        for process in processes:
+            assert process.wait(timeout=limit(WAIT_LIMIT * 8)) == 0
+    finally:  # a hang or a failure leaves neither dispatcher nor any of its runs behind
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        kill_leftover_runs(state_dir)
     started = Counter(marks.read_text().split())
     expected = {f"run-{run}-{replica}": 1 for run in range(RUNS) for replica in range(REPLICAS)}
     assert dict(started) == expected
@@ -117,13 +125,21 @@ def test_a_run_lock_held_by_another_process_is_not_waited_for(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert holder.stdout is not None and holder.stdin is not None
-    assert holder.stdout.readline().strip() == "held"
-    locks = RunLocks()
-    with pytest.raises(RunBusy, match="run-1 is being started or adopted"), locks.hold(directory):
-        pass
-    holder.stdin.close()  # the holder exits: the kernel releases its lock
-    holder.wait(timeout=limit(WAIT_LIMIT))
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "held"
+        locks = RunLocks()
+        with (
+            pytest.raises(RunBusy, match="run-1 is being started or adopted"),
+            locks.hold(directory),
+        ):
+            pass
+        holder.stdin.close()  # the holder exits: the kernel releases its lock
+        holder.wait(timeout=limit(WAIT_LIMIT))
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
     with locks.hold(directory), locks.hold(directory):  # re-entrant within one holder
         pass
 
