@@ -7,8 +7,11 @@ fail: CI never silently skips them.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,41 @@ from tests.builders import SHARED_DIR
 from tests.e2e.service import Services
 from tests.postgres_support import POSTGRES_URL, postgres_schema_url
 from tests.timing import limit
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (by parent pid, from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    pending = list(children.get(root, []))
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing a test started outlives the suite: a test that failed or hung before its own
+    clean-up (a ``flotilla up``, a supervisor and its commands, a dispatcher) left processes
+    behind (issue 41). Every fixture has been torn down by now, so what is left below this
+    process is a leftover: SIGKILL, and say how many."""
+    leftovers = _descendants(os.getpid())
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if leftovers:
+        print(f"\nkilled {len(leftovers)} process(es) tests left behind", file=sys.stderr)
 
 
 @pytest.hookimpl(trylast=True)

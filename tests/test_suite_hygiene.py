@@ -1,0 +1,66 @@
+"""The suite leaves nothing behind (issue 41): a test that fails before it ends the processes
+it started does not leave them running once the session is over (``tests/conftest.py``,
+``pytest_sessionfinish``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LEAKY = textwrap.dedent(
+    """
+    import subprocess, sys
+
+    def test_that_fails_with_a_process_running():
+        sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        with open(PIDFILE, "w") as out:
+            out.write(str(sleeper.pid))
+        assert False, "failed before its clean-up"
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_failed_tests_processes_do_not_outlive_the_session(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    test_file = tmp_path / "test_leaky.py"
+    test_file.write_text(f"PIDFILE = {str(pidfile)!r}\n" + LEAKY)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(test_file),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    pid = int(pidfile.read_text())
+    try:
+        assert not _alive(pid), "the failed test's process outlived the session"
+        assert "killed 1 process(es) tests left behind" in result.stderr
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
