@@ -54,6 +54,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     clean-up (a ``flotilla up``, a supervisor and its commands, a dispatcher) left processes
     behind (issue 41). Every fixture has been torn down by now, so what is left below this
     process is a leftover: SIGKILL, and say how many."""
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(
+        session.config, "workerinput"
+    ):
+        return  # xdist's controller: its children are the workers, each doing this itself
     leftovers = _descendants(os.getpid())
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError, PermissionError):
