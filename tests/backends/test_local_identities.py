@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,7 @@ from flotilla.backends import (
 from flotilla.backends.local import LocalBackend
 from flotilla.backends.local_identity import CLAIMS, parse_uid_range
 from flotilla.backends.run_lock import RunLocks
-from tests.timing import wait_until
+from tests.timing import limit, wait_until
 
 from .support import LocalHarness, read_all, request
 from .test_local_isolation import needs_root
@@ -306,3 +310,57 @@ def test_a_uid_per_run_is_refused_where_no_cgroup_can_end_a_run(tmp_path: Path) 
     backend refuses ``uid_range`` rather than sweep by uid (issue 35)."""
     with pytest.raises(ValueError, match=r"uid_range: a uid of its own per run needs cgroups"):
         LocalBackend(state_dir=tmp_path, uid_range=uids_in_range(55500, 2), isolate=False)
+
+
+_PREPARES_THEN_DIES = textwrap.dedent(
+    """
+    import os, signal, sys
+    from flotilla.backends import DispatchRequest, ReplicaPlacement
+    from flotilla.backends import local_starting
+    from flotilla.backends.local import LocalBackend
+
+    def die(*_args, **_kwargs):  # killed between the uid's claim and the run's record
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    local_starting.record_run = die
+    backend = LocalBackend(state_dir=sys.argv[1], uid_range=sys.argv[2], working_dir=None)
+    node = backend.inventory().nodes[0].name
+    placement = ReplicaPlacement("main", 0, node)
+    payload = {"command": "true"}
+    run = "run-crashed-prepare"
+    backend.dispatch(DispatchRequest(run, "job-a", backend.cluster, (placement,), payload))
+    """
+)
+
+
+def test_a_run_prepared_again_after_a_crash_leaves_no_claim_or_scratch_dir_behind(
+    local: LocalHarness,
+) -> None:
+    """Issue 35: a replica killed while it prepared a run (its uid claimed and its scratch dir
+    made, its record not yet written) left both behind when the other replica prepared the
+    same run: a claim nobody gave back until a restart a minute later, a scratch dir for
+    ever. The run's second preparation takes over the first one's claim and removes its
+    scratch dir."""
+    uid_range = uids_in_range(55000, 4)
+    died = subprocess.run(
+        [sys.executable, "-c", _PREPARES_THEN_DIES, str(local.state_dir), uid_range],
+        capture_output=True,
+        text=True,
+        timeout=limit(60),
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    first, last = parse_uid_range(uid_range)
+    claimed = [uid for uid in range(first, last + 1) if (CLAIMS / str(uid)).exists()]
+    assert len(claimed) == 1, "the crashed preparation claimed a uid"
+    left = set(Path(tempfile.gettempdir()).glob("flotilla-local-run-crashed-prepare-*"))
+    assert len(left) == 1, "the crashed preparation made a scratch dir"
+    backend = dynamic(local, uid_range)
+    backend.dispatch(request(backend, "run-crashed-prepare", {"command": "pwd"}))
+    assert local.wait_terminal(backend, "run-crashed-prepare").state is BackendRunState.SUCCEEDED
+    scratch = read_all(backend, "run-crashed-prepare").strip()
+    wait_until(
+        lambda: not any((CLAIMS / str(uid)).exists() for uid in range(first, last + 1)),
+        "every uid of the range given back",
+    )
+    leftovers = set(Path(tempfile.gettempdir()).glob("flotilla-local-run-crashed-prepare-*"))
+    assert leftovers <= {Path(scratch)}, f"the crashed preparation's scratch dir is left: {left}"

@@ -298,11 +298,12 @@ class LocalBackend:
         with self._lock:
             self._check_open()
             directory = run_directory(self._state, request.run_id)
+            prepared_before = directory.is_dir()  # by a process that may have died doing so
             locked = request.run_id not in self._runs and RUN_ID_PATTERN.match(request.run_id)
             if locked:
                 self._run_locks.take(directory)  # until the gate is open (``_start_run``)
             try:
-                run, payload, relative = self._record(request)
+                run, payload, relative = self._record(request, prepared_before)
             except BaseException:
                 if locked:
                     self._run_locks.release(directory)
@@ -325,10 +326,13 @@ class LocalBackend:
             return run.result
 
     def _record(
-        self, request: DispatchRequest
+        self, request: DispatchRequest, prepared_before: bool = False
     ) -> tuple[Run, CommandPayload | None, PurePosixPath | None]:
         """The run ``request`` asks for, on disk before any process exists, with its payload
-        and working dir; or the run already known by that id, without (a repeat)."""
+        and working dir; or the run already known by that id, without (a repeat).
+        ``prepared_before``: the run's directory existed, so a process may have died while it
+        prepared the run (its uid claimed, its scratch dir made, no record yet): that claim is
+        taken over and that scratch dir removed, not left behind (issue 35)."""
         existing = self._known(request.run_id)
         if existing is not None:
             check_same_job(existing.result, request)
@@ -341,7 +345,13 @@ class LocalBackend:
         relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
         mapped = self._accounts.identity_for(request.queue, request.owner)
         pooled = mapped is None and self._pool is not None
-        identity = mapped or (self._pool.claim(request.run_id) if self._pool else self._account)
+        if prepared_before and self._scratch_runs:
+            local_environment.remove_scratch_dirs(self.cluster, request.run_id)
+        identity = mapped or (
+            self._pool.claim(request.run_id, take_over=prepared_before)
+            if self._pool
+            else self._account
+        )
         try:
             scratch = None
             if self._scratch_runs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -86,6 +87,20 @@ def make_scratch(cluster: str, run_id: str, owner: Identity | None) -> Path:
     if owner is not None:
         os.chown(scratch, owner.uid, owner.gid)
     return scratch
+
+
+def remove_scratch_dirs(cluster: str, run_id: str) -> None:
+    """Remove every scratch dir ``make_scratch`` made for ``run_id``: a process that died
+    while it prepared the run left one (no process of the run ever used it)."""
+    prefix = f"flotilla-{cluster}-{run_id}-"
+    for leftover in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        suffix = leftover.name[len(prefix) :]
+        # Exactly mkdtemp's random part (8 characters, never "-"): another cluster's or
+        # run's dir whose name merely starts alike is not this run's.
+        if len(suffix) != 8 or "-" in suffix:
+            continue
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def check_allowed_dirs(entries: Sequence[str | Path]) -> tuple[Path, ...]:

@@ -145,10 +145,17 @@ class IdentityPool:
         if uid in self._free:
             self._free.move_to_end(uid)
 
-    def claim(self, run_id: str) -> Identity:
+    def claim(self, run_id: str, *, take_over: bool = False) -> Identity:
         """A uid nobody holds, claimed for ``run_id`` durably before it returns; raises
         ``BackendUnavailable`` when every uid of the range is held (a retry later finds one
-        once a run ends)."""
+        once a run ends). ``take_over``: first look for a claim of ``run_id`` already on
+        disk — a process that died while it prepared the run, before any process ran as the
+        uid — and take it rather than leave it held (the run's lock is held: nobody else
+        prepares it)."""
+        if take_over:
+            for uid, holder in self.held().items():
+                if holder == run_id:
+                    return dynamic_identity(uid)
         for uid in list(self._free):
             if _has_account(uid):  # or a group: the job would be in it
                 del self._free[uid]
