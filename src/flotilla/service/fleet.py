@@ -39,6 +39,7 @@ from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
 from flotilla.model.node_info import NodeInfo
+from flotilla.service.engines import ClusterEngine, EngineSettings
 from flotilla.service.fleet_settings import resolve, resolve_settings
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store
@@ -248,6 +249,9 @@ class FleetRuntime:
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
+    engines: EngineSettings | None = None
+    """Keep every backend at arm's length with these settings (``engines.py``: its calls
+    on workers of its cluster, with a timeout and a backoff); None: call it directly."""
     fleet: Fleet | None = None
     version: int = 0
     problems: dict[str, str] = field(default_factory=dict)
@@ -295,7 +299,7 @@ class FleetRuntime:
                 self._close(cluster.name)
             self.problems.pop(cluster.name, None)
             try:
-                self.backends[cluster.name] = self.build(cluster, index)
+                self.backends[cluster.name] = self.kept(self.build(cluster, index))
                 self._fingerprints[cluster.name] = fingerprint
             except (FleetError, TypeError, ValueError, OSError, UnknownBackend) as error:
                 problem = "; ".join(error.problems) if isinstance(error, FleetError) else error
@@ -315,6 +319,10 @@ class FleetRuntime:
         log.error("cluster %s: cannot build its backend: %s", cluster, self.problems[cluster])
         if any(record.name == cluster for record in self.store.list_clusters()):
             self.store.set_cluster_state(cluster, "unreachable", reason=self.problems[cluster])
+
+    def kept(self, backend: Backend) -> Backend:
+        """``backend`` as this replica calls it: at arm's length when ``engines`` is set."""
+        return backend if self.engines is None else ClusterEngine(backend, self.engines)
 
     def build(self, cluster: FleetCluster, index: int) -> Backend:
         """A new backend for ``cluster``; raises ``FleetError`` naming the field, or the

@@ -120,8 +120,9 @@ class Growth:
         if run is None or job.state not in (JobState.PENDING, JobState.RUNNING):
             return  # a leased run gets every placement when it is dispatched
         backend = self._context.backends.get(run.cluster)
-        if not isinstance(backend, ReplicaGrowth):
+        if backend is None or not can_grow(backend):
             return
+        assert isinstance(backend, ReplicaGrowth)
         try:
             backend.add_replicas(self._dispatcher.request_for(job))
         except (UnknownRun, DispatchRejected, SecretError) as error:

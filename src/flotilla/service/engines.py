@@ -1,0 +1,450 @@
+"""Engines at arm's length: every call to a cluster's backend runs on that cluster's own
+workers, with a timeout and a backoff of its own, so that a slow, black-holed (it accepts a
+connection and never answers) or refusing engine costs the other clusters nothing.
+
+``ClusterEngine`` wraps one ``Backend`` and is one itself, so the loop, the API and the
+fleet's startup keep calling the Backend protocol (the composition root wraps every backend;
+nothing in the domain code knows). Two workers (threads) per cluster: one *watches*
+(``inventory`` and ``poll``, whose answers are kept: the round reads the last known
+inventory and drains the statuses gathered since), one runs *commands* (``dispatch``,
+``cancel``, ``status``, ``logs``, ``add_replicas``). A caller waits at most ``answer_within``
+for an answer; a command not answered by then raises ``NoAnswerYet`` (a
+``BackendUnavailable``: the callers already retry those next pass) and goes on on the worker,
+and the same (idempotent) request asked again collects its outcome. While one call of a
+worker is late, the others do not wait at all.
+
+A call that takes longer than ``timeout`` or raises ``BackendUnavailable`` makes the cluster
+*unreachable*: one log line (the error's first line, no traceback), then every call fails at
+once with ``ClusterUnreachable`` without touching the network, and only a probe (the watch
+worker's refresh) asks the engine again, after a bounded exponential backoff. The first
+answer makes it reachable again, with one line. A worker stuck in a call that never returns
+is abandoned (it ends when its call does) and a new one takes its place, at most
+``MAX_ABANDONED`` per worker at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from flotilla.backends.interface import (
+    Backend,
+    BackendClosed,
+    BackendUnavailable,
+    CancelRequest,
+    CancelResult,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    LogChunk,
+    LogsRequest,
+    RunBusy,
+    RunStatus,
+    StatusRequest,
+    can_grow,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_ABANDONED = 2
+"""Threads of one worker left in a call that did not return in time; beyond this no new one
+is started until one of them returns (a black hole costs a bounded number of threads)."""
+
+KEEP_OUTCOME_SECONDS = 60.0
+"""How long the outcome of a command nobody collected is kept for its repeat."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How far the service keeps each cluster's engine (``flotilla up`` defaults)."""
+
+    answer_within: float = 0.25
+    """The longest a caller (the round, an API request) waits for an engine's answer."""
+    timeout: float = 10.0
+    """A call still running after this makes its cluster unreachable."""
+    backoff: float = 1.0
+    """The first wait before an unreachable cluster is asked again; doubled each failure."""
+    max_backoff: float = 30.0
+    """The longest wait between two probes of an unreachable cluster."""
+
+
+class ClusterUnreachable(BackendUnavailable):
+    """The cluster is known unreachable: the call was not made (the change was logged once)."""
+
+
+class NoAnswerYet(BackendUnavailable):
+    """The call goes on on the cluster's worker; ask again (idempotently) for its outcome."""
+
+
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """An error as one short line (a connection error's text can run to several)."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def expected(error: BaseException) -> bool:
+    """Whether ``error`` is an engine's expected silence, already said once by its cluster's
+    reachability line: callers that retry it log it at debug, not once per pass."""
+    return isinstance(error, ClusterUnreachable | NoAnswerYet)
+
+
+class _Call:
+    """One call to run on a worker; its outcome once ``done`` is set."""
+
+    __slots__ = ("done", "error", "finished", "function", "result", "started")
+
+    def __init__(self, function: Callable[[], Any]) -> None:
+        self.function = function
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.started: float | None = None
+        self.finished: float | None = None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class _Worker:
+    """One thread running calls in order; replaced (the old one abandoned) when a call hangs."""
+
+    def __init__(self, name: str, on_end: Callable[[_Call], None]) -> None:
+        self._name = name
+        self._on_end = on_end
+        self._lock = threading.Condition()
+        self._queue: deque[_Call] = deque()
+        self._current: _Call | None = None
+        self._generation = 0
+        self._running = False
+        self._abandoned = 0
+        self._closed = False
+
+    def submit(self, call: _Call) -> bool:
+        """Queue ``call``; False when no thread can take it (too many abandoned, closed)."""
+        with self._lock:
+            if self._closed:
+                return False
+            if not self._running:
+                if self._abandoned >= MAX_ABANDONED:
+                    return False
+                self._running = True
+                threading.Thread(
+                    target=self._work, args=(self._generation,), name=self._name, daemon=True
+                ).start()
+            self._queue.append(call)
+            self._lock.notify()
+            return True
+
+    def late(self, now: float, after: float) -> bool:
+        """Whether the call in progress started more than ``after`` seconds ago."""
+        current = self._current
+        return current is not None and current.started is not None and now - current.started > after
+
+    def abandon(self) -> list[_Call]:
+        """Leave the thread to its hung call; the calls queued behind it, to fail."""
+        with self._lock:
+            self._generation += 1
+            if self._running:
+                self._running = False
+                self._abandoned += 1
+            self._current = None
+            dropped = list(self._queue)
+            self._queue.clear()
+            return dropped
+
+    def close(self) -> list[_Call]:
+        with self._lock:
+            self._closed = True
+            self._generation += 1
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._lock.notify_all()
+            return dropped
+
+    def _work(self, generation: int) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and generation == self._generation and not self._closed:
+                    self._lock.wait()
+                if generation != self._generation or self._closed:
+                    if generation == self._generation:
+                        self._running = False
+                    return
+                call = self._queue.popleft()
+                call.started = time.monotonic()
+                self._current = call
+            try:
+                call.result = call.function()
+            except BaseException as error:  # handed to the caller, whatever it is
+                call.error = error
+            call.finished = time.monotonic()
+            self._on_end(call)
+            call.done.set()
+            with self._lock:
+                if generation != self._generation:  # abandoned meanwhile: its successor runs
+                    self._abandoned -= 1
+                    return
+                self._current = None
+
+
+class ClusterEngine:
+    """One cluster's backend at arm's length (module docstring). Implements ``Backend`` and,
+    when the backend can grow runs, ``ReplicaGrowth``."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        settings: EngineSettings | None = None,
+        *,
+        owns: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``owns``: ``close`` closes ``backend`` too (False for backends a caller made)."""
+        self.inner = backend
+        self.name = backend.name
+        self.cluster = backend.cluster
+        self.settings = settings or EngineSettings()
+        self._owns = owns
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._watch = _Worker(f"engine-watch-{backend.cluster}", self._ended)
+        self._commands = _Worker(f"engine-commands-{backend.cluster}", self._ended)
+        self.reachable = True
+        self._failures = 0
+        self._next_probe = float("-inf")
+        self._why = ""
+        self._inventory: Inventory | None = None
+        self._statuses: list[RunStatus] = []
+        self._refresh: _Call | None = None
+        self._collected = True
+        """Whether the statuses of the last refresh were drained by ``poll`` already."""
+        self._pending: dict[Hashable, _Call] = {}
+        """Commands asked and not collected yet, by request: a repeat waits for (or takes)
+        the same call's outcome instead of asking the engine again."""
+
+    def __repr__(self) -> str:
+        return f"ClusterEngine({self.inner!r})"
+
+    @property
+    def grows(self) -> bool:
+        """Whether the wrapped backend can add replicas to a running run (``can_grow``)."""
+        return can_grow(self.inner)
+
+    # --- reachability -------------------------------------------------------------------
+
+    def _ended(self, call: _Call) -> None:
+        """A call returned (on its worker): the engine answered, or said it cannot."""
+        error = call.error
+        if isinstance(error, BackendUnavailable) and not isinstance(error, RunBusy | NoAnswerYet):
+            if not isinstance(error, BackendClosed):
+                self._failed(first_line(error))
+        else:
+            self._answered()
+
+    def _failed(self, why: str) -> None:
+        with self._lock:
+            self._why = why
+            delay = min(self.settings.max_backoff, self.settings.backoff * 2**self._failures)
+            self._failures += 1
+            self._next_probe = self._clock() + delay
+            if not self.reachable:
+                return
+            self.reachable = False
+        log.warning(
+            "cluster %s is unreachable: %s (asked again every %g s at most)",
+            self.cluster,
+            why,
+            self.settings.max_backoff,
+        )
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._failures = 0
+            if self.reachable:
+                return
+            self.reachable = True
+        log.warning("cluster %s answers again", self.cluster)
+
+    def _check_late(self) -> None:
+        """A call past its timeout: the cluster is unreachable, its worker replaced."""
+        now = self._clock()
+        timeout = self.settings.timeout
+        for worker in (self._watch, self._commands):
+            if worker.late(now, timeout):
+                dropped = worker.abandon()
+                self._failed(f"no answer in {timeout:g} s")
+                with self._lock:
+                    for key, call in list(self._pending.items()):
+                        if not call.done.is_set():
+                            del self._pending[key]
+                    if self._refresh is not None and not self._refresh.done.is_set():
+                        self._refresh = None
+                for call in dropped:
+                    call.error = self._unreachable()
+                    call.done.set()
+
+    def _unreachable(self) -> ClusterUnreachable:
+        return ClusterUnreachable(f"cluster {self.cluster} is unreachable: {self._why}")
+
+    # --- watching: inventory and poll from the last refresh -------------------------------
+
+    def _refreshed(self, poll_only: bool) -> tuple[Inventory | None, list[RunStatus]]:
+        inventory = None if poll_only else self.inner.inventory()
+        return inventory, self.inner.poll()
+
+    def _take_refresh(self) -> None:
+        refresh = self._refresh
+        if refresh is None or not refresh.done.is_set():
+            return
+        self._refresh = None
+        if refresh.error is not None:
+            if isinstance(refresh.error, BackendUnavailable):
+                return  # said by the reachability line; the next refresh asks again
+            raise refresh.error
+        inventory, statuses = refresh.result
+        if inventory is not None:
+            self._inventory = inventory
+        self._statuses.extend(statuses)
+        self._collected = False
+
+    def _kick(self, poll_only: bool) -> None:
+        """Start a refresh unless one is in flight; wait for it while the cluster answers."""
+        self._check_late()
+        self._take_refresh()
+        if self._refresh is None:
+            probing = not self.reachable
+            if probing and self._clock() < self._next_probe:
+                return
+            refresh = _Call(lambda: self._refreshed(poll_only))
+            if not self._watch.submit(refresh):
+                return
+            self._refresh = refresh
+            if probing:
+                return  # a probe is not waited for: its answer is read next pass
+        if not self._watch.late(self._clock(), self.settings.answer_within):
+            assert self._refresh is not None
+            self._refresh.done.wait(self.settings.answer_within)
+        self._take_refresh()
+
+    def inventory(self) -> Inventory:
+        """The last inventory the engine gave, refreshed first if it answers in time."""
+        self._kick(poll_only=False)
+        if not self.reachable:
+            raise self._unreachable()
+        if self._inventory is None:
+            raise NoAnswerYet(f"cluster {self.cluster} has not answered yet")
+        return self._inventory
+
+    def poll(self) -> list[RunStatus]:
+        """The statuses gathered since the last ``poll`` (a refresh first, unless the one an
+        ``inventory`` just made is not drained yet)."""
+        if self._collected:
+            self._kick(poll_only=True)
+        else:
+            self._take_refresh()
+        statuses, self._statuses = self._statuses, []
+        self._collected = True
+        if not statuses and not self.reachable:
+            raise self._unreachable()
+        return statuses
+
+    # --- commands -------------------------------------------------------------------------
+
+    def _command(self, key: Hashable, function: Callable[[], T], *, reuse: bool) -> T:
+        """Run ``function`` on the command worker and wait for it within ``answer_within``.
+        ``reuse``: a repeat of a mutation (idempotent) takes the outcome of the first call
+        even when it finished; a read asks again once the last answer was taken."""
+        self._check_late()
+        now = self._clock()
+        with self._lock:
+            for old, kept in list(self._pending.items()):
+                if kept.finished is not None and now - kept.finished > KEEP_OUTCOME_SECONDS:
+                    del self._pending[old]
+            call = self._pending.get(key)
+            if call is not None and call.done.is_set() and not reuse:
+                del self._pending[key]
+                call = None
+        if call is None:
+            if not self.reachable:
+                raise self._unreachable()
+            call = _Call(function)
+            with self._lock:
+                self._pending[key] = call
+            if not self._commands.submit(call):
+                with self._lock:
+                    self._pending.pop(key, None)
+                raise self._unreachable()
+        late = self._commands.late(self._clock(), self.settings.answer_within)
+        if call.done.wait(0.0 if late else self.settings.answer_within):
+            with self._lock:
+                if self._pending.get(key) is call:
+                    del self._pending[key]
+            return call.outcome()  # type: ignore[no-any-return]
+        raise NoAnswerYet(f"cluster {self.cluster}: no answer yet, asked again next pass")
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        return self._command(
+            ("dispatch", request.run_id), lambda: self.inner.dispatch(request), reuse=True
+        )
+
+    def add_replicas(self, request: DispatchRequest) -> DispatchResult:
+        grow = getattr(self.inner, "add_replicas", None)
+        if grow is None:
+            raise NotImplementedError(f"backend {self.name} cannot add replicas to a run")
+        key = ("grow", request.run_id, len(request.placements))
+        return self._command(key, lambda: grow(request), reuse=True)  # type: ignore[no-any-return]
+
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        return self._command(
+            ("cancel", request.run_id), lambda: self.inner.cancel(request), reuse=True
+        )
+
+    def status(self, request: StatusRequest) -> RunStatus:
+        return self._command(
+            ("status", request.run_id), lambda: self.inner.status(request), reuse=False
+        )
+
+    def logs(self, request: LogsRequest) -> LogChunk:
+        return self._command(("logs", request), lambda: self.inner.logs(request), reuse=False)
+
+    def close(self) -> None:
+        """Stop the workers (a hung call's thread ends with its call); close the backend if
+        this object owns it."""
+        for worker in (self._watch, self._commands):
+            for call in worker.close():
+                call.error = BackendClosed(f"cluster {self.cluster}: closed")
+                call.done.set()
+        if self._owns:
+            self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else a backend offers (its settings, ``address``…), read from it."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def unwrapped(backend: Backend) -> Backend:
+    """The backend itself, whether or not it is kept at arm's length."""
+    return backend.inner if isinstance(backend, ClusterEngine) else backend
+
+
+def at_arms_length(
+    backends: Mapping[str, Backend], settings: EngineSettings, *, owns: bool
+) -> dict[str, Backend]:
+    """Each backend of ``backends`` wrapped in a ``ClusterEngine`` of its own."""
+    return {name: ClusterEngine(backend, settings, owns=owns) for name, backend in backends.items()}
+
+
+def engines_of(backends: Mapping[str, Backend]) -> Iterator[Backend]:
+    """The backends themselves behind ``backends`` (for type checks of what they are)."""
+    return (unwrapped(backend) for backend in backends.values())
