@@ -12,6 +12,7 @@ from flotilla.app.store import ensure_default_queue
 from flotilla.backends import Backend
 from flotilla.backends.local import LocalBackend
 from flotilla.model.fleet import Fleet
+from flotilla.service.engines import engines_of, unwrapped
 from flotilla.service.fleet import (
     LOCAL_LABEL,
     OWNER_LABEL,
@@ -22,7 +23,6 @@ from flotilla.service.fleet import (
     local_owner,
     local_state_dir_of,
 )
-from flotilla.service.engines import engines_of, unwrapped
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import ConflictError, SqlStore
 

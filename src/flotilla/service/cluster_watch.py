@@ -27,6 +27,7 @@ from flotilla.model import ClusterSpec
 from flotilla.model.cluster import GpuSharing
 from flotilla.model.node_info import NodeInfo
 from flotilla.service.context import LoopContext
+from flotilla.service.engines import level_of
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import ACTIVE_JOB_STATES, ClusterRecord, JobRecord, JobState, Transition
 
@@ -96,7 +97,7 @@ class ClusterWatch:
                     inventory = backend.inventory()
                     statuses = backend.poll()
                 except BackendUnavailable as error:
-                    log.warning("cluster %s did not answer: %s", record.name, error)
+                    log.log(level_of(error), "cluster %s did not answer: %s", record.name, error)
                 else:
                     self._heartbeat(record.name)
                     if self._inventories.get(record.name) != inventory.nodes and inventory.nodes:
@@ -197,7 +198,13 @@ class ClusterWatch:
                 log.info("cluster %s: run %s asked again next cycle: %s", cluster, run_id, error)
                 continue
             except BackendError as error:
-                log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
+                log.log(
+                    level_of(error),
+                    "cluster %s: cannot ask about run %s yet: %s",
+                    cluster,
+                    run_id,
+                    error,
+                )
                 break  # the engine is down: ask again next cycle
             del self.unverified[job.id]
             with self._context.faults.contain("its run's report", job.id, run_id):

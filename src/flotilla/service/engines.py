@@ -89,10 +89,10 @@ def first_line(error: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def expected(error: BaseException) -> bool:
-    """Whether ``error`` is an engine's expected silence, already said once by its cluster's
-    reachability line: callers that retry it log it at debug, not once per pass."""
-    return isinstance(error, ClusterUnreachable | NoAnswerYet)
+def level_of(error: BaseException) -> int:
+    """The log level of a call's failure that its caller retries: debug for an engine's
+    expected silence (its cluster's reachability line said it once), else a warning."""
+    return logging.DEBUG if isinstance(error, ClusterUnreachable | NoAnswerYet) else logging.WARNING
 
 
 class _Call:
