@@ -17,7 +17,7 @@ import pytest
 
 from flotilla.app.clusters import register_clusters
 from flotilla.app.store import ensure_default_queue
-from flotilla.backends.interface import BackendUnavailable, Inventory, RunStatus
+from flotilla.backends.interface import Backend, BackendUnavailable, Inventory, RunStatus
 from flotilla.model import JobSpec
 from flotilla.service.engines import ClusterEngine, ClusterUnreachable, EngineSettings
 from flotilla.store import JobState
@@ -64,7 +64,7 @@ def test_a_local_job_starts_beside_a_black_holed_and_a_refusing_cluster(
     caplog.set_level(logging.DEBUG, logger="flotilla")
     hole, refused = dead_engines
     local = local_backend(tmp_path)
-    backends = {
+    backends: dict[str, Backend] = {
         "local": local,
         "ray": RemoteBackend("ray", hole),
         "slurm": RemoteBackend("slurm", refused),
@@ -180,7 +180,7 @@ def test_an_unreachable_cluster_is_asked_with_backoff_and_said_back_once(
     now = [0.0]
     inner = _Flaky()
     engine = ClusterEngine(
-        inner,  # type: ignore[arg-type]
+        inner,
         EngineSettings(answer_within=5.0, backoff=1.0, max_backoff=4.0),
         clock=lambda: now[0],
     )
