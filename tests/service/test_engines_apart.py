@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from bench.dead_engines import BlackHole, RemoteBackend, refusing_address, remote_cluster_spec
 
 from flotilla.app.clusters import register_clusters
 from flotilla.app.store import ensure_default_queue
@@ -22,7 +23,6 @@ from flotilla.backends.interface import Backend, BackendUnavailable, Inventory, 
 from flotilla.model import JobSpec
 from flotilla.service.engines import ClusterEngine, ClusterUnreachable, EngineSettings
 from flotilla.store import JobState
-from tests.engine_doubles import BlackHole, RemoteBackend, refusing_address, remote_cluster_spec
 from tests.live_service import local_backend
 from tests.service_builders import service_over
 from tests.timing import wait_until

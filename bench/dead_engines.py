@@ -1,7 +1,7 @@
-"""Engines that do not answer, for tests and benchmarks: a TCP server that accepts
-connections and never answers (a black hole: a firewalled or hung engine), a port nobody
-listens on (a stopped engine), and a backend that asks such an address over TCP for every
-call, as the remote backends (Ray, Slurm, Kubernetes) ask their engines."""
+"""Engines that do not answer, for the engines-apart benchmark and its tests: a TCP server
+that accepts connections and never answers (a black hole: a firewalled or hung engine), a
+port nobody listens on (a stopped engine), and a backend that asks such an address over TCP
+for every call, as the remote backends (Ray, Slurm, Kubernetes) ask their engines."""
 
 from __future__ import annotations
 
