@@ -24,6 +24,9 @@ from flotilla.backends.interface import (
     StatusRequest,
 )
 from flotilla.model.cluster import ClusterSpec
+from flotilla.model.fleet import Fleet
+from flotilla.service.fleet import fleet_change
+from flotilla.store import SqlStore
 
 
 class BlackHole:
@@ -133,3 +136,15 @@ def remote_cluster_spec(name: str, cpu: float = 64) -> ClusterSpec:
             "nodes": [{"name": f"{name}-n", "count": 1, "resources": {"cpu": cpu}}],
         }
     )
+
+
+def declare_clusters(store: SqlStore, backends: dict[str, str]) -> None:
+    """Record clusters (name → backend) as a fleet apply does before any answered: no nodes
+    yet, ``unreachable``, with a ``default`` queue."""
+    fleet = Fleet.model_validate(
+        {
+            "clusters": [{"name": name, "backend": kind} for name, kind in backends.items()],
+            "queues": [{"name": "default"}],
+        }
+    )
+    store.apply_fleet(fleet_change(fleet))

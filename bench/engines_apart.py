@@ -9,7 +9,7 @@ with its loop on its thread:
   answers) and a refusing one (a closed port), both known from before with one 64-CPU node
   and left ``unreachable`` as ``connect`` leaves them at start. Their backend waits
   ``REMOTE_TIMEOUT`` for an answer, as a remote backend's client does.
-* ``idle``: no reachable cluster (only the refusing one, which never gave its nodes) and one
+* ``idle``: no reachable cluster (a fleet's one cluster, refusing, never gave its nodes) and one
   job queued: the process's CPU time over ``IDLE_SECONDS`` as % of a core, and its log lines.
 
 Targets (issue 36): p99 of ``local+dead`` within 1.5× of ``local``; no cycle longer than 2×
@@ -26,10 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.dead_engines import BlackHole, RemoteBackend, refusing_address, remote_cluster_spec
+from bench.dead_engines import (
+    BlackHole,
+    RemoteBackend,
+    declare_clusters,
+    refusing_address,
+    remote_cluster_spec,
+)
 from flotilla.app import ServiceConfig, build_service
 from flotilla.app.clusters import register_clusters
-from flotilla.app.store import ensure_default_queue
 from flotilla.backends import Backend
 from flotilla.backends.local import LocalBackend
 from flotilla.model import JobSpec
@@ -134,7 +139,7 @@ def _idle(root: Path, refused: tuple[str, int]) -> dict[str, Any]:
         "slurm": RemoteBackend("slurm", refused, timeout=REMOTE_TIMEOUT)
     }
     service = build_service(config, backends=backends, register_clusters=False)
-    ensure_default_queue(service.store)
+    declare_clusters(service.store, {"slurm": "slurm"})  # declared, never answered
     service.store.submit_jobs([_job("waits", cpu=1)])
     counted = _Count()
     logging.getLogger("flotilla").addHandler(counted)

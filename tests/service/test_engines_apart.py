@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from bench.dead_engines import BlackHole, RemoteBackend, refusing_address, remote_cluster_spec
+from bench.dead_engines import (
+    BlackHole,
+    RemoteBackend,
+    declare_clusters,
+    refusing_address,
+    remote_cluster_spec,
+)
 
 from flotilla.app.clusters import register_clusters
-from flotilla.app.store import ensure_default_queue
 from flotilla.backends.interface import Backend, BackendUnavailable, Inventory, RunStatus
 from flotilla.model import JobSpec
 from flotilla.service.engines import ClusterEngine, ClusterUnreachable, EngineSettings
@@ -117,15 +122,15 @@ def test_a_local_job_starts_beside_a_black_holed_and_a_refusing_cluster(
 def test_no_reachable_cluster_with_a_job_queued_waits_with_a_reason(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """No cluster has answered with its nodes: the job's reason says so, no cycle fails,
-    and the loop cycles at its interval, not as fast as it can (on main: ~200 failed cycles a
-    second, a traceback each)."""
+    """The fleet's one cluster refuses and never gave its nodes: the job's reason says so, no
+    cycle fails, the loop cycles at its interval, not as fast as it can (on main: ~200
+    failed cycles a second, a traceback each), and the cluster is said unreachable once."""
     caplog.set_level(logging.INFO, logger="flotilla")
     with refusing_address() as refused:
         backends = {"slurm": RemoteBackend("slurm", refused)}
         service = service_over(backends, root=tmp_path, register=False, cycle_interval=0.2)
         store = service.store
-        ensure_default_queue(store)
+        declare_clusters(store, {"slurm": "slurm"})  # as a fleet apply: no nodes, unreachable
         try:
             job = store.submit_jobs([_job("waits", cpu=1)])[0]
             service.start()
@@ -146,6 +151,7 @@ def test_no_reachable_cluster_with_a_job_queued_waits_with_a_reason(
     assert counted <= window / 0.2 + 3
     failed = [r for r in caplog.records if "cycle failed" in r.getMessage()]
     assert failed == []
+    assert len(_unreachable_lines(caplog, "slurm")) == 1
     assert len(caplog.records) <= 10, [r.getMessage() for r in caplog.records]
 
 
