@@ -37,6 +37,7 @@ from flotilla.framework.nodes import NodeInfo
 from flotilla.model import JobSpec
 from flotilla.model.fleet import Fleet
 from flotilla.model.fleet_loader import fleet_from_data
+from flotilla.service.engines import EngineSettings
 from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
@@ -125,7 +126,9 @@ class FleetService:
         """Build the service as ``flotilla up`` does over a database with a fleet in force
         (its clusters connected); ``notices`` holds what ``up`` would print."""
         settings = LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout)
-        config = ServiceConfig(loop=settings, api=TEST_API)
+        # The tests turn their engine off and on between cycles they drive by hand: an
+        # unreachable one is asked again at every cycle, not after a backoff.
+        config = ServiceConfig(loop=settings, api=TEST_API, engines=EngineSettings(backoff=0.0))
         self.service = build_service(config, store=self.store, backend_factory=self.factory)
         self.loop = self.service.loop
         return self.loop

@@ -16,10 +16,11 @@ worker is late, the others do not wait at all.
 A call that takes longer than ``timeout`` or raises ``BackendUnavailable`` makes the cluster
 *unreachable*: one log line (the error's first line, no traceback), then every call fails at
 once with ``ClusterUnreachable`` without touching the network, and only a probe (the watch
-worker's refresh) asks the engine again, after a bounded exponential backoff. The first
-answer makes it reachable again, with one line. A worker stuck in a call that never returns
-is abandoned (it ends when its call does) and a new one takes its place, at most
-``MAX_ABANDONED`` per worker at a time.
+worker's refresh, waited for as any refresh) asks the engine again, after a bounded
+exponential backoff. The first answer makes it reachable again, with one line. A worker
+stuck in a call that never returns is abandoned (it ends when its call does) and a new one
+takes its place, at most ``MAX_ABANDONED`` per worker at a time: an engine that swallowed
+that many calls for good (a client with no timeout of its own) is asked no more.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ is started until one of them returns (a black hole costs a bounded number of thr
 KEEP_OUTCOME_SECONDS = 60.0
 """How long the outcome of a command nobody collected is kept for its repeat."""
 
+FRESH_SECONDS = 1.0
+"""How old a read's uncollected answer (a run's status, a chunk of logs) may be and still
+answer its repeat; an older one is asked again."""
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -76,7 +81,8 @@ class EngineSettings:
 
 
 class ClusterUnreachable(BackendUnavailable):
-    """The cluster is known unreachable: the call was not made (the change was logged once)."""
+    """The cluster is known unreachable: the call was not made (the change was logged once).
+    Its text is why (the engine's last error, or the timeout it overran)."""
 
 
 class NoAnswerYet(BackendUnavailable):
@@ -216,6 +222,9 @@ class ClusterEngine:
         self._owns = owns
         self._clock = clock
         self._lock = threading.Lock()
+        """Guards the reachability and the commands asked."""
+        self._watching = threading.Lock()
+        """Guards the refresh and what it brought (the loop's and the API's threads ask)."""
         self._watch = _Worker(f"engine-watch-{backend.cluster}", self._ended)
         self._commands = _Worker(f"engine-commands-{backend.cluster}", self._ended)
         self.reachable = True
@@ -286,6 +295,7 @@ class ClusterEngine:
                     for key, call in list(self._pending.items()):
                         if not call.done.is_set():
                             del self._pending[key]
+                with self._watching:
                     if self._refresh is not None and not self._refresh.done.is_set():
                         self._refresh = None
                 for call in dropped:
@@ -293,7 +303,7 @@ class ClusterEngine:
                     call.done.set()
 
     def _unreachable(self) -> ClusterUnreachable:
-        return ClusterUnreachable(f"cluster {self.cluster} is unreachable: {self._why}")
+        return ClusterUnreachable(self._why)
 
     # --- watching: inventory and poll from the last refresh -------------------------------
 
@@ -302,6 +312,7 @@ class ClusterEngine:
         return inventory, self.inner.poll()
 
     def _take_refresh(self) -> None:
+        """Keep what a finished refresh brought (under ``_watching``)."""
         refresh = self._refresh
         if refresh is None or not refresh.done.is_set():
             return
@@ -319,21 +330,20 @@ class ClusterEngine:
     def _kick(self, poll_only: bool) -> None:
         """Start a refresh unless one is in flight; wait for it while the cluster answers."""
         self._check_late()
-        self._take_refresh()
-        if self._refresh is None:
-            probing = not self.reachable
-            if probing and self._clock() < self._next_probe:
-                return
-            refresh = _Call(lambda: self._refreshed(poll_only))
-            if not self._watch.submit(refresh):
-                return
-            self._refresh = refresh
-            if probing:
-                return  # a probe is not waited for: its answer is read next pass
+        with self._watching:
+            self._take_refresh()
+            refresh = self._refresh
+            if refresh is None:
+                if not self.reachable and self._clock() < self._next_probe:
+                    return
+                refresh = _Call(lambda: self._refreshed(poll_only))
+                if not self._watch.submit(refresh):
+                    return
+                self._refresh = refresh
         if not self._watch.late(self._clock(), self.settings.answer_within):
-            assert self._refresh is not None
-            self._refresh.done.wait(self.settings.answer_within)
-        self._take_refresh()
+            refresh.done.wait(self.settings.answer_within)
+        with self._watching:
+            self._take_refresh()
 
     def inventory(self) -> Inventory:
         """The last inventory the engine gave, refreshed first if it answers in time."""
@@ -349,20 +359,28 @@ class ClusterEngine:
         ``inventory`` just made is not drained yet)."""
         if self._collected:
             self._kick(poll_only=True)
-        else:
+        with self._watching:
             self._take_refresh()
-        statuses, self._statuses = self._statuses, []
-        self._collected = True
+            statuses, self._statuses = self._statuses, []
+            self._collected = True
         if not statuses and not self.reachable:
             raise self._unreachable()
         return statuses
 
     # --- commands -------------------------------------------------------------------------
 
-    def _command(self, key: Hashable, function: Callable[[], T], *, reuse: bool) -> T:
-        """Run ``function`` on the command worker and wait for it within ``answer_within``.
-        ``reuse``: a repeat of a mutation (idempotent) takes the outcome of the first call
-        even when it finished; a read asks again once the last answer was taken."""
+    def _command(
+        self,
+        key: Hashable,
+        function: Callable[[], T],
+        *,
+        reuse: float,
+        wait: float | None = None,
+    ) -> T:
+        """Run ``function`` on the command worker and wait for it (``wait``, by default
+        ``answer_within``). A repeat of the same request while it runs waits for that call;
+        once it finished, a repeat takes its outcome if it is at most ``reuse`` seconds old
+        (a mutation, idempotent: long; a read: only fresh), else asks again."""
         self._check_late()
         now = self._clock()
         with self._lock:
@@ -370,21 +388,20 @@ class ClusterEngine:
                 if kept.finished is not None and now - kept.finished > KEEP_OUTCOME_SECONDS:
                     del self._pending[old]
             call = self._pending.get(key)
-            if call is not None and call.done.is_set() and not reuse:
+            if call is not None and call.finished is not None and now - call.finished > reuse:
                 del self._pending[key]
                 call = None
-        if call is None:
-            if not self.reachable:
-                raise self._unreachable()
-            call = _Call(function)
-            with self._lock:
-                self._pending[key] = call
-            if not self._commands.submit(call):
-                with self._lock:
-                    self._pending.pop(key, None)
-                raise self._unreachable()
-        late = self._commands.late(self._clock(), self.settings.answer_within)
-        if call.done.wait(0.0 if late else self.settings.answer_within):
+            if call is None:
+                if not self.reachable:
+                    raise self._unreachable()
+                call = self._pending[key] = _Call(function)
+                if not self._commands.submit(call):
+                    del self._pending[key]
+                    raise self._unreachable()
+        if wait is None:
+            late = self._commands.late(self._clock(), self.settings.answer_within)
+            wait = 0.0 if late else self.settings.answer_within
+        if call.done.wait(wait):
             with self._lock:
                 if self._pending.get(key) is call:
                     del self._pending[key]
@@ -393,7 +410,9 @@ class ClusterEngine:
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         return self._command(
-            ("dispatch", request.run_id), lambda: self.inner.dispatch(request), reuse=True
+            ("dispatch", request.run_id),
+            lambda: self.inner.dispatch(request),
+            reuse=KEEP_OUTCOME_SECONDS,
         )
 
     def add_replicas(self, request: DispatchRequest) -> DispatchResult:
@@ -401,20 +420,31 @@ class ClusterEngine:
         if grow is None:
             raise NotImplementedError(f"backend {self.name} cannot add replicas to a run")
         key = ("grow", request.run_id, len(request.placements))
-        return self._command(key, lambda: grow(request), reuse=True)  # type: ignore[no-any-return]
+        result: DispatchResult = self._command(
+            key, lambda: grow(request), reuse=KEEP_OUTCOME_SECONDS
+        )
+        return result
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         return self._command(
-            ("cancel", request.run_id), lambda: self.inner.cancel(request), reuse=True
+            ("cancel", request.run_id),
+            lambda: self.inner.cancel(request),
+            reuse=KEEP_OUTCOME_SECONDS,
         )
 
     def status(self, request: StatusRequest) -> RunStatus:
         return self._command(
-            ("status", request.run_id), lambda: self.inner.status(request), reuse=False
+            ("status", request.run_id), lambda: self.inner.status(request), reuse=FRESH_SECONDS
         )
 
     def logs(self, request: LogsRequest) -> LogChunk:
-        return self._command(("logs", request), lambda: self.inner.logs(request), reuse=False)
+        """Only a person asks (the API, never the round): waits up to the call's timeout."""
+        return self._command(
+            ("logs", request),
+            lambda: self.inner.logs(request),
+            reuse=FRESH_SECONDS,
+            wait=self.settings.timeout,
+        )
 
     def close(self) -> None:
         """Stop the workers (a hung call's thread ends with its call); close the backend if

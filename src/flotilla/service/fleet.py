@@ -390,7 +390,7 @@ class FleetRuntime:
     def connect(self) -> list[str]:
         """Ask every cluster's backend for its inventory once and record its nodes: one line
         per cluster saying what it connected to, or — engine down — why not (the cluster is
-        then unreachable and the scheduler keeps asking every cycle; nothing waits for it)."""
+        then unreachable and the scheduler asks it again with backoff; nothing waits for it)."""
         lines = []
         for index, cluster in enumerate(self.fleet.clusters if self.fleet is not None else ()):
             where = f"cluster {cluster.name} ({cluster.backend})"
@@ -406,7 +406,7 @@ class FleetRuntime:
                 self.store.set_cluster_state(
                     cluster.name, "unreachable", reason=f"its backend did not answer: {first}"
                 )
-                lines.append(f"{where}: unreachable, retrying every cycle: {first}")
+                lines.append(f"{where}: unreachable, asked again with backoff: {first}")
                 continue
             if not nodes:
                 lines.append(f"{where}: connected, no nodes yet")
