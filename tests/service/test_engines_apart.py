@@ -215,3 +215,28 @@ def test_an_unreachable_cluster_is_asked_with_backoff_and_said_back_once(
         "cluster flaky is unreachable: connection refused (asked again every 4 s at most)",
         "cluster flaky answers again",
     ]
+
+
+def test_a_cycle_that_keeps_failing_backs_off_instead_of_spinning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each failure in a row doubles the wait before the next try (from one interval):
+    over a window the loop tries a handful of times, not thousands (on main: at once)."""
+    service = service_over({}, root=tmp_path, register=False, cycle_interval=0.05)
+    tries: list[float] = []
+
+    def failing() -> None:
+        tries.append(time.monotonic())
+        raise RuntimeError("the database is gone")
+
+    service.loop.cycle = failing  # type: ignore[method-assign]
+    try:
+        service.start()
+        wait_until(lambda: len(tries) >= 3, "three tries", seconds=20)
+        time.sleep(1.0)  # a window to count tries in, not a time asserted
+        counted = len(tries)
+    finally:
+        service.stop()
+    assert 3 <= counted <= 10  # tries at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s…
+    failed = [r for r in caplog.records if "cycle failed" in r.getMessage()]
+    assert len(failed) >= 3 and all("retrying in" in r.getMessage() for r in failed)

@@ -336,7 +336,8 @@ class SchedulingLoop:
     # --- running --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
+        """Cycle until ``stop`` is set; a failed cycle is logged and retried after a backoff
+        (``failed_cycle_backoff``: doubling from one interval, at most 30 s), not at once.
 
         A wake from the API (a submission, a cancel) runs a transitions pass at once, then a
         full cycle unless an async round is in flight (a full cycle then has nothing to
