@@ -127,8 +127,10 @@ class FleetService:
         (its clusters connected); ``notices`` holds what ``up`` would print."""
         settings = LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout)
         # The tests turn their engine off and on between cycles they drive by hand: an
-        # unreachable one is asked again at every cycle, not after a backoff.
-        config = ServiceConfig(loop=settings, api=TEST_API, engines=EngineSettings(backoff=0.0))
+        # unreachable one is asked again at every cycle, not after a backoff, and its answer
+        # read in that cycle however loaded the machine.
+        engines = EngineSettings(answer_within=5.0, probe_within=5.0, backoff=0.0)
+        config = ServiceConfig(loop=settings, api=TEST_API, engines=engines)
         self.service = build_service(config, store=self.store, backend_factory=self.factory)
         self.loop = self.service.loop
         return self.loop

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +25,21 @@ from bench.dead_engines import (
 )
 
 from flotilla.app.clusters import register_clusters
-from flotilla.backends.interface import Backend, BackendUnavailable, Inventory, RunStatus
+from flotilla.backends.interface import (
+    Backend,
+    BackendUnavailable,
+    DispatchRequest,
+    DispatchResult,
+    Inventory,
+    RunStatus,
+)
 from flotilla.model import JobSpec
-from flotilla.service.engines import ClusterEngine, ClusterUnreachable, EngineSettings
+from flotilla.service.engines import (
+    ClusterEngine,
+    ClusterUnreachable,
+    EngineSettings,
+    NoAnswerYet,
+)
 from flotilla.store import JobState
 from tests.live_service import local_backend
 from tests.service_builders import service_over
@@ -240,3 +253,44 @@ def test_a_cycle_that_keeps_failing_backs_off_instead_of_spinning(
     assert 3 <= counted <= 10  # tries at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s…
     failed = [r for r in caplog.records if "cycle failed" in r.getMessage()]
     assert len(failed) >= 3 and all("retrying in" in r.getMessage() for r in failed)
+
+
+class _Slow:
+    """A backend whose dispatch waits for ``release`` (an engine slow to answer)."""
+
+    name = "slow"
+    cluster = "slow"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.dispatched = 0
+
+    def dispatch(self, request: DispatchRequest) -> DispatchResult:
+        self.release.wait()
+        self.dispatched += 1
+        return DispatchResult(request.run_id, request.job, "slow", 1.0, request.placements)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_dispatch_answered_late_wakes_the_loop_and_its_repeat_takes_the_outcome() -> None:
+    """The round does not wait for a slow engine: the dispatch goes on on the cluster's
+    worker, its answer wakes the loop, and the loop's repeat (idempotent by run id) takes that
+    answer without asking the engine again."""
+    inner = _Slow()
+    woken = threading.Event()
+    engine = ClusterEngine(
+        cast(Backend, inner), EngineSettings(answer_within=0.0), on_late_answer=woken.set
+    )
+    request = DispatchRequest("run-1", "job-1", "slow", (), None)
+    try:
+        with pytest.raises(NoAnswerYet):
+            engine.dispatch(request)
+        assert not woken.is_set()
+        inner.release.set()
+        wait_until(woken.is_set, "the late answer's wake")
+        assert engine.dispatch(request).run_id == "run-1"
+        assert inner.dispatched == 1
+    finally:
+        engine.close()

@@ -29,7 +29,7 @@ from flotilla.app.config import ApiConfig, ApiServiceConfig, ServiceConfig, Star
 from flotilla.app.store import ensure_default_queue, open_store
 from flotilla.backends import Backend
 from flotilla.secrets import SecretBox
-from flotilla.service.engines import ClusterEngine, at_arms_length
+from flotilla.service.engines import ClusterEngine, at_arms_length, wake_on_late_answers
 from flotilla.service.fleet import FleetRuntime
 from flotilla.service.loop import SchedulingLoop
 from flotilla.service.projection import Projection
@@ -255,6 +255,7 @@ def _build(
             else at_arms_length(backends, config.engines, owns=False)  # their maker closes them
         )
         loop = SchedulingLoop(store, kept, config.loop, secrets=secrets)
+        wake_on_late_answers(loop.backends, loop.wake)
         notices = [_scheduling(loop)]
         return Service(
             config,
@@ -277,6 +278,8 @@ def _build(
     try:
         notices = connect_clusters(store, runtime, config)
         loop = SchedulingLoop(store, {}, config.loop, fleet=runtime, secrets=secrets)
+        runtime.on_late_answer = loop.wake  # the engines a fleet apply builds from now on
+        wake_on_late_answers(runtime.backends, loop.wake)
     except BaseException:
         runtime.close()
         raise

@@ -7,16 +7,17 @@ fleet's startup keep calling the Backend protocol (the composition root wraps ev
 nothing in the domain code knows). Two workers (threads) per cluster: one *watches*
 (``inventory`` and ``poll``, whose answers are kept: the round reads the last known
 inventory and drains the statuses gathered since), one runs *commands* (``dispatch``,
-``cancel``, ``status``, ``logs``, ``add_replicas``). A caller waits at most ``answer_within``
-for an answer; a command not answered by then raises ``NoAnswerYet`` (a
-``BackendUnavailable``: the callers already retry those next pass) and goes on on the worker,
-and the same (idempotent) request asked again collects its outcome. While one call of a
-worker is late, the others do not wait at all.
+``cancel``, ``status``, ``logs``, ``add_replicas``). A caller waits at most
+``answer_within`` (``probe_within`` for a probe of an unreachable cluster) for an answer; a
+command not answered by then raises ``NoAnswerYet`` (a ``BackendUnavailable``: the callers
+already retry those next pass) and goes on on the worker; its answer wakes the loop
+(``on_late_answer``), whose repeat of the same (idempotent) request collects the outcome.
+While one call of a worker is late, the others do not wait at all.
 
 A call that takes longer than ``timeout`` or raises ``BackendUnavailable`` makes the cluster
 *unreachable*: one log line (the error's first line, no traceback), then every call fails at
 once with ``ClusterUnreachable`` without touching the network, and only a probe (the watch
-worker's refresh, waited for as any refresh) asks the engine again, after a bounded
+worker's refresh, waited for ``probe_within``) asks the engine again, after a bounded
 exponential backoff. The first answer makes it reachable again, with one line. A worker
 stuck in a call that never returns is abandoned (it ends when its call does) and a new one
 takes its place, at most ``MAX_ABANDONED`` per worker at a time: an engine that swallowed
@@ -70,8 +71,12 @@ answer its repeat; an older one is asked again."""
 class EngineSettings:
     """How far the service keeps each cluster's engine (``flotilla up`` defaults)."""
 
-    answer_within: float = 0.25
-    """The longest a caller (the round, an API request) waits for an engine's answer."""
+    answer_within: float = 0.1
+    """The longest a caller (the round, an API request) waits for an engine's answer: a
+    local engine answers in milliseconds; a slower one's answer is read a pass later."""
+    probe_within: float = 0.02
+    """The longest a caller waits for a probe of an unreachable cluster (a refusing engine
+    answers at once; a black hole costs the round this, once per backoff)."""
     timeout: float = 10.0
     """A call still running after this makes its cluster unreachable."""
     backoff: float = 1.0
@@ -104,10 +109,25 @@ def level_of(error: BaseException) -> int:
 class _Call:
     """One call to run on a worker; its outcome once ``done`` is set."""
 
-    __slots__ = ("done", "error", "finished", "function", "result", "started")
+    __slots__ = (
+        "done",
+        "error",
+        "finished",
+        "function",
+        "news",
+        "result",
+        "started",
+        "unclaimed",
+    )
 
-    def __init__(self, function: Callable[[], Any]) -> None:
+    def __init__(
+        self, function: Callable[[], Any], news: Callable[[Any], bool] = lambda _: True
+    ) -> None:
         self.function = function
+        self.news = news
+        """Whether a result is worth waking the loop for when it comes late."""
+        self.unclaimed = False
+        """Its caller stopped waiting: its outcome wakes the loop (``on_late_answer``)."""
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -213,9 +233,13 @@ class ClusterEngine:
         *,
         owns: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        on_late_answer: Callable[[], None] | None = None,
     ) -> None:
-        """``owns``: ``close`` closes ``backend`` too (False for backends a caller made)."""
+        """``owns``: ``close`` closes ``backend`` too (False for backends a caller made).
+        ``on_late_answer``: called when an answer comes after its caller stopped waiting
+        (the loop's ``wake``: it reads the answer at once, not a cycle later)."""
         self.inner = backend
+        self.on_late_answer = on_late_answer
         self.name = backend.name
         self.cluster = backend.cluster
         self.settings = settings or EngineSettings()
@@ -258,6 +282,10 @@ class ClusterEngine:
                 self._failed(first_line(error))
         else:
             self._answered()
+        late = call.unclaimed and error is None and self.on_late_answer is not None
+        if late and call.news(call.result):
+            assert self.on_late_answer is not None
+            self.on_late_answer()
 
     def _failed(self, why: str) -> None:
         with self._lock:
@@ -333,15 +361,18 @@ class ClusterEngine:
         with self._watching:
             self._take_refresh()
             refresh = self._refresh
+            wait = self.settings.answer_within if self.reachable else self.settings.probe_within
             if refresh is None:
                 if not self.reachable and self._clock() < self._next_probe:
                     return
-                refresh = _Call(lambda: self._refreshed(poll_only))
+                # A late refresh wakes the loop only if runs changed: a slow engine with
+                # nothing new must not make the loop cycle at its pace.
+                refresh = _Call(lambda: self._refreshed(poll_only), lambda result: bool(result[1]))
                 if not self._watch.submit(refresh):
                     return
                 self._refresh = refresh
-        if not self._watch.late(self._clock(), self.settings.answer_within):
-            refresh.done.wait(self.settings.answer_within)
+        if not self._watch.late(self._clock(), wait) and not refresh.done.wait(wait):
+            refresh.unclaimed = True  # what it brings wakes the loop
         with self._watching:
             self._take_refresh()
 
@@ -401,12 +432,14 @@ class ClusterEngine:
         if wait is None:
             late = self._commands.late(self._clock(), self.settings.answer_within)
             wait = 0.0 if late else self.settings.answer_within
-        if call.done.wait(wait):
-            with self._lock:
-                if self._pending.get(key) is call:
-                    del self._pending[key]
-            return call.outcome()  # type: ignore[no-any-return]
-        raise NoAnswerYet(f"cluster {self.cluster}: no answer yet, asked again next pass")
+        if not call.done.wait(wait):
+            call.unclaimed = True  # its outcome wakes the loop, which asks again
+            if not call.done.is_set():
+                raise NoAnswerYet(f"cluster {self.cluster}: no answer yet, asked again next pass")
+        with self._lock:
+            if self._pending.get(key) is call:
+                del self._pending[key]
+        return call.outcome()  # type: ignore[no-any-return]
 
     def dispatch(self, request: DispatchRequest) -> DispatchResult:
         return self._command(
@@ -473,6 +506,13 @@ def at_arms_length(
 ) -> dict[str, Backend]:
     """Each backend of ``backends`` wrapped in a ``ClusterEngine`` of its own."""
     return {name: ClusterEngine(backend, settings, owns=owns) for name, backend in backends.items()}
+
+
+def wake_on_late_answers(backends: Mapping[str, Backend], wake: Callable[[], None]) -> None:
+    """Have each engine of ``backends`` call ``wake`` when an answer comes late."""
+    for backend in backends.values():
+        if isinstance(backend, ClusterEngine):
+            backend.on_late_answer = wake
 
 
 def engines_of(backends: Mapping[str, Backend]) -> Iterator[Backend]:

@@ -252,6 +252,8 @@ class FleetRuntime:
     engines: EngineSettings | None = None
     """Keep every backend at arm's length with these settings (``engines.py``: its calls
     on workers of its cluster, with a timeout and a backoff); None: call it directly."""
+    on_late_answer: Callable[[], None] | None = None
+    """Called when an engine answers after its caller stopped waiting (the loop's wake)."""
     fleet: Fleet | None = None
     version: int = 0
     problems: dict[str, str] = field(default_factory=dict)
@@ -322,7 +324,9 @@ class FleetRuntime:
 
     def kept(self, backend: Backend) -> Backend:
         """``backend`` as this replica calls it: at arm's length when ``engines`` is set."""
-        return backend if self.engines is None else ClusterEngine(backend, self.engines)
+        if self.engines is None:
+            return backend
+        return ClusterEngine(backend, self.engines, on_late_answer=self.on_late_answer)
 
     def build(self, cluster: FleetCluster, index: int) -> Backend:
         """A new backend for ``cluster``; raises ``FleetError`` naming the field, or the
