@@ -39,6 +39,7 @@ from flotilla.service.engines import (
     ClusterUnreachable,
     EngineSettings,
     NoAnswerYet,
+    first_answers,
 )
 from flotilla.store import JobState
 from tests.live_service import local_backend
@@ -294,3 +295,33 @@ def test_a_dispatch_answered_late_wakes_the_loop_and_its_repeat_takes_the_outcom
         assert inner.dispatched == 1
     finally:
         engine.close()
+
+
+class _Unhurried(_Flaky):
+    """An engine that answers, after ``answer`` is set (slower than ``answer_within``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.answer = threading.Event()
+
+    def inventory(self) -> Inventory:
+        self.answer.wait()
+        return super().inventory()
+
+
+def test_at_start_a_slow_engine_is_waited_for_and_not_called_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``flotilla up`` asks every engine at once and waits for their first answers (the
+    round never does): one that answers later than a round would wait is connected."""
+    inner = _Unhurried()
+    engine = ClusterEngine(cast(Backend, inner), EngineSettings(answer_within=0.0))
+    threading.Timer(0.2, inner.answer.set).start()
+    try:
+        first_answers({"flaky": engine}, seconds=30)
+        assert engine.inventory().cluster == "flaky"
+    finally:
+        inner.answer.set()
+        engine.close()
+    assert engine.reachable and not caplog.records

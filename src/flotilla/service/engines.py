@@ -376,6 +376,21 @@ class ClusterEngine:
         with self._watching:
             self._take_refresh()
 
+    def ask(self) -> threading.Event | None:
+        """Start a refresh now unless one is in flight or a probe is not due (what ``done``
+        is set on when it ends; None: none)."""
+        self._check_late()
+        with self._watching:
+            self._take_refresh()
+            if self._refresh is None:
+                if not self.reachable and self._clock() < self._next_probe:
+                    return None
+                refresh = _Call(lambda: self._refreshed(False), lambda result: bool(result[1]))
+                if not self._watch.submit(refresh):
+                    return None
+                self._refresh = refresh
+            return self._refresh.done
+
     def inventory(self) -> Inventory:
         """The last inventory the engine gave, refreshed first if it answers in time."""
         self._kick(poll_only=False)
@@ -518,3 +533,17 @@ def wake_on_late_answers(backends: Mapping[str, Backend], wake: Callable[[], Non
 def engines_of(backends: Mapping[str, Backend]) -> Iterator[Backend]:
     """The backends themselves behind ``backends`` (for type checks of what they are)."""
     return (unwrapped(backend) for backend in backends.values())
+
+
+def first_answers(backends: Mapping[str, Backend], seconds: float) -> None:
+    """Ask every engine of ``backends`` at once and wait up to ``seconds`` in all for their
+    answers: at start (``FleetRuntime.connect``), so that an engine that answers in a second
+    is not reported unreachable, while a black hole delays the start by ``seconds`` once."""
+    asked = [
+        done
+        for backend in backends.values()
+        if isinstance(backend, ClusterEngine) and (done := backend.ask()) is not None
+    ]
+    deadline = time.monotonic() + seconds
+    for done in asked:
+        done.wait(max(0.0, deadline - time.monotonic()))

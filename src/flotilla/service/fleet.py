@@ -39,7 +39,7 @@ from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
 from flotilla.model.node_info import NodeInfo
-from flotilla.service.engines import ClusterEngine, EngineSettings
+from flotilla.service.engines import ClusterEngine, EngineSettings, first_answers
 from flotilla.service.fleet_settings import resolve, resolve_settings
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store
@@ -227,6 +227,11 @@ def _fingerprint(cluster: FleetCluster) -> str:
     return json.dumps([cluster.backend, cluster.settings, sharing], sort_keys=True)
 
 
+CONNECT_SECONDS = 2.0
+"""How long ``flotilla up`` waits at start for its engines' first answers, all at once (the
+round never waits for one: ``engines.py``)."""
+
+
 @dataclass
 class FleetRuntime:
     """The fleet in force in this replica: its backends (shared with the scheduling loop,
@@ -396,6 +401,7 @@ class FleetRuntime:
         per cluster saying what it connected to, or — engine down — why not (the cluster is
         then unreachable and the scheduler asks it again with backoff; nothing waits for it)."""
         lines = []
+        first_answers(self.backends, CONNECT_SECONDS)  # every engine at once, not in turn
         for index, cluster in enumerate(self.fleet.clusters if self.fleet is not None else ()):
             where = f"cluster {cluster.name} ({cluster.backend})"
             backend = self.backends.get(cluster.name)
