@@ -537,8 +537,9 @@ def engines_of(backends: Mapping[str, Backend]) -> Iterator[Backend]:
 
 def first_answers(backends: Mapping[str, Backend], seconds: float) -> None:
     """Ask every engine of ``backends`` at once and wait up to ``seconds`` in all for their
-    answers: at start (``FleetRuntime.connect``), so that an engine that answers in a second
-    is not reported unreachable, while a black hole delays the start by ``seconds`` once."""
+    answers: at start (``FleetRuntime.connect``), so that an engine slow to make its first
+    connection (Ray's client) is not reported unreachable; a black hole delays the start by
+    ``seconds``, once."""
     asked = [
         done
         for backend in backends.values()

@@ -227,11 +227,6 @@ def _fingerprint(cluster: FleetCluster) -> str:
     return json.dumps([cluster.backend, cluster.settings, sharing], sort_keys=True)
 
 
-CONNECT_SECONDS = 2.0
-"""How long ``flotilla up`` waits at start for its engines' first answers, all at once (the
-round never waits for one: ``engines.py``)."""
-
-
 @dataclass
 class FleetRuntime:
     """The fleet in force in this replica: its backends (shared with the scheduling loop,
@@ -399,9 +394,13 @@ class FleetRuntime:
     def connect(self) -> list[str]:
         """Ask every cluster's backend for its inventory once and record its nodes: one line
         per cluster saying what it connected to, or — engine down — why not (the cluster is
-        then unreachable and the scheduler asks it again with backoff; nothing waits for it)."""
+        then unreachable and the scheduler asks it again with backoff; no round waits for it).
+        Kept at arm's length, the engines are asked all at once and waited for up to their
+        call timeout: an engine slow to make its first connection (Ray's client) is not
+        called unreachable, and one that never answers delays the start once, by that."""
         lines = []
-        first_answers(self.backends, CONNECT_SECONDS)  # every engine at once, not in turn
+        if self.engines is not None:  # every engine at once, not in turn, up to its timeout
+            first_answers(self.backends, self.engines.timeout)
         for index, cluster in enumerate(self.fleet.clusters if self.fleet is not None else ()):
             where = f"cluster {cluster.name} ({cluster.backend})"
             backend = self.backends.get(cluster.name)
