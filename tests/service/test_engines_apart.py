@@ -304,8 +304,10 @@ class _Unhurried(_Flaky):
         super().__init__()
         self.down = False
         self.answer = threading.Event()
+        self.asked = threading.Event()
 
     def inventory(self) -> Inventory:
+        self.asked.set()
         self.answer.wait()
         return super().inventory()
 
@@ -325,3 +327,43 @@ def test_at_start_a_slow_engine_is_waited_for_and_not_called_unreachable(
         inner.answer.set()
         engine.close()
     assert engine.reachable and not caplog.records
+
+
+def test_a_call_that_never_returns_makes_its_cluster_unreachable_and_is_left_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A black hole (the client has no timeout of its own): past ``timeout`` the cluster is
+    unreachable, in one line, and a probe after the backoff runs on a fresh worker thread
+    instead of queueing behind the hung call."""
+    caplog.set_level(logging.INFO, logger="flotilla")
+    now = [0.0]
+    inner = _Unhurried()  # its first call hangs until ``answer`` is set
+    engine = ClusterEngine(
+        cast(Backend, inner),
+        EngineSettings(answer_within=0.0, probe_within=0.0, timeout=10.0, backoff=1.0),
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(NoAnswerYet):
+            engine.inventory()  # asked; no answer yet
+        wait_until(inner.asked.is_set, "the call under way")
+        now[0] = 11.0
+        with pytest.raises(ClusterUnreachable, match="no answer in 10 s"):
+            engine.inventory()
+        assert not engine.reachable
+        calls = inner.calls
+        inner.answer.set()  # the engine answers again (the hung call returns too, late)
+        now[0] = 13.0  # past the backoff: the probe goes to a new worker thread
+        probe = engine.ask()
+        assert probe is not None
+        wait_until(probe.is_set, "the probe's answer")
+        assert engine.inventory().cluster == "flaky"
+        assert inner.calls > calls
+    finally:
+        inner.answer.set()
+        engine.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "flotilla.service.engines"]
+    assert lines == [
+        "cluster flaky is unreachable: no answer in 10 s (asked again every 30 s at most)",
+        "cluster flaky answers again",
+    ]

@@ -143,9 +143,12 @@ class _Call:
 class _Worker:
     """One thread running calls in order; replaced (the old one abandoned) when a call hangs."""
 
-    def __init__(self, name: str, on_end: Callable[[_Call], None]) -> None:
+    def __init__(
+        self, name: str, on_end: Callable[[_Call], None], clock: Callable[[], float]
+    ) -> None:
         self._name = name
         self._on_end = on_end
+        self._clock = clock
         self._lock = threading.Condition()
         self._queue: deque[_Call] = deque()
         self._current: _Call | None = None
@@ -206,13 +209,13 @@ class _Worker:
                         self._running = False
                     return
                 call = self._queue.popleft()
-                call.started = time.monotonic()
+                call.started = self._clock()
                 self._current = call
             try:
                 call.result = call.function()
             except BaseException as error:  # handed to the caller, whatever it is
                 call.error = error
-            call.finished = time.monotonic()
+            call.finished = self._clock()
             self._on_end(call)
             call.done.set()
             with self._lock:
@@ -249,8 +252,8 @@ class ClusterEngine:
         """Guards the reachability and the commands asked."""
         self._watching = threading.Lock()
         """Guards the refresh and what it brought (the loop's and the API's threads ask)."""
-        self._watch = _Worker(f"engine-watch-{backend.cluster}", self._ended)
-        self._commands = _Worker(f"engine-commands-{backend.cluster}", self._ended)
+        self._watch = _Worker(f"engine-watch-{backend.cluster}", self._ended, clock)
+        self._commands = _Worker(f"engine-commands-{backend.cluster}", self._ended, clock)
         self.reachable = True
         self._failures = 0
         self._next_probe = float("-inf")
