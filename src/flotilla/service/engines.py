@@ -483,9 +483,14 @@ class ClusterEngine:
             reuse=KEEP_OUTCOME_SECONDS,
         )
 
-    def status(self, request: StatusRequest) -> RunStatus:
+    def status(self, request: StatusRequest, *, wait: float | None = None) -> RunStatus:
+        """``wait``: how long to wait for the answer (default ``answer_within``; a person's
+        request, through ``patient_status``, waits up to the timeout)."""
         return self._command(
-            ("status", request.run_id), lambda: self.inner.status(request), reuse=FRESH_SECONDS
+            ("status", request.run_id),
+            lambda: self.inner.status(request),
+            reuse=FRESH_SECONDS,
+            wait=wait,
         )
 
     def logs(self, request: LogsRequest) -> LogChunk:
@@ -512,6 +517,14 @@ class ClusterEngine:
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def patient_status(backend: Backend, request: StatusRequest) -> RunStatus:
+    """A run's status for a request a person waits on (the API's engine ids): up to the
+    engine's timeout, not the round's ``answer_within``."""
+    if isinstance(backend, ClusterEngine):
+        return backend.status(request, wait=backend.settings.timeout)
+    return backend.status(request)
 
 
 def unwrapped(backend: Backend) -> Backend:

@@ -66,6 +66,7 @@ from flotilla.service.cluster_watch import ClusterSpecBuilder, spec_from_record
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
+from flotilla.service.engines import patient_status
 from flotilla.service.fleet import FleetRuntime, scheduling_config
 from flotilla.service.forked import ForkedRound
 from flotilla.service.handle import CycleReport
@@ -306,7 +307,7 @@ class SchedulingLoop:
         backend = self.backends.get(run.cluster)
         if backend is None:
             raise UnknownRun(f"cluster {run.cluster} has no backend in this replica")
-        return backend.status(StatusRequest(run.id))
+        return patient_status(backend, StatusRequest(run.id))  # a person waits for it
 
     def wake(self) -> None:
         self._wake.set()
