@@ -14,9 +14,10 @@ already retry those next pass) and goes on on the worker; its answer wakes the l
 (``on_late_answer``), whose repeat of the same (idempotent) request collects the outcome.
 While one call of a worker is late, the others do not wait at all.
 
-A call that takes longer than ``timeout`` or raises ``BackendUnavailable`` makes the cluster
-*unreachable*: one log line (the error's first line, no traceback), then every call fails at
-once with ``ClusterUnreachable`` without touching the network, and only a probe (the watch
+A call that takes longer than ``timeout``, or a refresh that raises ``BackendUnavailable``,
+makes the cluster *unreachable* (a command's ``BackendUnavailable`` goes to its caller only):
+one log line (the error's first line, no traceback), then every call fails at once with
+``ClusterUnreachable`` without touching the network, and only a probe (the watch
 worker's refresh, waited for ``probe_within``) asks the engine again, after a bounded
 exponential backoff. The first answer makes it reachable again, with one line. A worker
 stuck in a call that never returns is abandoned (it ends when its call does) and a new one
@@ -114,6 +115,7 @@ class _Call:
         "error",
         "finished",
         "function",
+        "judges",
         "news",
         "result",
         "started",
@@ -121,9 +123,17 @@ class _Call:
     )
 
     def __init__(
-        self, function: Callable[[], Any], news: Callable[[Any], bool] = lambda _: True
+        self,
+        function: Callable[[], Any],
+        news: Callable[[Any], bool] = lambda _: True,
+        *,
+        judges: bool = False,
     ) -> None:
         self.function = function
+        self.judges = judges
+        """Whether its ``BackendUnavailable`` makes the cluster unreachable: a refresh's (the
+        cluster's heartbeat) does; a command's goes to its caller only (a backend may refuse
+        one request so, and the next refresh tells whether the engine is down)."""
         self.news = news
         """Whether a result is worth waking the loop for when it comes late."""
         self.unclaimed = False
@@ -281,7 +291,7 @@ class ClusterEngine:
         """A call returned (on its worker): the engine answered, or said it cannot."""
         error = call.error
         if isinstance(error, BackendUnavailable) and not isinstance(error, RunBusy | NoAnswerYet):
-            if not isinstance(error, BackendClosed):
+            if call.judges and not isinstance(error, BackendClosed):
                 self._failed(first_line(error))
         else:
             self._answered()
@@ -370,7 +380,9 @@ class ClusterEngine:
                     return
                 # A late refresh wakes the loop only if runs changed: a slow engine with
                 # nothing new must not make the loop cycle at its pace.
-                refresh = _Call(lambda: self._refreshed(poll_only), lambda result: bool(result[1]))
+                refresh = _Call(
+                    lambda: self._refreshed(poll_only), lambda result: bool(result[1]), judges=True
+                )
                 if not self._watch.submit(refresh):
                     return
                 self._refresh = refresh
@@ -388,7 +400,9 @@ class ClusterEngine:
             if self._refresh is None:
                 if not self.reachable and self._clock() < self._next_probe:
                     return None
-                refresh = _Call(lambda: self._refreshed(False), lambda result: bool(result[1]))
+                refresh = _Call(
+                    lambda: self._refreshed(False), lambda result: bool(result[1]), judges=True
+                )
                 if not self._watch.submit(refresh):
                     return None
                 self._refresh = refresh
