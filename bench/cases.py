@@ -304,6 +304,24 @@ def _gpu_fill() -> Case:
     )
 
 
+def _engines_apart() -> Case:
+    def run() -> dict[str, Any]:
+        from bench.engines_apart import run_engines_apart
+
+        return run_engines_apart()
+
+    return Case(
+        "engines-apart",
+        "flotilla up (SQLite, 0.5 s cycles): local submit → running of 15 jobs one at a time, "
+        "alone and beside a black-holed and a refusing cluster (4 s client timeout), the "
+        "longest cycle; then no reachable cluster with one job queued for 20 s: CPU and log "
+        "lines",
+        quick=False,
+        run=run,
+        target="p99 ≤ 1.5× alone; longest cycle ≤ 2× interval; idle < 5 % of a core",
+    )
+
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -338,6 +356,7 @@ CASES: dict[str, Case] = {
         _service_soak(20_000),
         _service_get_under_submit(),
         _gpu_fill(),
+        _engines_apart(),
     )
 }
 ENGINE_CASES: dict[str, EngineCase] = {

@@ -11,6 +11,7 @@ from typing import Any
 
 from flotilla.app import ApiConfig, Service, ServiceConfig, build_service
 from flotilla.backends import Backend
+from flotilla.service.engines import EngineSettings
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import SqlStore
 
@@ -27,10 +28,12 @@ def service_over(
     api: ApiConfig | None = None,
     register: bool = True,
     settings: LoopSettings | None = None,
+    engines: EngineSettings | None = None,
     **fields: Any,
 ) -> Service:
     """The service over ``backends`` (recorded as clusters with a ``default`` queue unless
-    ``register`` is False), its loop's settings ``settings`` with ``fields`` changed; over
+    ``register`` is False), each kept at arm's length by ``engines`` (the defaults of
+    ``flotilla up`` when None), its loop's settings ``settings`` with ``fields`` changed; over
     ``store``, or an SQLite file under ``root`` that the service owns (its secret key
     beside it)."""
     config = ServiceConfig(
@@ -38,6 +41,7 @@ def service_over(
         loop=replace(settings or LoopSettings(), **fields),
         api=api,
         secret_key_file=root / "secret.key" if root is not None else None,
+        engines=engines or EngineSettings(),
     )
     return build_service(config, store=store, backends=backends, register_clusters=register)
 

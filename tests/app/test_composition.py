@@ -24,6 +24,7 @@ from flotilla.backends.local import LocalBackend
 from flotilla.backends.sim import SimBackend
 from flotilla.cli.main import app
 from flotilla.model.fleet_loader import fleet_from_data
+from flotilla.service.engines import ClusterEngine, unwrapped
 from flotilla.service.fleet import fleet_change
 from flotilla.service.loop import LoopSettings
 from flotilla.store import SqlStore
@@ -61,7 +62,8 @@ def test_up_builds_its_service_through_the_root_from_its_flags(
     assert (config.db, config.state_dir, config.cluster) == (db, tmp_path / "state", "box")
     assert (config.loop.cycle_interval, config.loop.replica) == (0.2, "here")
     assert config.api is not None and config.api.host == "127.0.0.1"
-    assert set(backends) == {"box"} and isinstance(backends["box"], LocalBackend)
+    assert set(backends) == {"box"} and isinstance(backends["box"], ClusterEngine)
+    assert isinstance(unwrapped(backends["box"]), LocalBackend)  # at arm's length (engines.py)
     for line in service.notices:  # what the root says about what it built is what up prints
         assert line in result.output
     assert "cluster box: " in service.notices[0] and "every 0.2s" in service.notices[0]

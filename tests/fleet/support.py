@@ -37,6 +37,7 @@ from flotilla.model import JobSpec
 from flotilla.model.fleet import Fleet
 from flotilla.model.fleet_loader import fleet_from_data
 from flotilla.model.node_info import NodeInfo
+from flotilla.service.engines import EngineSettings
 from flotilla.service.fleet import FleetRuntime, fleet_change
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore
@@ -125,7 +126,11 @@ class FleetService:
         """Build the service as ``flotilla up`` does over a database with a fleet in force
         (its clusters connected); ``notices`` holds what ``up`` would print."""
         settings = LoopSettings(replica=self.replica, heartbeat_timeout=self.heartbeat_timeout)
-        config = ServiceConfig(loop=settings, api=TEST_API)
+        # The tests turn their engine off and on between cycles they drive by hand: an
+        # unreachable one is asked again at every cycle, not after a backoff, and its answer
+        # read in that cycle however loaded the machine.
+        engines = EngineSettings(answer_within=5.0, probe_within=5.0, backoff=0.0)
+        config = ServiceConfig(loop=settings, api=TEST_API, engines=engines)
         self.service = build_service(config, store=self.store, backend_factory=self.factory)
         self.loop = self.service.loop
         return self.loop

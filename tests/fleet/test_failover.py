@@ -150,7 +150,7 @@ def test_an_engine_down_at_start_is_one_line_and_the_cluster_unreachable(
         service.apply(fleet_data(REMOTE))
         service.start()
         assert service.notices[0] == (
-            "cluster remote (fake-remote): unreachable, retrying every cycle: "
+            "cluster remote (fake-remote): unreachable, asked again with backoff: "
             "fake engine at fake://engine does not answer"
         )
         assert service.store.get_cluster("remote").state == "unreachable"

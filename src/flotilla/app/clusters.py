@@ -12,6 +12,7 @@ from flotilla.app.store import ensure_default_queue
 from flotilla.backends import Backend
 from flotilla.backends.local import LocalBackend
 from flotilla.model.fleet import Fleet
+from flotilla.service.engines import engines_of, unwrapped
 from flotilla.service.fleet import (
     LOCAL_LABEL,
     OWNER_LABEL,
@@ -98,8 +99,8 @@ def default_cluster(store: SqlStore, runtime: FleetRuntime, config: ServiceConfi
     backend = LocalBackend(
         cluster=cluster, state_dir=state_dir, run_as=config.run_as, uid_range=config.uid_range
     )
-    runtime.backends[cluster] = backend
-    nodes = backend.inventory().nodes
+    runtime.backends[cluster] = runtime.kept(backend)
+    nodes = backend.inventory().nodes  # asked once at start, directly: this machine answers
     labels = {LOCAL_LABEL: "true", OWNER_LABEL: owner}
     store.upsert_cluster(cluster_spec_from_inventory(cluster, "local", nodes, labels=labels))
     ensure_default_queue(store)
@@ -111,7 +112,7 @@ def isolation_notices(backends: Mapping[str, Backend]) -> list[str]:
     machine does not enforce (no cgroups, no PID namespaces; ``backends/local_tree.py``)."""
     notices = {
         backend.isolation_notice
-        for backend in backends.values()
+        for backend in engines_of(backends)
         if isinstance(backend, LocalBackend)
     }
     return sorted(notice for notice in notices if notice)
@@ -122,7 +123,7 @@ def leftover_cgroup_notices(backends: Mapping[str, Backend]) -> list[str]:
     before (``local_tree.sweep_leftovers``); none when there were none, or no local cluster."""
     from flotilla.backends import local_tree
 
-    if not any(isinstance(backend, LocalBackend) for backend in backends.values()):
+    if not any(isinstance(backend, LocalBackend) for backend in engines_of(backends)):
         return []
     try:
         removed = local_tree.sweep_leftovers()
@@ -137,6 +138,6 @@ def gpu_notices(backends: Mapping[str, Backend]) -> list[str]:
     """One line per local cluster: the GPUs it found and how (``backends/gpu_inventory.py``)."""
     return [
         f"cluster {name}: {backend.gpu_notice}"
-        for name, backend in sorted(backends.items())
+        for name, backend in sorted((name, unwrapped(b)) for name, b in backends.items())
         if isinstance(backend, LocalBackend)
     ]

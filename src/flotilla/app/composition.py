@@ -29,6 +29,7 @@ from flotilla.app.config import ApiConfig, ApiServiceConfig, ServiceConfig, Star
 from flotilla.app.store import ensure_default_queue, open_store
 from flotilla.backends import Backend
 from flotilla.secrets import SecretBox
+from flotilla.service.engines import ClusterEngine, at_arms_length, wake_on_late_answers
 from flotilla.service.fleet import FleetRuntime
 from flotilla.service.loop import SchedulingLoop
 from flotilla.service.projection import Projection
@@ -188,6 +189,10 @@ class Service:
         finally:
             if self.runtime is not None:
                 self.runtime.close()
+            else:  # handed in: only the workers that kept them at arm's length
+                for backend in self.loop.backends.values():
+                    if isinstance(backend, ClusterEngine):
+                        backend.close()
             if self._owns_store:
                 self.store.close()
 
@@ -244,7 +249,13 @@ def _build(
     if backends is not None:
         if register_clusters:
             register(store, backends)
-        loop = SchedulingLoop(store, backends, config.loop, secrets=secrets)
+        kept = (
+            dict(backends)
+            if config.engines is None
+            else at_arms_length(backends, config.engines, owns=False)  # their maker closes them
+        )
+        loop = SchedulingLoop(store, kept, config.loop, secrets=secrets)
+        wake_on_late_answers(loop.backends, loop.wake)
         notices = [_scheduling(loop)]
         return Service(
             config,
@@ -262,10 +273,13 @@ def _build(
         local_run_as=config.run_as,
         local_uid_range=config.uid_range,
         factory=backend_factory,
+        engines=config.engines,
     )
     try:
         notices = connect_clusters(store, runtime, config)
         loop = SchedulingLoop(store, {}, config.loop, fleet=runtime, secrets=secrets)
+        runtime.on_late_answer = loop.wake  # the engines a fleet apply builds from now on
+        wake_on_late_answers(runtime.backends, loop.wake)
     except BaseException:
         runtime.close()
         raise

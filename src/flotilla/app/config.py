@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flotilla.model.fleet import Fleet
 from flotilla.server import AuthSettings
+from flotilla.service.engines import EngineSettings
 from flotilla.service.loop import LoopSettings
 from flotilla.service.projection import ProjectionSettings
 
@@ -49,6 +50,9 @@ class ServiceConfig:
     db: str | None = None
     """Database URL; None only when the builder is handed an open store."""
     loop: LoopSettings = field(default_factory=LoopSettings)
+    engines: EngineSettings | None = field(default_factory=EngineSettings)
+    """How far each cluster's engine is kept (``service/engines.py``: every call on workers
+    of its cluster, with a timeout and a backoff); None: the backends are called directly."""
     state_dir: Path = Path(".flotilla/local")
     """Where a local cluster keeps its runs and their logs."""
     cluster: str = "local"

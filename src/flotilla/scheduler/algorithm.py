@@ -55,6 +55,10 @@ from flotilla.scheduler.precedence import Precedence
 from flotilla.scheduler.runner import RoundCancelled
 from flotilla.scheduler.scheduling_round import Outcome, SchedulingRound
 
+NO_CAPACITY_REASON = "no cluster has capacity: none has answered with its nodes yet"
+"""Why every job waits while no cluster has reported any nodes (every engine unreachable, a
+wrong address or credentials): a reason, not an error, and no round to run."""
+
 
 class SchedulingAlgorithm:
     """Fair ordering + assignment strategy + plugin framework, composed once per config."""
@@ -93,6 +97,14 @@ class SchedulingAlgorithm:
         with ``precedence``, the round pauses between jobs while urgent work of other threads
         is under way (``scheduler/precedence.py``)."""
         started = time.perf_counter()
+        if not snapshot.clusters:
+            # No cluster has reported capacity (none answered yet, or none is declared): each
+            # job waits for one, with that reason. The ordering needs a resource space.
+            return CycleResult(
+                time=snapshot.time,
+                pending={job.name: NO_CAPACITY_REASON for job in snapshot.queued},
+                stats=CycleStats(seconds=time.perf_counter() - started),
+            )
         scheduling_round = SchedulingRound(self.framework, self.strategy, snapshot, self.caches)
         usage = snapshot.usage
         ledger = self.usage if usage is None else None

@@ -27,6 +27,7 @@ from flotilla.model import ClusterSpec
 from flotilla.model.cluster import GpuSharing
 from flotilla.model.node_info import NodeInfo
 from flotilla.service.context import LoopContext
+from flotilla.service.engines import ClusterUnreachable, level_of
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import ACTIVE_JOB_STATES, ClusterRecord, JobRecord, JobState, Transition
 
@@ -79,10 +80,14 @@ class ClusterWatch:
         report every active run on their first poll, which finds the same orphans.)"""
         self._heartbeats: dict[str, float] = {}
         """Cluster → when this replica last recorded its heartbeat (monotonic)."""
+        self._lost: set[str] = set()
+        """Clusters silent past the heartbeat timeout whose runs this term re-queued (once,
+        until the cluster answers again)."""
 
     def forget(self) -> None:
         self.unverified.clear()
         self._inventories.clear()
+        self._lost.clear()
 
     def observe(self) -> None:
         """Poll every cluster with a backend here and refresh its nodes from its inventory;
@@ -96,8 +101,17 @@ class ClusterWatch:
                     inventory = backend.inventory()
                     statuses = backend.poll()
                 except BackendUnavailable as error:
-                    log.warning("cluster %s did not answer: %s", record.name, error)
+                    log.log(level_of(error), "cluster %s did not answer: %s", record.name, error)
+                    if isinstance(error, ClusterUnreachable) and record.state == "ready":
+                        # Known unreachable (said once by its engine's worker): no new run goes
+                        # there; its runs are lost only past the heartbeat timeout, below.
+                        context.store.set_cluster_state(
+                            record.name,
+                            "unreachable",
+                            reason=f"its engine does not answer: {error}",
+                        )
                 else:
+                    self._lost.discard(record.name)
                     self._heartbeat(record.name)
                     if self._inventories.get(record.name) != inventory.nodes and inventory.nodes:
                         context.store.upsert_cluster(self._cluster_spec(record, inventory.nodes))
@@ -110,7 +124,7 @@ class ClusterWatch:
                     continue
             seen = record.heartbeat_at.timestamp() if record.heartbeat_at else None
             silent = seen is None or now - seen > self.heartbeat_timeout
-            if silent and record.state != "unreachable" and backend is not None:
+            if silent and record.name not in self._lost and backend is not None:
                 self._lose_cluster(record.name)
 
     def _heartbeat(self, cluster: str) -> None:
@@ -124,6 +138,7 @@ class ClusterWatch:
             self._heartbeats[cluster] = now
 
     def _lose_cluster(self, cluster: str) -> None:
+        self._lost.add(cluster)
         context = self._context
         context.store.set_cluster_state(
             cluster,
@@ -197,7 +212,13 @@ class ClusterWatch:
                 log.info("cluster %s: run %s asked again next cycle: %s", cluster, run_id, error)
                 continue
             except BackendError as error:
-                log.warning("cluster %s: cannot ask about run %s yet: %s", cluster, run_id, error)
+                log.log(
+                    level_of(error),
+                    "cluster %s: cannot ask about run %s yet: %s",
+                    cluster,
+                    run_id,
+                    error,
+                )
                 break  # the engine is down: ask again next cycle
             del self.unverified[job.id]
             with self._context.faults.contain("its run's report", job.id, run_id):

@@ -30,6 +30,7 @@ from flotilla.faults import crash_point
 from flotilla.framework.assignment_record import AssignmentRecord
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.service.context import LoopContext
+from flotilla.service.engines import level_of
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState, Transition
 from flotilla.tracing import job_ids, tracer
@@ -196,7 +197,13 @@ class Dispatcher:
                 job.id, JobState.FAILED, f"rejected by {run.cluster}: {error}", run.id
             )
         except BackendUnavailable as error:
-            log.warning("dispatch of %s to %s failed, retrying: %s", job.id, run.cluster, error)
+            log.log(
+                level_of(error),
+                "dispatch of %s to %s failed, retrying: %s",
+                job.id,
+                run.cluster,
+                error,
+            )
             return None
         self._dispatched.add(run.id)
         return Transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run.id)

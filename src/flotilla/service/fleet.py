@@ -39,6 +39,7 @@ from flotilla.model.cluster import GpuSharing
 from flotilla.model.fleet import Fleet, FleetCluster
 from flotilla.model.fleet_loader import FleetError, fleet_from_data
 from flotilla.model.node_info import NodeInfo
+from flotilla.service.engines import ClusterEngine, EngineSettings, first_answers
 from flotilla.service.fleet_settings import resolve, resolve_settings
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import FleetChange, FleetRecord, Store
@@ -255,6 +256,11 @@ class FleetRuntime:
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
+    engines: EngineSettings | None = None
+    """Keep every backend at arm's length with these settings (``engines.py``: its calls
+    on workers of its cluster, with a timeout and a backoff); None: call it directly."""
+    on_late_answer: Callable[[], None] | None = None
+    """Called when an engine answers after its caller stopped waiting (the loop's wake)."""
     fleet: Fleet | None = None
     version: int = 0
     problems: dict[str, str] = field(default_factory=dict)
@@ -302,7 +308,7 @@ class FleetRuntime:
                 self._close(cluster.name)
             self.problems.pop(cluster.name, None)
             try:
-                self.backends[cluster.name] = self.build(cluster, index)
+                self.backends[cluster.name] = self.kept(self.build(cluster, index))
                 self._fingerprints[cluster.name] = fingerprint
             except (FleetError, TypeError, ValueError, OSError, UnknownBackend) as error:
                 problem = "; ".join(error.problems) if isinstance(error, FleetError) else error
@@ -322,6 +328,12 @@ class FleetRuntime:
         log.error("cluster %s: cannot build its backend: %s", cluster, self.problems[cluster])
         if any(record.name == cluster for record in self.store.list_clusters()):
             self.store.set_cluster_state(cluster, "unreachable", reason=self.problems[cluster])
+
+    def kept(self, backend: Backend) -> Backend:
+        """``backend`` as this replica calls it: at arm's length when ``engines`` is set."""
+        if self.engines is None:
+            return backend
+        return ClusterEngine(backend, self.engines, on_late_answer=self.on_late_answer)
 
     def build(self, cluster: FleetCluster, index: int) -> Backend:
         """A new backend for ``cluster``; raises ``FleetError`` naming the field, or the
@@ -389,8 +401,13 @@ class FleetRuntime:
     def connect(self) -> list[str]:
         """Ask every cluster's backend for its inventory once and record its nodes: one line
         per cluster saying what it connected to, or — engine down — why not (the cluster is
-        then unreachable and the scheduler keeps asking every cycle; nothing waits for it)."""
+        then unreachable and the scheduler asks it again with backoff; no round waits for it).
+        Kept at arm's length, the engines are asked all at once and waited for up to their
+        call timeout: an engine slow to make its first connection (Ray's client) is not
+        called unreachable, and one that never answers delays the start once, by that."""
         lines = []
+        if self.engines is not None:  # every engine at once, not in turn, up to its timeout
+            first_answers(self.backends, self.engines.timeout)
         for index, cluster in enumerate(self.fleet.clusters if self.fleet is not None else ()):
             where = f"cluster {cluster.name} ({cluster.backend})"
             backend = self.backends.get(cluster.name)
@@ -405,7 +422,7 @@ class FleetRuntime:
                 self.store.set_cluster_state(
                     cluster.name, "unreachable", reason=f"its backend did not answer: {first}"
                 )
-                lines.append(f"{where}: unreachable, retrying every cycle: {first}")
+                lines.append(f"{where}: unreachable, asked again with backoff: {first}")
                 continue
             if not nodes:
                 lines.append(f"{where}: connected, no nodes yet")

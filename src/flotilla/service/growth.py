@@ -36,6 +36,7 @@ from flotilla.lifecycle.effects import GrowRun
 from flotilla.secrets import SecretError
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
+from flotilla.service.engines import level_of
 from flotilla.store import ACTIVE_JOB_STATES, JobRecord, JobState, StaleRunError
 
 log = logging.getLogger(__name__)
@@ -120,14 +121,15 @@ class Growth:
         if run is None or job.state not in (JobState.PENDING, JobState.RUNNING):
             return  # a leased run gets every placement when it is dispatched
         backend = self._context.backends.get(run.cluster)
-        if not isinstance(backend, ReplicaGrowth):
+        if backend is None or not can_grow(backend):
             return
+        assert isinstance(backend, ReplicaGrowth)
         try:
             backend.add_replicas(self._dispatcher.request_for(job))
         except (UnknownRun, DispatchRejected, SecretError) as error:
             log.warning("run %s of job %s cannot grow: %s", run.id, job.id, error)
         except BackendUnavailable as error:
-            log.warning("growth of %s waits for %s: %s", job.id, run.cluster, error)
+            log.log(level_of(error), "growth of %s waits for %s: %s", job.id, run.cluster, error)
             self.unhanded.add(job.id)  # asked again at the next commit
         except BackendError as error:  # pragma: no cover - a backend's own failure
             log.warning("growth of %s failed on %s: %s", job.id, run.cluster, error)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from flotilla.backends.interface import (
     Backend,
+    BackendUnavailable,
     LogChunk,
     LogsRequest,
     RunStatus,
@@ -65,6 +66,7 @@ from flotilla.service.cluster_watch import ClusterSpecBuilder, spec_from_record
 from flotilla.service.commit import Committer
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
+from flotilla.service.engines import patient_status
 from flotilla.service.fleet import FleetRuntime, scheduling_config
 from flotilla.service.forked import ForkedRound
 from flotilla.service.handle import CycleReport
@@ -104,6 +106,17 @@ path or a GET has dozens of such returns. The extra switches cost little
 PREPARE_SECONDS = 0.005
 """How long one transitions pass may spend converting newly queued jobs to engine jobs, so
 the snapshot for the next round is ready when it is triggered."""
+
+
+FAILED_CYCLE_MAX_BACKOFF = 30.0
+"""The longest wait after failed cycles before the next try (the wait doubles from one cycle
+interval with each failure in a row): a cycle that keeps failing must not spin."""
+
+
+def failed_cycle_backoff(interval: float, failures: int) -> float:
+    """The wait before the next cycle after ``failures`` failed cycles in a row."""
+    first = max(interval, 0.01)
+    return float(min(FAILED_CYCLE_MAX_BACKOFF, first * 2 ** min(failures - 1, 32)))
 
 
 def _with_fleet_settings(settings: LoopSettings, fleet: FleetRuntime) -> LoopSettings:
@@ -294,7 +307,7 @@ class SchedulingLoop:
         backend = self.backends.get(run.cluster)
         if backend is None:
             raise UnknownRun(f"cluster {run.cluster} has no backend in this replica")
-        return backend.status(StatusRequest(run.id))
+        return patient_status(backend, StatusRequest(run.id))  # a person waits for it
 
     def wake(self) -> None:
         self._wake.set()
@@ -324,7 +337,8 @@ class SchedulingLoop:
     # --- running --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Cycle until ``stop`` is set; a failed cycle is logged and the next one retries.
+        """Cycle until ``stop`` is set; a failed cycle is logged and retried after a backoff
+        (``failed_cycle_backoff``: doubling from one interval, at most 30 s), not at once.
 
         A wake from the API (a submission, a cancel) runs a transitions pass at once, then a
         full cycle unless an async round is in flight (a full cycle then has nothing to
@@ -332,6 +346,8 @@ class SchedulingLoop:
         while a round is in flight, and every ``CANCEL_POLL_SECONDS`` while a cancelled run
         has not ended, so cancels take effect during a long round, not a cycle later."""
         next_cycle = 0.0
+        failures = 0
+        retry_at = 0.0  # a failed cycle's backoff: not even a wake retries sooner
         sys.setswitchinterval(SWITCH_SECONDS)
         # Renewal on a thread of its own: a round longer than the TTL (inline in sync mode)
         # must not cost the lease (``leadership.py``).
@@ -341,6 +357,7 @@ class SchedulingLoop:
                 try:
                     if time.monotonic() >= next_cycle:
                         self.cycle()
+                        failures = 0
                         next_cycle = time.monotonic() + self.settings.cycle_interval
                     else:
                         if self._between_cycles() is not None:
@@ -348,8 +365,14 @@ class SchedulingLoop:
                         if self._leadership.renew_between_cycles():
                             self._lose_lease()
                             next_cycle = time.monotonic()  # try to take it back now
-                except Exception:
-                    log.exception("scheduling cycle failed; retrying next cycle")
+                except Exception as error:
+                    failures += 1
+                    delay = failed_cycle_backoff(self.settings.cycle_interval, failures)
+                    next_cycle = retry_at = time.monotonic() + delay
+                    if isinstance(error, BackendUnavailable):  # expected: one line
+                        log.warning("scheduling cycle failed, retrying in %.3g s: %s", delay, error)
+                    else:
+                        log.exception("scheduling cycle failed; retrying in %.3g s", delay)
                 wait = max(0.0, next_cycle - time.monotonic())
                 for interval in (self._between_cycles(), self._leadership.renewal_due_in()):
                     if interval is not None:
@@ -362,8 +385,8 @@ class SchedulingLoop:
                             self.transitions()  # a cancel: stop its run now
                         except Exception:
                             log.exception("transitions pass failed; retrying")
-                    else:
-                        next_cycle = time.monotonic()  # a submission or a cancel: cycle now
+                    else:  # a submission or a cancel: cycle now (after a failure's backoff)
+                        next_cycle = max(time.monotonic(), retry_at)
         finally:
             self.close()
 

@@ -44,6 +44,7 @@ from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spe
 from flotilla.service.containment import NOT_CONTAINED
 from flotilla.service.context import LoopContext
 from flotilla.service.engine_times import with_engine_times
+from flotilla.service.engines import level_of
 from flotilla.service.gpu_metrics import GpuUseMetrics
 from flotilla.service.retry import (
     counted_failures,
@@ -346,7 +347,7 @@ class RunTransitions:
         try:
             result = backend.cancel(preemption_request(run.id, job.spec, job.reason))
         except BackendUnavailable as error:
-            log.warning("requeue of %s waits for %s: %s", job.id, run.cluster, error)
+            log.log(level_of(error), "requeue of %s waits for %s: %s", job.id, run.cluster, error)
             self.awaiting_stop.pop(run.id, None)  # asked again next pass
             return
         if result.outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED):
@@ -436,7 +437,9 @@ class RunTransitions:
         try:
             result = backend.cancel(CancelRequest(job.run.id, reason=stop.reason))
         except BackendUnavailable as error:
-            log.warning("cancel of %s waits for %s: %s", job.id, job.run.cluster, error)
+            log.log(
+                level_of(error), "cancel of %s waits for %s: %s", job.id, job.run.cluster, error
+            )
             return  # asked again next pass
         trace("backend-signalled", job.id)
         crash_point("during-cancel")
