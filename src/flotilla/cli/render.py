@@ -133,15 +133,20 @@ def clock(seconds: float | None) -> str:
     """squeue's TIME: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``; ``0:00`` before a start."""
     if seconds is None:
         return "0:00"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
+    days, hours, minutes, secs = _parts(seconds)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes}:{secs:02d}"
+
+
+def _parts(seconds: float) -> tuple[int, int, int, int]:
+    """Whole days, hours, minutes and seconds of ``seconds``."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return days, hours, minutes, secs
 
 
 def time_limit(seconds: float | None) -> str:
@@ -158,10 +163,7 @@ def duration(seconds: float | None) -> str:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
         return f"{seconds:.1f}s"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
+    days, hours, minutes, secs = _parts(seconds)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{hours}:{minutes:02d}:{secs:02d}"
