@@ -33,6 +33,37 @@ def test_without_cgroups_up_says_what_is_not_enforced_in_one_line_and_runs(
     [line] = [line for line in result.output.splitlines() if "not enforced" in line]
     assert "memory" in line and "process count" in line and "CPU share" in line
     assert "setsid" in line and "the server does not run as root" in line
+    if os.geteuid() == 0:  # issue 35: a uid per run needs cgroups; one account instead
+        assert (
+            "local jobs run as nobody, all of them (a uid of its own per run needs cgroups: "
+            "the server does not run as root)" in result.output
+        )
+
+
+def test_without_cgroups_an_asked_uid_range_is_refused_naming_the_option(
+    served: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a uid range needs root")
+    monkeypatch.setattr(local_tree, "_detected", lambda: Detected(None, "no controllers"))
+    result = CliRunner().invoke(
+        app,
+        [
+            "up",
+            "--port",
+            "0",
+            "--db",
+            f"sqlite:///{tmp_path}/flotilla.db",
+            "--uid-range",
+            "60000-60009",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(
+        "error: --uid-range: a uid of its own per run needs cgroups, and this machine gives none "
+        "(no controllers)"
+    )
+    assert not served
 
 
 @pytest.mark.skipif(

@@ -86,6 +86,13 @@ def _detected() -> cgroups.Detected:
     return cgroups.detect()
 
 
+def cgroups_problem() -> str | None:
+    """Why this machine gives the local backend no cgroups (``None``: it does). A uid of its
+    own per run needs them (``LocalBackend``: a run's end kills what its cgroups hold)."""
+    detected = _detected()
+    return None if detected.cgroups is not None else detected.problem or "no cgroups"
+
+
 def memory_message(request: float) -> str:
     """The reason a replica OOM-killed in its cgroup fails with."""
     return f"exceeded its memory request of {format_quantity('memory', request)}"

@@ -164,7 +164,7 @@ def up(
     if api:
         listener = listen_or_fail(host, port)  # a port in use: one line, nothing started
         port = listener.getsockname()[1]
-    uid_range = _identities(run_as, uid_range)  # before any database is touched
+    run_as, uid_range = _identities(run_as, uid_range)  # before any database is touched
     _database_out_of_reach(db, run_as, uid_range, accepted=accept_open_database)
     estimators = _projection_methods(projection_runtimes)
     fleet = _read_fleet(fleet_file, state_dir) if fleet_file is not None else None
@@ -261,13 +261,15 @@ def _read_fleet(path: Path, state_dir: Path) -> Fleet:
     return fleet
 
 
-def _identities(run_as: str | None, uid_range: str | None) -> str | None:
-    """The uid range local runs get a uid of their own from (``None``: they run as
-    ``run_as`` or as this user). As root without ``--run-as``, the default range: a job is
-    anyone who may submit, never root and never a neighbour of another job (issue 23). Exit 2
-    naming the option when it cannot be used here."""
+def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, str | None]:
+    """Who local runs run as: ``(run_as, uid_range)``. As root without either, the default
+    range (a job is anyone who may submit, never root and never a neighbour of another job;
+    issue 23) where this machine has cgroups — a run's end kills what they hold, and only
+    that (issue 35) — else the one account ``nobody``, said at start. Exit 2 naming the
+    option when it cannot be used here."""
     from flotilla.backends.local_environment import check_run_as
     from flotilla.backends.local_identity import DEFAULT_UID_RANGE, parse_uid_range
+    from flotilla.backends.local_tree import cgroups_problem
 
     if run_as is not None and uid_range is not None:
         fail("--uid-range: give either --run-as (one user for every job) or --uid-range", code=2)
@@ -277,11 +279,19 @@ def _identities(run_as: str | None, uid_range: str | None) -> str | None:
             parse_uid_range(uid_range)
             if os.geteuid() != 0:
                 raise ValueError("uid_range: giving each run a uid of its own needs root")
+            problem = cgroups_problem()
+            if problem is not None:
+                raise ValueError(
+                    f"uid_range: a uid of its own per run needs cgroups, and this machine "
+                    f"gives none ({problem}); use --run-as USER instead"
+                )
     except ValueError as error:
         fail(f"--{str(error).replace('_', '-', 1)}", code=2)
     if uid_range is None and run_as is None and os.geteuid() == 0:
-        return "{}-{}".format(*DEFAULT_UID_RANGE)
-    return uid_range
+        if cgroups_problem() is None:
+            return None, "{}-{}".format(*DEFAULT_UID_RANGE)
+        return "nobody", None
+    return run_as, uid_range
 
 
 def _database_out_of_reach(
@@ -316,6 +326,12 @@ def _database_out_of_reach(
 def _runs_as(run_as: str | None, uid_range: str | None) -> str:
     if uid_range is not None:
         return f"a uid of their own per run (from {uid_range})"
+    if run_as == "nobody" and os.geteuid() == 0:
+        from flotilla.backends.local_tree import cgroups_problem
+
+        problem = cgroups_problem()
+        if problem is not None:
+            return f"nobody, all of them (a uid of its own per run needs cgroups: {problem})"
     return run_as or "this user"
 
 
