@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -327,7 +328,7 @@ _PREPARES_THEN_DIES = textwrap.dedent(
     node = backend.inventory().nodes[0].name
     placement = ReplicaPlacement("main", 0, node)
     payload = {"command": "true"}
-    run = "run-crashed-prepare"
+    run = sys.argv[3]
     backend.dispatch(DispatchRequest(run, "job-a", backend.cluster, (placement,), payload))
     """
 )
@@ -342,25 +343,31 @@ def test_a_run_prepared_again_after_a_crash_leaves_no_claim_or_scratch_dir_behin
     ever. The run's second preparation takes over the first one's claim and removes its
     scratch dir."""
     uid_range = uids_in_range(55000, 4)
+    run = f"run-crashed-prepare-{os.getpid()}-{time.monotonic_ns()}"  # its own scratch names
     died = subprocess.run(
-        [sys.executable, "-c", _PREPARES_THEN_DIES, str(local.state_dir), uid_range],
+        [sys.executable, "-c", _PREPARES_THEN_DIES, str(local.state_dir), uid_range, run],
         capture_output=True,
         text=True,
         timeout=limit(60),
     )
     assert died.returncode == -signal.SIGKILL, died.stderr
     first, last = parse_uid_range(uid_range)
-    claimed = [uid for uid in range(first, last + 1) if (CLAIMS / str(uid)).exists()]
-    assert len(claimed) == 1, "the crashed preparation claimed a uid"
-    left = set(Path(tempfile.gettempdir()).glob("flotilla-local-run-crashed-prepare-*"))
+
+    def claims_of_the_run() -> list[Path]:
+        """This run's claim files (other tests' runs may hold uids of the range too)."""
+        return [
+            claim
+            for uid in range(first, last + 1)
+            for claim in (CLAIMS / str(uid)).glob(f"*.{run}")
+        ]
+
+    assert len(claims_of_the_run()) == 1, "the crashed preparation claimed a uid"
+    left = set(Path(tempfile.gettempdir()).glob(f"flotilla-local-{run}-*"))
     assert len(left) == 1, "the crashed preparation made a scratch dir"
     backend = dynamic(local, uid_range)
-    backend.dispatch(request(backend, "run-crashed-prepare", {"command": "pwd"}))
-    assert local.wait_terminal(backend, "run-crashed-prepare").state is BackendRunState.SUCCEEDED
-    scratch = read_all(backend, "run-crashed-prepare").strip()
-    wait_until(
-        lambda: not any((CLAIMS / str(uid)).exists() for uid in range(first, last + 1)),
-        "every uid of the range given back",
-    )
-    leftovers = set(Path(tempfile.gettempdir()).glob("flotilla-local-run-crashed-prepare-*"))
+    backend.dispatch(request(backend, run, {"command": "pwd"}))
+    assert local.wait_terminal(backend, run).state is BackendRunState.SUCCEEDED
+    scratch = read_all(backend, run).strip()
+    wait_until(lambda: not claims_of_the_run(), "the run's uid given back")
+    leftovers = set(Path(tempfile.gettempdir()).glob(f"flotilla-local-{run}-*"))
     assert leftovers <= {Path(scratch)}, f"the crashed preparation's scratch dir is left: {left}"

@@ -141,7 +141,9 @@ def test_as_root_one_tenants_job_cannot_read_write_or_kill_anothers(
     ana, bo = {"Authorization": "Bearer ana-t"}, {"Authorization": "Bearer bo-t"}
     victim = job_spec("bo-job", "echo ready; pwd; exec sleep 120")
     victim["payload"]["env"] = {"PASS": {"secret": "bo-password"}}
-    bo_job = httpx.post(f"{url}/v1/jobs", json=victim, headers=bo).json()["ids"][0]
+    submitted = httpx.post(f"{url}/v1/jobs", json=victim, headers=bo)
+    assert submitted.status_code == 201, (submitted.status_code, submitted.text)
+    bo_job = submitted.json()["ids"][0]
     server.token = "the-admin-token"
     server.http.headers["Authorization"] = "Bearer the-admin-token"
 
