@@ -105,7 +105,12 @@ class Server:
                     f"flotilla up exited with {self.process.returncode}:\n{self.output()}"
                 )
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
+                # Ready, and ours: a port another test's server took first answers /readyz
+                # too, while this one is still failing to bind it (free_port is a race).
+                if (
+                    httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200
+                    and "Flotilla is up" in self.output()
+                ):
                     self._use_local_token()
                     return
             except httpx.TransportError:
