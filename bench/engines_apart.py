@@ -36,7 +36,7 @@ from bench.dead_engines import (
 from flotilla.app import ServiceConfig, build_service
 from flotilla.app.clusters import register_clusters
 from flotilla.backends import Backend
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.model import JobSpec
 from flotilla.service.loop import LoopSettings
 from flotilla.store import JobState

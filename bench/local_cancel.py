@@ -20,7 +20,7 @@ from flotilla.backends import (
     ReplicaPlacement,
     StatusRequest,
 )
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 
 ACTIVE = (BackendRunState.PENDING, BackendRunState.RUNNING)
 

@@ -27,7 +27,7 @@ from flotilla.backends import (
     ReplicaPlacement,
     StatusRequest,
 )
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 
 
 def start_replicas(

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.model import JobSpec
 from flotilla.service.loop import LoopSettings, SchedulingLoop
 from flotilla.store import JobState, SqlStore

@@ -20,7 +20,7 @@ from flotilla.app import (
     ServiceConfig,
     build_service,
 )
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.backends.sim import SimBackend
 from flotilla.cli.main import app
 from flotilla.model.fleet_loader import fleet_from_data

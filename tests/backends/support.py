@@ -26,8 +26,8 @@ from flotilla.backends import (
     RunStatus,
     StatusRequest,
 )
-from flotilla.backends.local import LocalBackend
-from flotilla.backends.processes import group_alive
+from flotilla.backends.local.backend import LocalBackend
+from flotilla.backends.local.processes import group_alive
 from flotilla.backends.sim import FakeClock, SimBackend
 from flotilla.backends.slurm import SlurmBackend
 from tests.timing import deadline, wait_until

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flotilla.backends.gpu_inventory import GPU_ENV
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
+from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.cli.main import app
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import SqlStore

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from flotilla.backends import local_tree
-from flotilla.backends.cgroups import Detected
+from flotilla.backends.local import tree as local_tree
+from flotilla.backends.local.cgroups import Detected
 from flotilla.cli.main import app
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from flotilla.backends.processes import start_ticks
+from flotilla.backends.local.processes import start_ticks
 from flotilla.runtime import token_for
 from tests.timing import deadline, limit, wait_until
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from flotilla.backends.processes import group_alive
+from flotilla.backends.local.processes import group_alive
 from tests.e2e.service import FLOTILLA, Services, job_spec, run_records, wait_for
 from tests.timing import limit
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from flotilla.backends.local import local_node
+from flotilla.backends.local.backend import local_node
 from tests.e2e.service import TERMINAL, Services, assert_started_once, job_spec, wait_for
 
 JOBS = 12

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends.local import local_node
+from flotilla.backends.local.backend import local_node
 from flotilla.faults import ENVIRONMENT, POINTS
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.records import cluster_spec_from_inventory

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from flotilla.backends.gpu_inventory import GPU_ENV
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
+from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import SqlStore
 from tests.backends.gpu_recordings import recorded

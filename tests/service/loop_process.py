@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from flotilla.app import ServiceConfig, build_service
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.service.loop import LoopSettings
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import TERMINAL_JOB_STATES, JobState, SqlStore

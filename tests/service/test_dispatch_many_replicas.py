@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from flotilla.backends import StatusRequest, local_starting
+from flotilla.backends import StatusRequest
+from flotilla.backends.local import starting as local_starting
 from flotilla.model import JobSpec, QueueSpec
 from flotilla.store import JobState
 from tests.service.test_service_loop import Service

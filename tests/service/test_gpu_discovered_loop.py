@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends.gpu_inventory import GPU_ENV
 from flotilla.backends.interface import LogsRequest
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
+from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
 from tests.backends.gpu_recordings import recorded

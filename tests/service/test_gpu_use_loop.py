@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends.gpu_inventory import GPU_ENV
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
+from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
 from tests.backends.gpu_recordings import JobOnRecordedGpu, writes_its_pid

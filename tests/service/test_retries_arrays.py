@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from flotilla.backends.interface import BackendUnavailable, Inventory, LogsRequest, RunStatus
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.model import JobSpec
 from flotilla.store import ACTIVE_JOB_STATES, JobState, RunState
 from tests.service.test_service_loop import Service as LoopService

@@ -10,7 +10,7 @@ from pathlib import Path
 from flotilla.app.config import ServiceConfig, StartupError
 from flotilla.app.store import ensure_default_queue
 from flotilla.backends import Backend
-from flotilla.backends.local import LocalBackend
+from flotilla.backends.local.backend import LocalBackend
 from flotilla.model.fleet import Fleet
 from flotilla.service.engines import engines_of, unwrapped
 from flotilla.service.fleet import (
@@ -109,7 +109,7 @@ def default_cluster(store: SqlStore, runtime: FleetRuntime, config: ServiceConfi
 
 def isolation_notices(backends: Mapping[str, Backend]) -> list[str]:
     """One line per distinct notice of the local clusters: what of a job's requests this
-    machine does not enforce (no cgroups, no PID namespaces; ``backends/local_tree.py``)."""
+    machine does not enforce (no cgroups, no PID namespaces; ``backends/local/tree.py``)."""
     notices = {
         backend.isolation_notice
         for backend in engines_of(backends)
@@ -121,7 +121,7 @@ def isolation_notices(backends: Mapping[str, Backend]) -> list[str]:
 def leftover_cgroup_notices(backends: Mapping[str, Backend]) -> list[str]:
     """One line when the start removed run cgroups left behind, empty, by servers killed
     before (``local_tree.sweep_leftovers``); none when there were none, or no local cluster."""
-    from flotilla.backends import local_tree
+    from flotilla.backends.local import tree as local_tree
 
     if not any(isinstance(backend, LocalBackend) for backend in engines_of(backends)):
         return []
@@ -135,7 +135,7 @@ def leftover_cgroup_notices(backends: Mapping[str, Backend]) -> list[str]:
 
 
 def gpu_notices(backends: Mapping[str, Backend]) -> list[str]:
-    """One line per local cluster: the GPUs it found and how (``backends/gpu_inventory.py``)."""
+    """One line per local cluster: the GPUs it found and how (``local/gpu_inventory.py``)."""
     return [
         f"cluster {name}: {backend.gpu_notice}"
         for name, backend in sorted((name, unwrapped(b)) for name, b in backends.items())

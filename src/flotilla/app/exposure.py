@@ -41,7 +41,7 @@ class JobAccount:
 def job_account(run_as: str | None, uid_range: str | None) -> JobAccount | None:
     """The account a local job gets under these options (the first uid of ``uid_range``
     that has no account, as the pool hands out), or ``None`` when jobs run as this user."""
-    from flotilla.backends.local_identity import _has_account, parse_uid_range
+    from flotilla.backends.local.identity import _has_account, parse_uid_range
 
     if uid_range is not None:
         first, last = parse_uid_range(uid_range)

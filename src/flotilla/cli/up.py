@@ -267,9 +267,9 @@ def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, 
     issue 23) where this machine has cgroups — a run's end kills what they hold, and only
     that (issue 35) — else the one account ``nobody``, said at start. Exit 2 naming the
     option when it cannot be used here."""
-    from flotilla.backends.local_environment import check_run_as
-    from flotilla.backends.local_identity import DEFAULT_UID_RANGE, parse_uid_range
-    from flotilla.backends.local_tree import cgroups_problem
+    from flotilla.backends.local.environment import check_run_as
+    from flotilla.backends.local.identity import DEFAULT_UID_RANGE, parse_uid_range
+    from flotilla.backends.local.tree import cgroups_problem
 
     if run_as is not None and uid_range is not None:
         fail("--uid-range: give either --run-as (one user for every job) or --uid-range", code=2)
@@ -327,7 +327,7 @@ def _runs_as(run_as: str | None, uid_range: str | None) -> str:
     if uid_range is not None:
         return f"a uid of their own per run (from {uid_range})"
     if run_as == "nobody" and os.geteuid() == 0:
-        from flotilla.backends.local_tree import cgroups_problem
+        from flotilla.backends.local.tree import cgroups_problem
 
         problem = cgroups_problem()
         if problem is not None:

@@ -125,7 +125,7 @@ class GpuSharing(StrEnum):
     places as ``shared``."""
     MPS = "mps"
     """Fractions share devices as with ``shared``; ``local`` runs them as clients of an NVIDIA
-    MPS control daemon, each limited to its share's memory and SMs (``backends/gpu_mps.py``);
+    MPS control daemon, each limited to its share's memory and SMs (``backends/local/gpu_mps.py``);
     elsewhere it places as ``shared``."""
 
 

@@ -1,6 +1,6 @@
 """A run's GPU use as measured where it ran: what ``describe``, ``usage`` and ``/metrics``
 show, and what a backend reports in ``RunStatus.gpu`` (the local backend's sampler is
-``backends/gpu_telemetry.py``)."""
+``backends/local/gpu_telemetry.py``)."""
 
 from __future__ import annotations
 

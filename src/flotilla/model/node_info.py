@@ -26,7 +26,7 @@ class NodeInfo:
     pcie_switches: int | None = None
     gpu_model: str | None = None
     gpu_topology: GpuTopology | None = None
-    """As discovered (``backends/gpu_inventory.py``): shown and kept, not read by placement."""
+    """As discovered (``local/gpu_inventory.py``): shown and kept, not read by placement."""
 
 
 def node_infos(group: NodeGroup) -> list[NodeInfo]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flotilla.backends.gpu_sources import GpuDevice, GpuProcess, RecordedSource
+from flotilla.backends.local.gpu_sources import GpuDevice, GpuProcess, RecordedSource
 
 HERE = Path(__file__).parent
 
