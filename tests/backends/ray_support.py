@@ -28,6 +28,7 @@ reaching it fails the test."""
 
 class RayHarness(Harness):
     name = "ray"
+    starts_cancelled_pending_runs = True
     wait_limit = RAY_WAIT_LIMIT
     error_stream = LogStream.STDOUT
     """Ray keeps one log of both streams, served as stdout (its stderr is empty)."""

@@ -169,6 +169,43 @@ def test_max_runtime_ends_the_run_as_failed(harness: Harness) -> None:
     harness.assert_gone(status)
 
 
+def test_a_run_ended_by_max_runtime_reports_the_time_it_ran(harness: Harness) -> None:
+    """Usage and fair share charge a run from its engine's start to its end: a run stopped at
+    its limit lasted about that long, not 0 s (issue 36: timed-out jobs were free)."""
+    backend = harness.make()
+    backend.dispatch(request(backend, "run-1", harness.long(), max_runtime=0.5))
+    status = harness.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED
+    assert status.started_at is not None and status.finished_at is not None
+    assert status.dispatched_at <= status.started_at <= status.finished_at
+    ran = status.finished_at - status.started_at
+    late_start = status.started_at - status.dispatched_at
+    assert ran >= 0.5 - late_start - 0.1, (ran, late_start)
+
+
+def test_a_run_cancelled_before_it_started_reports_no_start(harness: Harness) -> None:
+    """A run stopped while its engine still held it pending (waiting for the CPUs, an image)
+    never ran: no start time, so the service records no ``started`` event and usage charges
+    nothing for it (issue 36: a cancel while a pod was Pending was charged)."""
+    backend = harness.make()
+    with harness.held_start(backend):
+        backend.dispatch(request(backend, "run-1", harness.long(), resources={"main": {"cpu": 1}}))
+        harness.pass_time()
+        pending = backend.status(StatusRequest("run-1"))
+        assert pending.state is BackendRunState.PENDING, pending
+        backend.cancel(CancelRequest("run-1", reason="not needed any more"))
+    status = harness.wait_terminal(backend, "run-1")  # what held it pending is gone now
+    assert status.state is BackendRunState.CANCELLED
+    if harness.starts_cancelled_pending_runs and status.started_at is not None:
+        # Ray leaves a stopped PENDING job waiting and starts it when its resources free
+        # up: the backend stops it again at once, and it is charged those moments only.
+        assert status.finished_at is not None
+        assert status.finished_at - status.started_at < 10.0, status
+    else:
+        assert status.started_at is None, status
+    assert all(replica.state is not BackendRunState.RUNNING for replica in status.replicas)
+
+
 def test_poll_reports_each_change_once(harness: Harness) -> None:
     backend = harness.make()
     payload, gate = harness.gated()

@@ -127,6 +127,9 @@ class RayBackend:
         self._known: dict[str, tuple[str, ...]] = {}
         """Run id → its replicas' submission ids (a cache; Ray is the record)."""
         self._reasons: dict[str, str] = {}
+        self._stopped_pending: set[str] = set()
+        """Submission ids stopped while Ray still held them ``PENDING``: Ray leaves such a job
+        waiting and starts it once its resources free up, so it is stopped again then."""
         """Why this object stopped a run (Ray keeps no reason: after a restart it is lost)."""
         self._changes = ChangeLog()
         self._polled = False
@@ -322,7 +325,11 @@ class RayBackend:
             )
         for replica in view.replicas:
             if not replica.state.terminal:
-                self._client.stop(self._sid(request.run_id, replica.marker))
+                sid = self._sid(request.run_id, replica.marker)
+                if replica.state is BackendRunState.PENDING:
+                    with self._lock:
+                        self._stopped_pending.add(sid)
+                self._client.stop(sid)
         after = self._compose(view)
         return CancelResult(
             request.run_id, CancelOutcome.STOPPING, f"stopping: {request.reason}", after
@@ -333,7 +340,7 @@ class RayBackend:
         view = self._view(request.run_id)
         if view is None:
             raise UnknownRun(request.run_id)
-        self._stop_failed_gang(view)
+        self._stop_what_must_stop(view)
         return self._compose(view)
 
     def poll(self) -> list[RunStatus]:
@@ -345,7 +352,7 @@ class RayBackend:
             first, self._polled = not self._polled, True
         for run_id in sorted(runs):
             view = runs[run_id]
-            self._stop_failed_gang(view)
+            self._stop_what_must_stop(view)
             status = self._compose(view)
             if first and status.state.terminal and run_id not in self._dispatched_here:
                 self._changes.remember(run_id, status.state)  # finished before us: not news
@@ -495,14 +502,22 @@ class RayBackend:
 
     # --- composing a run's status ---
 
-    def _stop_failed_gang(self, view: RunView) -> None:
-        """A run whose replica failed fails as a whole: stop the replicas still going."""
+    def _stop_what_must_stop(self, view: RunView) -> None:
+        """A run whose replica failed fails as a whole: stop the replicas still going. A
+        replica stopped while pending that Ray started since is stopped again."""
         failed = any(replica.state is BackendRunState.FAILED for replica in view.replicas)
-        if not failed:
-            return
         for replica in view.replicas:
-            if not replica.state.terminal:
-                self._client.stop(self._sid(view.run_id, replica.marker))
+            if replica.state.terminal:
+                continue
+            sid = self._sid(view.run_id, replica.marker)
+            with self._lock:
+                started_after_stop = (
+                    replica.state is BackendRunState.RUNNING and sid in self._stopped_pending
+                )
+                if started_after_stop:
+                    self._stopped_pending.discard(sid)
+            if failed or started_after_stop:
+                self._client.stop(sid)
 
     def _compose(self, view: RunView) -> RunStatus:
         with self._lock:

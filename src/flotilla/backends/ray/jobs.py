@@ -242,6 +242,10 @@ class RayReplica:
     exit_code: int | None
     message: str
     entrypoint: str = ""
+    driver_started: bool = False
+    """Ray ran the entrypoint's driver (its node is known). Ray's ``start_time`` is the
+    submission's, set even for a job stopped while it waited for resources: only a started
+    driver makes it a start."""
 
     @property
     def state(self) -> BackendRunState:
@@ -274,6 +278,7 @@ def read_replica(details: Any) -> RayReplica | None:
         exit_code=int(exit_code) if exit_code is not None else None,
         message=str(getattr(details, "message", "") or ""),
         entrypoint=str(getattr(details, "entrypoint", "") or ""),
+        driver_started=bool(getattr(details, "driver_node_id", None)) or exit_code is not None,
     )
 
 

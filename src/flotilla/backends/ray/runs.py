@@ -60,7 +60,10 @@ def compose(view: RunView, cluster: str, reason: str | None, now: float) -> RunS
     # A half-dispatched run is completed by the next dispatch, unless it was cancelled.
     terminal = (view.complete or reason is not None) and all(s.terminal for s in states)
     started = [
-        r.start_time for r in replicas if r.start_time and r.state is not BackendRunState.PENDING
+        r.start_time
+        for r in replicas
+        if r.start_time
+        and (r.state is BackendRunState.RUNNING or (r.state.terminal and r.driver_started))
     ]
     started_at = max(min(started), dispatched_at) if started else None
     finished_at: float | None = None
