@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,11 @@ def test_jobs_on_kubernetes_succeed_fail_gang_are_cancelled_time_out_and_show_lo
     assert cluster.cluster.list("Service"), "the gang's headless Service (MASTER_ADDR)"
     [late_run] = server.job(late)["runs"]
     assert "exceeded max_runtime of 1s" in late_run["message"]
+    # Charged for the second it ran (its pods are gone: the Job's start and its Failed time).
+    ran = datetime.fromisoformat(late_run["finished_at"]) - datetime.fromisoformat(
+        late_run["started_at"]
+    )
+    assert ran.total_seconds() >= 0.9, late_run
     assert "before-deadline" in server.logs(late)  # its pod was deleted: the kept output
 
     server.wait_states([long], frozenset({"running"}), limit=LIMIT)
