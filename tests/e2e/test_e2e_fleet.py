@@ -77,6 +77,15 @@ def test_up_with_a_fleet_prints_what_it_connected_to(services: Services, tmp_pat
     ]
     assert clusters[0]["capacity"]["cpu"] == 16
 
+    # A plain `up` over the same database runs that fleet, not the local default, and says so.
+    server.stop()
+    plain = services.start(db=f"sqlite:///{tmp_path / 'flotilla.db'}", state_dir=tmp_path / "local")
+    banner = plain.log.read_text()
+    assert "fleet 'e2e' (version 1, applied " in banner, banner
+    assert "kept from this database: a plain `up` runs the fleet last applied to it" in banner
+    assert "--db" in banner
+    assert [c["name"] for c in plain.http.get("/v1/clusters").json()] == ["engine"]
+
 
 def test_failover_on_a_fleet_orphans_loses_and_repeats_nothing(
     services: Services, postgres_admin: tuple[Engine, str], tmp_path: Path

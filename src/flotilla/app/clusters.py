@@ -24,7 +24,7 @@ from flotilla.service.fleet import (
     local_state_dir_of,
 )
 from flotilla.service.records import cluster_spec_from_inventory
-from flotilla.store import ConflictError, SqlStore
+from flotilla.store import ConflictError, FleetRecord, SqlStore
 
 
 def connect_clusters(store: SqlStore, runtime: FleetRuntime, config: ServiceConfig) -> list[str]:
@@ -32,13 +32,27 @@ def connect_clusters(store: SqlStore, runtime: FleetRuntime, config: ServiceConf
     fleet is applied). ``StartupError`` when a cluster cannot be driven from here."""
     if config.fleet is not None:
         return apply_fleet(store, runtime, config.fleet, config.fleet_source)
-    if store.get_fleet() is not None:  # a fleet was applied to this database before
+    stored = store.get_fleet()
+    if stored is not None:  # a fleet was applied to this database before
         # A cluster that cannot be built here (a secret this environment lacks, a backend
         # not installed) is unreachable with its reason, as at any later change of the fleet:
         # the rest of the fleet, and the API, are not held back (docs/fleet.md).
         runtime.sync()
-        return runtime.connect()
+        return [stored_fleet_notice(stored), *runtime.connect()]
     return default_cluster(store, runtime, config)
+
+
+def stored_fleet_notice(stored: FleetRecord) -> str:
+    """What a plain ``up`` runs when its database holds a fleet: not the local default the
+    README promises for a fresh one, so it says which fleet, since when, and how to leave it."""
+    name = stored.document.get("name") or "unnamed"
+    applied = stored.applied_at.strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"fleet {name!r} (version {stored.version}, applied {applied}) kept from this "
+        "database: a plain `up` runs the fleet last applied to it; for this machine's local "
+        "cluster alone, start over another database (--db) or apply a fleet file of one "
+        "local cluster (--fleet FILE, docs/fleet.md)"
+    )
 
 
 def register_clusters(store: SqlStore, backends: Mapping[str, Backend]) -> None:
