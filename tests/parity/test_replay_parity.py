@@ -212,7 +212,7 @@ def test_the_replay_command_writes_the_simulate_report(server: Server, tmp_path:
     output = tmp_path / "report.json"
     command = [str(FLOTILLA), "replay", str(scenario), "--server", server.url]
     subprocess.run(
-        [*command, "--speed", "20", "-o", str(output)],
+        [*command, "--speed", "20", "-o", str(output), "--replace-fleet"],
         env={**os.environ, "FLOTILLA_TOKEN": server.token or ""},
         check=True,
         timeout=START_LIMIT,
@@ -228,6 +228,29 @@ def test_the_replay_command_writes_the_simulate_report(server: Server, tmp_path:
         "waiter": "cancelled",
     }
     assert replayed["summary"]["replay"]["speed"] == 20
+
+
+def test_replay_refuses_a_service_whose_real_clusters_it_would_replace(tmp_path: Path) -> None:
+    """A replay replaces the service's fleet with simulated clusters: pointed at a service
+    people use (its local cluster here), it stops before touching it, saying what would go."""
+    services = Services(tmp_path)
+    try:
+        live = services.start(db=f"sqlite:///{tmp_path / 'flotilla.db'}", state_dir=tmp_path / "s")
+        scenario = REPO_ROOT / "tests" / "scenarios" / "cancellation.yaml"
+        refused = subprocess.run(
+            [str(FLOTILLA), "replay", str(scenario), "--server", live.url],
+            env={**os.environ, "FLOTILLA_TOKEN": live.token or ""},
+            capture_output=True,
+            text=True,
+            timeout=START_LIMIT,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "would replace this service's fleet" in refused.stderr
+        assert "local (local)" in refused.stderr and "--replace-fleet" in refused.stderr
+        clusters = live.http.get("/v1/clusters").json()
+        assert [(c["name"], c["backend"]) for c in clusters] == [("local", "local")]
+    finally:
+        services.close()
 
 
 @pytest.mark.xdist_group("parity")

@@ -28,17 +28,26 @@ def replay(
         Path | None,
         typer.Option("--output", "-o", help="Write the report here instead of standard output."),
     ] = None,
+    replace_fleet: Annotated[
+        bool,
+        typer.Option(
+            "--replace-fleet",
+            help="Replace the fleet of a service whose clusters run real engines (its "
+            "local, Ray, Slurm or Kubernetes clusters go). Without it such a service is refused.",
+        ),
+    ] = False,
 ) -> None:
     """Play a scenario against a live service (admin): apply its fleet as sim clusters,
     submit its jobs and cancel them at their times (each step once the service has done
     what the scenario's simulation had done by then), wait for them to end, and write the
     same JSON report as ``flotilla simulate``, in scenario seconds. The service's fleet is
-    replaced: use a service of its own (``flotilla up --db sqlite:///replay.db``)."""
+    replaced: use a service of its own (``flotilla up --db sqlite:///replay.db``); one whose
+    clusters run real engines is refused unless ``--replace-fleet``."""
     from rich.console import Console
 
     from flotilla.model.errors import SpecError
     from flotilla.model.loader import load_scenario
-    from flotilla.replay.driver import ReplayError
+    from flotilla.replay.driver import ReplayError, clusters_it_would_replace
     from flotilla.replay.driver import replay as run_replay
     from flotilla.replay.plan import plan_replay
     from flotilla.replay.report import build_replay_report
@@ -60,6 +69,17 @@ def replay(
             err.print(f"  t={now:g}s  {done}/{total} jobs done", highlight=False, end="\r")
 
     with api(server) as client:
+        real = clusters_it_would_replace(client)
+        if real and not replace_fleet:
+            fail(
+                f"{server}: replaying would replace this service's fleet, and with it its "
+                f"clusters {', '.join(real)}",
+                [
+                    "use a service of its own: flotilla up --db sqlite:///replay.db --port 8468",
+                    "or pass --replace-fleet to replace them",
+                ],
+                code=2,
+            )
         try:
             observed = run_replay(client, plan, progress)
         except ReplayError as error:

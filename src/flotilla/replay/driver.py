@@ -250,6 +250,18 @@ def _await_cycle(client: Client, number: int) -> None:
         time.sleep(0.01)
 
 
+def clusters_it_would_replace(client: Client) -> list[str]:
+    """The service's clusters run by a real engine that applying a replay's fleet would
+    remove or turn into ``sim`` ones (a replay's clusters are all ``sim``): ``cluster
+    (backend)`` each. A replay
+    against a service people use would take its clusters away; the CLI refuses unless told."""
+    return [
+        f"{cluster.name} ({cluster.backend})"
+        for cluster in client.clusters()
+        if cluster.backend != "sim"
+    ]
+
+
 def apply_fleet(
     client: Client,
     plan: ReplayPlan,
