@@ -9,7 +9,7 @@ import numpy as np
 from flotilla.framework.clusters import Cluster
 from flotilla.framework.interfaces import Decision, SelectionInput, no_cluster_reason
 from flotilla.framework.jobs import SchedulingJob
-from flotilla.framework.resources import EPSILON
+from flotilla.framework.resources import CORE_RESOURCES, EPSILON
 from flotilla.model.quantity import GIB
 
 
@@ -39,6 +39,20 @@ def best_fitting(
         return Decision(None, "does not fit in any ready cluster now: " + " | ".join(failures))
     _, cluster, decision = min(fitting, key=lambda item: (*item[0], item[1].order))
     return Decision(decision.assignment, f"{label}: {cluster.name}")
+
+
+GPU = CORE_RESOURCES.index("gpu")
+
+
+def gpu_nodes_taken(job: SchedulingJob, cluster: Cluster, decision: Decision) -> int:
+    """How many replicas of a job that asks for no GPU the decision puts on nodes with GPUs
+    (0 for a GPU job): a CPU job there holds cores and memory a GPU job needs beside them."""
+    if decision.assignment is None or job.total[GPU] > EPSILON:
+        return 0
+    capacity = cluster.nodes.capacity
+    return sum(
+        1 for placement in decision.assignment.placements if capacity[placement.row, GPU] > 0
+    )
 
 
 def leftover_share(job: SchedulingJob, cluster: Cluster) -> float:
