@@ -149,7 +149,8 @@ def test_an_engine_down_at_start_is_one_line_and_the_cluster_unreachable(
     try:
         service.apply(fleet_data(REMOTE))
         service.start()
-        assert service.notices[0] == (
+        assert service.notices[0].startswith("fleet 'test' (version 1, applied ")
+        assert service.notices[1] == (
             "cluster remote (fake-remote): unreachable, asked again with backoff: "
             "fake engine at fake://engine does not answer"
         )
@@ -166,7 +167,9 @@ def test_a_cluster_whose_engine_reports_no_nodes_yet_is_scheduled_around(db: str
     empty = FakeEngine(nodes=())
     service = replica(db, empty, "replica-a")
     try:
-        service.apply(fleet_data(REMOTE, {"name": "c1", "backend": "sim"}))
+        # c1 takes every job though it is simulated beside a real cluster: its file says so.
+        c1 = {"name": "c1", "backend": "sim", "labels": {"flotilla.io/simulated": "false"}}
+        service.apply(fleet_data(REMOTE, c1))
         service.start()
         [a] = service.submit(job("a"))
         service.cycles(3)

@@ -126,6 +126,7 @@ def test_simulate_takes_its_fleet_from_a_fleet_file(tmp_path: Path) -> None:
                 "queue": "vision",
                 "duration": 10,
                 "tasks": [{"name": "w", "resources": {"cpu": 1, "gpu": 4}}],
+                "affinity": {"clusters": {"required": {"accelerator": "a100"}}},
             }
         ],
         "expect": [{"at": 0, "job": "train", "state": "running", "cluster": "gpu-sim"}],
@@ -139,6 +140,30 @@ def test_simulate_takes_its_fleet_from_a_fleet_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert {c["name"] for c in report["clusters"]} == {"local", "gpu-sim"}
+
+
+def test_a_simulated_cluster_beside_a_real_one_takes_only_jobs_that_ask_for_it() -> None:
+    """examples/fleet-local.yaml: this machine and a simulated GPU cluster. Jobs that ask for
+    no cluster run on the real one, a few at a time, though gpu-sim has room: there they
+    would "succeed" without running. The GPU job requires gpu-sim's label and runs there.
+    A fleet of simulated clusters alone (a test bed) sends every job anywhere."""
+    from flotilla.model.fleet_loader import scenario_with_fleet
+    from flotilla.sim.report import build_report
+    from flotilla.sim.simulator import simulate
+
+    fleet = load_fleet(EXAMPLES / "fleet-local.yaml")
+    workload = yaml.safe_load((EXAMPLES / "workload.yaml").read_text())
+    report = build_report(simulate(scenario_with_fleet(workload, fleet)))
+    placed = {job["name"]: job["cluster"] for job in report["jobs"]}
+    assert placed.pop("train") == "gpu-sim"
+    assert set(placed.values()) == {"local"}, placed
+
+    test_bed = fleet.model_copy(
+        update={"clusters": [c for c in fleet.clusters if c.backend == "sim"]}
+    )
+    assert "flotilla.io/simulated" not in test_bed.labels_of(test_bed.clusters[0])
+    report = build_report(simulate(scenario_with_fleet(workload, test_bed)))
+    assert {job["cluster"] for job in report["jobs"]} == {"gpu-sim"}
 
 
 def test_simulate_refuses_a_fleet_cluster_without_nodes(tmp_path: Path) -> None:

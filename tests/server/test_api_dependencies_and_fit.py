@@ -154,6 +154,34 @@ def test_jobs_that_fit_a_cluster_of_the_fleet_are_accepted(
     assert len(submit(lifecycle_client, {"jobs": fitting})) == 3
 
 
+def test_a_job_only_a_simulated_cluster_could_hold_is_refused_unless_it_asks_for_it(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    """A simulated cluster beside a real one takes only jobs that ask for it (its runs do
+    not execute): a job only it could hold is refused at submit, saying how to send it
+    there, instead of waiting forever or "succeeding" without running."""
+    for data in (
+        cluster("here", nodes(1, name="h", cpu=2), labels={"site": "here"}),
+        cluster(
+            "gpu-sim",
+            nodes(2, name="g", cpu=16, gpu=4),
+            labels={"accelerator": "a100", "flotilla.io/simulated": "true"},
+        ),
+    ):
+        any_store.upsert_cluster(ClusterSpec.model_validate(data))
+    problems = refused(lifecycle_client, spec("big", tasks=[task(cpu=8)]), 422)
+    assert problems == [
+        "affinity.clusters.required: every cluster of the fleet that could take it is "
+        "simulated (flotilla.io/simulated): its runs would not execute; require one of its "
+        "labels to send it there"
+    ]
+    asked = spec(
+        "big", tasks=[task(cpu=8)], affinity={"clusters": {"required": {"accelerator": "a100"}}}
+    )
+    submit(lifecycle_client, asked)
+    submit(lifecycle_client, spec("small", tasks=[task(cpu=1)]))
+
+
 def test_with_no_cluster_reported_yet_nothing_is_refused(lifecycle_client: TestClient) -> None:
     submit(lifecycle_client, spec("huge", tasks=[task(cpu=10_000, gpu=64)]))
 

@@ -17,6 +17,7 @@ from flotilla.cli.render import (
     duration,
     resources,
     run_elapsed,
+    simulated_clusters,
     state_text,
     time_limit,
 )
@@ -102,7 +103,8 @@ def _titled(*columns: str, title: str) -> Table:
     return Table(*columns, title=title, box=None, header_style="bold", title_justify="left")
 
 
-def _runs(runs: list[Run]) -> Table:
+def _runs(runs: list[Run], simulated: frozenset[str] = frozenset()) -> Table:
+    """The job's runs; one on a simulated cluster says so: its command never executed."""
     table = _titled(
         "RUN",
         "ATTEMPT",
@@ -119,7 +121,7 @@ def _runs(runs: list[Run]) -> Table:
         table.add_row(
             run.id,
             str(run.attempt),
-            run.cluster,
+            run.cluster + (" (simulated)" if run.cluster in simulated else ""),
             run.state,
             "-" if run.started_at is None else f"{run.started_at:%H:%M:%S}",
             "-" if run.finished_at is None else f"{run.finished_at:%H:%M:%S}",
@@ -220,13 +222,15 @@ def describe(
         job = named
         events = list(client.events(job.id))
         engine = _engine_ids(client, job)
+        tabled = output in (Output.TABLE, Output.WIDE)
+        simulated = simulated_clusters(client, [job]) if tabled else frozenset()
     if emit({"job": job, "events": events, "engine_ids": engine}, output):
         return
     parts: list[Any] = [_facts(job)]
     if job.run is not None and AssignmentRecord.unmarshal(job.run.assignment).placements:
         parts.append(_placements(job.run))
     if job.runs:
-        parts.append(_runs(job.runs))
+        parts.append(_runs(job.runs, simulated))
     if any(run.gpu is not None for run in job.runs):
         parts.append(_gpu_use(job.runs))
     if engine is not None and any(r.engine_id for r in engine.replicas):

@@ -15,7 +15,7 @@ import typer
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
-from flotilla.cli.render import console, jobs_table, short_id
+from flotilla.cli.render import console, jobs_table, short_id, simulated_clusters
 from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES, JobState
 from flotilla.sdk.connection import DEFAULT_SERVER
 
@@ -202,6 +202,8 @@ def jobs(
     where = _filter(queue, state, owner, label, name, oldest_first)
     with api(server) as client:
         found = fetch(client, where, limit)
+        tabled = output in (Output.TABLE, Output.WIDE)
+        simulated = simulated_clusters(client, found.jobs) if tabled else frozenset()
     if emit(found, output):
         return
     if not found.jobs:
@@ -212,7 +214,9 @@ def jobs(
         )
         return
     title = _title(len(found.jobs), found.total)
-    console().print(jobs_table(found.jobs, title=title, wide=output is Output.WIDE))
+    console().print(
+        jobs_table(found.jobs, title=title, wide=output is Output.WIDE, simulated=simulated)
+    )
 
 
 MIN_INTERVAL = 0.5

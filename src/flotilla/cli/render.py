@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from flotilla.api.schemas import Job, Run
+    from flotilla.sdk import Client
 
 PIPED_WIDTH = 200
 
@@ -91,8 +92,28 @@ def job_reason(job: Job) -> str:
     return job.pending_reason or job.reason
 
 
-def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False) -> Table:
-    """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels."""
+def simulated_clusters(client: Client, jobs: Sequence[Job]) -> frozenset[str]:
+    """The clusters of these jobs' runs whose runs are simulated (``flotilla.io/simulated``):
+    a job that "succeeded" there never ran. No question asked when no job has a run."""
+    from flotilla.model.cluster import SIMULATED_LABEL
+
+    if not any(job.run is not None for job in jobs):
+        return frozenset()
+    return frozenset(
+        cluster.name
+        for cluster in client.clusters()
+        if cluster.labels.get(SIMULATED_LABEL) == "true"
+    )
+
+
+def jobs_table(
+    jobs: Sequence[Job],
+    title: str | None = None,
+    wide: bool = False,
+    simulated: frozenset[str] = frozenset(),
+) -> Table:
+    """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels. A job
+    whose run is on a ``simulated`` cluster says so beside its state."""
     from rich.table import Table
 
     table = Table(title=title, box=None, pad_edge=False, header_style="bold")
@@ -106,7 +127,8 @@ def jobs_table(jobs: Sequence[Job], title: str | None = None, wide: bool = False
             job.id if wide else short_id(job.id),
             job.name,
             job.queue,
-            state_text(job.state, job.cancel_requested),
+            state_text(job.state, job.cancel_requested)
+            + (" (simulated)" if job.run is not None and job.run.cluster in simulated else ""),
             str(job.priority),
             job.owner or "-",
             age(job.submitted_at),

@@ -28,6 +28,7 @@ from flotilla.framework.clusters import Cluster
 from flotilla.framework.jobs import SchedulingJob, TaskRequest
 from flotilla.framework.nodes import GpuAllocation, Mask
 from flotilla.framework.resources import Vector
+from flotilla.model.cluster import SIMULATED_LABEL
 
 if TYPE_CHECKING:
     from flotilla.framework.quota_view import QuotaView
@@ -564,6 +565,16 @@ class SelectionInput:
     clusters: Sequence[Cluster]
     """Ready clusters that satisfy the job's required cluster affinity, in declaration order."""
     place: Placer
+
+
+def cluster_admits(cluster: Cluster, job: SchedulingJob) -> bool:
+    """Whether ``cluster`` may take ``job`` at all: it carries every label of the job's
+    required cluster affinity, and — a simulated cluster beside real ones
+    (``model.fleet.SIMULATED_LABEL``) — the job asks for it by such a label."""
+    required = job.affinity.clusters.required
+    if any(cluster.labels.get(key) != value for key, value in required.items()):
+        return False
+    return bool(required) or cluster.labels.get(SIMULATED_LABEL) != "true"
 
 
 def no_cluster_reason(job: SchedulingJob) -> str:

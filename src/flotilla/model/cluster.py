@@ -22,6 +22,12 @@ def check_costs(cost: dict[str, float]) -> None:
             raise ValueError(f"cost.{resource}: must be at most {MAX_PRICE:g}")
 
 
+SIMULATED_LABEL = "flotilla.io/simulated"
+"""On a cluster whose runs are simulated (``"true"``): a candidate only for a job whose
+required cluster affinity names one of its labels (``framework/interfaces.py``
+``cluster_admits``; set by ``model/fleet.py`` ``Fleet.labels_of``)."""
+
+
 class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"

@@ -20,7 +20,13 @@ from typing import Any
 from pydantic import Field, JsonValue, model_validator
 
 from flotilla.model.base import Labels, Name, Seconds, Strict
-from flotilla.model.cluster import GpuSharing, NodeGroup, check_costs, check_topology
+from flotilla.model.cluster import (
+    SIMULATED_LABEL,
+    GpuSharing,
+    NodeGroup,
+    check_costs,
+    check_topology,
+)
 from flotilla.model.queue import PriorityClass, QueueSpec, QuotaSpec
 from flotilla.model.scenario import Settings
 
@@ -99,3 +105,14 @@ class Fleet(Strict):
             if cluster.name == name:
                 return cluster
         raise KeyError(name)
+
+    def labels_of(self, cluster: FleetCluster) -> dict[str, str]:
+        """The cluster's labels as the engine sees them: a ``sim`` cluster in a fleet that
+        also has a real one is marked ``SIMULATED_LABEL``, so that it takes only the jobs
+        that ask for it (its runs do not execute: an ordinary job sent there would
+        "succeed" without running). A fleet of ``sim`` clusters alone is a test bed: they
+        take every job. The file may set the label itself, either way."""
+        labels = dict(cluster.labels)
+        if cluster.backend == "sim" and any(c.backend != "sim" for c in self.clusters):
+            labels.setdefault(SIMULATED_LABEL, "true")
+        return labels

@@ -87,8 +87,9 @@ def scenario_with_fleet(
     if problems:
         raise FleetError(problems, fleet_source)
     fleet_part = fleet.model_dump(mode="json", include=set(FLEET_FIELDS), exclude_unset=False)
-    for cluster in fleet_part["clusters"]:
+    for cluster, declared in zip(fleet_part["clusters"], fleet.clusters, strict=True):
         cluster.pop("settings", None)
+        cluster["labels"] = fleet.labels_of(declared)
     merged = {key: value for key, value in data.items() if key not in FLEET_FIELDS}
     merged.update(fleet_part)
     return scenario_from_data(merged, source)

@@ -8,7 +8,7 @@ since more releases never make a job fit worse.
 
 from __future__ import annotations
 
-from flotilla.framework.interfaces import Assignment, SelectionInput
+from flotilla.framework.interfaces import Assignment, SelectionInput, cluster_admits
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.scheduler.placement import place_job
 from flotilla.scheduler.scheduling_round import SchedulingRound
@@ -38,12 +38,10 @@ def find_reservation(
                 continue
             for placement in running.assignment.placements:
                 cluster.nodes.release(placement.row, placement.request, placement.gpus)
-        required = job.affinity.clusters.required
         candidates = [
             c
             for c in clusters.values()
-            if (pinned is None or c.name == pinned)
-            and all(c.labels.get(k) == v for k, v in required.items())
+            if (pinned is None or c.name == pinned) and cluster_admits(c, job)
         ]
         decision = scheduling_round.strategy.select(
             SelectionInput(

@@ -26,6 +26,7 @@ from flotilla.framework.interfaces import (
     SelectionInput,
     Status,
     WaitingInput,
+    cluster_admits,
 )
 from flotilla.framework.jobs import SchedulingJob
 from flotilla.framework.registry import Framework
@@ -135,12 +136,10 @@ class SchedulingRound:
     def candidates(
         self, job: SchedulingJob, *, long: bool, pinned: str | None = None
     ) -> list[Cluster]:
-        required = job.affinity.clusters.required
         return [
             cluster
             for cluster in self.ready(long=long)
-            if (pinned is None or cluster.name == pinned)
-            and all(cluster.labels.get(key) == value for key, value in required.items())
+            if (pinned is None or cluster.name == pinned) and cluster_admits(cluster, job)
         ]
 
     def select(

@@ -18,6 +18,7 @@ from typing import Any
 from flotilla.backends import available_backends, backend_can_grow
 from flotilla.lifecycle import gangs
 from flotilla.model import GangMode, JobSpec, TaskSpec, format_quantity
+from flotilla.model.cluster import SIMULATED_LABEL
 from flotilla.store import ClusterRecord
 
 EPSILON = 1e-9
@@ -148,6 +149,23 @@ def unfit_problems(spec: JobSpec, clusters: Sequence[ClusterShape]) -> list[str]
         return [
             f"affinity.clusters.required: no cluster of the fleet has {_shown(wanted_clusters)}"
         ]
+    if wanted_clusters:
+        return _unfit_on(spec, candidates)
+    # Simulated clusters take only the jobs that ask for them (``cluster_admits``).
+    real = [c for c in candidates if c.labels.get(SIMULATED_LABEL) != "true"]
+    problems = _unfit_on(spec, real if real else candidates)
+    if (problems or not real) and len(real) < len(candidates) and not _unfit_on(spec, candidates):
+        return [
+            "affinity.clusters.required: every cluster of the fleet that could take it is "
+            f"simulated ({SIMULATED_LABEL}): its runs would not execute; require one of "
+            "its labels to send it there"
+        ]
+    return problems
+
+
+def _unfit_on(spec: JobSpec, candidates: Sequence[ClusterShape]) -> list[str]:
+    """Why ``spec`` can never fit any of ``candidates`` (clusters it may go to)."""
+    wanted_clusters = spec.affinity.clusters.required
     wanted_nodes = spec.affinity.nodes.required
     eligible = {
         cluster.name: [node for node in cluster.nodes if _has(node.labels, wanted_nodes)]

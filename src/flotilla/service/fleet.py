@@ -386,7 +386,9 @@ class FleetRuntime:
             except KeyError:
                 cluster = None
         backend = cluster.backend if cluster is not None else "local"
-        labels = dict(cluster.labels) if cluster is not None else {}
+        labels = (
+            self.fleet.labels_of(cluster) if cluster is not None and self.fleet is not None else {}
+        )
         if backend == "local" and cluster is not None:
             labels.setdefault(LOCAL_LABEL, "true")
             labels[OWNER_LABEL] = local_owner(local_state_dir_of(cluster, self.local_state_dir))
