@@ -29,7 +29,23 @@ def test_describe_an_array_shows_its_elements_and_counts_by_state(
     assert result.exit_code == 0, result.output
     assert f"sweep  ({array_id})" in result.output
     assert "cancelled 1, queued 2" in result.output
-    assert all(job[:8] in result.output for job in jobs)  # tables show short ids
+    # Elements read as ARRAY_INDEX (Slurm's JOBID_TASKID), short, and every command takes it.
+    assert all(f"{array_id[:8]}_{index}" in result.output for index in range(3))
+
+
+def test_an_element_is_named_array_underscore_index_everywhere_an_id_is(
+    servers: list[str],
+    store: SqlStore,
+) -> None:
+    array_id, jobs = array_of(store, 3)
+    described = run("describe", f"{array_id[:8]}_1")
+    assert described.exit_code == 0, described.output
+    assert jobs[1] in described.output and jobs[0] not in described.output
+    cancelled = run("cancel", f"{array_id[:8]}_2")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert [store.get_job(job).state.value for job in jobs] == ["queued", "queued", "cancelled"]
+    missing = run("describe", f"{array_id[:8]}_7")
+    assert missing.exit_code != 0 and "no job" in missing.output.lower(), missing.output
 
 
 def test_cancel_an_array_cancels_every_element_and_wait_waits_for_them_all(

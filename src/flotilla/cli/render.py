@@ -87,6 +87,15 @@ def short_id(job_id: str) -> str:
     return job_id[:SHORT_ID]
 
 
+def shown_id(job: Job, wide: bool = False) -> str:
+    """How a table names a job: its short id (any command takes it), or for an array's
+    element ``ARRAY_INDEX`` (Slurm's ``JOBID_TASKID``), which every command takes too."""
+    if job.array_id is not None and job.array_index is not None:
+        array = job.array_id if wide else short_id(job.array_id)
+        return f"{array}_{job.array_index}"
+    return job.id if wide else short_id(job.id)
+
+
 def job_reason(job: Job) -> str:
     """Why a waiting job waits (the scheduler's live reason), else why it is where it is."""
     return job.pending_reason or job.reason
@@ -124,7 +133,7 @@ def jobs_table(
         table.add_column(column, overflow="fold" if column == "REASON" else "ellipsis")
     for job in jobs:
         row = [
-            job.id if wide else short_id(job.id),
+            shown_id(job, wide),
             job.name,
             job.queue,
             state_text(job.state, job.cancel_requested)

@@ -362,7 +362,8 @@ JobReference = Annotated[
     str,
     Path(
         max_length=600,
-        description="A job id, an unambiguous id prefix, or a name one queue uses (its "
+        description="A job id, an unambiguous id prefix, `ARRAY_INDEX` (an array element, as Slurm's "
+        "`JOBID_TASKID`), or a name one queue uses (its "
         "latest job); `GET /v1/queues/{queue}/jobs/{name}` names one in a given queue.",
     ),
 ]

@@ -5,7 +5,9 @@ A reference is, in this order of precedence:
 * a full job id;
 * ``QUEUE/NAME``: the latest job of that name in that queue;
 * a ``NAME``: the latest job of that name, if exactly one queue has a job of that name;
-* an id prefix (hexadecimal digits).
+* an id prefix (hexadecimal digits);
+* ``ARRAY_INDEX``: element ``INDEX`` of the array whose id (or id prefix) is ``ARRAY``, as
+  Slurm's ``JOBID_TASKID`` (``jobs`` shows array elements so).
 
 A ``NAME`` that some queue uses and that is also the prefix of another job's id is
 ambiguous, as is a name several queues use or a prefix several ids share:
@@ -26,6 +28,8 @@ from flotilla.store.schema import ID, Job
 from flotilla.store.states import JobState
 
 HEX = re.compile(r"^[0-9a-f]+$")
+ELEMENT = re.compile(r"^([0-9a-f]+)_([0-9]+)$")
+"""``ARRAY_INDEX``: an array's id or id prefix, then an element's index."""
 CANDIDATES = 10
 """At most this many candidates are named in an ambiguity error."""
 
@@ -115,6 +119,19 @@ def resolve_job(session: Session, reference: str) -> str:
         raise job_not_found(reference)
     if session.get(Job, reference) is not None:
         return reference
+    element = ELEMENT.match(reference)
+    if element is not None:
+        try:
+            array_id = resolve_array(session, element.group(1))
+        except NotFoundError:
+            raise job_not_found(reference) from None
+        query = select(Job.id).where(
+            Job.array_id == array_id, Job.array_index == int(element.group(2))
+        )
+        found = session.scalars(query).first()
+        if found is None:
+            raise job_not_found(reference)
+        return str(found)
     queue, slash, name = reference.partition("/")
     if slash:
         named = _latest_named(session, name, queue)
