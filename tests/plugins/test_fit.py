@@ -67,7 +67,27 @@ def test_explain_says_which_resource_is_short_and_the_most_free() -> None:
     c.nodes.allocate(1, f.space.vector({"cpu": 3}), None)
     request = filter_input(j, c)
     assert FIT.explain(request, ~FIT.filter(request)) == (
-        "2 nodes with too little free cpu (need 6, most free 5)"
+        "2 nodes with too little free cpu (need 6, most free of them 5 on b)"
+    )
+
+
+def test_the_most_free_named_is_of_a_node_short_of_that_resource() -> None:
+    """Node b has cpu to spare but too little memory: the cpu figure is a's, the one node
+    short of cpu, not b's 12 (issue 37: the figure was another node's)."""
+    f = fleet(
+        scenario(
+            clusters=[
+                cluster("c", node("a", cpu=16, memory="64Gi"), node("b", cpu=12, memory="4Gi"))
+            ],
+            jobs=[job(cpu=4, memory="8Gi")],
+        )
+    )
+    c, j = f.cluster(), f.job("j")
+    c.nodes.allocate(0, f.space.vector({"cpu": 14}), None)
+    request = filter_input(j, c)
+    assert FIT.explain(request, ~FIT.filter(request)) == (
+        "1 node with too little free cpu (need 4, most free of them 2 on a); "
+        "1 node with too little free memory (need 8Gi, most free of them 4Gi on b)"
     )
 
 

@@ -69,7 +69,10 @@ class ResourcesFit:
         shorts = np.count_nonzero(free < needs - EPSILON, axis=0)
         if not shorts.any():
             return None  # also when there are no nodes: nothing below reads an empty column
-        most_free = free.max(axis=0)
+        short_of = free < needs - EPSILON
+        # The most free among the nodes short of each resource (another node may have more
+        # and be out for another reason): the figure and the node it belongs to.
+        fullest = np.where(short_of, free, -np.inf).argmax(axis=0)
         largest = nodes.capacity[:, wanted].max(axis=0, initial=0.0)
         parts = []
         for i, dim in enumerate(wanted.tolist()):
@@ -84,11 +87,12 @@ class ResourcesFit:
                     f"(largest {format_quantity(name, float(largest[i]))})"
                 )
             else:
-                most = float(most_free[i])
+                row = int(fullest[i])
+                most = float(free[row, i])
                 parts.append(
                     f"{short} node{'s' if short != 1 else ''} with too little free {name} "
-                    f"(need {format_quantity(name, need)}, most free "
-                    f"{format_quantity(name, max(most, 0.0))})"
+                    f"(need {format_quantity(name, need)}, most free of them "
+                    f"{format_quantity(name, max(most, 0.0))} on {nodes.names[row]})"
                 )
         return "; ".join(parts) or None
 
