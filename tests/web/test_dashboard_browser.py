@@ -79,8 +79,26 @@ def test_the_jobs_list_gives_a_waiting_job_the_reason_why_gives(
 
     wait_for(scheduler_has_a_reason, LIVE / 1000, lambda: f"a reason other than {reasons[-1:]}")
     page = signed_in(browser, server, ANA_TOKEN)
-    cell = page.locator(f"tr[data-job='{job_id}'] td.reason .short")
-    expect(cell).to_have_attribute("title", reasons[-1], timeout=LIVE)  # the full reason
+    cell = page.locator(f"tr[data-job='{job_id}'] td.reason")
+    expect(cell).to_have_text(reasons[-1], timeout=LIVE)  # the whole reason, never cut
+    box = cell.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1280  # wrapped inside the page
+
+
+def test_an_array_opens_from_its_element_and_lists_every_element(
+    browser: Any, server: Server
+) -> None:
+    ids = server.submit(job_spec("sweep", ["true"], cpu=4096) | HELD | {"array": {"size": 3}})
+    array_id = server.job(ids[0])["array_id"]
+    page = signed_in(browser, server, ANA_TOKEN)
+    row = page.locator(f"tr[data-job='{ids[1]}']")
+    expect(row.locator(".element-id")).to_have_text(f"{array_id[:8]}_1", timeout=LIVE)
+    row.get_by_role("link", name=array_id[:8]).click()
+    expect(page.get_by_role("heading", name="sweep")).to_be_visible(timeout=LIVE)
+    expect(page.locator(".job-head .meta")).to_contain_text("size 3")
+    expect(page.locator("table[aria-label='elements'] tbody tr")).to_have_count(3)
+    page.locator(f"tr[data-job='{ids[2]}']").get_by_role("link", name="_2").click()
+    expect(page.locator(".job-head .meta")).to_contain_text("element 2 of array")
 
 
 def test_the_header_says_a_token_is_required_and_who_is_signed_in(

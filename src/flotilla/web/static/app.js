@@ -1,10 +1,10 @@
 // Flotilla's dashboard: a page over the REST API (/v1) with the caller's own token, so it
 // shows what the API would show them and nothing more. Plain ES modules, no build step.
-// Pages (hash routes): #/jobs, #/jobs/ID, #/queues, #/clusters, #/scheduler.
+// Pages (hash routes): #/jobs, #/jobs/ID, #/arrays/ID, #/queues, #/clusters, #/scheduler.
 "use strict";
 
 import {main, say, loadMe, stale, nextRoute, whenSignedIn} from "./common.js";
-import {jobsPage, jobPage} from "./jobs.js";
+import {jobsPage, jobPage, arrayPage} from "./jobs.js";
 import {queuesPage, clustersPage, schedulerPage} from "./fleet.js";
 
 // --- routing -----------------------------------------------------------------------------
@@ -21,6 +21,7 @@ async function route() {
     if (stale(id)) return;
     const parts = path.split("/").filter(Boolean);
     if (parts[0] === "jobs" && parts[1]) await jobPage(decodeURIComponent(parts[1]));
+    else if (parts[0] === "arrays" && parts[1]) await arrayPage(decodeURIComponent(parts[1]));
     else if (parts[0] === "queues") await queuesPage();
     else if (parts[0] === "clusters") await clustersPage();
     else if (parts[0] === "scheduler") await schedulerPage();

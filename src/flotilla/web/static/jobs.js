@@ -75,9 +75,20 @@ function applyFilters(form) {
   location.hash = "#/jobs" + (params.toString() ? "?" + params : "");
 }
 
+// An array's element reads ARRAY_INDEX (as the CLI and Slurm name it), its array a link.
+function shownId(job) {
+  if (job.array_id === null || job.array_id === undefined) {
+    return h("a", {href: "#/jobs/" + job.id, title: job.id}, job.id.slice(0, 8));
+  }
+  return h("span", {class: "element-id"},
+    h("a", {href: "#/arrays/" + job.array_id, title: "array " + job.array_id},
+      job.array_id.slice(0, 8)),
+    h("a", {href: "#/jobs/" + job.id, title: job.id}, "_" + job.array_index));
+}
+
 function jobRow(job) {
   return h("tr", {"data-job": job.id, "data-state": job.state},
-    h("td", {}, h("a", {href: "#/jobs/" + job.id, title: job.id}, job.id.slice(0, 8))),
+    h("td", {}, shownId(job)),
     h("td", {}, h("a", {href: "#/jobs/" + job.id}, short(job.name, 28))),
     h("td", {}, short(job.queue, 16)),
     h("td", {}, badge(job.state)),
@@ -85,8 +96,39 @@ function jobRow(job) {
     h("td", {class: "num"}, String(job.priority)),
     h("td", {}, when(job.submitted_at)),
     // The scheduler's live reason for a waiting job (the CLI's REASON), else the stored one
-    // (a queued job's is "submitted").
-    h("td", {class: "reason"}, short(job.pending_reason || job.reason || "", 60)));
+    // (a queued job's is "submitted"): whole, wrapped, never cut.
+    h("td", {class: "reason"}, job.pending_reason || job.reason || ""));
+}
+
+// --- one array ---------------------------------------------------------------------------
+
+async function arrayPage(arrayId) {
+  const id = currentRoute();
+  async function refresh() {
+    let array;
+    try {
+      array = await api("/v1/arrays/" + encodeURIComponent(arrayId));
+    } catch (error) {
+      main.replaceChildren(h("h1", {}, "Array"), h("p", {class: "error"}, error.message));
+      clearTimers();
+      return;
+    }
+    if (stale(id)) return;
+    const counts = Object.entries(array.counts).sort()
+      .map(([state, count]) => state + " " + count).join(", ");
+    const size = array.parallelism ? array.size + " (at most " + array.parallelism + " at once)"
+      : String(array.size);
+    main.replaceChildren(h("p", {}, h("a", {href: "#/jobs"}, "← Jobs")),
+      h("div", {class: "job-head"}, h("h1", {}, short(array.name, 48)),
+        h("p", {class: "meta"}, "array ", short(array.id, 40, true), " · queue ",
+          short(array.queue, 24), " · size ", size, " · ", counts)),
+      h("div", {class: "table-wrap"}, h("table", {class: "jobs", "aria-label": "elements"},
+        h("thead", {}, h("tr", {}, ["ID", "Name", "Queue", "State", "Owner", "Priority",
+          "Submitted", "Reason"].map((t) => h("th", {scope: "col"}, t)))),
+        h("tbody", {}, ...array.jobs.map(jobRow)))));
+    say("updated " + new Date().toLocaleTimeString());
+  }
+  every(2000, refresh);
 }
 
 // --- one job -----------------------------------------------------------------------------
@@ -120,7 +162,10 @@ async function jobPage(jobId) {
       return;
     }
     fill(header, h("h1", {}, short(job.name, 48), " ", badge(job.state)),
-      h("p", {class: "meta"}, "id ", short(job.id, 40, true), " · queue ", short(job.queue, 24),
+      h("p", {class: "meta"}, "id ", short(job.id, 40, true),
+        job.array_id ? h("span", {}, " · element " + job.array_index + " of ",
+          h("a", {href: "#/arrays/" + job.array_id}, "array " + job.array_id.slice(0, 8))) : null,
+        " · queue ", short(job.queue, 24),
         " · owner ", job.owner || "–", " · priority ", String(job.priority),
         " · submitted ", when(job.submitted_at)));
     const key = job.state + "/" + job.priority + "/" + job.cancel_requested;
@@ -258,4 +303,4 @@ async function jobPage(jobId) {
   every(1500, refresh);
 }
 
-export {jobsPage, jobPage};
+export {jobsPage, jobPage, arrayPage};
