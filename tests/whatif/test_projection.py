@@ -62,6 +62,40 @@ def test_a_waiting_job_shows_its_estimated_start_and_its_basis(live: Live) -> No
     assert other
 
 
+def test_a_waiting_job_without_an_estimate_says_why_from_the_moment_of_submit(
+    live: Live,
+) -> None:
+    """No waiting job shows nothing (``squeue --start`` prints N/A and a reason): before the
+    first projection, when submitted after the latest, when held, and with no projection."""
+    live.submit("holder", "a", 4, max_runtime=2400)
+    live.submit("other", "a", 4, max_runtime=2400)
+    live.loop.cycle()
+    early = live.submit("early", "a", 4, max_runtime=600)
+    projection = projection_of(live)
+    app = create_app(live.store, live.loop, AuthSettings.disabled(), projection=projection)
+    with TestClient(app) as client:
+
+        def unknown(job: str) -> str | None:
+            detail = client.get(f"/v1/jobs/{job}").json()
+            why = client.get(f"/v1/jobs/{job}/why").json()
+            assert why["start_unknown"] == detail["start_unknown"]
+            return detail["start_unknown"]  # type: ignore[no-any-return]
+
+        assert unknown(early) == "unknown: not projected yet (the first projection is under way)"
+        projection.refresh()
+        assert unknown(early) is None  # it has its estimate now
+        late = live.submit("late", "a", 4, max_runtime=600)
+        assert unknown(late).startswith(
+            "unknown: not projected yet (submitted after the projection of "
+        )  # type: ignore[union-attr]
+        live.store.hold_many([late], "wait for me")
+        assert unknown(late) == "unknown: held, it starts only once released (flotilla release)"
+    bare = create_app(live.store, live.loop, AuthSettings.disabled())
+    with TestClient(bare) as client:
+        detail = client.get(f"/v1/jobs/{early}").json()
+    assert detail["start_unknown"].startswith("unknown: no projection runs beside this server")
+
+
 def test_each_estimator_gives_its_own_projection(live: Live) -> None:
     live.submit("holder", "a", 4, max_runtime=1200)
     live.submit("other", "a", 4, max_runtime=1200)

@@ -253,6 +253,12 @@ class JobDetail(Job):
         description="A waiting job's expected start from the service's projection, when one "
         "runs in this process and has seen the job.",
     )
+    start_unknown: str | None = Field(
+        default=None,
+        description="Why a waiting or held job has no `estimated_start`, in words "
+        "(`unknown: held, …`, `unknown: not projected yet (…)`); null when it has one or "
+        "does not wait.",
+    )
 
     @classmethod
     def build(
@@ -529,6 +535,9 @@ class Why(BaseModel):
     )
     estimated_start: StartEstimate | None = Field(
         default=None, description="A waiting job's expected start (see `JobDetail`)."
+    )
+    start_unknown: str | None = Field(
+        default=None, description="Why it has no `estimated_start` (see `JobDetail`)."
     )
 
 

@@ -83,6 +83,8 @@ def _facts(job: JobDetail) -> Table:
         facts.add_row("Reason", job.reason)
     if job.estimated_start is not None:
         facts.add_row("Start", job.estimated_start.summary)
+    elif job.start_unknown is not None:
+        facts.add_row("Start", job.start_unknown)
     return facts
 
 
@@ -252,6 +254,8 @@ def why(
     console().print(answer.summary, highlight=False)
     if answer.estimated_start is not None:
         console().print(f"  {answer.estimated_start.summary}", highlight=False)
+    elif answer.start_unknown is not None:
+        console().print(f"  start {answer.start_unknown}", highlight=False)
     for dependency in answer.waiting_for:
         console().print(
             f"  depends on {dependency.job} ({dependency.job_id[:8]}): needs "

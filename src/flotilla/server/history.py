@@ -17,7 +17,7 @@ from flotilla.model import QuotaSpec
 from flotilla.server.context import Caller, Context, ServerContext, find_job, require_read
 from flotilla.server.errors import ApiError
 from flotilla.server.jobs import JobReference, gang_members, pending_reason, unmet_dependencies
-from flotilla.server.whatif import start_estimate
+from flotilla.server.whatif import start_estimate, start_unknown
 from flotilla.store import (
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
@@ -232,4 +232,5 @@ def why(job_id: JobReference, context: Context, user: Caller) -> Why:
         summary=_summary(job, reason, position, depth),
         waiting_for=waiting_for,
         estimated_start=start_estimate(context, job),
+        start_unknown=start_unknown(context, job),
     )

@@ -43,7 +43,7 @@ from flotilla.server.context import (
 from flotilla.server.errors import ApiError
 from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
 from flotilla.server.requests_first import is_bulk
-from flotilla.server.whatif import start_estimate
+from flotilla.server.whatif import start_estimate, start_unknown
 from flotilla.server.working_dirs import check_working_dirs
 from flotilla.service.dependencies import Verdict, dependency_status
 from flotilla.stage_trace import trace
@@ -362,9 +362,9 @@ JobReference = Annotated[
     str,
     Path(
         max_length=600,
-        description="A job id, an unambiguous id prefix, `ARRAY_INDEX` (an array element, as Slurm's "
-        "`JOBID_TASKID`), or a name one queue uses (its "
-        "latest job); `GET /v1/queues/{queue}/jobs/{name}` names one in a given queue.",
+        description="A job id, an unambiguous id prefix, `ARRAY_INDEX` (an array element, "
+        "as Slurm's `JOBID_TASKID`), or a name one queue uses (its latest job); "
+        "`GET /v1/queues/{queue}/jobs/{name}` names one in a given queue.",
     ),
 ]
 
@@ -374,7 +374,9 @@ def _detail(context: ServerContext, job: JobRecord) -> JobDetail:
         job, context.store.runs(job.id), pending_reason(context, job), gang_members(context, job)
     )
     estimate = start_estimate(context, job)
-    return detail if estimate is None else detail.model_copy(update={"estimated_start": estimate})
+    return detail.model_copy(
+        update={"estimated_start": estimate, "start_unknown": start_unknown(context, job)}
+    )
 
 
 def gang_members(context: ServerContext, job: JobRecord) -> GangMembers | None:

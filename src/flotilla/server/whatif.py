@@ -13,7 +13,7 @@ from flotilla.api.schemas import StartEstimate
 from flotilla.server.context import Caller, Context, ServerContext, require_admin
 from flotilla.server.errors import ApiError
 from flotilla.service.projection import EstimatedStart
-from flotilla.store import WAITING_JOB_STATES, JobRecord
+from flotilla.store import WAITING_JOB_STATES, JobRecord, JobState
 from flotilla.whatif.estimator import EstimatorMethod
 from flotilla.whatif.export import ExportInput, export_scenario
 
@@ -77,6 +77,30 @@ def start_estimate(context: ServerContext, job: JobRecord) -> StartEstimate | No
         others=dict(found.others),
         summary=start_words(found, datetime.now(UTC)),
     )
+
+
+def start_unknown(context: ServerContext, job: JobRecord) -> str | None:
+    """Why a job that waits (or is held) has no estimated start, in words, so that no waiting
+    job shows nothing (as ``squeue --start`` prints ``N/A`` and a reason); None when it has
+    one or does not wait."""
+    if job.state is JobState.HELD:
+        return "unknown: held, it starts only once released (flotilla release)"
+    if job.state not in WAITING_JOB_STATES:
+        return None
+    projection = context.projection
+    if projection is None:
+        return "unknown: no projection runs beside this server (flotilla up projects starts)"
+    if projection.estimated_start(job.id) is not None:
+        return None
+    at = projection.projected_at()
+    if at is None:
+        return "unknown: not projected yet (the first projection is under way)"
+    if job.submitted_at >= at:
+        return (
+            f"unknown: not projected yet (submitted after the projection of {at:%H:%M:%S} UTC;"
+            f" the next one comes within {projection.settings.interval:g} s)"
+        )
+    return f"unknown: not in the projection of {at:%H:%M:%S} UTC (it waits on what it cannot see)"
 
 
 def start_words(found: EstimatedStart, now: datetime) -> str:

@@ -279,6 +279,11 @@ class Projection:
 
     # --- answers ----------------------------------------------------------------------------
 
+    def projected_at(self) -> datetime | None:
+        """When the latest projection's export was taken; None before the first."""
+        latest = self._latest
+        return None if latest is None else latest.at
+
     def all_starts(self) -> ProjectedFleet | None:
         """Every waiting job's projected start in the latest projection, per method."""
         latest = self._latest

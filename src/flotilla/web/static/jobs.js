@@ -174,7 +174,9 @@ async function jobPage(jobId) {
     fill(why, h("h2", {}, WAITING.has(job.state) ? "Why it waits" : "State"),
       h("p", {class: "reason-text"}, detail.summary),
       detail.estimated_start ? h("p", {class: "estimated-start"}, "Start: ",
-        h("strong", {}, detail.estimated_start.summary)) : null,
+        h("strong", {}, detail.estimated_start.summary))
+        : detail.start_unknown ? h("p", {class: "estimated-start"}, "Start: ",
+          h("strong", {}, detail.start_unknown)) : null,
       detail.queue_position ? h("p", {}, "Place in queue: ",
         h("strong", {class: "position"}, detail.queue_position + " of " + detail.queued_in_queue)) : null,
       detail.quota.length ? h("p", {}, "Quota path: " + detail.quota.map((q) => q.name).join(" → ")) : null);
