@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, make_url
@@ -64,6 +65,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             os.kill(pid, signal.SIGKILL)
     if leftovers:
         print(f"\nkilled {len(leftovers)} process(es) tests left behind", file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any) -> Iterator[None]:
+    """One closing line that tells "my machine is busy" from "main is broken": the failures
+    of tests marked ``timing`` (their outcome depends on the machine's load: paced replays,
+    a start racing a stop) apart from the others, and how to rerun the first alone."""
+    yield  # after pytest's own summary (the short list of failures)
+    failed = [
+        *terminalreporter.stats.get("failed", []),
+        *terminalreporter.stats.get("error", []),
+    ]
+    if not failed:
+        return
+    timing = [report for report in failed if "timing" in getattr(report, "keywords", {})]
+    others = len(failed) - len(timing)
+    terminalreporter.write_line(
+        f"{len(failed)} failed: {others} not timing-sensitive"
+        + (" (look at these first)" if others else "")
+        + f", {len(timing)} timing-sensitive (marked `timing`: load on this machine can fail"
+        " them; rerun alone on a quiet one: ./scripts/test -m timing)",
+        bold=True,
+    )
 
 
 @pytest.hookimpl(trylast=True)

@@ -64,3 +64,40 @@ def test_a_failed_tests_processes_do_not_outlive_the_session(tmp_path: Path) -> 
     finally:
         if _alive(pid):
             os.kill(pid, 9)
+
+
+TWO_FAILURES = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.timing
+    def test_paced_against_a_service():
+        assert False, "fell behind on a loaded machine"
+
+    def test_plain_logic():
+        assert False, "a real bug"
+    """
+)
+
+
+def test_the_closing_line_tells_timing_sensitive_failures_from_the_rest(tmp_path: Path) -> None:
+    """A newcomer on a busy machine can tell "my machine is busy" from "main is broken"
+    (issue 37 item 7): the last line counts the failures of tests marked ``timing`` apart."""
+    test_file = tmp_path / "test_two.py"
+    test_file.write_text(TWO_FAILURES)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest"),
+            *("-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test_file)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2].startswith(
+        "2 failed: 1 not timing-sensitive (look at these first), 1 timing-sensitive"
+    ), result.stdout
+    assert "./scripts/test -m timing" in lines[-2]

@@ -176,6 +176,7 @@ def _label(path: Path) -> str:
     return path.stem
 
 
+@pytest.mark.timing  # paced against a live service: a loaded machine can fall behind
 @pytest.mark.xdist_group("parity")
 @pytest.mark.parametrize("path", scenario_files(), ids=_label)
 def test_replay_matches_simulate(path: Path, client: Client) -> None:

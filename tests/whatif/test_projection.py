@@ -158,6 +158,7 @@ def test_up_refuses_an_unknown_estimator_before_anything_starts(tmp_path: Path) 
     assert not db.parent.exists()
 
 
+@pytest.mark.timing  # a stop racing a worker's start: failed beside parity replays, loaded
 def test_a_projection_stopped_while_its_worker_is_being_started_ends_that_worker_at_once(
     live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
