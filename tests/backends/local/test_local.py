@@ -170,16 +170,18 @@ def test_a_cancelled_run_whose_supervisor_was_killed_ends_cancelled_with_nothing
     os.kill(supervisors[-1], signal.SIGKILL)  # the backend's child: the outer supervisor
 
     backend.cancel(CancelRequest("run-1"))
-    status = local.wait_terminal(backend, "run-1")
+    status = local.wait_terminal(backend, "run-1")  # within the wait limit, not the 60 s grace
 
-    assert status.state is BackendRunState.CANCELLED
+    # Cancelled — or lost, when the backend's monitor saw the supervisor gone before the
+    # cancel came (a loaded machine): either way at once, never after the grace period.
+    assert status.state in (BackendRunState.CANCELLED, BackendRunState.LOST), status
     assert not (local.state_dir / "runs" / "run-1" / "main-0.exit").exists()
     for pid in [*commands, *supervisors]:
         wait_until(lambda pid=pid: not process_alive(pid or 0, None), f"{pid} gone")
     local.assert_gone(status)
     local.close_leaving_runs(backend)
     restarted = local.make()
-    assert restarted.status(StatusRequest("run-1")).state is BackendRunState.CANCELLED
+    assert restarted.status(StatusRequest("run-1")).state is status.state
 
 
 LAST_WORDS = "trap 'echo last-words; exit 3' TERM; echo ready; sleep 60 & wait"
