@@ -10,6 +10,7 @@ adopts every run from the API server alone: none lost, none dispatched twice.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from datetime import datetime
@@ -198,3 +199,44 @@ def test_kill9_of_flotilla_loses_and_repeats_no_run_on_kubernetes(
     jobs = cluster.cluster.list("Job")
     assert len(jobs) == len(ids) - 1  # one Job per run; the cancelled one deleted
     assert all(any(c["type"] == "Complete" for c in item["status"]["conditions"]) for item in jobs)
+
+
+def test_gpu_jobs_tolerate_the_taint_clouds_put_on_gpu_nodes_and_cpu_jobs_stay_off(
+    services: Services, tmp_path: Path
+) -> None:
+    """GKE taints GPU nodes ``nvidia.com/gpu=present:NoSchedule``: a GPU job runs there with
+    no toleration of its own, its pod carries the toleration (as the ExtendedResourceToleration
+    admission plugin adds it), and a CPU job is kept on the CPU node (issue 39)."""
+    fake = FakeApiServer(status_delay=0.3)
+    try:
+        fake.cluster.add_node(
+            "gpu-node",
+            cpu="8",
+            memory="32Gi",
+            gpus=2,
+            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        )
+        fake.cluster.add_node("cpu-node", cpu="8", memory="32Gi")
+        server = start(services, tmp_path, fake)
+        gpu_job = job("train", "echo on-gpu")
+        gpu_job["tasks"][0]["resources"]["gpu"] = 1
+        cpu_jobs = [job(f"prep-{index}", "echo on-cpu") for index in range(3)]
+        [train, *preps] = server.submit(gpu_job, *cpu_jobs)
+        states = server.wait_states([train, *preps], limit=LIMIT, context=lambda: describe(fake))
+        assert set(states.values()) == {"succeeded"}, states
+        nodes = {
+            job_id: server.job(job_id)["run"]["assignment"]["placements"][0]["node"]
+            for job_id in (train, *preps)
+        }
+        assert nodes.pop(train) == "gpu-node"
+        assert set(nodes.values()) == {"cpu-node"}, nodes
+        [pod_job] = [
+            item
+            for item in fake.cluster.list("Job")
+            if item["spec"]["template"]["spec"].get("nodeName") == "gpu-node"
+            or "gpu-node" in json.dumps(item["spec"]["template"])
+        ]
+        tolerations = pod_job["spec"]["template"]["spec"]["tolerations"]
+        assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tolerations
+    finally:
+        fake.close()

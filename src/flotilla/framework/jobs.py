@@ -193,14 +193,14 @@ def _build_shape(spec: JobSpec, space: ResourceSpace) -> _Shape:
     key: tuple[object, ...] = (
         tuple((t.replicas, tuple(t.request.tolist()), t.gpu_scope, t.share_gpu) for t in tasks),
         spec.affinity.model_dump_json(),
-        tuple(t.model_dump_json() for t in spec.tolerations),
+        tuple(t.model_dump_json() for t in spec.tolerated()),
     )
     return _Shape(
         spec=weakref.ref(spec),
         tasks=tuple(tasks),
         total=total,
         key=key,
-        tolerations=tuple(spec.tolerations),
+        tolerations=spec.tolerated(),
         labels=dict(spec.labels),
         annotations=dict(spec.annotations),
     )

@@ -77,6 +77,16 @@ class Toleration(Strict):
     effect: TaintEffect | None = None
 
 
+GPU_NODE_TOLERATIONS: tuple[Toleration, ...] = (
+    Toleration(key="nvidia.com/gpu", operator="Exists"),
+    Toleration(key="sku", operator="Equal", value="gpu"),
+)
+"""The taints clouds put on GPU nodes (GKE's ``nvidia.com/gpu=present:NoSchedule``, AKS's
+recommended ``sku=gpu:NoSchedule``), tolerated by every job that asks for a GPU, as
+Kubernetes' ExtendedResourceToleration admission plugin adds them: so CPU work stays off
+GPU nodes and GPU jobs need no toleration of their own (``JobSpec.tolerated``)."""
+
+
 class DependencyCondition(StrEnum):
     """What a dependency must end in for the job that waits on it to start; which ends meet
     each one is the lifecycle core's table (``flotilla.lifecycle.dependencies``)."""
@@ -237,6 +247,14 @@ class JobSpec(Strict):
                     "to start with fewer)"
                 )
         return self
+
+    def tolerated(self) -> tuple[Toleration, ...]:
+        """The job's tolerations, with ``GPU_NODE_TOLERATIONS`` when a task asks for a GPU:
+        what placement and the pods' specs use."""
+        if not any(task.resources.get("gpu", 0.0) > 0 for task in self.tasks):
+            return tuple(self.tolerations)
+        extra = tuple(t for t in GPU_NODE_TOLERATIONS if t not in self.tolerations)
+        return (*self.tolerations, *extra)
 
     def job_names(self) -> list[str]:
         if self.array is not None:

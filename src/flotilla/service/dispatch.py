@@ -169,7 +169,7 @@ class Dispatcher:
             labels=dict(job.spec.labels),
             tolerations=tuple(
                 toleration.model_dump(mode="json", exclude_none=True)
-                for toleration in job.spec.tolerations
+                for toleration in job.spec.tolerated()
             ),
             queue=job.queue,
             owner=job.owner,
