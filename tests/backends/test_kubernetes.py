@@ -639,3 +639,19 @@ def test_kept_output_is_the_runs_own_jobs_not_a_same_named_one() -> None:
     assert kept.get("run-1", 0) is None
     kept.keep(_pod("new", "uid-new", "run-1", phase="Failed"))
     assert kept.get("run-1", 0) == b"new job's output\n"
+
+
+def test_a_pod_deleted_outside_flotilla_fails_the_run_saying_so(kube: KubernetesHarness) -> None:
+    """``kubectl delete pod`` (or an eviction, a drain): the Job controller counts the pod
+    failed (BackoffLimitExceeded); the run's message says the pod was deleted outside
+    Flotilla, not only "BackoffLimitExceeded" (issue 39, seen on a real kube-apiserver)."""
+    backend = kube.make()
+    backend.dispatch(request(backend, "run-1", kube.long()))
+    kube.wait(backend, "run-1", lambda s: s.state is BackendRunState.RUNNING, "running")
+    assert kube.fake is not None
+    [pod] = [p for p in kube.fake.cluster.list("Pod")]
+    with kube.fake.cluster.lock:
+        kube.fake.cluster.delete_pod(pod, 1)
+    status = kube.wait_terminal(backend, "run-1")
+    assert status.state is BackendRunState.FAILED
+    assert "deleted outside Flotilla" in status.message, status.message

@@ -144,7 +144,7 @@ def run_status(
         replicas.append(
             ReplicaStatus(placement.task, placement.replica, node, state, code, engine_id=engine_id)
         )
-    failing = min(failures)[3:] if failures else None
+    failing = (*min(failures)[3:], min(failures)[0]) if failures else None
     reason = cancelled_reason or annotations.get(m.ANNOTATION_CANCEL_REASON)
     state, code, message = _overall(job, replicas, failing, reason, by_index)
     started_at = max(dispatched_at, min(started)) if started else None
@@ -204,7 +204,7 @@ def run_status(
 def _overall(
     job: Obj,
     replicas: Sequence[ReplicaStatus],
-    failing: tuple[str, int, str] | None,
+    failing: tuple[str, int, str, bool] | None,
     cancel_reason: str | None,
     by_index: Mapping[int, Obj],
 ) -> tuple[BackendRunState, int | None, str]:
@@ -221,12 +221,18 @@ def _overall(
             limit = job["metadata"].get("annotations", {}).get(m.ANNOTATION_MAX_RUNTIME)
             return BackendRunState.FAILED, None, f"exceeded max_runtime of {limit}s"
         if failing is not None:
-            label, code, why = failing
+            label, code, why, deleted = failing
             detail = f" ({why})" if why and why not in ("Error", "Completed") else ""
+            if deleted:  # stopped by a deletion this backend did not make
+                detail += f" when {DELETED_OUTSIDE}"
             return BackendRunState.FAILED, code, f"replica {label} exited with code {code}{detail}"
         if _pods_lag_behind(job, by_index):
             return BackendRunState.RUNNING, None, "ending: the Job failed"
-        return BackendRunState.FAILED, None, f"job failed: {failed.get('reason', '')}".rstrip(": ")
+        reason = failed.get("reason", "")
+        if reason == "BackoffLimitExceeded":
+            # No replica failed on its own: a pod went without an exit of its own.
+            return BackendRunState.FAILED, None, f"job failed: {reason}: {DELETED_OUTSIDE}"
+        return BackendRunState.FAILED, None, f"job failed: {reason}".rstrip(": ")
     if any(replica.state is BackendRunState.RUNNING for replica in replicas):
         return BackendRunState.RUNNING, None, ""
     if job.get("spec", {}).get("suspend"):
@@ -236,6 +242,13 @@ def _overall(
 
 
 _LIVE = (BackendRunState.PENDING, BackendRunState.RUNNING)
+
+DELETED_OUTSIDE = (
+    "its pod was deleted outside Flotilla (kubectl delete pod, an eviction, a node drain "
+    "or loss), which the Job counts as a failure"
+)
+"""Why a run failed whose pod went without Flotilla's cancel (Flotilla deletes the Job, and
+says why): a real kube-apiserver reports only ``BackoffLimitExceeded``."""
 
 
 def _pods_lag_behind(job: Obj, by_index: Mapping[int, Obj]) -> bool:
