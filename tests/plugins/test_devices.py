@@ -86,3 +86,20 @@ def test_explain_leaves_a_plain_gpu_shortage_to_resources_fit() -> None:
     f = gpu_fleet(8, gpus=4)
     request = filter_input(f.job("j0"), f.cluster())
     assert PLUGIN.explain(request, ~PLUGIN.filter(request)) is None
+
+
+def test_a_cluster_that_hands_out_whole_devices_takes_no_share_of_one() -> None:
+    """Kubernetes' device plugin hands out whole ``nvidia.com/gpu`` devices: a ``gpu: 0.5``
+    placed there was refused at dispatch and failed the job. Such a cluster
+    (``Cluster.whole_gpus``) is no candidate for a share; whole GPUs still go there."""
+    f = gpu_fleet(0.5, 1)
+    c = f.cluster()
+    c.whole_gpus = True
+    c.backend = "kubernetes"
+    half = filter_input(f.job("j0"), c)
+    assert rows(PLUGIN.filter(half)) == []
+    assert PLUGIN.explain(half, ~PLUGIN.filter(half)) == (
+        "gpu 0.5 is a share of a device, and this cluster's backend (kubernetes) hands out "
+        "whole devices only"
+    )
+    assert rows(PLUGIN.filter(filter_input(f.job("j1"), c))) == [0]

@@ -186,6 +186,31 @@ def test_with_no_cluster_reported_yet_nothing_is_refused(lifecycle_client: TestC
     submit(lifecycle_client, spec("huge", tasks=[task(cpu=10_000, gpu=64)]))
 
 
+def test_a_share_of_a_gpu_only_whole_device_clusters_could_hold_is_refused_at_submit(
+    lifecycle_client: TestClient, any_store: SqlStore
+) -> None:
+    """Kubernetes hands out whole nvidia.com/gpu devices: a `gpu: 0.5` job that only a
+    Kubernetes cluster could hold was accepted and then failed at dispatch (issue 39); it
+    is refused at submit, naming the field and the clusters. With a cluster that shares
+    devices beside it, it is taken (and placed there)."""
+    kube = {
+        **cluster("kube", nodes(2, cpu=8, gpu=4), labels={"engine": "kube"}),
+        "backend": "kubernetes",
+    }
+    any_store.upsert_cluster(ClusterSpec.model_validate(kube))
+    half = {"tasks": [task(cpu=1, gpu=0.5)]}
+    problems = refused(lifecycle_client, spec("half", **half), 422)
+    assert problems == [
+        "tasks[0].resources.gpu: 0.5 is a share of a device, and every cluster it may run on "
+        "with GPUs hands out whole devices only: kube (kubernetes). Ask for whole GPUs, or "
+        "require a cluster whose backend shares them"
+    ]
+    submit(lifecycle_client, spec("whole", tasks=[task(cpu=1, gpu=1)]))
+    box = {**cluster("box", nodes(1, cpu=8, gpu=2), labels={"engine": "local"}), "backend": "local"}
+    any_store.upsert_cluster(ClusterSpec.model_validate(box))
+    submit(lifecycle_client, spec("half", **half))
+
+
 def test_a_non_strict_gang_that_could_never_grow_on_the_fleet_is_refused(
     lifecycle_client: TestClient, any_store: SqlStore
 ) -> None:

@@ -66,6 +66,24 @@ def backend_factory(name: str) -> Callable[..., Backend]:
 
 
 @functools.cache
+def backend_shares_gpus(name: str) -> bool:
+    """Whether the backend registered as ``name`` can run a share of a GPU device (``gpu:
+    0.5``), known without making one: a factory class (or a function annotated to return
+    one) whose ``shares_gpu_devices`` is false cannot (Kubernetes hands out whole
+    ``nvidia.com/gpu`` devices). An unknown or unimportable backend is taken to share."""
+    try:
+        factory: Any = backend_factory(name)
+    except (UnknownBackend, ImportError):
+        return True
+    made = factory
+    if not isinstance(factory, type):
+        try:
+            made = typing.get_type_hints(factory).get("return")
+        except (NameError, TypeError):
+            return True
+    return bool(getattr(made, "shares_gpu_devices", True))
+
+
 def backend_can_grow(name: str) -> bool:
     """Whether the backend registered as ``name`` can add replicas to a running run
     (``ReplicaGrowth``), known without making one: its factory is the class, or a function
@@ -120,5 +138,6 @@ __all__ = [
     "available_backends",
     "backend_can_grow",
     "backend_factory",
+    "backend_shares_gpus",
     "load_backend",
 ]

@@ -31,6 +31,9 @@ class Cluster:
     grows: bool = True
     """Whether its backend can add replicas to a running run: the engine grows a non-strict
     gang that started here only if it can (the simulator's clusters all can)."""
+    whole_gpus: bool = False
+    """Whether its backend hands out whole GPU devices only (Kubernetes' ``nvidia.com/gpu``):
+    a task asking for a share of one cannot go there (``plugins/devices.py``)."""
     gpu_sharing: GpuSharing = GpuSharing.SHARED
     """How fractions of different jobs may share a device (``plugins/devices.py``)."""
     topology: tuple[str, ...] = ()
@@ -55,6 +58,7 @@ class Cluster:
             state=self.state,
             backend=self.backend,
             grows=self.grows,
+            whole_gpus=self.whole_gpus,
             gpu_sharing=self.gpu_sharing,
             topology=self.topology,
         )

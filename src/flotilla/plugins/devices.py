@@ -68,6 +68,11 @@ _NOTHING_RESERVED = ReserveResult()
 """What a task without GPUs reserves (one shared, immutable result)."""
 
 
+def _is_share(gpu: float) -> bool:
+    """A request for part of a device (0.5, 1.5), not whole devices."""
+    return abs(gpu - round(gpu)) > EPSILON
+
+
 class GpuDevices:
     name = "gpu-devices"
     # Row-local: a node's verdict reads only its own devices and their topology.
@@ -78,6 +83,8 @@ class GpuDevices:
         if gpu <= 0:
             return nodes.everywhere
         rows = request.rows
+        if request.cluster.whole_gpus and _is_share(gpu):
+            return np.zeros(len(nodes) if rows is None else len(rows), dtype=bool)
         share = device_share(request.task, request.cluster.gpu_sharing)
         if rows is None:
             usable = _usable_devices(
@@ -112,6 +119,8 @@ class GpuDevices:
         gpu = request.task.gpu
         if gpu <= 0:
             return None
+        if request.cluster.whole_gpus and _is_share(gpu):
+            return lambda _row: False
         nodes = request.cluster.nodes
         memory = request.task.gpu_memory
         need_share = device_share(request.task, request.cluster.gpu_sharing)
@@ -151,6 +160,11 @@ class GpuDevices:
     def explain(self, request: FilterInput, rejected: Mask) -> str | None:
         nodes = request.cluster.nodes
         gpu = request.task.gpu
+        if request.cluster.whole_gpus and _is_share(gpu):
+            return (
+                f"gpu {gpu:g} is a share of a device, and this cluster's backend "
+                f"({request.cluster.backend}) hands out whole devices only"
+            )
         # Nodes short of GPUs in total are explained by resources-fit; say what is left:
         # enough GPU overall but not on suitable devices (fragmentation or topology).
         enough = (

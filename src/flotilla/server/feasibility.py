@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flotilla.backends import available_backends, backend_can_grow
+from flotilla.backends import available_backends, backend_can_grow, backend_shares_gpus
 from flotilla.lifecycle import gangs
 from flotilla.model import GangMode, JobSpec, TaskSpec, format_quantity
 from flotilla.model.cluster import SIMULATED_LABEL
@@ -213,6 +213,36 @@ def _unfit_on(spec: JobSpec, candidates: Sequence[ClusterShape]) -> list[str]:
             "cluster of the fleet can hold them all even when empty"
         ]
     return []
+
+
+def whole_gpu_problems(spec: JobSpec, records: Sequence[ClusterRecord]) -> list[str]:
+    """Why a task asking for a share of a GPU (``gpu: 0.5``) could never run here: every
+    cluster it may go to (its ``affinity.clusters.required``) that has GPUs runs a backend
+    that hands out whole devices only (Kubernetes). Empty otherwise, or for a fleet with no
+    GPU cluster yet (the fit check speaks then)."""
+    shares = [
+        (index, task.resources.get("gpu", 0.0))
+        for index, task in enumerate(spec.tasks)
+        if abs(task.resources.get("gpu", 0.0) - round(task.resources.get("gpu", 0.0))) > EPSILON
+    ]
+    if not shares or not records:
+        return []
+    wanted = spec.affinity.clusters.required
+    with_gpus = [
+        record
+        for record in records
+        if _has(record.labels, wanted)
+        and any(group.get("gpus") for group in record.spec.get("nodes") or ())
+    ]
+    if not with_gpus or any(backend_shares_gpus(record.backend) for record in with_gpus):
+        return []
+    engines = ", ".join(f"{record.name} ({record.backend})" for record in with_gpus)
+    return [
+        f"tasks[{index}].resources.gpu: {gpu:g} is a share of a device, and every cluster it "
+        f"may run on with GPUs hands out whole devices only: {engines}. Ask for whole GPUs, "
+        "or require a cluster whose backend shares them"
+        for index, gpu in shares
+    ]
 
 
 def growth_problems(spec: JobSpec, records: Sequence[ClusterRecord]) -> list[str]:

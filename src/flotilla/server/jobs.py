@@ -41,7 +41,12 @@ from flotilla.server.context import (
     require_read,
 )
 from flotilla.server.errors import ApiError
-from flotilla.server.feasibility import fleet_shapes, growth_problems, unfit_problems
+from flotilla.server.feasibility import (
+    fleet_shapes,
+    growth_problems,
+    unfit_problems,
+    whole_gpu_problems,
+)
 from flotilla.server.requests_first import is_bulk
 from flotilla.server.whatif import start_estimate, start_unknown
 from flotilla.server.working_dirs import check_working_dirs
@@ -149,6 +154,23 @@ def _check_growth(context: ServerContext, specs: list[JobSpec], prefixes: list[s
         )
 
 
+def _check_gpu_shares(context: ServerContext, specs: list[JobSpec], prefixes: list[str]) -> None:
+    """422 for a share of a GPU that only whole-device clusters could hold
+    (``whole_gpu_problems``): it would be refused at dispatch, or wait for ever."""
+    if not any(task.resources.get("gpu", 0.0) % 1 > 0 for spec in specs for task in spec.tasks):
+        return
+    records = context.store.list_clusters()
+    problems = [
+        f"{prefix + '.' if prefix else ''}{line}"
+        for spec, prefix in zip(specs, prefixes, strict=True)
+        for line in whole_gpu_problems(spec, records)
+    ]
+    if problems:
+        raise ApiError(
+            422, "a share of a GPU could never run on this fleet; nothing was submitted", problems
+        )
+
+
 def _check_dependency_access(
     context: ServerContext, user: User, specs: list[JobSpec], prefixes: list[str]
 ) -> None:
@@ -225,6 +247,7 @@ async def submit_jobs(request: Request, context: Context, user: Caller) -> Submi
     await run_in_threadpool(_check_dependency_access, context, user, specs, prefixes)
     await run_in_threadpool(_check_fit, context, specs, prefixes, pace)
     await run_in_threadpool(_check_growth, context, specs, prefixes)
+    await run_in_threadpool(_check_gpu_shares, context, specs, prefixes)
     owner = None if user is ANONYMOUS else user.name  # a token's name, the local token's user
     with tracer().start_as_current_span("flotilla.submit") as span:
         ids = await run_in_threadpool(context.store.submit_jobs, specs, owner=owner, pace=pace)

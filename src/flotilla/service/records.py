@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from flotilla.backends import backend_can_grow
+from flotilla.backends import backend_can_grow, backend_shares_gpus
 from flotilla.framework.clusters import Cluster, ClusterState
 from flotilla.framework.fleet import build_cluster, resource_space_for
 from flotilla.framework.jobs import SchedulingJob, ShapeInterner, build_job
@@ -27,6 +27,7 @@ def cluster_from_record(record: ClusterRecord, order: int, space: ResourceSpace)
     cluster = build_cluster(spec, order, space)
     cluster.state = ClusterState(record.state) if record.state in _STATES else ClusterState.READY
     cluster.grows = backend_can_grow(record.backend)
+    cluster.whole_gpus = not backend_shares_gpus(record.backend)
     return cluster
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from flotilla.backends.common import ChangeLog, any_payload_of, check_request, pick_replica
 from flotilla.backends.interface import (
@@ -69,6 +69,8 @@ class KubernetesBackend:
     """One Kubernetes cluster (one namespace of it). See the module docstring."""
 
     name = "kubernetes"
+    shares_gpu_devices: ClassVar[bool] = False
+    """The device plugin hands out whole ``nvidia.com/gpu`` devices: no ``gpu: 0.5``."""
 
     def __init__(
         self,
