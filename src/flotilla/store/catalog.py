@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from flotilla.model import ClusterSpec, NodeGroup, QueueSpec, QuotaSpec
@@ -210,12 +210,20 @@ def set_cluster_state(
     return row
 
 
+NODE_HEARTBEAT_EVERY = timedelta(seconds=60)
+"""A node row's ``heartbeat_at`` is rewritten at most this often; its cluster's, at every
+heartbeat. A node's heartbeat is only shown (a cluster's decides its health), and rewriting
+5,000 node rows every cycle made 1.5M updates and a 247 MB table of dead rows on PostgreSQL
+(issue 40)."""
+
+
 def heartbeat(
     session: Session, cluster: str, nodes: Sequence[str] | None, now: datetime
 ) -> Cluster:
     row = get_cluster(session, cluster)
     row.heartbeat_at = now
-    statement = update(Node).where(Node.cluster == cluster).values(heartbeat_at=now)
+    stale = or_(Node.heartbeat_at.is_(None), Node.heartbeat_at <= now - NODE_HEARTBEAT_EVERY)
+    statement = update(Node).where(Node.cluster == cluster, stale).values(heartbeat_at=now)
     if nodes is not None:
         statement = statement.where(Node.name.in_(list(nodes)))
     session.execute(statement)
