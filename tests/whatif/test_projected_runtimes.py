@@ -139,7 +139,8 @@ def test_a_running_job_from_history_is_expected_to_end_as_the_estimate_says(
 @pytest.mark.parametrize(
     ("ran", "left"),
     [
-        (400, 200),  # its max_runtime (600 s, which wins over train's history) less 400
+        (400, 100),  # past all its newest runs: a quarter more (500 s), within its limit
+        (550, 50),  # a quarter more would pass its max_runtime (600 s): the limit bounds it
         (700, 1),  # past its max_runtime: it ends soon, at least a second from now
     ],
 )

@@ -1,4 +1,4 @@
-"""How long a job will run: its own ``max_runtime``, else quantiles of alike past runs.
+"""How long a job will run: quantiles of alike past runs, bounded by its ``max_runtime``.
 
 Users' own runtime estimates are known to be poor (mostly generous limits, Tsafrir, Etsion and
 Feitelson 2007); what predicts a job best is the recent runs of the same user's same job. So
@@ -25,7 +25,9 @@ RECENT_RUNS = 50
 
 class EstimatorMethod(StrEnum):
     AUTO = "auto"
-    """The job's ``max_runtime`` if it has one, else its history."""
+    """Its history first, never past its ``max_runtime`` (the limit bounds a run; users
+    over-ask, so the limit alone over-estimates about threefold: docs/performance.md,
+    What-if), and its ``max_runtime`` when it has no history."""
     MAX_RUNTIME = "max_runtime"
     """The job's ``max_runtime`` only; without one, no estimate."""
     HISTORY = "history"
@@ -76,10 +78,18 @@ class RuntimeHistory:
         own = _own(job)
         if method is EstimatorMethod.MAX_RUNTIME:
             return own
-        if method is EstimatorMethod.AUTO and own.source is RuntimeSource.MAX_RUNTIME:
-            return own
         learned = self._from_history(job)
-        return learned if learned is not None else own
+        if learned is None:
+            return own
+        limit = job.max_runtime
+        if method is EstimatorMethod.AUTO and limit is not None and learned.seconds is not None:
+            if learned.seconds > limit:
+                return RuntimeEstimate(
+                    seconds=limit,
+                    source=RuntimeSource.MAX_RUNTIME,
+                    basis=f"its max_runtime, under the {learned.basis}",
+                )
+        return learned
 
     def _from_history(self, job: EstimateInput) -> RuntimeEstimate | None:
         for key, words in zip(_keys(job.queue, job.owner, job.name), _WORDS, strict=True):
