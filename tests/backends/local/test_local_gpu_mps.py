@@ -13,7 +13,7 @@ import pytest
 from flotilla.backends import BackendRunState, DispatchRequest, ReplicaPlacement
 from flotilla.backends.interface import Backend
 from flotilla.backends.local.gpu_inventory import GPU_ENV
-from tests.backends.gpu_recordings import recorded
+from tests.backends.fake_nvml import install
 from tests.backends.support import LocalHarness, node_of, read_all
 
 GIB = 2**30
@@ -46,6 +46,7 @@ def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MPS_RECORD", str(record))
     monkeypatch.delenv(GPU_ENV, raising=False)
+    install(monkeypatch, "h200-1")
     return record
 
 
@@ -65,7 +66,7 @@ def gpu_job(backend: Backend, run_id: str, resources: dict[str, float]) -> Dispa
 
 
 def test_jobs_run_as_mps_clients_limited_to_their_share(local: LocalHarness, control: Path) -> None:
-    backend = local.make(gpu_sharing="mps", gpu_source=recorded("h200-1"))
+    backend = local.make(gpu_sharing="mps")
     pipe = local.state_dir / "mps" / "pipe"
     started = control.read_text()
     assert "args: -d" in started
@@ -92,9 +93,9 @@ def test_jobs_run_as_mps_clients_limited_to_their_share(local: LocalHarness, con
 
 
 def test_a_running_daemon_is_kept_and_not_started_twice(local: LocalHarness, control: Path) -> None:
-    first = local.make(gpu_sharing="mps", gpu_source=recorded("h200-1"), stop_runs_on_close=False)
+    first = local.make(gpu_sharing="mps", stop_runs_on_close=False)
     first.close()
-    second = local.make(gpu_sharing="mps", gpu_source=recorded("h200-1"))
+    second = local.make(gpu_sharing="mps")
     assert control.read_text().count("args: -d") == 1
     assert "already" in second.gpu_notice  # type: ignore[attr-defined]
 
@@ -103,6 +104,7 @@ def test_mps_without_the_control_command_is_refused_naming_the_setting(
     local: LocalHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(GPU_ENV, raising=False)
+    install(monkeypatch, "h200-1")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ValueError, match=r"gpu_sharing: .*nvidia-cuda-mps-control is not on PATH"):
-        local.make(gpu_sharing="mps", gpu_source=recorded("h200-1"))
+        local.make(gpu_sharing="mps")
