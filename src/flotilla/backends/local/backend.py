@@ -77,7 +77,7 @@ from flotilla.backends.local.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.local.environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local.gpu_inventory import discover_gpus, visible_devices, with_gpus
 from flotilla.backends.local.gpu_sampler import GpuSampler
-from flotilla.backends.local.gpu_sources import GpuSource, GpuUnavailable
+from flotilla.backends.local.gpu_sources import GpuDevice, GpuSource, GpuUnavailable
 from flotilla.backends.local.identity import (
     IdentityPool,
     fixed_identity,
@@ -253,15 +253,21 @@ class LocalBackend:
                 f"gpu_sharing: expected one of {known}, got {self.gpu_sharing!r}"
             ) from None
         self._gpu_monitor = sharing is GpuSharing.MONITOR
-        self._mps: gpu_mps.MpsDaemon | None = None
-        self._device_memory: dict[int, int] = {}
+        self._mps: gpu_mps.MpsDaemons | None = None
         if sharing is GpuSharing.MPS and discovery.inventory is not None:
             inventory = discovery.inventory
             memory = int(inventory.memory or 0)
-            self._device_memory = {index: memory for index in range(inventory.count)}
-            self._mps = gpu_mps.MpsDaemon(self.state_dir / "mps")
+            devices = discovery.devices or tuple(  # told a count: CUDA's indices
+                GpuDevice(index, "GPU", str(index), memory, 0, "", None)
+                for index in range(inventory.count)
+            )
+            self._mps = gpu_mps.MpsDaemons(
+                gpu_mps.mps_base(self.state_dir),
+                devices,
+                {device.index: device.memory_total for device in devices},
+            )
             try:
-                self.gpu_notice += "; " + self._mps.start(inventory.count)
+                self.gpu_notice += "; " + self._mps.check()
             except GpuUnavailable as error:
                 raise ValueError(f"gpu_sharing: {error}") from None
         self._lock = threading.RLock()
@@ -488,18 +494,24 @@ class LocalBackend:
             gate=gate,
             guard=contextlib.nullcontext() if guard is None else guard,
             decide=decide,
-            device_env=self._device_env(request),
+            device_env=self._device_env(run, request),
         )
 
-    def _device_env(self, request: DispatchRequest) -> Callable[[ReplicaPlacement], dict[str, str]]:
-        """A replica's GPU variables, set after the job's: its devices by UUID, and its MPS
-        client settings under ``gpu_sharing: mps``."""
-        devices, daemon = self._gpu_devices, self._mps
+    def _device_env(
+        self, run: Run, request: DispatchRequest
+    ) -> Callable[[ReplicaPlacement], dict[str, str]]:
+        """A replica's GPU variables, set after the job's: its devices by UUID, and under
+        ``gpu_sharing: mps`` its daemon's (started for the run's account with its share's
+        limits first; ``GpuUnavailable`` when it cannot be: the replica is not started)."""
+        devices, daemons = self._gpu_devices, self._mps
+        identity = run.identity
+        uid = os.getuid() if identity is None else identity.uid
+        gid = os.getgid() if identity is None else identity.gid
 
         def env(placement: ReplicaPlacement) -> dict[str, str]:
             found = visible_devices(devices, placement.gpu_ids)
-            if daemon is not None:
-                found.update(gpu_mps.client_env(daemon, request, placement, self._device_memory))
+            if daemons is not None:
+                found.update(daemons.client_env(request, placement, uid, gid))
             return found
 
         return env
@@ -573,7 +585,7 @@ class LocalBackend:
                     self._save_soon(run)
         self._sync_records()
         if self.stop_runs_on_close and self._mps is not None:
-            self._mps.stop()  # its clients are gone; runs left running keep it
+            self._mps.stop_all()  # their clients are gone; runs left running keep them
 
     @property
     def isolation_notice(self) -> str | None:
@@ -674,6 +686,9 @@ class LocalBackend:
                 self._refresh_all()
                 self._reap_supervisors()
                 self._finish_sweeps()
+                active = [run_id for run_id, run in self._runs.items() if not run.state.terminal]
+            if self._mps is not None:
+                self._mps.retire(active)  # daemons whose runs all ended quit
             self._sync_records()
             self._trees.sweep()  # ended runs' cgroups, outside the lock
 
