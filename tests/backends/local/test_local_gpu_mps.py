@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from flotilla.backends.interface import Backend
 from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.backends.local.gpu_mps import mps_base
 from tests.backends.fake_nvml import H200_UUID, install
+from tests.backends.local.test_local_identities import uids_in_range
+from tests.backends.local.test_local_isolation import needs_root
 from tests.backends.support import LocalHarness, node_of, read_all
 from tests.timing import wait_until
 
@@ -69,13 +72,18 @@ SHOW = (
 @pytest.fixture
 def control(local: LocalHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fake control command first on PATH, on the fake NVML's H200; returns the file it
-    records into. Ends the daemons it started and removes the daemons' directories."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    records into (both under /var/tmp, where a run's own uid reaches them). Ends the daemons
+    it started and removes the daemons' directories."""
+    shared = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="flotilla-test-mps-"))
+    shared.chmod(0o755)
+    bin_dir = shared / "bin"
+    bin_dir.mkdir(mode=0o755)
     script = bin_dir / "nvidia-cuda-mps-control"
     script.write_text(FAKE_CONTROL)
     script.chmod(0o755)
-    record = tmp_path / "mps-record"
+    record = shared / "mps-record"
+    record.touch()
+    record.chmod(0o666)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MPS_RECORD", str(record))
     monkeypatch.delenv(GPU_ENV, raising=False)
@@ -87,6 +95,7 @@ def control(local: LocalHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             with contextlib.suppress(OSError):
                 os.kill(int(line.split()[1]), signal.SIGKILL)
     shutil.rmtree(mps_base(local.state_dir), ignore_errors=True)
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 def gpu_job(
@@ -110,7 +119,7 @@ def test_jobs_run_as_clients_of_a_daemon_of_their_share_with_its_limits_set_on_t
     local: LocalHarness, control: Path
 ) -> None:
     backend = local.make(gpu_sharing="mps")
-    assert "args: -d" not in (control.read_text() if control.exists() else "")  # none yet
+    assert "args: -d" not in control.read_text()  # none yet
     base = mps_base(local.state_dir)
     account = base / str(os.getuid())
 
@@ -199,3 +208,27 @@ def test_mps_without_the_control_command_is_refused_naming_the_setting(
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ValueError, match=r"gpu_sharing: .*nvidia-cuda-mps-control is not on PATH"):
         local.make(gpu_sharing="mps")
+
+
+def test_a_runs_daemon_is_its_own_uids_and_reachable_by_it_alone(
+    local: LocalHarness, control: Path
+) -> None:
+    """As root with a uid per run: the daemon runs as the run's uid, in a directory that uid
+    owns (0700, under a 0711 base), and the job, as that uid, reaches its pipe."""
+    needs_root()
+    uid_range = uids_in_range(56000, 2)
+    backend = local.make(gpu_sharing="mps", working_dir=None, uid_range=uid_range)
+    command = (
+        '[ -w "$CUDA_MPS_PIPE_DIRECTORY" ] && [ -e "$CUDA_MPS_PIPE_DIRECTORY/fake-daemon.pid" ]'
+        " && echo reachable; id -u"
+    )
+    backend.dispatch(gpu_job(backend, "quarter", {"cpu": 0.1, "gpu": 0.25}, command=command))
+    assert local.wait_terminal(backend, "quarter").state is BackendRunState.SUCCEEDED
+    reachable, uid = read_all(backend, "quarter").split()
+    assert reachable == "reachable"
+    assert int(uid) in range(int(uid_range.split("-")[0]), int(uid_range.split("-")[1]) + 1)
+    started = control.read_text().split("args: -d")[1]
+    assert f"uid: {uid}" in started.splitlines()[4]
+    account = mps_base(local.state_dir) / uid
+    assert account.stat().st_uid == int(uid)
+    assert stat.S_IMODE(account.stat().st_mode) == 0o700

@@ -140,7 +140,7 @@ class MpsDaemon:
         Raises ``GpuUnavailable`` saying why it is not up with them."""
         if self.answers():
             return
-        for directory in (self.pipe, self.log):
+        for directory in (self.directory, self.pipe, self.log):  # the account's, each
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             if os.geteuid() == 0:
                 os.chown(directory, self.share.uid, self.share.gid)
