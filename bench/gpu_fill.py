@@ -22,6 +22,9 @@ the node choice differs:
 - ``fgd``: FGD as published, over the whole trace's task types (``bench/fgd.py``).
 
 ``python3 -m uv run python -m bench.gpu_fill [--seed N] [--nodes N]`` reproduces the table.
+``--trace openb`` fills instead a fleet and a trace shaped like Alibaba's public GPU-sharing
+trace (``bench/openb_shape.py``: 8,152 pods on 1,523 nodes with 6,212 GPUs, 24 GPU amounts
+of which 20 fractional; ``--nodes`` does not apply).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import openb_shape
 from bench.fgd import FgdScore, workload_types
 from bench.generators import GI
 from flotilla.framework.clusters import Cluster
@@ -94,6 +98,57 @@ def fleet(nodes: int, cpu_node_memory: float | None = None) -> tuple[ResourceSpa
     order = np.random.default_rng(0).permutation(len(infos)).tolist()
     table = NodeTable(space, [infos[i] for i in order])
     return space, Cluster(name="c1", order=0, labels={}, cost={}, nodes=table)
+
+
+def openb_fleet() -> tuple[ResourceSpace, Cluster]:
+    """The nodes of ``openb_shape``, interleaved as ``fleet``'s are."""
+    space = ResourceSpace(["cpu", "memory", "gpu"])
+    infos = [
+        NodeInfo(
+            name=f"{name}-{index}",
+            capacity={"cpu": cpu, "memory": memory * GI, "gpu": float(gpus)},
+            labels={"pool": name},
+            taints=(),
+            gpu_count=gpus,
+        )
+        for name, cpu, memory, gpus, count in openb_shape.NODES
+        for index in range(count)
+    ]
+    order = np.random.default_rng(0).permutation(len(infos)).tolist()
+    table = NodeTable(space, [infos[i] for i in order])
+    return space, Cluster(name="c1", order=0, labels={}, cost={}, nodes=table)
+
+
+def _pod(
+    space: ResourceSpace, resources: dict[str, float], name: str, sequence: int
+) -> SchedulingJob:
+    spec = JobSpec.model_validate(
+        {
+            "name": name,
+            "queue": "q",
+            "tasks": [{"name": "main", "replicas": 1, "resources": resources}],
+        }
+    )
+    return build_job(
+        spec,
+        name=f"p{sequence}",
+        space=space,
+        sequence=sequence,
+        submit_time=float(sequence),
+        priority=0,
+        preemptible=False,
+    )
+
+
+def openb_pods(space: ResourceSpace, seed: int) -> list[SchedulingJob]:
+    """The pods of ``openb_shape.trace(seed)``, in its order."""
+    jobs = []
+    for pod in openb_shape.trace(seed):
+        resources = {"cpu": pod.cpu, "memory": pod.memory}
+        if pod.gpu:
+            resources["gpu"] = pod.gpu
+        jobs.append(_pod(space, resources, f"gpu-{pod.gpu:g}", len(jobs)))
+    return jobs
 
 
 def pods(space: ResourceSpace, gpu_capacity: float, seed: int) -> list[SchedulingJob]:
@@ -202,12 +257,21 @@ class FillResult:
     """Wall time of the scheduling rounds per placed pod (µs; a loaded machine moves it)."""
 
 
-def fill(profile: str, nodes: int, seed: int, cpu_node_memory: float | None = None) -> FillResult:
-    space, cluster = fleet(nodes, cpu_node_memory)
+def fill(
+    profile: str,
+    nodes: int,
+    seed: int,
+    cpu_node_memory: float | None = None,
+    trace: str = "synthetic",
+) -> FillResult:
+    if trace == "openb":
+        space, cluster = openb_fleet()
+    else:
+        space, cluster = fleet(nodes, cpu_node_memory)
     table = cluster.nodes
     gpu = space.index["gpu"]
     capacity = float(table.capacity[:, gpu].sum())
-    jobs = pods(space, capacity, seed)
+    jobs = openb_pods(space, seed) if trace == "openb" else pods(space, capacity, seed)
     algorithm = SchedulingAlgorithm(
         SchedulingConfig(), framework=framework_for(profile, jobs, space)
     )
@@ -258,11 +322,19 @@ def fill(profile: str, nodes: int, seed: int, cpu_node_memory: float | None = No
 
 
 def run_fill(
-    nodes: int = 1_000, seeds: Sequence[int] = (1,), cpu_node_memory: float | None = None
+    nodes: int = 1_000,
+    seeds: Sequence[int] = (1,),
+    cpu_node_memory: float | None = None,
+    trace: str = "synthetic",
+    profiles: Sequence[str] = PROFILES,
 ) -> dict[str, Any]:
-    rows = [fill(profile, nodes, seed, cpu_node_memory) for seed in seeds for profile in PROFILES]
+    rows = [
+        fill(profile, nodes, seed, cpu_node_memory, trace) for seed in seeds for profile in profiles
+    ]
     return {
         "kind": "gpu-fill",
+        "trace": trace,
+        "profiles": list(profiles),
         "nodes": nodes,
         "cpu_node_memory_gi": cpu_node_memory,
         "seeds": list(seeds),
@@ -276,14 +348,19 @@ def render(results: dict[str, Any]) -> str:
         "| vs first-fit at the end | allocated at the end | pods placed | µs per placed pod |",
         "|---|---|---:|---:|---:|---:|---|---:|",
     ]
-    per_seed = len(PROFILES)
+    per_seed = len(results.get("profiles", PROFILES))
     rows = results["rows"]
     for index, row in enumerate(rows):
         seed = results["seeds"][index // per_seed]
         first_fit = next(
-            other["unallocated_end"]
-            for other in rows[(index // per_seed) * per_seed : (index // per_seed + 1) * per_seed]
-            if other["profile"] == "first-fit"
+            (
+                other["unallocated_end"]
+                for other in rows[
+                    (index // per_seed) * per_seed : (index // per_seed + 1) * per_seed
+                ]
+                if other["profile"] == "first-fit"
+            ),
+            0.0,
         )
         versus = f"{row['unallocated_end'] / first_fit - 1:+.0%}" if first_fit else "-"
         lines.append(
@@ -301,10 +378,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-node-memory", type=float, help="GiB per CPU-only node (default 512: 8 GiB/CPU)"
     )
+    parser.add_argument("--trace", choices=("synthetic", "openb"), default="synthetic")
+    parser.add_argument(
+        "--profile", action="append", choices=PROFILES, help="repeatable (default: all)"
+    )
     args = parser.parse_args(argv)
-    results = run_fill(args.nodes, args.seed or [1], args.cpu_node_memory)
+    results = run_fill(
+        args.nodes, args.seed or [1], args.cpu_node_memory, args.trace, args.profile or PROFILES
+    )
     print(render(results))
     options = " ".join(f"--seed {seed}" for seed in args.seed or [1])
+    if args.trace != "synthetic":
+        options += f" --trace {args.trace}"
+    for profile in args.profile or ():
+        options += f" --profile {profile}"
     if args.cpu_node_memory is not None:
         options += f" --cpu-node-memory {args.cpu_node_memory:g}"
     print(f"\nReproduce: python3 -m uv run python -m bench.gpu_fill --nodes {args.nodes} {options}")

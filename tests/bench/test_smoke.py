@@ -165,3 +165,18 @@ def test_decision_cost_with_callgrind_outside_valgrind_fails_with_a_clear_messag
     )
     assert done.returncode != 0
     assert "callgrind" in done.stderr
+
+
+def test_the_openb_shaped_trace_has_the_public_traces_shape() -> None:
+    """8,152 pods on 1,523 nodes with 6,212 GPUs, 24 GPU amounts of which 20 fractional, and
+    GPU demand about the fleet's (bench/openb_shape.py)."""
+    from bench import openb_shape
+
+    pods = openb_shape.trace(1)
+    assert len(pods) == 8_152
+    assert sum(count for *_, count in openb_shape.NODES) == 1_523
+    gpus = sum(gpus * count for *_, gpus, count in openb_shape.NODES)
+    assert gpus == 6_212
+    assert openb_shape.gpu_amounts(pods) == (24, 20)
+    assert 0.95 * gpus <= sum(pod.gpu for pod in pods) <= 1.1 * gpus
+    assert len({(pod.gpu, pod.cpu, pod.memory) for pod in pods}) >= 100  # joint task types

@@ -13,16 +13,15 @@ from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.cli.main import app
 from flotilla.service.records import cluster_spec_from_inventory
 from flotilla.store import SqlStore
-from tests.backends.gpu_recordings import recorded
+from tests.backends.fake_nvml import install
 
 
 def test_clusters_nodes_shows_the_discovered_gpus(
     servers: list[str], store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(GPU_ENV, raising=False)
-    backend = LocalBackend(
-        state_dir=tmp_path / "local", node_name="dgx", gpu_source=recorded("a100-8-nvlink")
-    )
+    install(monkeypatch, "a100-8-nvlink")
+    backend = LocalBackend(state_dir=tmp_path / "local", node_name="dgx")
     try:
         nodes = backend.inventory().nodes
     finally:

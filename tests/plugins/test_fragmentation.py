@@ -12,6 +12,7 @@ from flotilla.framework.nodes import GpuAllocation
 from flotilla.framework.registry import Framework
 from flotilla.plugins.fit import BinPackScore
 from flotilla.plugins.fragmentation import (
+    MIX_TYPES,
     GpuFragmentationScore,
     Mix,
     MixType,
@@ -209,3 +210,21 @@ def test_the_gpu_packing_profile_is_row_local_and_uses_the_score() -> None:
     names = [plugin.name for plugin in framework.scores]
     assert "gpu-fragmentation" in names and "binpack" not in names
     assert framework.row_local
+
+
+def test_every_whole_gpu_amount_stays_in_the_mix_however_rare() -> None:
+    """Issue 38: the mix kept the 8 most frequent GPU amounts, so on a trace of many fractions
+    a rare 8-GPU request fell out of it and breaking a free 8-GPU node looked free. Fractions
+    are still cut to the ``MIX_TYPES`` most frequent; whole amounts (one computation for all
+    of them) are all kept."""
+    fractions = [round((step + 1) / (MIX_TYPES + 2), 3) for step in range(MIX_TYPES + 1)]
+    jobs = [job(f"f{i}", cpu=1, gpu=amount) for i, amount in enumerate(fractions)]
+    jobs.append(job("eight", cpu=64, gpu=8))
+    f = fleet(scenario(clusters=[cluster("c", node("n", cpu=8))], jobs=jobs))
+    space = f.cluster().nodes.space
+    sample = [f.job(f"f{i}") for i in range(len(fractions)) for _ in range(1 + i % 2)]
+    sample.append(f.job("eight"))
+    mix = mix_of(sample, space.index["cpu"], space.index.get("memory"))
+    amounts = [kind.gpu_milli for kind in mix.types]
+    assert 8000 in amounts
+    assert len([amount for amount in amounts if amount < 1000]) == MIX_TYPES

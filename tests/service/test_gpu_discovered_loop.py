@@ -1,5 +1,5 @@
-"""A ``gpu_memory`` job runs on a local node whose GPU was discovered (a recorded H200): the
-scheduler places it on the device, and the process sees that device only."""
+"""A ``gpu_memory`` job runs on a local node whose GPU was discovered (the fake NVML's H200):
+the scheduler places it on the device, and the process sees that device only, by its UUID."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from flotilla.backends.local.backend import LocalBackend
 from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
-from tests.backends.gpu_recordings import recorded
+from tests.backends.fake_nvml import H200_UUID, install
 from tests.service_builders import loop_over
 from tests.timing import wait_until
 
@@ -23,13 +23,13 @@ def test_a_gpu_memory_share_runs_on_the_discovered_device(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(GPU_ENV, raising=False)
+    install(monkeypatch, "h200-1")
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
     backend = LocalBackend(
         cluster="local",
         state_dir=tmp_path / "runs",
         grace_period=1.0,
         stop_runs_on_close=True,
-        gpu_source=recorded("h200-1"),
     )
     loop = loop_over(store, {"local": backend}, cycle_interval=0.05, replica="gpu")
     try:
@@ -51,7 +51,7 @@ def test_a_gpu_memory_share_runs_on_the_discovered_device(
             0.05,
             loop.cycle,
         )
-        assert loop.logs(job, LogsRequest(run_id="")).data == b"[0]\n"
+        assert loop.logs(job, LogsRequest(run_id="")).data == f"[{H200_UUID}]\n".encode()
     finally:
         loop.close()
         backend.close()

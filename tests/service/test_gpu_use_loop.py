@@ -1,5 +1,5 @@
 """Through the scheduler loop and the store: a job's GPU use, sampled by the local backend
-from a recorded H200 whose one process (60 GiB, 97 % busy) is reported as the job's own,
+from the fake NVML's H200 whose one process (60 GiB, 97 % busy) is reported as the job's own,
 is kept with its run; with ``gpu_sharing: monitor`` a job over its share fails with the
 reason."""
 
@@ -13,7 +13,7 @@ from flotilla.backends.local.backend import LocalBackend
 from flotilla.backends.local.gpu_inventory import GPU_ENV
 from flotilla.model import JobSpec
 from flotilla.store import JobState, SqlStore
-from tests.backends.gpu_recordings import JobOnRecordedGpu, writes_its_pid
+from tests.backends.fake_nvml import install, job_on_gpu, writes_its_pid
 from tests.service_builders import loop_over
 from tests.timing import wait_until
 
@@ -55,6 +55,7 @@ def test_a_jobs_gpu_use_is_kept_with_its_run(
 ) -> None:
     monkeypatch.delenv(GPU_ENV, raising=False)
     pid_file = tmp_path / "pid"
+    install(monkeypatch, "h200-1").processes_of = job_on_gpu(pid_file)
     store = SqlStore.open(f"sqlite:///{tmp_path / 'flotilla.db'}")
     backend = LocalBackend(
         cluster="local",
@@ -62,7 +63,6 @@ def test_a_jobs_gpu_use_is_kept_with_its_run(
         grace_period=1.0,
         stop_runs_on_close=True,
         isolate=False,
-        gpu_source=JobOnRecordedGpu(pid_file),
         gpu_sharing=sharing,
         gpu_sample_interval=0.05,
     )

@@ -20,6 +20,9 @@ class GpuUse:
     used_gpu_seconds: float = 0.0
     sampled_at: float | None = None
     samples: int = 0
+    utilization_shared: bool = False
+    """``utilization`` is its part of a device's one figure, split with other processes by
+    the GPU memory held (NVML gave no per-process figure there), not its processes' own."""
 
     @property
     def efficiency(self) -> float | None:
@@ -37,6 +40,7 @@ class GpuUse:
             "used_gpu_seconds": self.used_gpu_seconds,
             "sampled_at": self.sampled_at,
             "samples": self.samples,
+            "utilization_shared": self.utilization_shared,
         }
 
     @classmethod
@@ -49,4 +53,5 @@ class GpuUse:
             used_gpu_seconds=float(data.get("used_gpu_seconds", 0.0)),
             sampled_at=data.get("sampled_at"),
             samples=int(data.get("samples", 0)),
+            utilization_shared=bool(data.get("utilization_shared", False)),
         )

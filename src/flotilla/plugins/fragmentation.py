@@ -12,8 +12,9 @@ The score has three tiers, summed with weights far apart so the first decides wh
 
 1. **Fragmentation** (FGD). The expected next job is drawn from the *mix*: the GPU requests of
    the queued and running jobs, taken at the start of each scheduling round (a sample of at
-   most ``MIX_SAMPLE`` jobs), grouped by GPU amount, with the median CPU and memory of each
-   group beside it. For a request of the mix, the unusable GPU capacity of a node is all its
+   most ``MIX_SAMPLE`` jobs), grouped by GPU amount (every whole amount, and the
+   ``MIX_TYPES`` most frequent fractions), with the median CPU and memory of each group
+   beside it. For a request of the mix, the unusable GPU capacity of a node is all its
    free GPU when the request does not fit there (too few suitable devices, or too little CPU
    or memory left beside them), else the free share of the devices it cannot use (devices
    with less free than a fraction asks for; partly used devices for whole GPUs). Weighted by
@@ -58,7 +59,8 @@ MIX_SAMPLE = 2048
 """Jobs read from the queue (then from the running set) to estimate the mix each round."""
 
 MIX_TYPES = 8
-"""Distinct GPU amounts kept in the mix (the most frequent): the cost is linear in it."""
+"""Distinct fractional GPU amounts kept in the mix (the most frequent): the cost is linear in
+it. Whole amounts are all kept: they share one computation of the usable devices."""
 
 WHOLE_GPU_PRIOR = 10
 """One-GPU requests get a pseudo-count of a tenth of the mix (one at least) added: a sample
@@ -132,7 +134,12 @@ def mix_of(jobs: Sequence[SchedulingJob], cpu: int | None, memory: int | None) -
         task_memory = float(task.request[memory]) if memory is not None else 0.0
         groups.setdefault(round(task.gpu * MILLI), []).append((task_cpu, task_memory, count))
     counted = [(amount, sum(count for *_, count in group)) for amount, group in groups.items()]
-    kept = sorted(counted, key=lambda item: (-item[1], item[0]))[:MIX_TYPES]
+    # Every whole amount is kept (they share one computation: ``fragmentation_rows``), the
+    # most frequent fractions up to ``MIX_TYPES``: a rare 8-GPU request left out of the mix
+    # made breaking a free 8-GPU node look free (issue 38, the openb-shaped trace).
+    fractions = [item for item in counted if item[0] < MILLI]
+    kept = sorted(fractions, key=lambda item: (-item[1], item[0]))[:MIX_TYPES]
+    kept += [item for item in counted if item[0] >= MILLI]
     types = []
     everything = sum(total for _, total in kept)
     prior = max(1, everything // WHOLE_GPU_PRIOR)

@@ -1,6 +1,6 @@
 """The local backend samples each run's GPU use and, with ``gpu_sharing: monitor``, stops a
-run over its GPU memory share. The GPU is a recorded H200 (``h200-1``) whose one process is
-reported as the job's own: the command writes its pid where the fake source reads it."""
+run over its GPU memory share. The GPU is the fake NVML's H200 (``h200-1``) whose one process
+is the job's own: the command writes its pid where the fake reads it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from flotilla.backends import BackendRunState, DispatchRequest, ReplicaPlacement
 from flotilla.backends.interface import Backend, RunStatus
 from flotilla.backends.local.gpu_inventory import GPU_ENV
-from tests.backends.gpu_recordings import JobOnRecordedGpu, writes_its_pid
+from tests.backends.fake_nvml import install, job_on_gpu, writes_its_pid
 from tests.backends.support import LocalHarness, node_of
 
 GIB = 2**30
@@ -33,14 +33,15 @@ def gpu_request(
 
 
 @pytest.fixture(autouse=True)
-def _discovered(monkeypatch: pytest.MonkeyPatch) -> None:
+def _discovered(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The H200 whose one process is whatever pid the job wrote to ``tmp_path / "pid"``."""
     monkeypatch.delenv(GPU_ENV, raising=False)
+    install(monkeypatch, "h200-1").processes_of = job_on_gpu(tmp_path / "pid")
 
 
 def test_monitor_stops_a_run_over_its_gpu_memory_share(local: LocalHarness, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     backend = local.make(
-        gpu_source=JobOnRecordedGpu(pid_file),
         gpu_sharing="monitor",
         gpu_sample_interval=0.02,
         isolate=False,
@@ -61,7 +62,6 @@ def test_monitor_kills_a_run_over_its_share_that_ignores_sigterm(
     over; a command that ignores SIGTERM does not keep its GPU memory."""
     pid_file = tmp_path / "pid"
     backend = local.make(
-        gpu_source=JobOnRecordedGpu(pid_file),
         gpu_sharing="monitor",
         gpu_sample_interval=0.02,
         isolate=False,
@@ -84,7 +84,6 @@ def test_monitor_lets_a_whole_gpu_job_that_sets_gpu_memory_use_its_gpu(
     60Gi used of a device whose job asked gpu: 1 and gpu_memory: 35Gi is not over."""
     pid_file = tmp_path / "pid"
     backend = local.make(
-        gpu_source=JobOnRecordedGpu(pid_file),
         gpu_sharing="monitor",
         gpu_sample_interval=0.02,
         isolate=False,
@@ -106,9 +105,7 @@ def test_telemetry_reports_a_runs_gpu_memory_and_utilisation(
     local: LocalHarness, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "pid"
-    backend = local.make(
-        gpu_source=JobOnRecordedGpu(pid_file), gpu_sample_interval=0.02, isolate=False
-    )
+    backend = local.make(gpu_sample_interval=0.02, isolate=False)
     request = gpu_request(backend, pid_file, {"cpu": 0.1, "gpu": 1})
     backend.dispatch(request)
 

@@ -75,8 +75,9 @@ from flotilla.backends.local._supervise import claim_gate
 from flotilla.backends.local.accounts import parse_account_map
 from flotilla.backends.local.cgroups import DEFAULT_MAX_PIDS
 from flotilla.backends.local.environment import DEFAULT_PASSTHROUGH
-from flotilla.backends.local.gpu_inventory import discover_gpus, with_gpus
-from flotilla.backends.local.gpu_sources import GpuSource, GpuUnavailable
+from flotilla.backends.local.gpu_inventory import discover_gpus, visible_devices, with_gpus
+from flotilla.backends.local.gpu_sampler import GpuSampler
+from flotilla.backends.local.gpu_sources import GpuDevice, GpuSource, GpuUnavailable
 from flotilla.backends.local.identity import (
     IdentityPool,
     fixed_identity,
@@ -125,7 +126,10 @@ def local_node(
         labels={"hostname": host, "backend": "local"},
         taints=(),
     )
-    return with_gpus(bare, discover_gpus(gpus, gpu_source))
+    discovery = discover_gpus(gpus, gpu_source)
+    if discovery.source is not None:
+        discovery.source.close()  # read once: nothing samples it
+    return with_gpus(bare, discovery)
 
 
 def _memory_bytes() -> int:
@@ -181,13 +185,14 @@ class LocalBackend:
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     gpu_source: GpuSource | None = None
-    """Where GPUs are discovered when no count is given (NVML; a recording in tests), and
+    """Where GPUs are discovered when no count is given (NVML; a fake NVML in tests), and
     sampled for each run's GPU use (``gpu_telemetry.py``)."""
     gpu_sharing: str = GpuSharing.SHARED.value
     """The cluster's ``gpu_sharing``: ``monitor`` stops a run over its GPU memory share;
     ``mps`` runs GPU jobs as clients of an MPS daemon limited to their share (``gpu_mps.py``)."""
     gpu_sample_interval: float = 5.0
-    """Seconds between two GPU samples (each initialises and shuts down NVML)."""
+    """Seconds between two GPU samples (``gpu_sampler.py``: a thread of its own, NVML
+    initialised once)."""
     name: str = field(default="local", init=False)
 
     def __post_init__(self) -> None:
@@ -238,6 +243,8 @@ class LocalBackend:
         """One line: the GPUs found and how (``flotilla up`` shows it)."""
         self._node = with_gpus(local_node(self.node_name, gpus=0), discovery)
         self._gpu_source = discovery.source
+        self._gpu_devices = discovery.devices
+        """The devices discovered, by index (none when told a count: indices are used then)."""
         try:
             sharing = GpuSharing(self.gpu_sharing)
         except ValueError:
@@ -246,19 +253,23 @@ class LocalBackend:
                 f"gpu_sharing: expected one of {known}, got {self.gpu_sharing!r}"
             ) from None
         self._gpu_monitor = sharing is GpuSharing.MONITOR
-        self._mps: gpu_mps.MpsDaemon | None = None
-        self._device_memory: dict[int, int] = {}
+        self._mps: gpu_mps.MpsDaemons | None = None
         if sharing is GpuSharing.MPS and discovery.inventory is not None:
             inventory = discovery.inventory
             memory = int(inventory.memory or 0)
-            self._device_memory = {index: memory for index in range(inventory.count)}
-            self._mps = gpu_mps.MpsDaemon(self.state_dir / "mps")
+            devices = discovery.devices or tuple(  # told a count: CUDA's indices
+                GpuDevice(index, "GPU", str(index), memory, 0, "", None)
+                for index in range(inventory.count)
+            )
+            self._mps = gpu_mps.MpsDaemons(
+                gpu_mps.mps_base(self.state_dir),
+                devices,
+                {device.index: device.memory_total for device in devices},
+            )
             try:
-                self.gpu_notice += "; " + self._mps.start(inventory.count)
+                self.gpu_notice += "; " + self._mps.check()
             except GpuUnavailable as error:
                 raise ValueError(f"gpu_sharing: {error}") from None
-        self._gpu_sampled_at: float | None = None
-        """When (monotonic) the GPUs were last sampled."""
         self._lock = threading.RLock()
         self._runs: dict[str, Run] = {}
         self._changes = ChangeLog()
@@ -277,6 +288,16 @@ class LocalBackend:
             target=self._watch, name=f"flotilla-local-{self.cluster}", daemon=True
         )
         self._monitor.start()
+        self._gpu_sampler: GpuSampler | None = None
+        if self._gpu_source is not None:
+            self._gpu_sampler = GpuSampler(
+                f"cluster {self.cluster}",
+                self._gpu_source,
+                self.gpu_sample_interval,
+                self._gpu_request,
+                self._apply_gpu_sample,
+            )
+            self._gpu_sampler.start()
 
     # --- the Backend protocol -------------------------------------------------------------
 
@@ -473,13 +494,27 @@ class LocalBackend:
             gate=gate,
             guard=contextlib.nullcontext() if guard is None else guard,
             decide=decide,
-            device_env=None if self._mps is None else self._mps_env(request),
+            device_env=self._device_env(run, request),
         )
 
-    def _mps_env(self, request: DispatchRequest) -> Callable[[ReplicaPlacement], dict[str, str]]:
-        daemon = self._mps
-        assert daemon is not None
-        return lambda placement: gpu_mps.client_env(daemon, request, placement, self._device_memory)
+    def _device_env(
+        self, run: Run, request: DispatchRequest
+    ) -> Callable[[ReplicaPlacement], dict[str, str]]:
+        """A replica's GPU variables, set after the job's: its devices by UUID, and under
+        ``gpu_sharing: mps`` its daemon's (started for the run's account with its share's
+        limits first; ``GpuUnavailable`` when it cannot be: the replica is not started)."""
+        devices, daemons = self._gpu_devices, self._mps
+        identity = run.identity
+        uid = os.getuid() if identity is None else identity.uid
+        gid = os.getgid() if identity is None else identity.gid
+
+        def env(placement: ReplicaPlacement) -> dict[str, str]:
+            found = visible_devices(devices, placement.gpu_ids)
+            if daemons is not None:
+                found.update(daemons.client_env(request, placement, uid, gid))
+            return found
+
+        return env
 
     def cancel(self, request: CancelRequest) -> CancelResult:
         with self._lock:
@@ -537,6 +572,8 @@ class LocalBackend:
             starter.join()
         self._stopping.set()
         self._monitor.join()
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.close()  # and NVML with it
         if self.stop_runs_on_close:
             self._stop_everything()
         with self._lock:
@@ -548,7 +585,7 @@ class LocalBackend:
                     self._save_soon(run)
         self._sync_records()
         if self.stop_runs_on_close and self._mps is not None:
-            self._mps.stop()  # its clients are gone; runs left running keep it
+            self._mps.stop_all()  # their clients are gone; runs left running keep them
 
     @property
     def isolation_notice(self) -> str | None:
@@ -649,42 +686,62 @@ class LocalBackend:
                 self._refresh_all()
                 self._reap_supervisors()
                 self._finish_sweeps()
-            self._sample_gpus()
+                active = [run_id for run_id, run in self._runs.items() if not run.state.terminal]
+            if self._mps is not None:
+                self._mps.retire(active)  # daemons whose runs all ended quit
             self._sync_records()
             self._trees.sweep()  # ended runs' cgroups, outside the lock
 
-    def _sample_gpus(self) -> None:
-        """Every ``gpu_sample_interval``: each running run's GPU use (``gpu_telemetry.py``),
-        reported by the next poll; with ``gpu_sharing: monitor``, stop (failed) a run over
-        its GPU memory share. The source is read outside the lock (NVML takes milliseconds)."""
-        source, now = self._gpu_source, time.monotonic()
-        if source is None or (
-            self._gpu_sampled_at is not None
-            and now - self._gpu_sampled_at < self.gpu_sample_interval
-        ):
-            return
-        self._gpu_sampled_at = now
+    def _gpu_request(self) -> gpu_telemetry.SampleRequest | None:
+        """What the GPU sampler reads now (``gpu_sampler.py``, on its own thread): each running
+        run holding GPUs, with every process of it (its cgroups' when there are, else its
+        replicas' descendants), listed outside the lock."""
         with self._lock:
+            if self._closed:
+                return None
             runs = [r for r in self._runs.values() if r.gpu_shares and not r.state.terminal]
-            request = gpu_telemetry.SampleRequest(
-                tuple(
-                    gpu_telemetry.RunGpus(
-                        run.run_id,
-                        tuple(r.pid for r in run.replicas if r.pid is not None and not r.finished),
-                        run.gpu_shares,
-                        run.started_at,
-                    )
-                    for run in runs
-                ),
-                {run.run_id: run.gpu for run in runs if run.gpu is not None},
-                self.clock(),
-                self._gpu_monitor,
-            )
-        if not request.runs:
-            return
-        sample = gpu_telemetry.sample_gpus(source, request)
-        if sample.error is not None:
-            log.warning("cluster %s: GPU sample failed: %s", self.cluster, sample.error)
+            found = [
+                (
+                    run.run_id,
+                    tuple(r.pid for r in run.replicas if r.pid is not None and not r.finished),
+                    self._trees.path(run),
+                    run.gpu_shares,
+                    run.started_at,
+                )
+                for run in runs
+            ]
+            previous = {run.run_id: run.gpu for run in runs if run.gpu is not None}
+            now = self.clock()
+        if not found:
+            return None
+        return gpu_telemetry.SampleRequest(
+            tuple(
+                gpu_telemetry.RunGpus(
+                    run_id,
+                    gpu_telemetry.run_pids(roots, self._in_cgroups(path)),
+                    shares,
+                    started_at,
+                )
+                for run_id, roots, path, shares, started_at in found
+            ),
+            previous,
+            now,
+            self._gpu_monitor,
+        )
+
+    def _in_cgroups(self, path: str) -> list[int] | None:
+        """The processes in a run's cgroups (``None``: no cgroups here, or not readable)."""
+        hierarchy = self._trees.hierarchy
+        if hierarchy is None:
+            return None
+        try:
+            return hierarchy.processes(path)
+        except OSError:
+            return None
+
+    def _apply_gpu_sample(self, sample: gpu_telemetry.Sample) -> None:
+        """Each running run's GPU use, reported by the next poll; with ``gpu_sharing:
+        monitor``, stop (failed) a run over its GPU memory share."""
         with self._lock:
             for run_id, use in sample.uses.items():
                 run = self._runs.get(run_id)

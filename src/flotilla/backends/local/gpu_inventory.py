@@ -3,8 +3,9 @@
 ``discover_gpus`` decides once, at start: a count given to the backend (the fleet file's
 ``gpus``) or in ``FLOTILLA_LOCAL_GPUS`` wins and is taken as is (a count, no memory or model:
 the way to hide GPUs from Flotilla, or to run on a machine NVML cannot read); otherwise the
-devices NVML reports (``gpu_sources.py``), with their memory, model, NUMA nodes and links; no
-NVML means no GPUs. Either way ``notice`` says in one line what was found and how, and
+devices NVML reports (``gpu_sources.py``), with their memory, model, NUMA nodes and links (a
+GPU in MIG mode: its MIG instances, each a device with its own memory); no NVML means no
+GPUs. Either way ``notice`` says in one line what was found and how, and
 ``flotilla up`` shows it.
 
 The inventory feeds placement through ``NodeInfo``: ``gpu_memory`` per device (so a
@@ -40,6 +41,8 @@ class Discovery:
     notice: str
     source: GpuSource | None = None
     """Where the devices were read from, for telemetry (None: told a count, or none found)."""
+    devices: tuple[GpuDevice, ...] = ()
+    """The devices found, by Flotilla's index (their UUIDs name them to CUDA)."""
 
 
 def _override(gpus: int | None, environ: Mapping[str, str]) -> tuple[int, str] | None:
@@ -73,17 +76,28 @@ def discover_gpus(
     try:
         devices = source.devices()
     except GpuUnavailable as error:
+        source.close()
         return Discovery(None, {}, f"GPUs: none ({error})")
     if not devices:
-        return Discovery(None, {}, "GPUs: none (NVML reports no device)")
+        source.close()
+        return Discovery(None, {}, "GPUs: none (NVML reports no device, or no MIG instance)")
     inventory = inventory_of(devices)
-    notice = f"GPUs: {describe(inventory)} (NVML)"
-    return Discovery(inventory, gpu_labels(inventory), notice, source)
+    notice = f"GPUs: {describe(inventory)}{_mig_note(devices)} (NVML)"
+    return Discovery(inventory, gpu_labels(inventory), notice, source, tuple(devices))
+
+
+def _mig_note(devices: Sequence[GpuDevice]) -> str:
+    """``, MIG instances of 1 GPU`` when some devices are MIG instances."""
+    parents = {device.mig_parent for device in devices if device.mig_parent is not None}
+    if not parents:
+        return ""
+    return f", MIG instances of {len(parents)} GPU{'s' if len(parents) > 1 else ''}"
 
 
 def inventory_of(devices: Sequence[GpuDevice]) -> GpuInventory:
-    """Devices as a node's ``gpus``: the smallest device's memory (what any one of them holds),
-    the model (``A + B`` when they differ), NUMA blocks and links."""
+    """Devices as a node's ``gpus``: the smallest device's memory (what any one of them holds;
+    MIG instances of different sizes count at the smallest's), the model (``A + B`` when they
+    differ), NUMA blocks and links."""
     models = sorted({device.model for device in devices})
     numa = [device.numa_node for device in devices]
     links = [
@@ -129,6 +143,15 @@ def _interconnect(links: list[list[str]]) -> GpuInterconnect:
     if any(nvlink):
         return GpuInterconnect.PARTIAL_NVLINK
     return GpuInterconnect.PCIE
+
+
+def visible_devices(devices: Sequence[GpuDevice], gpu_ids: Sequence[int]) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for a replica given ``gpu_ids``: the devices' UUIDs (``GPU-…``,
+    ``MIG-…``), which CUDA takes as they are, where NVML's indices may follow another order than
+    CUDA's (``CUDA_DEVICE_ORDER`` defaults to fastest first on a node of mixed GPUs)."""
+    if not gpu_ids or not devices:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[index].uuid for index in gpu_ids)}
 
 
 def gpu_labels(inventory: GpuInventory) -> dict[str, str]:

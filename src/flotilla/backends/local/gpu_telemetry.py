@@ -2,16 +2,20 @@
 machine), kept per run, and checked against its share when the cluster's sharing is
 ``monitor``.
 
-A sample reads the devices (utilisation, memory) and the processes holding GPU memory, and
-gives each process to the run whose replica leads its process group (``owner_of``; the local
-backend's replicas lead a session each). Per run:
+A sample reads the devices (utilisation, memory) and the processes holding GPU memory (MPS
+clients included), and gives each process to the run whose processes include it: every pid
+in the run's cgroups, whatever its session or process group (a ``torchrun`` job's workers
+call ``setsid``), or, without cgroups, every descendant of its replicas (``run_pids``). Per
+run:
 
 - ``memory_used``: the bytes its processes hold now, over all its devices; ``memory_peak``
   the most seen at any sample.
-- ``utilization``: percent of the GPUs it holds that kernels kept busy at the last sample. A
-  device's utilisation is one figure for the whole device (NVML has no per-process figure
-  that every driver reports), so it is split among the runs with processes on the device in
-  proportion to the GPU memory each holds there; a run alone on its device gets all of it.
+- ``utilization``: percent of the GPUs it holds that kernels kept busy at the last sample. Where
+  NVML gives each process its SM utilisation (``nvmlDeviceGetProcessUtilization``), a run's
+  figure is its processes' own. Where it does not (MIG instances, many drivers under MPS),
+  the device's one figure is split among the runs with processes on it in proportion to the
+  GPU memory each holds there, and the run's use is marked ``utilization_shared`` unless its
+  processes were the device's only ones.
 - ``held_gpu_seconds`` and ``used_gpu_seconds``: GPUs held (its fraction per device) and
   GPUs kept busy (its part of each device's utilisation), integrated over the time between
   samples (the first from the run's start); ``efficiency`` is their ratio, the way ``seff``
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,23 +52,50 @@ class DeviceShare:
 
 @dataclass(frozen=True)
 class RunGpus:
-    """A running run as the sampler needs it: the process groups of its replicas and the
-    shares of the devices they were given."""
+    """A running run as the sampler needs it: every process of it now (``run_pids``) and the
+    shares of the devices its replicas were given."""
 
     run_id: str
-    process_groups: tuple[int, ...]
+    pids: frozenset[int]
     shares: tuple[DeviceShare, ...]
     started_at: float | None = None
     """When it started (the request's clock): its first sample counts the GPUs held since
     then, so a run that ends at its first sample (a ``monitor`` stop) has held them too."""
 
 
-def process_group_of(pid: int) -> int | None:
-    """The process group ``pid`` is in (``None``: gone, or not ours to see)."""
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
+def _parents() -> dict[int, int]:
+    """Every process of this machine → its parent (``/proc/<pid>/stat``)."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                text = stat.read()
+        except OSError:
+            continue  # gone meanwhile
+        # The command name is in parentheses and may hold anything: the fields follow the last.
+        fields = text[text.rindex(b")") + 2 :].split()
+        parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def run_pids(roots: Iterable[int], in_cgroups: Iterable[int] | None) -> frozenset[int]:
+    """Every process of a run: those in its cgroups (``in_cgroups``: a process never leaves
+    them, ``setsid`` or not), else its replicas' commands (``roots``) and every descendant."""
+    if in_cgroups is not None:
+        return frozenset(in_cgroups) | frozenset(roots)
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, parent in _parents().items():
+        children[parent].append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return frozenset(found)
 
 
 @dataclass(frozen=True)
@@ -89,11 +120,7 @@ class Sample:
     error: str | None = None
 
 
-def sample_gpus(
-    source: GpuSource,
-    request: SampleRequest,
-    owner_of: Callable[[int], int | None] = process_group_of,
-) -> Sample:
+def sample_gpus(source: GpuSource, request: SampleRequest) -> Sample:
     """Read ``source`` once and add what it shows to each run's use (see the module)."""
     if not request.runs:
         return Sample({})
@@ -105,18 +132,25 @@ def sample_gpus(
             {run.run_id: request.previous.get(run.run_id, GpuUse()) for run in request.runs},
             error=str(error),
         )
-    run_of_group = {group: run.run_id for run in request.runs for group in run.process_groups}
+    run_of_pid = {pid: run.run_id for run in request.runs for pid in run.pids}
     held: dict[tuple[str, int], int] = defaultdict(int)
     """(run, device) → bytes its processes hold there."""
+    own: dict[tuple[str, int], float | None] = {}
+    """(run, device) → its processes' own SM percent there (None: NVML has none)."""
     on_device: dict[int, int] = defaultdict(int)
     """device → bytes held there by processes of the runs sampled."""
+    strangers: set[int] = set()
+    """Devices with a process of no run sampled (another user's, an MPS server)."""
     for process in found:
-        group = owner_of(process.pid)
-        run_id = run_of_group.get(group) if group is not None else None
+        run_id = run_of_pid.get(process.pid)
         if run_id is None:
+            strangers.add(process.device)
             continue
-        held[run_id, process.device] += process.memory_used
+        key = (run_id, process.device)
+        held[key] += process.memory_used
         on_device[process.device] += process.memory_used
+        mine, theirs = own.get(key, 0.0), process.sm_utilization
+        own[key] = None if mine is None or theirs is None else mine + theirs
     uses: dict[str, GpuUse] = {}
     over: dict[str, str] = {}
     for run in request.runs:
@@ -125,11 +159,24 @@ def sample_gpus(
         memory = sum(held.get((run.run_id, device), 0) for device in fractions)
         busy = 0.0
         """Devices' worth kept busy by this run now (1.0: one whole device at 100 %)."""
+        shared = False
         for device in fractions:
-            mine, everyone = held.get((run.run_id, device), 0), on_device.get(device, 0)
+            key = (run.run_id, device)
+            if key not in own:
+                continue  # none of its processes on this device
+            measured = own[key]
+            if measured is not None:
+                busy += min(100.0, measured) / 100.0
+                continue
+            mine, everyone = held.get(key, 0), on_device.get(device, 0)
             util = devices[device].utilization if device in devices else None
-            if mine and everyone and util is not None:
+            if util is None:
+                continue
+            if mine == everyone and device not in strangers:
+                busy += util / 100.0  # alone on the device: its figure is the run's
+            elif everyone:
                 busy += util / 100.0 * mine / everyone
+                shared = True
         total_fraction = sum(fractions.values())
         since = before.sampled_at if before.sampled_at is not None else run.started_at
         elapsed = 0.0 if since is None else max(0.0, request.now - since)
@@ -141,6 +188,7 @@ def sample_gpus(
             used_gpu_seconds=before.used_gpu_seconds + busy * elapsed,
             sampled_at=request.now,
             samples=before.samples + 1,
+            utilization_shared=shared,
         )
         if request.monitor:
             reason = _over_share(run, held, devices)

@@ -28,6 +28,7 @@ from flotilla.backends.interface import DispatchRequest, DispatchResult, Replica
 from flotilla.backends.local import environment as local_environment
 from flotilla.backends.local import processes
 from flotilla.backends.local._supervise import claim_gate
+from flotilla.backends.local.gpu_sources import GpuUnavailable
 from flotilla.backends.local.identity import Identity
 from flotilla.backends.local.records import Replica, Run, Supervisor, save_run
 from flotilla.backends.local.tree import ProcessTrees
@@ -161,8 +162,9 @@ def start_replicas(
     behind a gate file of their own; by default every replica, behind the run's gate.
     ``guard`` (the backend's lock) is held while the record is saved and the gate decided:
     ``decide`` says ``go``, or ``abandon`` (the run was cancelled while it started). Returns
-    the decision in force. ``device_env``: a replica's variables for its GPU share
-    (``gpu_mps.client_env``), set last like the backend's own."""
+    the decision in force. ``device_env``: a replica's variables for its GPU share (its
+    devices by UUID, ``gpu_mps``'s), set last like the backend's own; one that raises
+    ``GpuUnavailable`` finishes the replica unstarted, with why."""
     gate_path = run.gate_file() if gate is None else gate
     identity = run.identity
     shared_env = {**local_environment.base_env(passthrough, identity, run.scratch), **request.env}
@@ -192,13 +194,18 @@ def start_replicas(
     with contextlib.suppress(OSError):  # a replica's own cgroup then fails, saying why
         trees.prepare_run(run)
     for replica in run.replicas if replicas is None else replicas:
+        try:
+            devices = device_env(replica.placement) if device_env else {}
+        except GpuUnavailable as error:  # e.g. its MPS limits could not be applied
+            replica.finish(None, error=str(error))
+            continue
         env = {
             **shared_env,
             **rendezvous[replica.placement],
             **payload.env,
             **local_environment.backend_env(request, replica.placement),
             **reporting,
-            **(device_env(replica.placement) if device_env else {}),
+            **devices,
         }
         asked = request.resources.get(replica.placement.task, {}).get("memory")
         memory[position[id(replica)]] = float(asked) if asked else None
