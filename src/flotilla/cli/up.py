@@ -58,16 +58,17 @@ def up(
         typer.Option(
             "--run-as",
             help="The user every job runs as (all jobs share it, so they can read and signal "
-            "each other). Default: as root, each run gets a uid of its own (--uid-range); "
-            "otherwise the server's user. Switching user needs root.",
+            "each other). Default: as root, each owner (the token's user) gets a uid of its "
+            "own (--uid-range); otherwise the user who started the server. Switching user "
+            "needs root.",
         ),
     ] = None,
     uid_range: Annotated[
         str | None,
         typer.Option(
             "--uid-range",
-            help="As root, without --run-as: the uids runs get one each of, FIRST-LAST "
-            "(default 60000-60999; uids with an account are skipped).",
+            help="As root, without --run-as: the uids owners get one each of, kept in the "
+            "database, FIRST-LAST (default 60000-60999; uids with an account are skipped).",
         ),
     ] = None,
     accept_open_database: Annotated[
@@ -325,14 +326,18 @@ def _database_out_of_reach(
 
 def _runs_as(run_as: str | None, uid_range: str | None) -> str:
     if uid_range is not None:
-        return f"a uid of their own per run (from {uid_range})"
+        return f"a uid of each owner's own (from {uid_range}), shared by that owner's runs"
     if run_as == "nobody" and os.geteuid() == 0:
         from flotilla.backends.local.tree import cgroups_problem
 
         problem = cgroups_problem()
         if problem is not None:
             return f"nobody, all of them (a uid of its own per run needs cgroups: {problem})"
-    return run_as or "this user"
+    if run_as is None:
+        import pwd
+
+        return f"{pwd.getpwuid(os.getuid()).pw_name}, the user who started this server"
+    return run_as
 
 
 def register(app: typer.Typer) -> None:

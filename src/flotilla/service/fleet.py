@@ -349,6 +349,9 @@ class FleetRuntime:
                     settings["run_as"] = self.local_run_as
                 elif self.local_uid_range is not None:
                     settings["uid_range"] = self.local_uid_range
+            settings.pop("owner_uids", None)  # not a setting: the store, below
+            if "uid_range" in settings:  # each owner's uid of it, kept in the store
+                settings["owner_uids"] = self.store
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])

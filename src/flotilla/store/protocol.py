@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.owner_uids import OwnerUid, OwnerUidRequest
 from flotilla.model.run_resources import RunResources
 from flotilla.store.records import (
     ClusterRecord,
@@ -283,6 +284,12 @@ class Store(Protocol):
 
     def record_gpu_use(self, uses: Mapping[str, GpuUse]) -> None:
         """Replace each run's recorded GPU use (run id → its figures so far)."""
+        ...
+
+    def owner_uid(self, request: OwnerUidRequest) -> OwnerUid:
+        """The uid ``request.owner``'s local jobs run as (a root server's uid range),
+        assigned at its first run and kept for good: never another owner's
+        (``flotilla.store.owner_uids``)."""
         ...
 
     def record_run_resources(self, resources: Mapping[str, RunResources]) -> None:

@@ -78,7 +78,9 @@ from flotilla.backends.local.environment import DEFAULT_PASSTHROUGH
 from flotilla.backends.local.gpu_inventory import discover_gpus, with_gpus
 from flotilla.backends.local.gpu_sources import GpuSource, GpuUnavailable
 from flotilla.backends.local.identity import (
+    Identity,
     IdentityPool,
+    OwnerUids,
     fixed_identity,
     parse_uid_range,
 )
@@ -88,6 +90,7 @@ from flotilla.backends.local.tree import ProcessTrees
 from flotilla.model.cluster import GpuSharing
 from flotilla.model.names import TASK_NAME_LIMITS
 from flotilla.model.node_info import NodeInfo
+from flotilla.model.owner_uids import OwnerUidRequest
 from flotilla.model.payload import CommandPayload
 
 SWEEP_SECONDS = 5.0
@@ -178,6 +181,9 @@ class LocalBackend:
     """Processes and threads one run may have at once, all replicas together (``None``: half of
     the machine's ``pid_max``)."""
     isolate: bool = True
+    owner_uids: OwnerUids | None = None
+    """With ``uid_range``: where each owner's uid of the range is kept (the server's store),
+    so that every run of one owner runs as its uid (issue 37); ``None``: a uid per run."""
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     gpu_source: GpuSource | None = None
@@ -219,6 +225,8 @@ class LocalBackend:
         )
         self._log_limit = local_starting.log_limit_of(self.log_limit)
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
+        self._owner_uid_cache: dict[str, int] = {}
+        """Owners' uids as the store said (an owner's uid never changes)."""
         self._sweeps: set[str] = set()
         """Runs ended with a uid of their own whose cgroups are being emptied: the uid is
         released once nothing of the run is left (``_finish_sweeps``)."""
@@ -344,9 +352,7 @@ class LocalBackend:
         if prepared_before and self._scratch_runs:
             local_environment.remove_scratch_dirs(self.cluster, request.run_id)
         identity = mapped or (
-            self._pool.claim(request.run_id, take_over=prepared_before)
-            if self._pool
-            else self._account
+            self._claim(request, prepared_before) if self._pool else self._account
         )
         try:
             scratch = None
@@ -367,6 +373,30 @@ class LocalBackend:
                 self._pool.release(identity.uid, request.run_id)  # no process ran as it
             raise
         return run, payload, relative
+
+    def _claim(self, request: DispatchRequest, prepared_before: bool) -> Identity:
+        """A uid of the range for the run: its owner's (``owner_uids``), else one of its
+        own. Raises ``BackendUnavailable`` when none can be had now."""
+        assert self._pool is not None
+        if self.owner_uids is None:
+            return self._pool.claim(request.run_id, take_over=prepared_before)
+        owner = request.owner or ""
+        uid = self._owner_uid_cache.get(owner)
+        if uid is None:
+            pool = self._pool
+            answer = self.owner_uids.owner_uid(
+                OwnerUidRequest(owner, pool.first, pool.last, pool.unusable())
+            )
+            if answer.uid is None:
+                raise BackendUnavailable(
+                    f"every uid of uid_range {pool.described} belongs to another owner or "
+                    f"has an account here: owner {owner!r} gets none (a wider uid_range "
+                    "gives more owners a uid of their own)"
+                )
+            uid = self._owner_uid_cache[owner] = answer.uid
+            if answer.assigned:
+                log.info("owner %r: runs as uid %d from now on", owner, uid)
+        return self._pool.claim_shared(uid, request.run_id)
 
     def _start_run(
         self,
