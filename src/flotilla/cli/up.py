@@ -71,6 +71,15 @@ def up(
             "database, FIRST-LAST (default 60000-60999; uids with an account are skipped).",
         ),
     ] = None,
+    allow_working_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-working-dir",
+            help="An absolute directory local jobs may run in (repeat for more). Default: "
+            "this machine's cluster runs a job in any directory it names, the submit "
+            "directory of `run` and `submit` included, entered as the job's user.",
+        ),
+    ] = None,
     accept_open_database: Annotated[
         bool,
         typer.Option(
@@ -185,6 +194,7 @@ def up(
         fleet_source=fleet_file,
         run_as=run_as,
         uid_range=uid_range,
+        allowed_working_dirs=_working_dirs(allow_working_dir),
         api=ApiConfig(host=host, port=port, auth=settings, local_token=token) if api else None,
         projection=ProjectionSettings(interval=projection_interval, methods=estimators)
         if api and projection_interval > 0
@@ -260,6 +270,18 @@ def _read_fleet(path: Path, state_dir: Path) -> Fleet:
     if problems:
         fail(f"{path}: invalid fleet", problems, code=2)
     return fleet
+
+
+def _working_dirs(given: list[Path] | None) -> tuple[str, ...] | None:
+    """``--allow-working-dir`` as absolute directories (exit 2 naming it otherwise)."""
+    if not given:
+        return None
+    found = []
+    for path in given:
+        if not path.is_absolute():
+            fail(f"--allow-working-dir: {str(path)!r} must be an absolute directory", code=2)
+        found.append(os.path.normpath(path))
+    return tuple(found)
 
 
 def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, str | None]:

@@ -133,7 +133,8 @@ class Store(Protocol):
         one with ``array.size`` N for N elements of one new array, ``array_id`` and
         ``array_index`` set) as queued, all or nothing; returns their ids in order. Raises
         ``InvalidJobError`` if a queue does not exist, ``DuplicateJobError`` if a name is
-        taken in its queue or repeated in the batch. ``owner`` defaults to each spec's ``user``.
+        repeated in the batch (a stored job's name may be used again: the newest is meant).
+        ``owner`` defaults to each spec's ``user``.
         ``pace`` is called between jobs while their rows are made, before any lock is taken
         (the API's ``Precedence.pace``: reads go before a large batch)."""
         ...

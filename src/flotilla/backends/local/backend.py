@@ -173,6 +173,10 @@ class LocalBackend:
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     log_limit: float | str | None = local_starting.DEFAULT_LOG_LIMIT
     allowed_working_dirs: Sequence[str | Path] = ()
+    any_working_dir: bool = False
+    """Take any absolute ``working_dir`` (the user's submit directory, as ``sbatch`` does),
+    entered as the job's user, which is the check; ``flotilla up``'s own local cluster does,
+    unless ``--allow-working-dir`` names the directories (issue 37)."""
     run_as_accounts: Mapping[str, Any] | None = None
     """Owner or queue → the account its jobs run as, before ``run_as``/``uid_range``
     (``local/accounts.py``)."""
@@ -346,7 +350,9 @@ class LocalBackend:
             return existing, None, None
         check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
         payload = command_payload_of(request, "local")
-        relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+        relative = local_environment.check_working_dir(
+            payload.working_dir, self._allowed, self.any_working_dir
+        )
         mapped = self._accounts.identity_for(request.queue, request.owner)
         pooled = mapped is None and self._pool is not None
         if prepared_before and self._scratch_runs:
@@ -459,7 +465,9 @@ class LocalBackend:
                 )
             check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
             payload = command_payload_of(request, "local")
-            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+            relative = local_environment.check_working_dir(
+                payload.working_dir, self._allowed, self.any_working_dir
+            )
             joining = [Replica(placement) for placement in added]
             gate = run.directory / f"gate-{len(run.replicas)}"
             run.replicas.extend(joining)
@@ -495,7 +503,7 @@ class LocalBackend:
             request,
             payload,
             base if relative is None else base / relative,
-            make_working_dir=run.scratch is not None,
+            make_working_dir=run.scratch is not None and not (relative and relative.is_absolute()),
             passthrough=self.env_passthrough,
             log_limit=self._log_limit,
             trees=self._trees,
