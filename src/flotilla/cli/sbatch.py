@@ -2,7 +2,8 @@
 script runs with its limits, and each line Flotilla does not translate is named in a warning
 instead of being dropped without a word.
 
-Translated (each to the ``run`` flag of the same meaning): ``-J/--job-name``, ``-t/--time``,
+Translated (each to the ``run`` flag of the same meaning): ``-J/--job-name``, ``-t/--time``
+(Slurm's forms: ``MINUTES``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``),
 ``-n/--ntasks`` (replicas; ``-N/--nodes`` when no ``--ntasks``: one replica per node),
 ``-c/--cpus-per-task``, ``--mem`` (Slurm's units: ``4G`` is 4Gi, a bare number MiB),
 ``--gres=gpu[:TYPE]:N`` and ``-G/--gpus``, ``-o/--output`` and ``-e/--error`` (``%j``,
@@ -84,6 +85,29 @@ def _options(words: list[str]) -> list[tuple[str, str | None, str]]:
     return found
 
 
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time(value: str) -> str | None:
+    """Slurm's ``--time`` in seconds: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``,
+    ``D-H:M:S`` (a bare number is minutes there, seconds in Flotilla); None otherwise."""
+    found = SLURM_TIME.match(value.strip())
+    if found is None:
+        return None
+    days, first, second, third = found.groups()
+    numbers = [int(part) for part in (first, second, third) if part is not None]
+    if days is not None:  # D-H[:M[:S]]
+        hours, minutes, seconds = [*numbers, 0, 0][:3]
+        total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    elif len(numbers) == 3:
+        total = (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+    elif len(numbers) == 2:
+        total = numbers[0] * 60 + numbers[1]
+    else:
+        total = numbers[0] * 60
+    return str(total) if total > 0 else None
+
+
 def slurm_memory(value: str) -> str | None:
     """Slurm's ``--mem`` (``4G``, ``500M``, ``2048``: MiB) as a Flotilla quantity."""
     found = SLURM_MEMORY.match(value.strip())
@@ -138,8 +162,8 @@ def translate(lines: list[tuple[int, str]], path: str) -> Translated:
                 done.flags += flags
                 if name == "signal":
                     done.warnings.append(
-                        f"{path}:{number}: #SBATCH {written}: sent when the run is preempted "
-                        "or cancelled, with that grace (not before the time limit, as Slurm)"
+                        f"{path}:{number}: #SBATCH {written}: sent when the run is preempted, "
+                        "with that grace (not before the time limit, as Slurm's)"
                     )
     replicas = ntasks or nodes
     if replicas is not None:
@@ -151,7 +175,7 @@ def translate(lines: list[tuple[int, str]], path: str) -> Translated:
 
 
 def _why(name: str) -> str:
-    if name in ("mem", "gres", "array", "dependency", "signal", "gpus"):
+    if name in ("time", "mem", "gres", "array", "dependency", "signal", "gpus", "partition"):
         return "a form Flotilla does not translate"
     return "Flotilla has no such setting"
 
@@ -160,7 +184,6 @@ def _flags(name: str, value: str | None) -> list[str] | None:
     """The ``run`` flags of one option; None when it is not translated."""
     simple = {
         "job-name": "--name",
-        "time": "--time",
         "cpus-per-task": "--cpu",
         "output": "--output",
         "error": "--error",
@@ -178,6 +201,9 @@ def _flags(name: str, value: str | None) -> list[str] | None:
         if name == "gpus" and not value.isdigit():
             return None
         return [simple[name], value]
+    if name == "time":
+        seconds = slurm_time(value)
+        return None if seconds is None else ["--time", seconds]
     if name == "mem":
         memory = slurm_memory(value)
         return None if memory is None else ["--memory", memory]
