@@ -305,7 +305,7 @@ def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, 
             problem = cgroups_problem()
             if problem is not None:
                 raise ValueError(
-                    f"uid_range: a uid of its own per run needs cgroups, and this machine "
+                    f"uid_range: a uid per owner needs cgroups, and this machine "
                     f"gives none ({problem}); use --run-as USER instead"
                 )
     except ValueError as error:
@@ -354,7 +354,7 @@ def _runs_as(run_as: str | None, uid_range: str | None) -> str:
 
         problem = cgroups_problem()
         if problem is not None:
-            return f"nobody, all of them (a uid of its own per run needs cgroups: {problem})"
+            return f"nobody, all of them (a uid per owner needs cgroups: {problem})"
     if run_as is None:
         import pwd
 

@@ -308,7 +308,7 @@ def test_a_backend_started_while_another_starts_a_run_with_a_uid_comes_up(
 def test_a_uid_per_run_is_refused_where_no_cgroup_can_end_a_run(tmp_path: Path) -> None:
     """Without cgroups nothing but the uid would say which processes are the run's: the
     backend refuses ``uid_range`` rather than sweep by uid (issue 35)."""
-    with pytest.raises(ValueError, match=r"uid_range: a uid of its own per run needs cgroups"):
+    with pytest.raises(ValueError, match=r"uid_range: a uid per owner needs cgroups"):
         LocalBackend(state_dir=tmp_path, uid_range=uids_in_range(55500, 2), isolate=False)
 
 

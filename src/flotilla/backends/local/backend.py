@@ -241,7 +241,7 @@ class LocalBackend:
             # A uid is given back once every process of its run is gone, and only the run's
             # own processes may be killed for that: its cgroups say which (issue 35).
             raise ValueError(
-                f"uid_range: a uid of its own per run needs cgroups on this machine "
+                f"uid_range: a uid per owner needs cgroups on this machine "
                 f"({self._trees.problem}), to end every process of a run, and only those, "
                 "before its uid goes to another run; set run_as to one account instead"
             )
