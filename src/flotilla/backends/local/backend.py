@@ -390,9 +390,14 @@ class LocalBackend:
         uid = self._owner_uid_cache.get(owner)
         if uid is None:
             pool = self._pool
-            answer = self.owner_uids.owner_uid(
-                OwnerUidRequest(owner, pool.first, pool.last, pool.unusable())
-            )
+            try:
+                answer = self.owner_uids.owner_uid(
+                    OwnerUidRequest(owner, pool.first, pool.last, pool.unusable())
+                )
+            except Exception as error:  # the database: the dispatch is retried, not failed
+                raise BackendUnavailable(
+                    f"owner {owner!r}'s uid could not be read from the database: {error}"
+                ) from error
             if answer.uid is None:
                 raise BackendUnavailable(
                     f"every uid of uid_range {pool.described} belongs to another owner or "
