@@ -95,7 +95,19 @@ def test_run_and_submit_here_send_the_directory_and_environment_elsewhere_neithe
             }
         )
     )
+    simulated = tmp_path / "sim.yaml"
+    simulated.write_text(
+        yaml.safe_dump(
+            {
+                "name": "simulated",
+                "queue": "team-b",
+                "tasks": [{"name": "main", "resources": {"cpu": 1}}],
+                "payload": {"sim": {"duration": 60}},
+            }
+        )
+    )
     assert run("submit", str(job_file), env=env).exit_code == 0
+    assert run("submit", str(simulated), env=env).exit_code == 0
     jobs = {job.name: dict(job.spec.payload or {}) for job in store.list_jobs().jobs}
     here = jobs["here"]
     assert here["working_dir"] == str(tmp_path) and here["env"]["EPOCHS"] == "3"
@@ -103,6 +115,7 @@ def test_run_and_submit_here_send_the_directory_and_environment_elsewhere_neithe
     # Elsewhere, this directory and environment are not the job's machine's: only --export's
     # explicit values go.
     assert jobs["away"] == {"command": "true", "env": {"LR": "1"}}
+    assert jobs["simulated"] == {"sim": {"duration": 60}}  # no process: nothing to place
     # A job file's own env wins over the exported one.
     assert jobs["filed"]["working_dir"] == str(tmp_path)
     assert jobs["filed"]["env"]["EPOCHS"] == "9"

@@ -105,10 +105,13 @@ def place_here(
     cwd: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Give a command payload the submit directory (unless it names a ``working_dir``) and
-    the exported environment (below its own ``env``), when ``server`` is on this machine;
+    """Give a command payload (one with a ``command``) the submit directory (unless it names
+    a ``working_dir``) and the exported environment (below its own ``env``), when ``server``
+    is on this machine;
     elsewhere only ``--export``'s explicit names and values (the directory and the rest of
     the environment are this machine's, not the job's)."""
+    if "command" not in payload:  # a simulated job's behaviour (``sim``) only: no process
+        return
     environ = os.environ if environ is None else environ
     here = server_is_here(server)
     if not here:
