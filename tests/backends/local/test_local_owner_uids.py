@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends import BackendRunState, CancelRequest, StatusRequest
+from flotilla.backends import BackendRunState, CancelRequest
 from flotilla.backends.local.backend import LocalBackend
 from flotilla.backends.local.identity import claim_owner, claims_directory
 from flotilla.store import SqlStore
@@ -86,8 +86,13 @@ def test_the_end_of_one_run_leaves_the_owners_other_runs_and_their_claim(
     backend = local.make(working_dir=None, uid_range=uid_range, owner_uids=store)
     assert isinstance(backend, LocalBackend)
     backend.dispatch(request(backend, "run-long", {"command": "exec sleep 60"}, owner="ann"))
-    local.wait(backend, "run-long", lambda s: s.state is BackendRunState.RUNNING, "running")
-    long_pid = backend.status(StatusRequest("run-long")).replicas[0].process_id
+    running = local.wait(
+        backend,
+        "run-long",
+        lambda s: s.state is BackendRunState.RUNNING and s.replicas[0].process_id is not None,
+        "running",
+    )
+    long_pid = running.replicas[0].process_id
     assert long_pid is not None
     daemon = "setsid sleep 300 & id -u"
     backend.dispatch(request(backend, "run-short", {"command": daemon}, owner="ann"))
