@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.backends import BackendRunState, CancelRequest
+from flotilla.backends import BackendRunState, BackendUnavailable, CancelRequest
 from flotilla.backends.local.backend import LocalBackend
 from flotilla.backends.local.identity import claim_owner, claims_directory
+from flotilla.model.owner_uids import OwnerUidRequest
 from flotilla.store import SqlStore
 from tests.backends.local.test_local_identities import processes_of, uids_in_range
 from tests.backends.local.test_local_isolation import needs_root
@@ -107,3 +108,34 @@ def test_the_end_of_one_run_leaves_the_owners_other_runs_and_their_claim(
     assert local.wait_terminal(backend, "run-long").state is not BackendRunState.RUNNING
     wait_until(lambda: not claim.exists(), "gave the uid's claim back after its last run")
     assert store.owner_uids()["ann"] == uid, "the owner keeps its uid for its next runs"
+
+
+def test_a_held_uid_is_never_given_to_an_owner_and_one_held_elsewhere_waits(
+    local: LocalHarness, store: SqlStore
+) -> None:
+    """A uid a run of another server holds (or a run of a uid per run) is not given to a new
+    owner; an owner whose uid another server's run holds waits for it (the dispatch is
+    retried) rather than run beside that other owner's run."""
+    uid_range = uids_in_range(54000, 10)
+    first = int(uid_range.split("-")[0])
+    backend = local.make(working_dir=None, uid_range=uid_range, owner_uids=store)
+    assert isinstance(backend, LocalBackend)
+    claims = claims_directory(backend.state_dir or Path())
+    held, old = claims / str(first), claims / str(first + 1)
+    held.mkdir(mode=0o700)
+    (held / "0123456789abcdef.run-elsewhere").touch()
+    old.mkdir(mode=0o700)  # a run of this server's from before owners had uids of their own
+    (old / claim_name(backend, "run-old")).touch()
+    try:
+        backend.dispatch(request(backend, "run-a", {"command": "id -u"}, owner="cy"))
+        assert local.wait_terminal(backend, "run-a").state is BackendRunState.SUCCEEDED
+        assert int(read_all(backend, "run-a")) == first + 2 == store.owner_uids()["cy"]
+        store.owner_uid(OwnerUidRequest("dee", first, first))  # dee's uid: the held one
+        with pytest.raises(BackendUnavailable, match="held by a run of another Flotilla"):
+            backend.dispatch(request(backend, "run-b", {"command": "id -u"}, owner="dee"))
+        assert os.listdir(held) == ["0123456789abcdef.run-elsewhere"]
+    finally:
+        (held / "0123456789abcdef.run-elsewhere").unlink()
+        (old / claim_name(backend, "run-old")).unlink()
+        held.rmdir()
+        old.rmdir()

@@ -230,18 +230,14 @@ class IdentityPool:
         raise BackendUnavailable(f"uid {uid} was released while it was claimed; retried")
 
     def unusable(self) -> frozenset[int]:
-        """The uids of the range no owner may get now: those with an account (or a group) on
-        this machine, the server's own, and those a run of another state dir holds."""
+        """The uids of the range no owner may be given now: those with an account (or a
+        group) on this machine, the server's own, and every uid a run holds — an owner given
+        a uid has no run yet, so a held uid is someone else's (a run of another state dir, or
+        of a uid per run from before owners had theirs)."""
         own = os.getuid()
         found = {uid for uid in range(self.first, self.last + 1) if uid == own or _has_account(uid)}
         for entry in self.directory.iterdir():
-            if not entry.name.isdigit() or not self.first <= int(entry.name) <= self.last:
-                continue
-            try:
-                names = os.listdir(entry)
-            except OSError:
-                continue
-            if any(not name.startswith(f"{self.owner}.") for name in names):
+            if entry.name.isdigit() and self.first <= int(entry.name) <= self.last:
                 found.add(int(entry.name))
         return frozenset(found)
 
