@@ -90,7 +90,6 @@ from flotilla.backends.local.tree import ProcessTrees
 from flotilla.model.cluster import GpuSharing
 from flotilla.model.names import TASK_NAME_LIMITS
 from flotilla.model.node_info import NodeInfo
-from flotilla.model.owner_uids import OwnerUidRequest
 from flotilla.model.payload import CommandPayload
 
 SWEEP_SECONDS = 5.0
@@ -386,28 +385,9 @@ class LocalBackend:
         assert self._pool is not None
         if self.owner_uids is None:
             return self._pool.claim(request.run_id, take_over=prepared_before)
-        owner = request.owner or ""
-        uid = self._owner_uid_cache.get(owner)
-        if uid is None:
-            pool = self._pool
-            try:
-                answer = self.owner_uids.owner_uid(
-                    OwnerUidRequest(owner, pool.first, pool.last, pool.unusable())
-                )
-            except Exception as error:  # the database: the dispatch is retried, not failed
-                raise BackendUnavailable(
-                    f"owner {owner!r}'s uid could not be read from the database: {error}"
-                ) from error
-            if answer.uid is None:
-                raise BackendUnavailable(
-                    f"every uid of uid_range {pool.described} belongs to another owner or "
-                    f"has an account here: owner {owner!r} gets none (a wider uid_range "
-                    "gives more owners a uid of their own)"
-                )
-            uid = self._owner_uid_cache[owner] = answer.uid
-            if answer.assigned:
-                log.info("owner %r: runs as uid %d from now on", owner, uid)
-        return self._pool.claim_shared(uid, request.run_id)
+        return local_identity.claim_owners_uid(
+            self._pool, self.owner_uids, self._owner_uid_cache, request.owner or "", request.run_id
+        )
 
     def _start_run(
         self,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import logging
 import os
 import pwd
 import time
@@ -40,6 +41,8 @@ from typing import Protocol
 
 from flotilla.backends.interface import BackendUnavailable
 from flotilla.model.owner_uids import OwnerUid, OwnerUidRequest
+
+log = logging.getLogger(__name__)
 
 DEFAULT_UID_RANGE = (60000, 60999)
 """Below systemd's dynamic range (61184-65519) and ``nobody`` (65534), above the ranges
@@ -289,6 +292,33 @@ class IdentityPool:
         if release_claim(self.directory, self.owner, uid, run_id):
             self._free[uid] = None
             self._free.move_to_end(uid)
+
+
+def claim_owners_uid(
+    pool: IdentityPool, store: OwnerUids, known: dict[str, int], owner: str, run_id: str
+) -> Identity:
+    """Claim ``owner``'s uid for ``run_id``: the one the store keeps for it (``known``: those
+    read already; an owner's uid never changes), given now if it has none. Raises
+    ``BackendUnavailable`` when none can be had now (the range is full, the store does not
+    answer, another server's run holds it): the dispatch is retried."""
+    uid = known.get(owner)
+    if uid is None:
+        try:
+            answer = store.owner_uid(OwnerUidRequest(owner, pool.first, pool.last, pool.unusable()))
+        except Exception as error:  # the database: the dispatch is retried, not failed
+            raise BackendUnavailable(
+                f"owner {owner!r}'s uid could not be read from the database: {error}"
+            ) from error
+        if answer.uid is None:
+            raise BackendUnavailable(
+                f"every uid of uid_range {pool.described} belongs to another owner or has an "
+                f"account here: owner {owner!r} gets none (a wider uid_range gives more owners "
+                "a uid of their own)"
+            )
+        uid = known[owner] = answer.uid
+        if answer.assigned:
+            log.info("owner %r: runs as uid %d from now on", owner, uid)
+    return pool.claim_shared(uid, run_id)
 
 
 def claimed(state_dir: Path, uid: int, run_id: str) -> bool:
