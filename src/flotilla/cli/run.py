@@ -40,7 +40,7 @@ DIRECTIVE = "#FLOTILLA"
 
 def read_script(path: str) -> tuple[list[str], str] | None:
     """The flags of a batch script's header and its text, or ``None`` when ``path`` is not a
-    readable script (a file with a ``#!`` line, ``#FLOTILLA`` or ``#SBATCH`` lines). The header
+    readable file with ``#FLOTILLA`` or ``#SBATCH`` lines in its header. The header
     is the comments before its first command, as sbatch reads it: ``#SBATCH`` lines translated
     (``sbatch.py``; each one ignored named in a warning), then ``#FLOTILLA`` lines, which win."""
     try:
@@ -60,8 +60,8 @@ def read_script(path: str) -> tuple[list[str], str] | None:
             slurm.append((number, stripped[len(SLURM_DIRECTIVE) :]))
         elif stripped and not stripped.startswith("#"):
             break
-    if not flags and not slurm and not text.startswith("#!"):
-        return None
+    if not flags and not slurm:
+        return None  # a program like any other: run by its path
     translated = translate(slurm, path)
     for warning in translated.warnings:
         typer.echo(f"warning: {warning}", err=True)
