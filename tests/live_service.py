@@ -29,7 +29,11 @@ CYCLE = 0.05
 def local_backend(root: Path) -> LocalBackend:
     """This machine as cluster ``local`` (real processes), its runs under ``root``."""
     return LocalBackend(
-        cluster="local", state_dir=root / "runs", grace_period=1.0, stop_runs_on_close=True
+        cluster="local",
+        state_dir=root / "runs",
+        grace_period=1.0,
+        stop_runs_on_close=True,
+        any_working_dir=True,  # as `flotilla up`'s own: the CLI sends the submit directory
     )
 
 

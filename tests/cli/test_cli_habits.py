@@ -35,11 +35,11 @@ def test_jobs_are_newest_first_with_short_ids_and_the_count_of_all_matches(
     rows = [line.split()[0] for line in lines[2:]]
     assert rows == [ids[4][:8], ids[3][:8]]
     assert "no cluster has 64 free cpu" in table.output and ids[4] not in table.output
-    wide = run("jobs", "-o", "wide", "--oldest-first", "--limit", "1")
+    wide = run("jobs", "--format", "wide", "--oldest-first", "--limit", "1")
     assert ids[0] in wide.output and "CLUSTER" in wide.output
-    as_json = json.loads(run("jobs", "-o", "json").output)
+    as_json = json.loads(run("jobs", "--format", "json").output)
     assert [job["id"] for job in as_json["jobs"]] == ids[::-1] and as_json["total"] == 5
-    as_yaml = yaml.safe_load(run("jobs", "-o", "yaml", "--name", "c").output)
+    as_yaml = yaml.safe_load(run("jobs", "--format", "yaml", "--name", "c").output)
     assert [job["id"] for job in as_yaml["jobs"]] == [ids[2]]
 
 
@@ -78,9 +78,9 @@ def test_a_job_is_named_by_name_queue_slash_name_or_id_prefix(
     store.cancel(first, "again")
     [latest] = submit(store, "train")
     [other] = submit(store, "train", queue="team-b")
-    described = json.loads(run("describe", "team-a/train", "-o", "json").output)
+    described = json.loads(run("describe", "team-a/train", "--format", "json").output)
     assert described["job"]["id"] == latest and described["events"][0]["kind"] == "submitted"
-    assert json.loads(run("why", first[:12], "-o", "json").output)["state"] == "cancelled"
+    assert json.loads(run("why", first[:12], "--format", "json").output)["state"] == "cancelled"
     ambiguous = run("describe", "train")
     assert ambiguous.exit_code == 1
     assert f"team-a/train ({latest})" in ambiguous.output
@@ -150,7 +150,7 @@ def test_quota_set_then_quotas_show_usage_borrowing_and_lending(
     rows = {line.split()[0]: line for line in shown.output.splitlines()[1:]}
     assert "gpu=8" in rows["org"] and rows["org"].rstrip().endswith("gpu=8")  # lends its min
     assert "cpu=3" in rows["vision"] and "cpu=2" in rows["vision"]  # uses 3, borrows 2
-    as_json = {row["name"]: row for row in json.loads(run("quotas", "-o", "json").output)}
+    as_json = {row["name"]: row for row in json.loads(run("quotas", "--format", "json").output)}
     assert as_json["vision"]["borrowing"] == {"cpu": 2.0}
     assert as_json["org"]["lending"] == {"gpu": 8.0}
     added = run("quota", "set", "nlp", "--min", "gpu=2", "--parent", "org")

@@ -30,7 +30,7 @@ def test_clusters_nodes_shows_the_discovered_gpus(
     shown = CliRunner().invoke(app, ["clusters", "--nodes"])
     assert shown.exit_code == 0, shown.output
     assert "8 × NVIDIA A100-SXM4-80GB, 80Gi each, nvlink, 2 NUMA nodes" in shown.output
-    data = json.loads(CliRunner().invoke(app, ["clusters", "--nodes", "-o", "json"]).output)
+    data = json.loads(CliRunner().invoke(app, ["clusters", "--nodes", "--format", "json"]).output)
     [node] = data["nodes"]["local"]
     assert node["gpus"]["model"] == "NVIDIA A100-SXM4-80GB"
     assert node["gpus"]["topology"]["numa"] == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -28,7 +28,7 @@ def test_describe_names_a_running_local_replica_by_its_process_group(
     described = run("describe", job)
     assert described.exit_code == 0, described.output
     assert "Engine ids" in described.output and replica.engine_id in described.output
-    as_json = run("describe", job, "-o", "json")
+    as_json = run("describe", job, "--format", "json")
     assert json.loads(as_json.output)["engine_ids"]["replicas"][0]["engine_id"] == replica.engine_id
     raw = TestClient(live.app).get(f"/v1/jobs/{job}/engine-ids").text
     assert str(tmp_path) not in raw  # no state-dir path in the response

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -28,10 +29,12 @@ def test_flags_and_a_command_are_one_job(servers: list[str], store: SqlStore) ->
     spec = job.spec
     assert (spec.queue, spec.max_runtime, dict(spec.labels)) == ("team-a", 5400, {"team": "vision"})
     assert dict(spec.tasks[0].resources) == {"cpu": 2, "memory": 4 * 2**30, "gpu": 1}
-    assert spec.payload == {
-        "command": ["python", "train.py", "--epochs", "3"],  # its own flags stay its own
-        "env": {"EPOCHS": "3"},
-    }
+    payload = dict(spec.payload or {})
+    assert payload["command"] == ["python", "train.py", "--epochs", "3"]  # its own flags
+    # The server is on this machine: the job runs here, with this environment (sbatch's
+    # --chdir and --export=ALL defaults), -e on top.
+    assert payload["working_dir"] == os.getcwd() and payload["env"]["EPOCHS"] == "3"
+    assert payload["env"]["PATH"] == os.environ["PATH"]
 
 
 def test_one_word_is_a_shell_line_and_options_end_at_the_command(
@@ -40,9 +43,9 @@ def test_one_word_is_a_shell_line_and_options_end_at_the_command(
     assert run("run", "-p", "team-a", "-J", "argv", "printf", "--cpu", "9").exit_code == 0
     assert run("run", "-p", "team-a", "-J", "piped", "echo hi | tr a-z A-Z").exit_code == 0
     jobs = {job.name: job.spec for job in store.list_jobs().jobs}
-    assert jobs["argv"].payload == {"command": ["printf", "--cpu", "9"]}  # the command's flag
+    assert (jobs["argv"].payload or {})["command"] == ["printf", "--cpu", "9"]  # its flag
     assert dict(jobs["argv"].tasks[0].resources) == {"cpu": 1}
-    assert jobs["piped"].payload == {"command": "echo hi | tr a-z A-Z"}  # run by /bin/sh -c
+    assert (jobs["piped"].payload or {})["command"] == "echo hi | tr a-z A-Z"  # by /bin/sh -c
 
 
 def test_two_runs_of_one_program_get_different_names(servers: list[str], store: SqlStore) -> None:
@@ -78,10 +81,13 @@ def test_bad_flags_are_exit_2_naming_them_and_send_nothing(
 
 
 def test_dry_run_prints_the_job_file_it_would_submit(servers: list[str], store: SqlStore) -> None:
-    result = run("run", "-p", "team-a", "-J", "x", "--dry-run", "--", "hostname")
+    result = run(
+        "run", "-p", "team-a", "-J", "x", "--export", "NONE", "--dry-run", "--", "hostname"
+    )
     assert result.exit_code == 0, result.output
     spec = yaml.safe_load(result.output)
-    assert spec["name"] == "x" and spec["payload"] == {"command": "hostname"}
+    assert spec["name"] == "x"
+    assert spec["payload"] == {"command": "hostname", "working_dir": os.getcwd()}
     assert store.list_jobs().jobs == [] and servers == []
     # The printed file is one `submit -` takes as it is.
     again = run("submit", "-", stdin=result.output)
@@ -127,7 +133,8 @@ def test_a_batch_script_s_flotilla_lines_are_flags_and_the_command_line_wins(
     assert job.name.startswith("train.sh-") and spec.queue == "team-a"
     assert dict(spec.tasks[0].resources) == {"cpu": 2, "memory": 2 * 2**30}  # --cpu given
     assert (spec.max_runtime, dict(spec.labels)) == (7200, {"kind": "batch"})
-    assert spec.payload == {"command": ["/bin/bash", "-c", script.read_text(), str(script), "fast"]}
+    command = ["/bin/bash", "-c", script.read_text(), str(script), "fast"]
+    assert (spec.payload or {})["command"] == command
 
 
 def test_a_bad_flotilla_line_is_exit_2_naming_it(

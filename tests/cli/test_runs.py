@@ -85,7 +85,7 @@ def test_filters_and_json_and_the_slurm_name(store: SqlStore) -> None:
     assert as_json.exit_code == 0, as_json.output
     [etl] = json.loads(as_json.output)["runs"]
     assert etl["name"] == "etl" and etl["cpu_seconds"] is None
-    by_user = json.loads(run("--user", "ana", "-o", "json", command="sacct").output)
+    by_user = json.loads(run("--user", "ana", "--format", "json", command="sacct").output)
     assert [row["name"] for row in by_user["runs"]] == ["train"]
     assert by_user["runs"][0]["memory_peak"] == 512 * MIB
     failed = run("--state", "failed", "--owner", "ana")

@@ -124,7 +124,7 @@ def test_submit_dry_run_checks_the_file_without_the_http_client_or_the_server(
     [
         ["jobs", "--limit", "5", "--server", UNREACHABLE],  # int with a minimum, str
         ["wait", "a", "b", "--timeout", "0", "--server", UNREACHABLE],  # list, float
-        ["queues", "--output", "json", "--server", UNREACHABLE],  # a choice
+        ["queues", "--format", "json", "--server", UNREACHABLE],  # a choice
         ["logs", "a", "--replica", "0", "--server", UNREACHABLE],
     ],
     ids=" ".join,

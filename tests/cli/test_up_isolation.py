@@ -35,7 +35,7 @@ def test_without_cgroups_up_says_what_is_not_enforced_in_one_line_and_runs(
     assert "setsid" in line and "the server does not run as root" in line
     if os.geteuid() == 0:  # issue 35: a uid per run needs cgroups; one account instead
         assert (
-            "local jobs run as nobody, all of them (a uid of its own per run needs cgroups: "
+            "local jobs run as nobody, all of them (a uid per owner needs cgroups: "
             "the server does not run as root)" in result.output
         )
 
@@ -60,7 +60,7 @@ def test_without_cgroups_an_asked_uid_range_is_refused_naming_the_option(
     )
     assert result.exit_code == 2, result.output
     assert result.output.startswith(
-        "error: --uid-range: a uid of its own per run needs cgroups, and this machine gives none "
+        "error: --uid-range: a uid per owner needs cgroups, and this machine gives none "
         "(no controllers)"
     )
     assert not served

@@ -63,12 +63,12 @@ def test_usage_table_has_a_row_per_queue_and_a_total(store: SqlStore) -> None:
 
 
 def test_usage_json_and_csv_by_owner(store: SqlStore) -> None:
-    as_json = run("--by", "owner", "-o", "json")
+    as_json = run("--by", "owner", "--format", "json")
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.output)
     assert [row["owner"] for row in report["rows"]] == ["ana", "bo"]
     assert report["rows"][0]["gpu_hours"] > 0
-    as_csv = run("--by", "owner", "--output", "csv")
+    as_csv = run("--by", "owner", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(as_csv.output)))
     assert list(rows[0]) == [
         "owner",
@@ -109,10 +109,10 @@ def test_gpu_use_shows_in_describe_and_usage(store: SqlStore) -> None:
     assert described.exit_code == 0, described.output
     [line] = [line for line in described.output.splitlines() if "61Gi" in line]
     assert line.split() == ["1", "60Gi", "61Gi", "48%", "2.000", "0.500", "25%"]
-    as_json = CliRunner().invoke(app, ["describe", train.id, "-o", "json"])
+    as_json = CliRunner().invoke(app, ["describe", train.id, "--format", "json"])
     gpu = json.loads(as_json.output)["job"]["runs"][0]["gpu"]
     assert gpu["gpu_hours_used"] == 0.5 and gpu["efficiency"] == 0.25
-    report = json.loads(run("-o", "json").output)
+    report = json.loads(run("--format", "json").output)
     [team_a] = [row for row in report["rows"] if row["queue"] == "team-a"]
     assert team_a["gpu_used_hours"] > 0 and team_a["gpu_efficiency"] is not None
     table = CliRunner().invoke(app, ["usage", "--since", "1d"], terminal_width=200)

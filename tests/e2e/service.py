@@ -29,6 +29,24 @@ from flotilla.runtime import token_for
 from tests.timing import deadline, limit, wait_until
 
 FLOTILLA = Path(sys.executable).with_name("flotilla")
+
+
+def flotilla_for_others() -> list[str]:
+    """``flotilla`` as a user other than root can start it: this venv's, unless its Python
+    lies where others cannot reach (pyenv's under a 0700 ``/root``); then the system's
+    ``python3`` over this venv's packages (the same version: its supervisors start by it)."""
+    real = Path(os.path.realpath(sys.executable))
+    if all(os.stat(parent).st_mode & 0o001 for parent in real.parents):
+        return [str(FLOTILLA)]
+    import site
+
+    import flotilla
+
+    path = [str(Path(flotilla.__file__).parents[1]), *site.getsitepackages()]
+    main = "from flotilla.cli.main import app; app()"
+    return ["env", f"PYTHONPATH={os.pathsep.join(path)}", "/usr/bin/python3", "-c", main]
+
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 START_LIMIT = 60.0
 """Seconds a server may take to answer /readyz on the reference machine (about 3 s there when
@@ -247,19 +265,27 @@ class Services:
         port: int | None = None,
         projection: bool = False,
         default_identity: bool = False,
+        as_user: int | None = None,
     ) -> Server:
         """``flotilla up`` with ``extra`` flags. Without ``projection`` (or its own
         ``--projection-interval``) it runs no projection worker: a second Python process,
         niced, that imports the engine, which nothing but the projection's tests reads.
         ``default_identity``: jobs run as ``flotilla up`` runs them by default (as root: a uid
-        of their own per run), not as this user."""
+        of their own per owner), not as this user. ``as_user``: ``flotilla up`` runs as this
+        uid (and gid), not root (``setpriv``), as a person on their own machine starts it."""
         workdir = workdir or self.root
         if not projection and "--projection-interval" not in extra:
             extra = [*extra, "--projection-interval", "0"]
         workdir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
+        started_as = (
+            []
+            if as_user is None
+            else ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", "--"]
+        )
         args = [
-            str(FLOTILLA),
+            *started_as,
+            *([str(FLOTILLA)] if as_user is None else flotilla_for_others()),
             "up",
             "--db",
             db,
@@ -273,7 +299,9 @@ class Services:
             # user unless the test is about who they run as.
             *(
                 []
-                if default_identity or {"--run-as", "--uid-range"} & set(extra)
+                if default_identity
+                or as_user is not None
+                or {"--run-as", "--uid-range"} & set(extra)
                 else ["--run-as", str(os.getuid())]
             ),
             *extra,

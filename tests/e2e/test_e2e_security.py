@@ -121,12 +121,12 @@ def test_as_root_one_tenants_job_cannot_read_write_or_kill_anothers(
 ) -> None:
     """Issue 23: every job ran as ``nobody``, so a submit-only tenant's job read another
     tenant's decrypted secret from ``/proc/PID/environ``, wrote into its scratch dir and
-    killed it with ``kill -9 -1``. As root, ``flotilla up`` now gives each run a uid of its
-    own."""
+    killed it with ``kill -9 -1``. As root, ``flotilla up`` now gives each owner (tenant) a
+    uid of its own (issue 37; each run one of its own before)."""
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
-            pytest.fail("this test must run as root in CI (per-run uids need root)")
-        pytest.skip("per-run uids need the server to run as root")
+            pytest.fail("this test must run as root in CI (owners' uids need root)")
+        pytest.skip("owners' uids need the server to run as root")
     base = 56000 + (os.getpid() % 50) * 20
     server = services.start(
         db=f"sqlite:///{tmp_path / 'f.db'}",

@@ -65,8 +65,9 @@ def test_errors_are_typed_and_carry_the_servers_message(
     with pytest.raises(flotilla.NotFound, match="no-such-job"):
         client.get("no-such-job")
     client.submit(live.spec("twin", "sleep 30", cpu=live.cpus * 4, hold_if_unfit=True))
-    with pytest.raises(flotilla.Conflict, match="unfinished") as taken:
-        client.submit(live.spec("twin", "true"))
+    twins = [live.spec("pair", "true"), live.spec("pair", "true")]
+    with pytest.raises(flotilla.Conflict, match="given twice") as taken:
+        client.submit(twins)
     assert taken.value.status == 409
     with pytest.raises(flotilla.InvalidSpec) as invalid:
         client.submit({"name": "bad", "queue": "default", "tasks": []})

@@ -89,11 +89,14 @@ def test_unknown_queue_is_400_naming_it_and_stores_nothing(
     assert any_store.list_jobs().jobs == []
 
 
-def test_duplicate_name_is_409_and_stores_nothing(
+def test_a_name_twice_in_one_submission_is_409_and_stores_nothing(
     lifecycle_client: TestClient, any_store: SqlStore
 ) -> None:
+    """A name may be used again (issue 37), but not twice in one submission: its
+    dependencies name its jobs."""
     submit(lifecycle_client, spec("train"))
-    response = lifecycle_client.post("/v1/jobs", json={"jobs": [spec("new"), spec("train")]})
+    body = {"jobs": [spec("new"), spec("train"), spec("train")]}
+    response = lifecycle_client.post("/v1/jobs", json=body)
     assert response.status_code == 409
     assert "'train'" in response.json()["message"]
     assert [job.name for job in any_store.list_jobs().jobs] == ["train"]

@@ -52,13 +52,35 @@ def test_a_working_dir_that_leaves_the_scratch_dir_is_refused(
         parse_submission(spec("escape", payload=command(working_dir)))
 
 
-def test_an_absolute_working_dir_without_a_fleet_that_allows_it_is_refused(
+def test_an_absolute_working_dir_no_cluster_of_the_fleet_allows_is_refused_saying_how(
     client: TestClient, store: SqlStore
 ) -> None:
+    apply(store, [])
     [line] = refused(client, spec("abs", payload=command("/var/lib/flotilla/runs/r-1")))
     assert line.startswith("payload.working_dir: '/var/lib/flotilla/runs/r-1' is an absolute")
     assert "allowed_working_dirs" in line
+    assert "flotilla up --allow-working-dir /var/lib/flotilla/runs/r-1" in line
     assert store.list_jobs().jobs == []
+
+
+def test_without_a_fleet_an_absolute_working_dir_is_the_local_clusters_to_judge(
+    client: TestClient, store: SqlStore
+) -> None:
+    """Issue 37: ``flotilla up``'s own cluster takes the submit directory ``run`` sends (the
+    job enters it as its own user: the check), or those of ``--allow-working-dir``, which
+    only that backend knows; so do a fleet's local clusters that name no list or take any."""
+    submit(client, spec("submit-dir", payload=command("/home/ana/project")))
+    data = {
+        "name": "t",
+        "clusters": [
+            {"name": "any", "backend": "local", "settings": {"any_working_dir": True}},
+            {"name": "listed", "backend": "local", "settings": {"allowed_working_dirs": []}},
+        ],
+        "queues": [{"name": "team-a"}],
+    }
+    store.apply_fleet(fleet_change(fleet_from_data(data, "test")))
+    submit(client, spec("anywhere", payload=command("/home/ana/project")))
+    assert [job.name for job in store.list_jobs().jobs] == ["submit-dir", "anywhere"]
 
 
 def test_an_absolute_working_dir_under_an_allowed_dir_of_some_cluster_is_taken(

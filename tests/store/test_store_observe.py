@@ -40,7 +40,7 @@ def test_a_failed_write_tells_nobody(store: SqlStore) -> None:
     recorder = Recorder()
     store.add_observer(recorder)
     with pytest.raises(DuplicateJobError):
-        store.submit_jobs([job("b"), job("a")])
+        store.submit_jobs([job("b"), job("b")])
     store.set_priority(store.list_jobs().jobs[0].id, 3)  # no state change
     assert recorder.seen == []
 

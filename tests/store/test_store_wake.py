@@ -97,7 +97,7 @@ def test_only_committed_writes_of_other_stores_wake(stores: tuple[SqlStore, SqlS
         assert wakes.wait_beyond(0)
         seen = wakes.count
         with pytest.raises(DuplicateJobError):
-            api.submit_jobs([_job("taken")])
+            api.submit_jobs([_job("twice"), _job("twice")])
         scheduler.submit_jobs([_job("own")])
         marker = api.submit_jobs([_job("marker")])
         assert marker and wakes.wait_beyond(seen)

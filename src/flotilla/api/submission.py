@@ -123,8 +123,9 @@ def absolute_working_dir_problems(spec: JobSpec, allowed: Sequence[str] | None) 
             return []
     return [
         f"payload.working_dir: {working_dir!r} is an absolute path no cluster of this fleet "
-        "allows; give a path relative to the run's scratch dir (or ask an admin to add its "
-        "directory to a cluster's allowed_working_dirs)"
+        "allows; give a path relative to the run's scratch dir, or allow it: ask an admin to "
+        "add its directory to a cluster's allowed_working_dirs (on your own machine: "
+        f"`flotilla up --allow-working-dir {normal}`)"
     ]
 
 

@@ -111,7 +111,13 @@ def default_cluster(store: SqlStore, runtime: FleetRuntime, config: ServiceConfi
     owner = local_owner(state_dir)
     refuse_foreign_owner(store, cluster, state_dir)
     backend = LocalBackend(
-        cluster=cluster, state_dir=state_dir, run_as=config.run_as, uid_range=config.uid_range
+        cluster=cluster,
+        state_dir=state_dir,
+        run_as=config.run_as,
+        uid_range=config.uid_range,
+        owner_uids=store,  # each owner's uid of the range, for good (issue 37)
+        allowed_working_dirs=config.allowed_working_dirs or (),
+        any_working_dir=config.allowed_working_dirs is None,  # where the user is (issue 37)
     )
     runtime.backends[cluster] = runtime.kept(backend)
     nodes = backend.inventory().nodes  # asked once at start, directly: this machine answers

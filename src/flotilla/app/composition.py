@@ -272,6 +272,7 @@ def _build(
         local_state_dir=config.state_dir,
         local_run_as=config.run_as,
         local_uid_range=config.uid_range,
+        local_working_dirs=config.allowed_working_dirs or (),
         factory=backend_factory,
         engines=config.engines,
     )

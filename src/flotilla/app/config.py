@@ -63,9 +63,13 @@ class ServiceConfig:
     fleet_source: Path | None = None
     """Where ``fleet`` was read from (named in messages)."""
     run_as: str | None = None
-    """The user every local job runs as (None: this user, or a uid per run)."""
+    """The user every local job runs as (None: this user, or a uid per owner)."""
     uid_range: str | None = None
-    """``FIRST-LAST``: the uids local runs get one each of (needs root)."""
+    """``FIRST-LAST``: the uids local owners get one each of (needs root)."""
+    allowed_working_dirs: tuple[str, ...] | None = None
+    """``flotilla up --allow-working-dir``: the absolute directories local jobs may run in
+    (a local cluster of a fleet file that names none takes these); None: this machine's own
+    cluster takes any directory its job's user may enter (``LocalBackend.any_working_dir``)."""
     api: ApiConfig | None = None
     """Serve the REST API in this process; None: the scheduler and its clusters alone."""
     projection: ProjectionSettings | None = None

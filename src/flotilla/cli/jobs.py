@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console, jobs_table, short_id, simulated_clusters
+from flotilla.cli.where import Export, parse_export, place_here
 from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES, TERMINAL_STATE_NAMES, JobState
 from flotilla.sdk.connection import DEFAULT_SERVER
 
@@ -38,6 +39,31 @@ JobsArgument = Annotated[
     list[str],
     typer.Argument(metavar="JOB...", help="Ids, id prefixes, names, QUEUE/NAME, or array ids."),
 ]
+
+
+def where(
+    body: dict[str, Any], server: str, export: Export, dependency: str | None, hold: bool
+) -> None:
+    """The submit directory, environment, dependencies and ``--hold-if-unfit`` of the file's
+    jobs (``cli/where.py``), in place."""
+    from flotilla.cli.sbatch import dependencies
+
+    extra: list[dict[str, str]] = []
+    if dependency:
+        try:
+            extra = dependencies(dependency)
+        except ValueError as error:
+            fail(f"--dependency: {error}", code=2)
+    for job in body.get("jobs", [body]):
+        if not isinstance(job, dict):
+            continue
+        if hold:
+            job["hold_if_unfit"] = True
+        if extra:
+            job["depends_on"] = [*(job.get("depends_on") or []), *extra]
+        payload = job.get("payload")
+        if job.get("type", "command") == "command" and isinstance(payload, dict):
+            place_here(payload, server=server, export=export)
 
 
 def submit(
@@ -64,10 +90,30 @@ def submit(
             "priority classes and clusters are checked at submission).",
         ),
     ] = False,
-    output: OutputOption = Output.TABLE,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            "-d",
+            help="afterok:JOB[:JOB] (also afterany, afternotok): every job of the file starts "
+            "once those ended so. A JOB is an id or a name (its newest job).",
+        ),
+    ] = None,
+    export: Annotated[
+        str,
+        typer.Option(
+            "--export",
+            help="ALL (default), NONE or VAR[,VAR=value…]: the submitter's environment command "
+            "jobs get, as Slurm's (ALL leaves out credentials and the session's own).",
+        ),
+    ] = "ALL",
+    output_format: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
-    """Submit the jobs of a file, all or nothing."""
+    """Submit the jobs of a file, all or nothing.
+
+    When the server is on this machine, a command job that names no working_dir runs in this
+    directory, with this shell's environment below its own env (--export), as sbatch does."""
     from flotilla.api.submission import parse_submission
     from flotilla.sdk.errors import InvalidSpec
     from flotilla.sdk.jobfile import read_job_file, read_job_text
@@ -83,17 +129,14 @@ def submit(
         count = sum(len(spec.job_names()) for spec in parse_submission(body)[0])
         typer.echo(f"{file}: {count} job{'s' if count != 1 else ''} valid; nothing was submitted")
         return
-    if hold_if_unfit:
-        for job in body.get("jobs", [body]):
-            if isinstance(job, dict):
-                job["hold_if_unfit"] = True
+    where(body, server, parse_export(export), dependency, hold_if_unfit)
     with api(server) as client:
         result = client.submit(body)
     if quiet:
         for job in result.jobs:
             typer.echo(job.id)
         return
-    if emit(result, output):
+    if emit(result, output_format):
         return
     from rich.table import Table
 

@@ -1,5 +1,8 @@
-"""``-o json|yaml|wide``: every read command prints a table by default, ``wide`` adds
-columns and full ids, ``json`` and ``yaml`` print the API's objects whole (full ids)."""
+"""``--format json|yaml|wide``: every read command prints a table by default, ``wide`` adds
+columns and full ids, ``json`` and ``yaml`` print the API's objects whole (full ids).
+
+Not ``-o``: that is Slurm's ``--output`` (the file a batch job's standard output goes to),
+which ``run`` and ``#SBATCH``/``#FLOTILLA`` lines take as such (issue 37)."""
 
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ class Output(StrEnum):
 OutputOption = Annotated[
     Output,
     typer.Option(
-        "--output",
-        "-o",
+        "--format",
+        "--output-format",
         help="table, wide (more columns, full ids), json or yaml (the API's objects whole).",
         case_sensitive=False,
     ),

@@ -16,6 +16,7 @@ flags too — the command line's win — and the script's text travels with the 
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shlex
@@ -27,6 +28,9 @@ import typer
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import console
+from flotilla.cli.sbatch import DIRECTIVE as SLURM_DIRECTIVE
+from flotilla.cli.sbatch import dependencies, output_wrapper, translate
+from flotilla.cli.where import parse_export, place_here, server_is_here
 from flotilla.lifecycle.states import SUCCESSFUL_STATE_NAMES
 from flotilla.sdk.connection import DEFAULT_SERVER
 
@@ -35,26 +39,33 @@ DIRECTIVE = "#FLOTILLA"
 
 
 def read_script(path: str) -> tuple[list[str], str] | None:
-    """The ``#FLOTILLA`` flags and the text of a batch script, or ``None`` when ``path`` is
-    not a readable file with such lines in its header (the comments before its first
-    command, as sbatch reads ``#SBATCH``)."""
+    """The flags of a batch script's header and its text, or ``None`` when ``path`` is not a
+    readable file with ``#FLOTILLA`` or ``#SBATCH`` lines in its header. The header
+    is the comments before its first command, as sbatch reads it: ``#SBATCH`` lines translated
+    (``sbatch.py``; each one ignored named in a warning), then ``#FLOTILLA`` lines, which win."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
     flags: list[str] = []
-    found = False
-    for line in text.splitlines():
+    slurm: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if stripped.startswith(DIRECTIVE):
-            found = True
             try:
                 flags += shlex.split(stripped[len(DIRECTIVE) :], comments=True)
             except ValueError as error:
                 fail(f"{path}: {line.strip()!r}: {error}", code=2)
+        elif stripped.startswith(SLURM_DIRECTIVE):
+            slurm.append((number, stripped[len(SLURM_DIRECTIVE) :]))
         elif stripped and not stripped.startswith("#"):
             break
-    return (flags, text) if found else None
+    if not flags and not slurm:
+        return None  # a program like any other: run by its path
+    translated = translate(slurm, path)
+    for warning in translated.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    return [*translated.flags, *flags], text
 
 
 def script_command(path: str, text: str, arguments: list[str]) -> list[str]:
@@ -89,8 +100,8 @@ def with_directives(ctx: typer.Context, flags: list[str], given: dict[str, Any])
 
 
 def default_name(command: list[str]) -> str:
-    """The program's name and a short random suffix: two runs of one program at once must not
-    share a name (names are unique among a queue's unfinished jobs)."""
+    """The program's name and a short random suffix: two runs of one program are told apart
+    by name (a name may be used again: it then means the newest job of it)."""
     words = command[0].split() if command else []
     program = PurePath(words[0]).name if words else "run"
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", program).strip("-._") or "run"
@@ -123,10 +134,18 @@ def job_from_flags(
     array: str | None,
     priority: int | None,
     hold_if_unfit: bool,
+    stdout: str | None = None,
+    stderr: str | None = None,
+    dependency: str | None = None,
+    signal: str | None = None,
+    requeue: bool = False,
 ) -> dict[str, Any]:
     """The job spec the flags describe (not yet checked)."""
     if not command:
         fail("give the command after the flags: flotilla run [FLAGS] -- COMMAND...", code=2)
+    if stdout or stderr:
+        words = ["/bin/sh", "-c", command[0]] if len(command) == 1 else list(command)
+        command = [*output_wrapper(stdout, stderr), *words]
     resources: dict[str, Any] = {"cpu": cpu}
     if memory is not None:
         resources["memory"] = memory
@@ -156,6 +175,15 @@ def job_from_flags(
         spec["priority"] = priority
     if hold_if_unfit:
         spec["hold_if_unfit"] = True
+    if dependency:
+        try:
+            spec["depends_on"] = dependencies(dependency)
+        except ValueError as error:
+            fail(f"--dependency: {error}", code=2)
+    if signal:
+        spec["preemption"] = _signal(signal)
+    if requeue:
+        spec["retry"] = {"limit": 5, "on": ["lost", "node_failure"], "backoff": "none"}
     if array is not None:
         found = _ARRAY.match(array)
         if found is None:
@@ -164,6 +192,28 @@ def job_from_flags(
         if found.group(2) is not None:
             spec["array"]["parallelism"] = int(found.group(2))
     return spec
+
+
+def _signal(value: str) -> dict[str, Any]:
+    """``--signal SIG[@SECONDS]`` (Slurm's, a name or a number) as the job's ``preemption``."""
+    import signal as signals
+
+    name, _, grace = value.partition("@")
+    try:
+        number = int(name) if name.isdigit() else None
+        found = (
+            signals.Signals(number)
+            if number is not None
+            else signals.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        )
+    except (KeyError, ValueError):
+        fail(f"--signal: {value!r}: give SIG[@SECONDS], e.g. USR1@60", code=2)
+    preemption: dict[str, Any] = {"signal": found.name}
+    if grace:
+        if not grace.isdigit() or int(grace) == 0:
+            fail(f"--signal: {value!r}: the seconds after @ must be a whole number > 0", code=2)
+        preemption["grace"] = int(grace)
+    return preemption
 
 
 def run(
@@ -205,7 +255,8 @@ def run(
         typer.Option(
             "--chdir",
             "-D",
-            help="Working directory of the command, relative to its run's scratch dir.",
+            help="Working directory of the command (default: this one, when the server is on "
+            "this machine; else its run's scratch dir, which a relative one is under then).",
         ),
     ] = None,
     array: Annotated[
@@ -225,10 +276,52 @@ def run(
         bool, typer.Option("--dry-run", help="Print the job file it would submit; send nothing.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the job id.")] = False,
-    output: OutputOption = Output.TABLE,
+    stdout: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the command's output (and errors, without --error) to this file of "
+            "its working dir, as Slurm's -o (%j: job id, %x: name, %a: array index).",
+        ),
+    ] = None,
+    stderr: Annotated[
+        str | None, typer.Option("--error", help="Write the command's errors to this file.")
+    ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            "-d",
+            help="afterok:JOB[:JOB] (also afterany, afternotok; comma-separated): start once "
+            "those ended so. A JOB is an id or a name (its newest job).",
+        ),
+    ] = None,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal", help="SIG[@SECONDS]: the signal and grace a preempted run is stopped with."
+        ),
+    ] = None,
+    requeue: Annotated[
+        bool,
+        typer.Option("--requeue", help="Run it again (up to 5 times) if its node fails."),
+    ] = False,
+    export: Annotated[
+        str,
+        typer.Option(
+            "--export",
+            help="ALL (default), NONE or VAR[,VAR=value…]: the submitter's environment the "
+            "job gets, as Slurm's (ALL leaves out credentials and the session's own).",
+        ),
+    ] = "ALL",
+    output_format: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
-    """Submit one job from flags and a command: flotilla run --cpu 2 --gpu 1 -- python train.py"""
+    """Submit one job from flags and a command: flotilla run --cpu 2 --gpu 1 -- python train.py
+
+    When the server is on this machine the job runs in this directory (--chdir to change it)
+    with this shell's environment (--export), as sbatch does."""
     words = list(command or [])
     given: dict[str, Any] = {
         "name": name,
@@ -244,6 +337,12 @@ def run(
         "array": array,
         "priority": priority,
         "hold_if_unfit": hold_if_unfit,
+        "stdout": stdout,
+        "stderr": stderr,
+        "dependency": dependency,
+        "signal": signal,
+        "requeue": requeue,
+        "export": export,
     }
     script = read_script(words[0]) if words else None
     if script is not None:
@@ -266,7 +365,16 @@ def run(
         array=given["array"],
         priority=given["priority"],
         hold_if_unfit=given["hold_if_unfit"],
+        stdout=given["stdout"],
+        stderr=given["stderr"],
+        dependency=given["dependency"],
+        signal=given["signal"],
+        requeue=given["requeue"],
     )
+    payload = spec["payload"]
+    if server_is_here(server) and payload.get("working_dir"):
+        payload["working_dir"] = os.path.abspath(payload["working_dir"])  # sbatch -D's
+    place_here(payload, server=server, export=parse_export(given["export"]))
     from flotilla.sdk.errors import InvalidSpec
     from flotilla.sdk.jobfile import checked
 
@@ -284,7 +392,7 @@ def run(
         ids = [job.id for job in result.jobs]
         if quiet:
             typer.echo("\n".join(ids))
-        elif not emit(result, output):
+        elif not emit(result, output_format):
             array_id = result.jobs[0].array_id if result.jobs else None
             shown = array_id or ids[0]
             what = f"array of {len(ids)}" if array_id else "job"

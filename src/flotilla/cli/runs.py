@@ -45,7 +45,7 @@ def runs(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(help="The newest this many runs.", min=1)] = 1000,
-    as_json: Annotated[bool, typer.Option("--json", help="The same as -o json.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
     output: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:

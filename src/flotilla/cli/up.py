@@ -58,16 +58,26 @@ def up(
         typer.Option(
             "--run-as",
             help="The user every job runs as (all jobs share it, so they can read and signal "
-            "each other). Default: as root, each run gets a uid of its own (--uid-range); "
-            "otherwise the server's user. Switching user needs root.",
+            "each other). Default: as root, each owner (the token's user) gets a uid of its "
+            "own (--uid-range); otherwise the user who started the server. Switching user "
+            "needs root.",
         ),
     ] = None,
     uid_range: Annotated[
         str | None,
         typer.Option(
             "--uid-range",
-            help="As root, without --run-as: the uids runs get one each of, FIRST-LAST "
-            "(default 60000-60999; uids with an account are skipped).",
+            help="As root, without --run-as: the uids owners get one each of, kept in the "
+            "database, FIRST-LAST (default 60000-60999; uids with an account are skipped).",
+        ),
+    ] = None,
+    allow_working_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-working-dir",
+            help="An absolute directory local jobs may run in (repeat for more). Default: "
+            "this machine's cluster runs a job in any directory it names, the submit "
+            "directory of `run` and `submit` included, entered as the job's user.",
         ),
     ] = None,
     accept_open_database: Annotated[
@@ -184,6 +194,7 @@ def up(
         fleet_source=fleet_file,
         run_as=run_as,
         uid_range=uid_range,
+        allowed_working_dirs=_working_dirs(allow_working_dir),
         api=ApiConfig(host=host, port=port, auth=settings, local_token=token) if api else None,
         projection=ProjectionSettings(interval=projection_interval, methods=estimators)
         if api and projection_interval > 0
@@ -261,6 +272,18 @@ def _read_fleet(path: Path, state_dir: Path) -> Fleet:
     return fleet
 
 
+def _working_dirs(given: list[Path] | None) -> tuple[str, ...] | None:
+    """``--allow-working-dir`` as absolute directories (exit 2 naming it otherwise)."""
+    if not given:
+        return None
+    found = []
+    for path in given:
+        if not path.is_absolute():
+            fail(f"--allow-working-dir: {str(path)!r} must be an absolute directory", code=2)
+        found.append(os.path.normpath(path))
+    return tuple(found)
+
+
 def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, str | None]:
     """Who local runs run as: ``(run_as, uid_range)``. As root without either, the default
     range (a job is anyone who may submit, never root and never a neighbour of another job;
@@ -282,7 +305,7 @@ def _identities(run_as: str | None, uid_range: str | None) -> tuple[str | None, 
             problem = cgroups_problem()
             if problem is not None:
                 raise ValueError(
-                    f"uid_range: a uid of its own per run needs cgroups, and this machine "
+                    f"uid_range: a uid per owner needs cgroups, and this machine "
                     f"gives none ({problem}); use --run-as USER instead"
                 )
     except ValueError as error:
@@ -325,14 +348,18 @@ def _database_out_of_reach(
 
 def _runs_as(run_as: str | None, uid_range: str | None) -> str:
     if uid_range is not None:
-        return f"a uid of their own per run (from {uid_range})"
+        return f"a uid of each owner's own (from {uid_range}), shared by that owner's runs"
     if run_as == "nobody" and os.geteuid() == 0:
         from flotilla.backends.local.tree import cgroups_problem
 
         problem = cgroups_problem()
         if problem is not None:
-            return f"nobody, all of them (a uid of its own per run needs cgroups: {problem})"
-    return run_as or "this user"
+            return f"nobody, all of them (a uid per owner needs cgroups: {problem})"
+    if run_as is None:
+        import pwd
+
+        return f"{pwd.getpwuid(os.getuid()).pw_name}, the user who started this server"
+    return run_as
 
 
 def register(app: typer.Typer) -> None:

@@ -59,7 +59,7 @@ def usage(
     ] = None,
     by: Annotated[Grouping, typer.Option(help="Group by queue, owner or job.")] = Grouping.QUEUE,
     output: Annotated[
-        UsageFormat, typer.Option("--output", "-o", help="table, json or csv.")
+        UsageFormat, typer.Option("--format", "--output-format", help="table, json or csv.")
     ] = UsageFormat.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:

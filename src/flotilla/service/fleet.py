@@ -253,6 +253,9 @@ class FleetRuntime:
     local_uid_range: str | None = None
     """``flotilla up --uid-range`` (as root, its default): each run of a local cluster whose
     settings say nobody runs as a uid of its own from this range."""
+    local_working_dirs: tuple[str, ...] = ()
+    """``flotilla up --allow-working-dir``: a local cluster whose settings name no
+    ``allowed_working_dirs`` takes these."""
     environ: Mapping[str, str] | None = None
     factory: Callable[..., Backend] | None = None
     """Tests: build every backend with this instead of by entry point."""
@@ -349,6 +352,11 @@ class FleetRuntime:
                     settings["run_as"] = self.local_run_as
                 elif self.local_uid_range is not None:
                     settings["uid_range"] = self.local_uid_range
+            if "allowed_working_dirs" not in settings and self.local_working_dirs:
+                settings["allowed_working_dirs"] = list(self.local_working_dirs)
+            settings.pop("owner_uids", None)  # not a setting: the store, below
+            if "uid_range" in settings:  # each owner's uid of it, kept in the store
+                settings["owner_uids"] = self.store
             refused = check_local_owner(self.store, cluster.name, self.local_owner_of(cluster))
             if refused is not None:
                 raise FleetError([refused])

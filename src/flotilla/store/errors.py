@@ -51,14 +51,17 @@ class InvalidDependencyError(InvalidJobError):
 
 
 class DuplicateJobError(InvalidJobError):
-    """A job name used by a live (unfinished) job of its queue, or twice in one batch."""
+    """A job name used twice in one batch of one queue (a name of the batch must mean one
+    job to the batch's dependencies; a stored job's name may be used again)."""
 
     def __init__(self, queue: str, names: list[str]) -> None:
         self.queue = queue
         self.names = names
         shown = ", ".join(repr(name) for name in names[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        super().__init__(f"queue {queue!r} already has unfinished job(s) named {shown}{more}")
+        super().__init__(
+            f"queue {queue!r}: job name(s) {shown}{more} given twice in one submission"
+        )
 
 
 class IllegalTransitionError(StoreError):

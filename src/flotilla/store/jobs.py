@@ -30,7 +30,6 @@ from flotilla.store.errors import (
 from flotilla.store.observe import tally_events, tally_submitted
 from flotilla.store.schema import Event, Job, Queue, Run, Serial
 from flotilla.store.states import (
-    TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     JobState,
 )
@@ -89,8 +88,10 @@ def expand(batch: Sequence[JobSpec]) -> list[tuple[JobSpec, str | None, int | No
 
 
 def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
-    """Every queue exists; no name is used twice in the batch or by an unfinished job of its
-    queue (a finished job's name may be used again: references then mean the latest)."""
+    """Every queue exists; no name is used twice in the batch (a dependency on a name of the
+    batch must mean one job). A name of a stored job, finished or not, may be used again, as
+    ``sbatch job.sh`` three times gives three jobs (issue 37): references by name then mean
+    the newest job of that name."""
     queues = sorted({job.queue for job in jobs})
     known = set(session.scalars(select(Queue.name).where(Queue.name.in_(queues))))
     missing = [queue for queue in queues if queue not in known]
@@ -106,20 +107,6 @@ def check_batch(session: Session, jobs: Sequence[JobSpec]) -> None:
             (repeated if name in seen else seen).add(name)
         if repeated:
             raise DuplicateJobError(queue, sorted(repeated))
-        taken: list[str] = []
-        finished = [state.value for state in TERMINAL_JOB_STATES]
-        for part in batches(session, sorted(seen)):
-            taken.extend(
-                session.scalars(
-                    select(Job.name).where(
-                        Job.queue == queue,
-                        among(session, JOBS.c.name, part),
-                        Job.state.not_in(finished),
-                    )
-                )
-            )
-        if taken:
-            raise DuplicateJobError(queue, sorted(taken))
 
 
 def submit(
@@ -173,9 +160,8 @@ def submit(
         }
         for job_id in ids
     ]
-    # The serials first: their row lock orders concurrent submissions, so two batches that
-    # reuse one name cannot both find it free (names are unique among live jobs only, which
-    # no constraint of the database can say).
+    # The serials first: their row lock orders concurrent submissions (the newest job of a
+    # name is the one with the highest serial).
     first = reserve_serials(session, len(jobs))
     check_batch(session, jobs)
     origins = [index for index, spec in enumerate(batch) for _ in spec.job_names()]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.owner_uids import OwnerUid, OwnerUidRequest
 from flotilla.model.run_resources import RunResources
 from flotilla.store.records import (
     ClusterRecord,
@@ -132,7 +133,8 @@ class Store(Protocol):
         one with ``array.size`` N for N elements of one new array, ``array_id`` and
         ``array_index`` set) as queued, all or nothing; returns their ids in order. Raises
         ``InvalidJobError`` if a queue does not exist, ``DuplicateJobError`` if a name is
-        taken in its queue or repeated in the batch. ``owner`` defaults to each spec's ``user``.
+        repeated in the batch (a stored job's name may be used again: the newest is meant).
+        ``owner`` defaults to each spec's ``user``.
         ``pace`` is called between jobs while their rows are made, before any lock is taken
         (the API's ``Precedence.pace``: reads go before a large batch)."""
         ...
@@ -283,6 +285,12 @@ class Store(Protocol):
 
     def record_gpu_use(self, uses: Mapping[str, GpuUse]) -> None:
         """Replace each run's recorded GPU use (run id → its figures so far)."""
+        ...
+
+    def owner_uid(self, request: OwnerUidRequest) -> OwnerUid:
+        """The uid ``request.owner``'s local jobs run as (a root server's uid range),
+        assigned at its first run and kept for good: never another owner's
+        (``flotilla.store.owner_uids``)."""
         ...
 
     def record_run_resources(self, resources: Mapping[str, RunResources]) -> None:

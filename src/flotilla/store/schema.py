@@ -252,3 +252,14 @@ class FleetRow(Base):
     version: Mapped[int] = mapped_column(BigInteger)
     document: Mapped[dict[str, Any]]
     applied_at: Mapped[datetime]
+
+
+class OwnerUidRow(Base):
+    """The uid each owner's local jobs run as on a server that gives uids from a range
+    (``flotilla.model.owner_uids``, migration 0012): assigned at an owner's first run, kept
+    for good; a uid belongs to one owner only."""
+
+    __tablename__ = "owner_uids"
+    owner: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    uid: Mapped[int] = mapped_column(BigInteger, unique=True)
+    assigned_at: Mapped[datetime]

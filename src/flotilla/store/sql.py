@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from flotilla.faults import crash_point
 from flotilla.model import ClusterSpec, JobSpec, NodeGroup, QueueSpec, QuotaSpec
 from flotilla.model.gpu_use import GpuUse
+from flotilla.model.owner_uids import OwnerUid, OwnerUidRequest
 from flotilla.model.run_resources import RunResources
 from flotilla.store import (
     cancels,
@@ -50,6 +51,7 @@ from flotilla.store.engine import (
 from flotilla.store.errors import InvalidJobError, NotFoundError
 from flotilla.store.gpu_use import gpu_use_of, record_gpu_use
 from flotilla.store.observe import CommitObserver, notify, take_changes
+from flotilla.store.owner_uids import owner_uid, owner_uids
 from flotilla.store.protocol import (
     CheckpointReport,
     CycleCommit,
@@ -411,6 +413,16 @@ class SqlStore:
         if uses:
             with self._write() as session:
                 record_gpu_use(session, uses)
+
+    def owner_uid(self, request: OwnerUidRequest) -> OwnerUid:
+        """The uid ``request.owner``'s local jobs run as, assigned at its first run and kept
+        for good (``store/owner_uids.py``)."""
+        return self._upsert(lambda session: owner_uid(session, request, self._now()))
+
+    def owner_uids(self) -> dict[str, int]:
+        """Every owner's uid (``owner_uid``)."""
+        with self._sessions() as session:
+            return owner_uids(session)
 
     def record_run_resources(self, resources: Mapping[str, RunResources]) -> None:
         if resources:

@@ -81,14 +81,13 @@ class RuntimeHistory:
         learned = self._from_history(job)
         if learned is None:
             return own
-        limit = job.max_runtime
-        if method is EstimatorMethod.AUTO and limit is not None and learned.seconds is not None:
-            if learned.seconds > limit:
-                return RuntimeEstimate(
-                    seconds=limit,
-                    source=RuntimeSource.MAX_RUNTIME,
-                    basis=f"its max_runtime, under the {learned.basis}",
-                )
+        limit, seconds = job.max_runtime, learned.seconds
+        if method is EstimatorMethod.AUTO and limit is not None and (seconds or 0.0) > limit:
+            return RuntimeEstimate(
+                seconds=limit,
+                source=RuntimeSource.MAX_RUNTIME,
+                basis=f"its max_runtime, under the {learned.basis}",
+            )
         return learned
 
     def _from_history(self, job: EstimateInput) -> RuntimeEstimate | None:

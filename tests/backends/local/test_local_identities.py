@@ -192,7 +192,13 @@ def test_a_local_cluster_of_a_root_server_gives_each_run_a_uid_unless_its_settin
 
     store = SqlStore.open(f"sqlite:///{tmp_path / 'f.db'}")
     uid_range = uids_in_range(57500, 5)
-    runtime = FleetRuntime(store, {}, local_state_dir=tmp_path / "state", local_uid_range=uid_range)
+    runtime = FleetRuntime(
+        store,
+        {},
+        local_state_dir=tmp_path / "state",
+        local_uid_range=uid_range,
+        local_working_dirs=("/srv/projects",),  # `up --allow-working-dir`
+    )
     fleet = fleet_from_data(
         fleet_data(
             {"name": "here", "backend": "local", "settings": {"stop_runs_on_close": True}},
@@ -210,10 +216,15 @@ def test_a_local_cluster_of_a_root_server_gives_each_run_a_uid_unless_its_settin
         assert isinstance(here, LocalBackend) and isinstance(fixed, LocalBackend)
         assert (here.uid_range, here.run_as) == (uid_range, None)
         assert (fixed.uid_range, fixed.run_as) == (None, "nobody")
-        here.dispatch(request(here, "run-1", {"command": "id -u"}))
+        # Each owner's uid of the range is the store's (issue 37); a cluster naming no
+        # allowed_working_dirs takes up's --allow-working-dir.
+        assert here.owner_uids is store and fixed.owner_uids is None
+        assert list(here.allowed_working_dirs) == ["/srv/projects"]
+        here.dispatch(request(here, "run-1", {"command": "id -u"}, owner="ana"))
         wait_until(lambda: here.status(StatusRequest("run-1")).state.terminal, "run-1 to end")
         first, last = parse_uid_range(uid_range)
         assert first <= int(read_all(here, "run-1")) <= last
+        assert store.owner_uids() == {"ana": int(read_all(here, "run-1"))}
     finally:
         runtime.close()
         store.close()
@@ -308,7 +319,7 @@ def test_a_backend_started_while_another_starts_a_run_with_a_uid_comes_up(
 def test_a_uid_per_run_is_refused_where_no_cgroup_can_end_a_run(tmp_path: Path) -> None:
     """Without cgroups nothing but the uid would say which processes are the run's: the
     backend refuses ``uid_range`` rather than sweep by uid (issue 35)."""
-    with pytest.raises(ValueError, match=r"uid_range: a uid of its own per run needs cgroups"):
+    with pytest.raises(ValueError, match=r"uid_range: a uid per owner needs cgroups"):
         LocalBackend(state_dir=tmp_path, uid_range=uids_in_range(55500, 2), isolate=False)
 
 

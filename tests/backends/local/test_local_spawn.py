@@ -113,8 +113,9 @@ def test_a_command_that_cannot_start_says_why_as_before(
         "directory: '/no/such/program'"
     )
     assert no_entry.state is BackendRunState.FAILED and no_entry.exit_code == 127
-    assert no_entry.message.split(" ", 2)[2] == (
+    assert no_entry.message.split(" ", 2)[2].startswith(
         f"could not start: cannot enter working_dir {str(closed / 'inside')!r} as the job's user"
+        " (it runs as "  # and how to let it in
     )
     assert read_all(backend, "no-entry") == ""
 

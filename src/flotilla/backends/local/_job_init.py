@@ -146,7 +146,10 @@ class _WorkingDir(Exception):
 def _refusal(spec: dict[str, Any], error: BaseException) -> str:
     if isinstance(error, _WorkingDir):
         shown = spec.get("shown_working_dir") or spec["working_dir"]
-        return f"could not start: cannot enter working_dir {shown!r} as the job's user"
+        hint = spec.get("working_dir_hint")
+        return f"could not start: cannot enter working_dir {shown!r} as the job's user" + (
+            f" ({hint})" if hint else ""
+        )
     argv0 = spec["argv"][0] if spec.get("argv") else ""
     if isinstance(error, OSError) and error.strerror:
         return f"could not start {argv0!r}: [Errno {error.errno}] {error.strerror}: {argv0!r}"

@@ -131,8 +131,10 @@ class Spawner:
             with contextlib.suppress(OSError):
                 os.chdir("/")
             shown = self.spec.get("shown_working_dir") or working_dir
+            hint = self.spec.get("working_dir_hint")
             raise Refused(
                 f"could not start: cannot enter working_dir {shown!r} as the job's user"
+                + (f" ({hint})" if hint else "")
             ) from None
 
     @staticmethod

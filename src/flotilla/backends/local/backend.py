@@ -79,7 +79,9 @@ from flotilla.backends.local.gpu_inventory import discover_gpus, visible_devices
 from flotilla.backends.local.gpu_sampler import GpuSampler
 from flotilla.backends.local.gpu_sources import GpuDevice, GpuSource, GpuUnavailable
 from flotilla.backends.local.identity import (
+    Identity,
     IdentityPool,
+    OwnerUids,
     fixed_identity,
     parse_uid_range,
 )
@@ -174,6 +176,10 @@ class LocalBackend:
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     log_limit: float | str | None = local_starting.DEFAULT_LOG_LIMIT
     allowed_working_dirs: Sequence[str | Path] = ()
+    any_working_dir: bool = False
+    """Take any absolute ``working_dir`` (the user's submit directory, as ``sbatch`` does),
+    entered as the job's user, which is the check; ``flotilla up``'s own local cluster does,
+    unless ``--allow-working-dir`` names the directories (issue 37)."""
     run_as_accounts: Mapping[str, Any] | None = None
     """Owner or queue → the account its jobs run as, before ``run_as``/``uid_range``
     (``local/accounts.py``)."""
@@ -182,6 +188,9 @@ class LocalBackend:
     """Processes and threads one run may have at once, all replicas together (``None``: half of
     the machine's ``pid_max``)."""
     isolate: bool = True
+    owner_uids: OwnerUids | None = None
+    """With ``uid_range``: where each owner's uid of the range is kept (the server's store),
+    so that every run of one owner runs as its uid (issue 37); ``None``: a uid per run."""
     monitor_interval: float = 0.05
     clock: Callable[[], float] = time.time
     gpu_source: GpuSource | None = None
@@ -224,6 +233,8 @@ class LocalBackend:
         )
         self._log_limit = local_starting.log_limit_of(self.log_limit)
         self._allowed = local_environment.check_allowed_dirs(self.allowed_working_dirs)
+        self._owner_uid_cache: dict[str, int] = {}
+        """Owners' uids as the store said (an owner's uid never changes)."""
         self._sweeps: set[str] = set()
         """Runs ended with a uid of their own whose cgroups are being emptied: the uid is
         released once nothing of the run is left (``_finish_sweeps``)."""
@@ -234,7 +245,7 @@ class LocalBackend:
             # A uid is given back once every process of its run is gone, and only the run's
             # own processes may be killed for that: its cgroups say which (issue 35).
             raise ValueError(
-                f"uid_range: a uid of its own per run needs cgroups on this machine "
+                f"uid_range: a uid per owner needs cgroups on this machine "
                 f"({self._trees.problem}), to end every process of a run, and only those, "
                 "before its uid goes to another run; set run_as to one account instead"
             )
@@ -359,15 +370,15 @@ class LocalBackend:
             return existing, None, None
         check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
         payload = command_payload_of(request, "local")
-        relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+        relative = local_environment.check_working_dir(
+            payload.working_dir, self._allowed, self.any_working_dir
+        )
         mapped = self._accounts.identity_for(request.queue, request.owner)
         pooled = mapped is None and self._pool is not None
         if prepared_before and self._scratch_runs:
             local_environment.remove_scratch_dirs(self.cluster, request.run_id)
         identity = mapped or (
-            self._pool.claim(request.run_id, take_over=prepared_before)
-            if self._pool
-            else self._account
+            self._claim(request, prepared_before) if self._pool else self._account
         )
         try:
             scratch = None
@@ -388,6 +399,16 @@ class LocalBackend:
                 self._pool.release(identity.uid, request.run_id)  # no process ran as it
             raise
         return run, payload, relative
+
+    def _claim(self, request: DispatchRequest, prepared_before: bool) -> Identity:
+        """A uid of the range for the run: its owner's (``owner_uids``), else one of its
+        own. Raises ``BackendUnavailable`` when none can be had now."""
+        assert self._pool is not None
+        if self.owner_uids is None:
+            return self._pool.claim(request.run_id, take_over=prepared_before)
+        return local_identity.claim_owners_uid(
+            self._pool, self.owner_uids, self._owner_uid_cache, request.owner or "", request.run_id
+        )
 
     def _start_run(
         self,
@@ -450,7 +471,9 @@ class LocalBackend:
                 )
             check_request(request, self.cluster, (self._node,), TASK_NAME_LIMITS["local"])
             payload = command_payload_of(request, "local")
-            relative = local_environment.check_working_dir(payload.working_dir, self._allowed)
+            relative = local_environment.check_working_dir(
+                payload.working_dir, self._allowed, self.any_working_dir
+            )
             joining = [Replica(placement) for placement in added]
             gate = run.directory / f"gate-{len(run.replicas)}"
             run.replicas.extend(joining)
@@ -486,7 +509,7 @@ class LocalBackend:
             request,
             payload,
             base if relative is None else base / relative,
-            make_working_dir=run.scratch is not None,
+            make_working_dir=run.scratch is not None and not (relative and relative.is_absolute()),
             passthrough=self.env_passthrough,
             log_limit=self._log_limit,
             trees=self._trees,

@@ -59,6 +59,21 @@ def base_env(
     return env
 
 
+def entering_hint(runs_as: Identity | None) -> str:
+    """How to let a job's user into a working dir it could not enter (said with the refusal)."""
+    if runs_as is None:
+        who = "the server's user"
+    elif runs_as.dynamic:
+        who = f"uid {runs_as.uid} (its owner's uid on this server, without an account)"
+    else:
+        who = f"user {runs_as.name or runs_as.uid}"
+    return (
+        f"it runs as {who}, which needs search permission (x) on every directory of the path "
+        "(chmod o+x DIR), and read or write on the files it uses; or start `flotilla up` as "
+        "the user who owns the directory (not root): jobs then run as that user"
+    )
+
+
 def _own_directory(path: str, uid: int) -> bool:
     try:
         found = os.stat(path)
@@ -115,22 +130,29 @@ def check_allowed_dirs(entries: Sequence[str | Path]) -> tuple[Path, ...]:
     return tuple(allowed)
 
 
-def check_working_dir(requested: str | None, allowed: Sequence[Path]) -> PurePosixPath | None:
+def check_working_dir(
+    requested: str | None, allowed: Sequence[Path], anywhere: bool = False
+) -> PurePosixPath | None:
     """A payload's ``working_dir`` as this backend takes it: ``None`` (none given), a relative
     path (inside the run's base dir: its scratch dir, or the backend's ``working_dir``) or an
-    absolute one under an allowed dir. Raises ``DispatchRejected`` naming the field otherwise."""
+    absolute one under an allowed dir (``anywhere``: any absolute one; the job enters it as
+    its own user, which is the check). Raises ``DispatchRejected`` naming the field otherwise,
+    and how to allow it."""
     if not requested:
         return None
     path = PurePosixPath(requested)
     if path.is_absolute():
         normal = PurePosixPath(os.path.normpath(requested))
-        if any(normal == root or root in normal.parents for root in map(PurePosixPath, allowed)):
+        if anywhere or any(
+            normal == root or root in normal.parents for root in map(PurePosixPath, allowed)
+        ):
             return normal
         shown = ", ".join(str(root) for root in allowed) or "none"
         raise DispatchRejected(
             f"working_dir: {requested!r} is an absolute path; on this cluster a working_dir is "
             "relative to the run's scratch dir, or under one of the cluster's "
-            f"allowed_working_dirs ({shown})"
+            f"allowed_working_dirs ({shown}); to allow it: `flotilla up --allow-working-dir "
+            f"{normal}`, or add it to the cluster's allowed_working_dirs in the fleet file"
         )
     if ".." in path.parts:
         raise DispatchRejected(

@@ -1,5 +1,7 @@
 """Who a ``local`` job runs as: the server's own user, one fixed account (``run_as``), or a
-uid of its own per run (``uid_range``, as systemd's ``DynamicUser=`` does; issue 23).
+uid from a range (``uid_range``, as systemd's ``DynamicUser=`` does; issue 23): under a
+server, each owner's own (``owner_uids``: the store keeps which, so all of one owner's runs
+share it and two owners never do; issue 37), else one per run.
 
 With one account for every job, a job can read another's ``/proc/PID/environ`` (its
 decrypted secrets), write into its scratch dir and ``kill -9 -1`` it. A uid per run closes
@@ -7,24 +9,27 @@ all three: the kernel refuses each across uids.
 
 A dynamic uid is claimed durably and across processes (two backends over one state dir,
 several servers on one machine, a restart) by creating ``/run/flotilla/uids/UID/OWNER.RUN_ID``
-(``OWNER``: a digest of the state dir; ``/run`` is cleared at boot, as the processes are):
-``mkdir`` of the uid's directory is the exclusive step, the file inside names the run holding
-it. The run's record in the state dir keeps its uid too, so a restarted backend gives it back
-only once the run is over. It is released only after every process of the run is gone: when
-the run has ended, the backend kills whatever is left in the run's cgroups (daemons that left
-its process group included: a process never leaves its cgroup) and removes the claim once
-they are empty (``LocalBackend._finish_sweeps``). Never by uid: a backend that sweeps a run
-late (two servers over one state dir) would otherwise kill the uid's next run, and a uid may
-be shared by several runs. So a uid per run needs cgroups (the backend refuses ``uid_range``
-without them), and a release removes only its own run's claim. Released uids are reused
-least recently used first. A uid with an account in the user database is never handed out,
-nor the server's own.
+(``OWNER``: a digest of the state dir; ``/run`` is cleared at boot, as the processes are).
+A uid per run: ``mkdir`` of the uid's directory is the exclusive step, the file inside names
+the run holding it. An owner's uid: one file per run of the owner, the directory shared by
+them; a claim that finds a file of another state dir there backs off. The run's record in the
+state dir keeps its uid too, so a restarted backend gives it back only once the run is over.
+A claim is released only after every process of its run is gone: when the run has ended,
+the backend kills whatever is left in the run's cgroups (daemons that left its process group
+included: a process never leaves its cgroup) and removes the run's claim once they are empty
+(``LocalBackend._finish_sweeps``). Never by uid: a backend that sweeps a run late (two
+servers over one state dir) would otherwise kill the uid's next run, and an owner's uid is
+shared by its runs still going. So a uid from the range needs cgroups (the backend refuses
+``uid_range`` without them), and a release removes only its own run's claim (the uid's
+directory goes with its last one). Released uids are reused least recently used first. A uid
+with an account in the user database is never handed out, nor the server's own.
 """
 
 from __future__ import annotations
 
 import grp
 import hashlib
+import logging
 import os
 import pwd
 import time
@@ -32,12 +37,22 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from flotilla.backends.interface import BackendUnavailable
+from flotilla.model.owner_uids import OwnerUid, OwnerUidRequest
+
+log = logging.getLogger(__name__)
 
 DEFAULT_UID_RANGE = (60000, 60999)
 """Below systemd's dynamic range (61184-65519) and ``nobody`` (65534), above the ranges
 distributions give to accounts; a uid of it that has an account here is skipped."""
+
+
+class OwnerUids(Protocol):
+    """Where each owner's uid of the range is kept for good (the store: ``SqlStore.owner_uid``)."""
+
+    def owner_uid(self, request: OwnerUidRequest) -> OwnerUid: ...
 
 
 @dataclass(frozen=True)
@@ -153,8 +168,8 @@ class IdentityPool:
         uid — and take it rather than leave it held (the run's lock is held: nobody else
         prepares it)."""
         if take_over:
-            for uid, holder in self.held().items():
-                if holder == run_id:
+            for uid, holders in self.held().items():
+                if run_id in holders:
                     return dynamic_identity(uid)
         for uid in list(self._free):
             if _has_account(uid):  # or a group: the job would be in it
@@ -186,11 +201,54 @@ class IdentityPool:
         _sync_directory(self.directory)
         return True
 
-    def held(self) -> dict[int, str | None]:
-        """The uids of this range claimed on disk, each with the run of this state dir holding
-        it (``None``: a claim interrupted between its two steps); those held by other state
-        dirs are left out."""
-        claims: dict[int, str | None] = {}
+    def claim_shared(self, uid: int, run_id: str) -> Identity:
+        """Claim ``uid`` (an owner's, ``OwnerUids``) for ``run_id`` beside the owner's other
+        runs holding it, durably before it returns (again: a claim a process left while it
+        prepared the run is taken over). Raises ``BackendUnavailable`` while a run of another
+        state dir (another server on this machine) holds it: a dispatch is retried."""
+        held = self.directory / str(uid)
+        mine = f"{self.owner}.{run_id}"
+        for _attempt in range(3):
+            held.mkdir(mode=0o700, exist_ok=True)
+            try:
+                descriptor = os.open(held / mine, os.O_WRONLY | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # the last run of the uid released it meanwhile
+                continue
+            os.fsync(descriptor)
+            os.close(descriptor)
+            _sync_directory(held)
+            _sync_directory(self.directory)
+            try:
+                names = os.listdir(held)
+            except FileNotFoundError:
+                continue
+            if any(not name.startswith(f"{self.owner}.") for name in names):
+                release_claim(self.directory, self.owner, uid, run_id)
+                raise BackendUnavailable(
+                    f"uid {uid} is held by a run of another Flotilla server on this machine; "
+                    "a dispatch is retried once it has ended (give the servers uid ranges "
+                    "that do not overlap)"
+                )
+            return dynamic_identity(uid)
+        raise BackendUnavailable(f"uid {uid} was released while it was claimed; retried")
+
+    def unusable(self) -> frozenset[int]:
+        """The uids of the range no owner may be given now: those with an account (or a
+        group) on this machine, the server's own, and every uid a run holds — an owner given
+        a uid has no run yet, so a held uid is someone else's (a run of another state dir, or
+        of a uid per run from before owners had theirs)."""
+        own = os.getuid()
+        found = {uid for uid in range(self.first, self.last + 1) if uid == own or _has_account(uid)}
+        for entry in self.directory.iterdir():
+            if entry.name.isdigit() and self.first <= int(entry.name) <= self.last:
+                found.add(int(entry.name))
+        return frozenset(found)
+
+    def held(self) -> dict[int, tuple[str, ...]]:
+        """The uids of this range claimed on disk, each with the runs of this state dir
+        holding it (none: a claim interrupted between its two steps); those held only by other
+        state dirs are left out."""
+        claims: dict[int, tuple[str, ...]] = {}
         for entry in self.directory.iterdir():
             if not entry.name.isdigit() or not self.first <= int(entry.name) <= self.last:
                 continue
@@ -198,10 +256,11 @@ class IdentityPool:
                 names = os.listdir(entry)
             except OSError:
                 continue
-            if not names:
-                claims[int(entry.name)] = None
-            elif names[0].startswith(f"{self.owner}."):
-                claims[int(entry.name)] = names[0].split(".", 1)[1]
+            ours = tuple(
+                name.split(".", 1)[1] for name in names if name.startswith(f"{self.owner}.")
+            )
+            if ours or not names:
+                claims[int(entry.name)] = ours
         return claims
 
     def release_stale(self, holds: Callable[[str, int], bool]) -> None:
@@ -209,21 +268,57 @@ class IdentityPool:
         (``holds(run_id, uid)`` false): the backend died between claim and record (before
         any process ran as the uid), or between recording a release and removing the claim.
         Only claims a minute old: a live dispatch may be between the two."""
-        for uid, run_id in self.held().items():
-            if run_id is not None and holds(run_id, uid):
-                continue  # the run's own end gives it back
-            try:
-                age = time.time() - os.stat(self.directory / str(uid)).st_mtime
-            except FileNotFoundError:
+        for uid, run_ids in self.held().items():
+            if not run_ids:
+                if self._age(self.directory / str(uid)) > STALE_CLAIM_SECONDS:
+                    self.release(uid, None)
                 continue
-            if age > STALE_CLAIM_SECONDS:
-                self.release(uid, run_id)
+            for run_id in run_ids:
+                if holds(run_id, uid):
+                    continue  # the run's own end gives it back
+                claim = self.directory / str(uid) / f"{self.owner}.{run_id}"
+                if self._age(claim) > STALE_CLAIM_SECONDS:
+                    self.release(uid, run_id)
+
+    @staticmethod
+    def _age(path: Path) -> float:
+        try:
+            return time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return 0.0
 
     def release(self, uid: int, run_id: str | None) -> None:
         """Give ``uid`` back, if ``run_id`` (``None``: nobody) still holds it."""
         if release_claim(self.directory, self.owner, uid, run_id):
             self._free[uid] = None
             self._free.move_to_end(uid)
+
+
+def claim_owners_uid(
+    pool: IdentityPool, store: OwnerUids, known: dict[str, int], owner: str, run_id: str
+) -> Identity:
+    """Claim ``owner``'s uid for ``run_id``: the one the store keeps for it (``known``: those
+    read already; an owner's uid never changes), given now if it has none. Raises
+    ``BackendUnavailable`` when none can be had now (the range is full, the store does not
+    answer, another server's run holds it): the dispatch is retried."""
+    uid = known.get(owner)
+    if uid is None:
+        try:
+            answer = store.owner_uid(OwnerUidRequest(owner, pool.first, pool.last, pool.unusable()))
+        except Exception as error:  # the database: the dispatch is retried, not failed
+            raise BackendUnavailable(
+                f"owner {owner!r}'s uid could not be read from the database: {error}"
+            ) from error
+        if answer.uid is None:
+            raise BackendUnavailable(
+                f"every uid of uid_range {pool.described} belongs to another owner or has an "
+                f"account here: owner {owner!r} gets none (a wider uid_range gives more owners "
+                "a uid of their own)"
+            )
+        uid = known[owner] = answer.uid
+        if answer.assigned:
+            log.info("owner %r: runs as uid %d from now on", owner, uid)
+    return pool.claim_shared(uid, run_id)
 
 
 def claimed(state_dir: Path, uid: int, run_id: str) -> bool:

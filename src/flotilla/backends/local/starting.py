@@ -177,6 +177,7 @@ def start_replicas(
         "working_dir": str(working_dir),
         "make_working_dir": make_working_dir,
         "shown_working_dir": payload.working_dir or ".",
+        "working_dir_hint": local_environment.entering_hint(identity),
         "gate_file": str(gate_path),
         "log_usage_file": str(run.log_usage_file()),
         "log_limit": log_limit,
