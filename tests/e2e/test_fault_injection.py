@@ -13,7 +13,8 @@ one restart:
 * **history complete**: each job's events chain from submission to its state, no gap.
 
 Who the jobs run as (``FAULT_IDENTITY``): ``root`` (``--run-as`` this user, as these trials
-always ran) or ``per-run``: the default of a root deployment, a uid of its own per run
+always ran) or ``per-run``: the default of a root deployment, a uid of its own per owner
+(per run until issue 37; the name stayed)
 (``uid_range``), whose end kills what is left of the run (issue 35: a replica sweeping a run
 by uid after that uid went to the next run killed it, and the job ran twice). The jobs then
 append to a marks file outside the test's private temporary dir. As root only.
