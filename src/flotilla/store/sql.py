@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 UPSERT_TRIES = 3
+OWNER_UID_TRIES = 32
+"""Tries to give a new owner a uid while other writers give theirs (``owner_uid``)."""
 """Tries of a write that creates rows other replicas may create at the same moment."""
 
 
@@ -172,18 +174,18 @@ class SqlStore:
         if changes is not None and self._observers:  # only once the commit succeeded
             notify(self._observers, changes)
 
-    def _upsert(self, write: Callable[[Session], _T]) -> _T:
+    def _upsert(self, write: Callable[[Session], _T], tries: int = UPSERT_TRIES) -> _T:
         """``write`` in a write transaction, run again when it lost a race to create a row
         (an ``IntegrityError``: a primary key another replica inserted between this one's
         look-up and its insert). Replicas started together on a fresh PostgreSQL database
         registered the same cluster at once, and one crashed on ``pk_clusters``; on the
         second try the row is there and is updated."""
-        for attempt in range(UPSERT_TRIES):
+        for attempt in range(tries):
             try:
                 with self._write() as session:
                     return write(session)
             except IntegrityError:
-                if attempt == UPSERT_TRIES - 1:
+                if attempt == tries - 1:
                     raise
                 log.info("a concurrent writer created the same row first; writing again")
         raise AssertionError("unreachable")
@@ -417,7 +419,11 @@ class SqlStore:
     def owner_uid(self, request: OwnerUidRequest) -> OwnerUid:
         """The uid ``request.owner``'s local jobs run as, assigned at its first run and kept
         for good (``store/owner_uids.py``)."""
-        return self._upsert(lambda session: owner_uid(session, request, self._now()))
+        # Servers giving uids to new owners at once all reach for the lowest free uid: each
+        # loss moves the loser on by one, so as many tries as there may be rivals.
+        return self._upsert(
+            lambda session: owner_uid(session, request, self._now()), tries=OWNER_UID_TRIES
+        )
 
     def owner_uids(self) -> dict[str, int]:
         """Every owner's uid (``owner_uid``)."""
