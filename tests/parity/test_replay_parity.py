@@ -176,9 +176,22 @@ def _label(path: Path) -> str:
     return path.stem
 
 
+PARITY_GROUPS = 2
+"""The replays share a `flotilla up` per worker; in this many xdist groups, so that they run
+on as many workers at once (one group of ≈ 300 s was the suite's longest unit)."""
+
+
+def _replays() -> list[Any]:
+    return [
+        pytest.param(
+            path, id=_label(path), marks=pytest.mark.xdist_group(f"parity-{i % PARITY_GROUPS}")
+        )
+        for i, path in enumerate(scenario_files())
+    ]
+
+
 @pytest.mark.timing  # paced against a live service: a loaded machine can fall behind
-@pytest.mark.xdist_group("parity")
-@pytest.mark.parametrize("path", scenario_files(), ids=_label)
+@pytest.mark.parametrize("path", _replays())
 def test_replay_matches_simulate(path: Path, client: Client) -> None:
     scenario = load_scenario(path)
     simulated = build_report(simulate(scenario))
@@ -206,7 +219,7 @@ def test_replay_matches_simulate(path: Path, client: Client) -> None:
             )
 
 
-@pytest.mark.xdist_group("parity")
+@pytest.mark.xdist_group("parity-0")
 def test_the_replay_command_writes_the_simulate_report(server: Server, tmp_path: Path) -> None:
     """``flotilla replay`` as a user runs it: a process, a report file of simulate's schema."""
     scenario = REPO_ROOT / "tests" / "scenarios" / "cancellation.yaml"
@@ -254,7 +267,7 @@ def test_replay_refuses_a_service_whose_real_clusters_it_would_replace(tmp_path:
         services.close()
 
 
-@pytest.mark.xdist_group("parity")
+@pytest.mark.xdist_group("parity-1")
 def test_a_service_that_disagrees_with_the_simulator_still_fails_parity(client: Client) -> None:
     """The replay waits for the simulation's course (``Milestones``), but only for a while:
     a service whose lifecycle differs never gets there, the step goes ahead, and the
