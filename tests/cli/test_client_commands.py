@@ -290,3 +290,23 @@ def test_hold_if_unfit_keeps_a_job_the_fleet_cannot_hold(
     held = run("submit", str(path), "--hold-if-unfit", "-q")
     assert held.exit_code == 0, held.output
     assert store.get_job(held.output.strip()).state is JobState.QUEUED
+
+
+def test_jobs_start_shows_each_waiting_jobs_start_or_why_not_as_squeue_start(
+    servers: list[str], store: SqlStore
+) -> None:
+    """``flotilla jobs --start`` (``squeue --start``): a START column with the expected start,
+    or N/A and why: a held job, and here no projection runs beside the server at all."""
+    held, waiting = store.submit_jobs(
+        [JobSpec.model_validate(spec("held")), JobSpec.model_validate(spec("waiting"))]
+    )
+    store.hold_many([held], "wait for the data")
+    listed = run("jobs", "--start", env={"COLUMNS": "250"})
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[1]: line for line in listed.output.splitlines() if line.split()[1:2]}
+    assert "START" in listed.output
+    assert "N/A (held, it starts only once released" in rows["held"], listed.output
+    assert "N/A (no projection runs beside this server" in rows["waiting"], listed.output
+    plain = run("jobs", env={"COLUMNS": "250"})
+    assert "START" not in plain.output and "N/A" not in plain.output
+    assert waiting

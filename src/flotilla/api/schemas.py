@@ -133,6 +133,17 @@ class Job(BaseModel):
         default=None,
         description="The job's time limit in seconds (its `max_runtime`); null: none.",
     )
+    estimated_start: StartEstimate | None = Field(
+        default=None,
+        description="A waiting job's expected start from the service's projection, when one "
+        "runs in this process and has seen the job (in a listing: with `starts=true`).",
+    )
+    start_unknown: str | None = Field(
+        default=None,
+        description="Why a waiting or held job has no `estimated_start`, in words "
+        "(`unknown: held, …`, `unknown: not projected yet (…)`); null when it has one or "
+        "does not wait (in a listing: with `starts=true`).",
+    )
 
     @classmethod
     def from_record(cls, job: JobRecord, pending_reason: str | None = None) -> Job:
@@ -247,17 +258,6 @@ class JobDetail(Job):
         default=None,
         description="A non-strict gang that runs (it may start with `min_member` replicas and "
         "grow): replicas placed and wanted, and why the rest wait.",
-    )
-    estimated_start: StartEstimate | None = Field(
-        default=None,
-        description="A waiting job's expected start from the service's projection, when one "
-        "runs in this process and has seen the job.",
-    )
-    start_unknown: str | None = Field(
-        default=None,
-        description="Why a waiting or held job has no `estimated_start`, in words "
-        "(`unknown: held, …`, `unknown: not projected yet (…)`); null when it has one or "
-        "does not wait.",
     )
 
     @classmethod

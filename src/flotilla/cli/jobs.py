@@ -196,15 +196,16 @@ def _filter(
     )
 
 
-def fetch(client: Client, where: JobFilter, limit: int) -> JobList:
-    """Up to ``limit`` jobs, following cursors, and the count of every match."""
+def fetch(client: Client, where: JobFilter, limit: int, *, starts: bool = False) -> JobList:
+    """Up to ``limit`` jobs, following cursors, and the count of every match (``starts``:
+    with each waiting job's estimated start or why it has none)."""
     from flotilla.api.schemas import Job, JobList
 
-    page = client.page(where, limit=min(limit, 1000), total=True)
+    page = client.page(where, limit=min(limit, 1000), total=True, starts=starts)
     shown: list[Job] = list(page.jobs)
     cursor = page.next_cursor
     while cursor is not None and len(shown) < limit:
-        more = client.page(where, after=cursor, limit=min(1000, limit - len(shown)))
+        more = client.page(where, after=cursor, limit=min(1000, limit - len(shown)), starts=starts)
         shown += more.jobs
         cursor = more.next_cursor
     return JobList(jobs=shown, next_cursor=cursor, total=page.total)
@@ -235,6 +236,14 @@ def jobs(
     name: NameFilter = None,
     oldest_first: OldestFirst = False,
     limit: Annotated[int, typer.Option(help="Show at most this many.", min=1)] = 100,
+    starts: Annotated[
+        bool,
+        typer.Option(
+            "--start",
+            help="A START column: each waiting job's expected start, or N/A and why (as "
+            "squeue --start).",
+        ),
+    ] = False,
     output: OutputOption = Output.TABLE,
     server: ServerOption = DEFAULT_SERVER,
 ) -> None:
@@ -244,7 +253,7 @@ def jobs(
         state = list(ACTIVE_STATE_NAMES)
     where = _filter(queue, state, owner, label, name, oldest_first)
     with api(server) as client:
-        found = fetch(client, where, limit)
+        found = fetch(client, where, limit, starts=starts)
         tabled = output in (Output.TABLE, Output.WIDE)
         simulated = simulated_clusters(client, found.jobs) if tabled else frozenset()
     if emit(found, output):
@@ -258,7 +267,13 @@ def jobs(
         return
     title = _title(len(found.jobs), found.total)
     console().print(
-        jobs_table(found.jobs, title=title, wide=output is Output.WIDE, simulated=simulated)
+        jobs_table(
+            found.jobs,
+            title=title,
+            wide=output is Output.WIDE,
+            simulated=simulated,
+            starts=starts,
+        )
     )
 
 

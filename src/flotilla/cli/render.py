@@ -120,6 +120,7 @@ def jobs_table(
     title: str | None = None,
     wide: bool = False,
     simulated: frozenset[str] = frozenset(),
+    starts: bool = False,
 ) -> Table:
     """Jobs as rows: short ids, or with ``wide`` full ids, the cluster and the labels. A job
     whose run is on a ``simulated`` cluster says so beside its state."""
@@ -129,6 +130,8 @@ def jobs_table(
     columns = ["ID", "NAME", "QUEUE", "STATE", "PRIO", "OWNER", "AGE", "TIME", "TIME_LIMIT"]
     if wide:
         columns += ["CLUSTER", "LABELS"]
+    if starts:
+        columns.append("START")
     for column in [*columns, "REASON"]:
         table.add_column(column, overflow="fold" if column == "REASON" else "ellipsis")
     for job in jobs:
@@ -147,8 +150,23 @@ def jobs_table(
         if wide:
             labels = ", ".join(f"{key}={value}" for key, value in job.labels.items())
             row += [job.run.cluster if job.run else "-", labels or "-"]
+        if starts:
+            row.append(start_text(job))
         table.add_row(*row, job_reason(job))
     return table
+
+
+def start_text(job: Job) -> str:
+    """squeue --start's START: the expected start (local time), ``N/A (why)`` when there is
+    none, ``-`` for a job that does not wait."""
+    found = job.estimated_start
+    if found is not None:
+        if found.start is None:
+            return f"N/A (not within {round(found.horizon_seconds / 86400)} d)"
+        return found.start.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+    if job.start_unknown is not None:
+        return "N/A (" + job.start_unknown.removeprefix("unknown: ") + ")"
+    return "-"
 
 
 def run_elapsed(run: Run | None, now: datetime | None = None) -> float | None:

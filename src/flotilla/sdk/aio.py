@@ -106,8 +106,9 @@ class AsyncClient:
         after: int | None = None,
         limit: int = 100,
         total: bool = False,
+        starts: bool = False,
     ) -> JobList:
-        return await self.call(calls.list_page(where or JobFilter(), after, limit, total))
+        return await self.call(calls.list_page(where or JobFilter(), after, limit, total, starts))
 
     async def cancel(self, job: str, reason: str = "cancelled by user") -> Job:
         return await self.call(calls.cancel(await self.job_id(job), reason))

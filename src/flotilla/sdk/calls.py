@@ -135,13 +135,19 @@ class JobFilter:
 
 
 def list_page(
-    where: JobFilter, after: int | None = None, limit: int = 100, total: bool = False
+    where: JobFilter,
+    after: int | None = None,
+    limit: int = 100,
+    total: bool = False,
+    starts: bool = False,
 ) -> Call[JobList]:
     params = where.params() | {"limit": limit}
     if after is not None:
         params["after"] = after
     if total:
         params["total"] = "true"
+    if starts:
+        params["starts"] = "true"
     return Call("GET", "/v1/jobs", one(JobList), params=params)
 
 

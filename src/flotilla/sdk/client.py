@@ -114,9 +114,11 @@ class Client:
         after: int | None = None,
         limit: int = 100,
         total: bool = False,
+        starts: bool = False,
     ) -> JobList:
-        """One page of jobs (``total``: with the count of every match)."""
-        return self.call(calls.list_page(where or JobFilter(), after, limit, total))
+        """One page of jobs (``total``: with the count of every match; ``starts``: each
+        waiting job's estimated start, or why it has none)."""
+        return self.call(calls.list_page(where or JobFilter(), after, limit, total, starts))
 
     def cancel(self, job: str, reason: str = "cancelled by user") -> Job:
         """A waiting job is cancelled at once; a running one is asked to stop."""

@@ -340,6 +340,13 @@ def list_jobs(
     total: Annotated[
         bool, Query(description="Also count every match over all pages (`total`).")
     ] = False,
+    starts: Annotated[
+        bool,
+        Query(
+            description="Give each waiting job its `estimated_start` or `start_unknown` (as "
+            "`squeue --start`)."
+        ),
+    ] = False,
 ) -> JobList:
     """Jobs in submission order, filtered, a page at a time (keyset: stable under submits).
     Without ``read`` on the queue asked for (or on ``*``), only the caller's own jobs. An
@@ -364,8 +371,19 @@ def list_jobs(
     page = context.store.list_jobs(
         **filters, after=after, limit=limit, newest_first=order == "newest"
     )
+    listed = [Job.from_record(job, pending_reason(context, job)) for job in page.jobs]
+    if starts:
+        listed = [
+            item.model_copy(
+                update={
+                    "estimated_start": start_estimate(context, record),
+                    "start_unknown": start_unknown(context, record),
+                }
+            )
+            for item, record in zip(listed, page.jobs, strict=True)
+        ]
     return JobList(
-        jobs=[Job.from_record(job, pending_reason(context, job)) for job in page.jobs],
+        jobs=listed,
         next_cursor=page.next_cursor,
         total=context.store.count_jobs(**filters) if total else None,
     )
