@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import time
 import zipfile
@@ -76,18 +77,32 @@ def repack(name: str, into: Path) -> str:
     return f"{dist.metadata['Name']}=={dist.version}"
 
 
+def _python_with_uv() -> str:
+    """The machine's own ``python3`` (where ``scripts/_env.sh`` installs uv), not the
+    project's venv first on ``PATH`` under ``uv run`` (``./scripts/test``), which has no uv."""
+    outside = os.pathsep.join(
+        entry
+        for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if not Path(entry).resolve().is_relative_to((REPO / ".venv").resolve())
+    )
+    found = shutil.which("python3", path=outside)
+    assert found is not None, "no python3 outside the project's venv on PATH"
+    return found
+
+
+UV = [_python_with_uv(), "-m", "uv"]
+
+
 def wheelhouse(into: Path) -> None:
     into.mkdir()
     subprocess.run(
-        ["python3", "-m", "uv", "build", "--wheel", "--offline", "--quiet", "-o", str(into)],
+        [*UV, "build", "--wheel", "--offline", "--quiet", "-o", str(into)],
         cwd=REPO,
         check=True,
     )
     locked = subprocess.run(
         [
-            "python3",
-            "-m",
-            "uv",
+            *UV,
             "export",
             "--frozen",
             "--no-dev",
