@@ -91,6 +91,7 @@ class RunTransitions:
         """A new term: the old term's in-flight state is recovered from the store instead."""
         self.awaiting_stop.clear()
         self._cancelling.clear()
+        self._context.holds.clear()
         self.clusters.forget()
 
     # --- recording ------------------------------------------------------------------------
@@ -314,14 +315,16 @@ class RunTransitions:
     # --- preemption -----------------------------------------------------------------------
 
     def requeue_preempted(self, run_id: str) -> None:
+        """The preempted (or requeued) run stopped: its job is queued again, and the
+        preemptors that waited only for it are offered again (``victims.py``)."""
         job_id = self.awaiting_stop.pop(run_id)
         job = self._context.jobdb.read_txn().get(job_id)
-        if job is None:
-            return
-        view = view_of(job, last_reason=job.reason)
-        change = machine.step(view, RunEnded(RunEnd.CANCELLED)).state
-        if change is not None and job.state is JobState.PREEMPTED:
-            self.transition(job_id, change.state, change.reason)
+        if job is not None:
+            view = view_of(job, last_reason=job.reason)
+            change = machine.step(view, RunEnded(RunEnd.CANCELLED)).state
+            if change is not None and job.state is JobState.PREEMPTED:
+                self.transition(job_id, change.state, change.reason)
+        self._context.holds.stopped(job_id)
 
     def stop_requeued(self) -> None:
         """Stop the runs of jobs a user requeued (``flotilla requeue``; the API moved them to

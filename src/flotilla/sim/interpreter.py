@@ -33,6 +33,7 @@ from flotilla.lifecycle.events import (
     Event as LifecycleEvent,
 )
 from flotilla.lifecycle.machine import Transition
+from flotilla.lifecycle.preemption import VictimWaits, grace_of
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.lifecycle.states import TERMINAL_JOB_STATES, JobState
 from flotilla.lifecycle.view import JobView
@@ -54,11 +55,18 @@ class LifecycleInterpreter:
     _queued: dict[str, SimJob]
     _backlog: Backlog
     _terminal: int
+    _victim_waits: VictimWaits
 
     def _schedule_timer(self, at: float, kind: Timer, subject: str, run: int = 0) -> None:
         raise NotImplementedError
 
     def _release(self, job: SimJob, at: float) -> None:
+        raise NotImplementedError
+
+    def _leave_running(self, job: SimJob) -> None:
+        raise NotImplementedError
+
+    def _free(self, job: SimJob, at: float) -> None:
         raise NotImplementedError
 
     def _charge_lost_work(self, job: SimJob, at: float) -> None:
@@ -184,6 +192,8 @@ class LifecycleInterpreter:
         scenario spec)."""
         if job.state is ScenarioJobState.RUNNING:
             self._release(job, at)
+        # A preempted run still stopping frees its resources when its grace is over.
+        self._victim_waits.forget(job.name)
         job.run += 1
         if self._queued.pop(job.name, None) is not None and not job.held:
             self._backlog.remove(job.job)
@@ -199,9 +209,15 @@ class LifecycleInterpreter:
         """The job's run ended and it waits again (preempted, or re-queued by its retry
         policy or a lost node): its resources are freed."""
         if job.state is ScenarioJobState.RUNNING:
+            grace = grace_of(job.spec) if change.state is JobState.PREEMPTED else 0.0
             if change.state is JobState.PREEMPTED:
                 self._charge_lost_work(job, at)
-            self._release(job, at)
+            if grace > 0:  # it stops at the end of its grace, holding its resources till then
+                self._leave_running(job)
+                job.stopping = True
+                self._schedule_timer(at + grace, Timer.STOPPED, job.name)
+            else:
+                self._release(job, at)
             job.run += 1
         if change.state is JobState.PREEMPTED:
             job.preemptions += 1
@@ -214,7 +230,9 @@ class LifecycleInterpreter:
         why = (
             change.reason if hold is None else hold.note(change.reason, f"t={at + hold.seconds:g}")
         )
-        if hold is not None:
+        if job.stopping:
+            job.state = state  # waits for its run to stop before it is queued again
+        elif hold is not None:
             job.state, job.assignment = state, None
             job.held, self._queued[job.name] = True, job
             self._schedule_timer(at + hold.seconds, Timer.RETRY, job.name, job.run)
@@ -223,3 +241,31 @@ class LifecycleInterpreter:
         job.reason = why
         event = "preempted" if state is ScenarioJobState.PREEMPTED else "requeued"
         self.events.append(Event(at, job.name, event, reason=why))
+
+    def _stopped(self, job: SimJob, at: float) -> bool:
+        """A preempted run's grace is over: its resources are free, the job waits to be
+        rescheduled (unless it ended meanwhile), and preemptors that waited only for it are
+        offered again."""
+        if not job.stopping:
+            return False
+        job.stopping = False
+        self._free(job, at)
+        self.events.append(Event(at, job.name, "stopped", reason=job.reason))
+        if job.state is ScenarioJobState.PREEMPTED:
+            reason = job.reason
+            self._enqueue(job, at, ScenarioJobState.PREEMPTED)
+            job.reason = job.reason if job.held else reason
+        for name in self._victim_waits.stopped(job.name):
+            preemptor = self.job_by_name[name]
+            if preemptor.waiting and preemptor.held and name in self._queued:
+                preemptor.held = False
+                self._backlog.add(preemptor.job)
+        return True
+
+    def _wait_for_victims(self, job: SimJob, victims: list[str]) -> None:
+        """The round placed ``job`` by preempting ``victims`` whose runs are still stopping:
+        it waits out of the backlog until they stopped (``lifecycle/preemption.py``)."""
+        job.reason = self._victim_waits.wait(job.name, {v: f"job {v}" for v in victims})
+        if not job.held:
+            job.held = True
+            self._backlog.remove(job.job)

@@ -37,6 +37,7 @@ from flotilla.lifecycle.events import (
     TimerFired,
     TimerKind,
 )
+from flotilla.lifecycle.preemption import VictimWaits
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
@@ -121,6 +122,8 @@ class Simulator(LifecycleInterpreter):
         self._partial: set[str] = set()
         """Running non-strict gangs with replicas still to place."""
         self._slots = ArraySlots(self.job_by_name)
+        self._victim_waits = VictimWaits()
+        """Preemptors held until their victims' runs stopped (``lifecycle/preemption.py``)."""
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -161,6 +164,8 @@ class Simulator(LifecycleInterpreter):
             return self._step(job, at, TimerFired(TimerKind.BACKOFF))
         if kind is Timer.CANCEL:
             return self._step(job, at, CancelRequested())
+        if kind is Timer.STOPPED:
+            return self._stopped(job, at)
         if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
@@ -182,14 +187,22 @@ class Simulator(LifecycleInterpreter):
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
 
     def _release(self, job: SimJob, at: float) -> None:
+        self._leave_running(job)
+        self._free(job, at)
+
+    def _leave_running(self, job: SimJob) -> None:
+        """No longer a running job: not in the snapshot's running set, not a victim."""
+        self._running.pop(job.name, None)
+        self._running_views.pop(job.name, None)
+        self._partial.discard(job.name)
+
+    def _free(self, job: SimJob, at: float) -> None:
+        """The run's resources go back to its nodes."""
         assert job.assignment is not None
         cluster = self.cluster_by_name[job.assignment.cluster]
         for placement in job.assignment.placements:
             cluster.nodes.release(placement.row, placement.request, placement.gpus)
         self._account(at, -job.assignment.held(len(self.space)), job.job.queue)
-        self._running.pop(job.name, None)
-        self._running_views.pop(job.name, None)
-        self._partial.discard(job.name)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
@@ -273,11 +286,23 @@ class Simulator(LifecycleInterpreter):
                 job = self.job_by_name[name]
                 if job.waiting:
                     job.reason = f"decision from t={result.time:g} dropped: {why}"
+        stopping: dict[str, list[str]] = {}
+        """Preemptor (a job, or a named gang) → its victims whose runs are still stopping."""
         for eviction in result.preempted:
-            self._step(self.job_by_name[eviction.job], now, Evicted(eviction.reason))
+            victim = self.job_by_name[eviction.job]
+            self._step(victim, now, Evicted(eviction.reason))
+            if victim.stopping:
+                stopping.setdefault(eviction.by, []).append(victim.name)
         applied = 0
         for decision in result.scheduled:
             job = self.job_by_name[decision.job.name]
+            gang = decision.job.gang
+            victims = stopping.get(job.name) or (
+                stopping.get(gang.name) if gang is not None and gang.name else None
+            )
+            if victims and job.waiting:
+                self._wait_for_victims(job, victims)
+                continue
             if dropped is not None:
                 unfit = self.room_for(decision.assignment)
                 if unfit is not None:
@@ -332,7 +357,13 @@ class Simulator(LifecycleInterpreter):
         job.assignment = Assignment(
             job.assignment.cluster, job.assignment.placements + assignment.placements
         )
-        self._running_views[job.name] = RunningJob(job.job, job.assignment, job.scheduled_at or now)
+        previous = self._running_views.get(job.name)
+        self._running_views[job.name] = RunningJob(
+            job.job,
+            job.assignment,
+            previous.started_at if previous is not None else now,
+            previous.last_checkpoint_at if previous is not None else None,
+        )
         self.events.append(
             Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
         )
@@ -350,19 +381,21 @@ class Simulator(LifecycleInterpreter):
         job.state = ScenarioJobState.RUNNING
         self._moved(job)
         job.assignment = assignment
-        self._running_views[job.name] = RunningJob(job.job, assignment, now)
+        delay = self.startup_delay[assignment.cluster]
+        # Its run starts after the cluster's start-up delay: its protection (``min_runtime``)
+        # and the work a preemption would lose count from then, not from this decision.
+        self._running_views[job.name] = RunningJob(job.job, assignment, now + delay)
         self._note_partial(job)
         job.reason = None
         job.run += 1
         job.attempts += 1
         if job.job.min_runtime is not None:  # a victim from then on: wake a round
             self._schedule_timer(
-                now + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
+                now + delay + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
             )
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))
-        delay = self.startup_delay[assignment.cluster]
         if delay > 0:
             self._schedule_timer(now + delay, Timer.START, job.name, job.run)
         else:
