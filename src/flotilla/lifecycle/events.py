@@ -58,7 +58,26 @@ class RunEnded:
 
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
-    """A user asked to cancel the job."""
+    """A user asked to cancel the job; ``reason`` says who asked (and why), the cancelled
+    job's reason when it ends at once."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRequested:
+    """A user asked to hold the queued job (Slurm's ``scontrol hold``): the scheduler passes
+    it by until it is released."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequested:
+    """A user released the held job (Slurm's ``scontrol release``): it waits in the queue
+    again."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +108,12 @@ Event = (
     | RunStarted
     | RunEnded
     | CancelRequested
+    | HoldRequested
+    | ReleaseRequested
     | RequeueRequested
     | TimerFired
 )
+
+Command = CancelRequested | HoldRequested | ReleaseRequested | RequeueRequested
+"""What a user asks of a job: answered from its state alone (``machine.command``), so the
+store applies it in the transaction that takes the request, without reading the job's spec."""

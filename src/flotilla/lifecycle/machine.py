@@ -34,9 +34,12 @@ from flotilla.lifecycle.effects import (
 )
 from flotilla.lifecycle.events import (
     CancelRequested,
+    Command,
     DependencyEnded,
     Event,
     Evicted,
+    HoldRequested,
+    ReleaseRequested,
     RequeueRequested,
     RunEnded,
     RunStarted,
@@ -55,10 +58,12 @@ from flotilla.lifecycle.states import (
 from flotilla.lifecycle.view import DependencyView, JobView
 
 STARTED_REASON = "started"
-REQUEUED_AFTER_PREEMPTION = "re-queued after preemption"
+REQUEUED_AFTER_STOP = "re-queued once its run stopped"
+"""Where a preempted (or requeued) job goes once its run's stop is confirmed; its reason
+names why the run was stopped, in words only (``re-queued once its run stopped: requeue
+requested by alice``): no reason is read back to decide anything."""
 REQUEUE_REQUESTED = "requeue requested"
-"""How the reason of a requeue a user asked for starts (``requeue requested by alice``)."""
-REQUEUED_AS_REQUESTED = "re-queued as requested"
+"""How the API words a requeue a user asked for (``requeue requested by alice``)."""
 CANCELLED_REASON = "cancelled"
 CANCEL_STOP_REASON = "cancelled by request"
 
@@ -93,25 +98,19 @@ def step(job: JobView, event: Event) -> Transition:
             if job.state not in ACTIVE_JOB_STATES:
                 return NOTHING
             return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
-        case RequeueRequested(reason=reason):
-            # Like an eviction: the run is stopped and, once its stop is confirmed, the job
-            # is queued again for a new run. A job that waits already stays as it is; an
-            # ended one has no run to requeue (the interpreter refuses it).
-            if job.state not in ACTIVE_JOB_STATES:
-                return NOTHING
-            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
+        case CancelRequested() | HoldRequested() | ReleaseRequested() | RequeueRequested():
+            answer = command(job.state, event, cancel_requested=job.cancel_requested)
+            moved = answer.state
+            if moved is None or moved.state in (JobState.HELD, JobState.QUEUED):
+                return answer
+            at = answer.effects.index(moved) + 1  # the slot is freed right after the move
+            return Transition((*answer.effects[:at], *_slot(job), *answer.effects[at:]))
         case RunStarted():
             if job.state in (JobState.LEASED, JobState.PENDING):
                 return Transition((SetState(JobState.RUNNING, STARTED_REASON),))
             return NOTHING
         case RunEnded():
             return _run_ended(job, event)
-        case CancelRequested():
-            if job.state is None or job.state in TERMINAL_JOB_STATES:
-                return NOTHING
-            if job.state in ACTIVE_JOB_STATES:
-                return Transition((StopRun(CANCEL_STOP_REASON),))
-            return _end(job, JobState.CANCELLED, CANCELLED_REASON)
         case TimerFired(kind=TimerKind.GANG_TIMEOUT):
             if job.state not in WAITING_JOB_STATES or job.spec.gang is None:
                 return NOTHING
@@ -121,6 +120,40 @@ def step(job: JobView, event: Event) -> Transition:
                 return NOTHING
             return Transition((Offer(),))
     raise TypeError(f"not a lifecycle event: {event!r}")  # pragma: no cover
+
+
+def command(
+    state: JobState | None, event: Command, *, cancel_requested: bool = False
+) -> Transition:
+    """What a user's command does to a job in ``state``, from its state alone: the store
+    answers it in the request's transaction (``store/cancels.py``, ``requeues.py``,
+    ``holds.py``) and the simulator at its timers. ``step`` adds the array slot a waiting
+    element frees. NOTHING: the command does not apply (the host says why, or leaves the job
+    as it is)."""
+    match event:
+        case CancelRequested(reason=reason):
+            if state is None or state in TERMINAL_JOB_STATES:
+                return NOTHING
+            if state in ACTIVE_JOB_STATES:  # it ends cancelled when its run does
+                return Transition((StopRun(CANCEL_STOP_REASON),))
+            return Transition(
+                (SetState(JobState.CANCELLED, reason or CANCELLED_REASON), ReleaseDependents())
+            )
+        case HoldRequested(reason=reason):
+            if state is not JobState.QUEUED:
+                return NOTHING
+            return Transition((SetState(JobState.HELD, reason),))
+        case ReleaseRequested(reason=reason):
+            if state is not JobState.HELD:
+                return NOTHING
+            return Transition((SetState(JobState.QUEUED, reason),))
+        case RequeueRequested(reason=reason):
+            # Like an eviction: the run is stopped and, once its stop is confirmed, the job
+            # is queued again for a new run. A job that waits already stays as it is; an
+            # ended one has no run to requeue (the host refuses it).
+            if state not in ACTIVE_JOB_STATES or cancel_requested:
+                return NOTHING
+            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason)))
 
 
 def _throttled(job: JobView) -> bool:
@@ -180,11 +213,11 @@ def _scheduled(job: JobView, cluster: str, placements: int) -> Transition:
 
 def _run_ended(job: JobView, event: RunEnded) -> Transition:
     if job.state is JobState.PREEMPTED:  # the evicted (or requeued) run's stop is confirmed
-        asked = (job.last_reason or "").startswith(REQUEUE_REQUESTED)
+        why = job.last_reason
         return Transition(
             (
                 SetState(
-                    JobState.QUEUED, REQUEUED_AS_REQUESTED if asked else REQUEUED_AFTER_PREEMPTION
+                    JobState.QUEUED, f"{REQUEUED_AFTER_STOP}: {why}" if why else REQUEUED_AFTER_STOP
                 ),
             )
         )

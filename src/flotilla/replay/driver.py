@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flotilla.api.schemas import Cluster, Event, Job, JobDetail
-from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
+from flotilla.lifecycle.states import ACTIVE_STATE_NAMES, TERMINAL_STATE_NAMES
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
 from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
@@ -365,7 +365,7 @@ def _nothing_pending(
         if state in TERMINAL:
             continue
         planned: PlannedJob = by_id[job_id]
-        if state in ("leased", "pending", "running"):
+        if state in ACTIVE_STATE_NAMES:
             if planned.duration is not None:
                 return False
             continue
