@@ -10,14 +10,18 @@ core's; here only their bookkeeping.
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from flotilla.lifecycle import machine
 from flotilla.lifecycle.dependencies import Verdict
 from flotilla.lifecycle.effects import (
     FreeArraySlot,
+    GrowRun,
     HoldUntil,
     Offer,
     ReleaseDependents,
     SetState,
+    StartRun,
     StopRun,
     WaitForDependencies,
 )
@@ -38,6 +42,7 @@ from flotilla.lifecycle.runs import RunEnd
 from flotilla.lifecycle.states import TERMINAL_JOB_STATES, JobState
 from flotilla.lifecycle.view import JobView
 from flotilla.model.scenario import ScenarioJobState
+from flotilla.scheduler.types import ScheduledJob
 from flotilla.sim.backlog import Backlog
 from flotilla.sim.dependencies import Dependencies
 from flotilla.sim.holds import ArraySlots
@@ -69,6 +74,12 @@ class LifecycleInterpreter:
     def _free(self, job: SimJob, at: float) -> None:
         raise NotImplementedError
 
+    def _run(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        raise NotImplementedError
+
+    def _grow(self, job: SimJob, decision: ScheduledJob, now: float) -> None:
+        raise NotImplementedError
+
     def _charge_lost_work(self, job: SimJob, at: float) -> None:
         """A running job is preempted: count the work since its last checkpoint as lost."""
 
@@ -97,36 +108,53 @@ class LifecycleInterpreter:
         )
         return self._interpret(job, at, machine.step(view, event))
 
-    def _interpret(self, job: SimJob, at: float, step: Transition) -> bool:
+    def _interpret(
+        self, job: SimJob, at: float, step: Transition, decision: ScheduledJob | None = None
+    ) -> bool:
         """Apply the effects of ``step`` (the lifecycle core's answer about ``job``) at
-        ``at``. A run stops at once in virtual time: a ``StopRun`` that nothing else follows
-        ends the run cancelled, as the backend would report it."""
+        ``at``; ``decision``: the round's placement a ``StartRun`` or ``GrowRun`` takes. A run
+        stops at once in virtual time: a ``StopRun`` that nothing else follows ends the run
+        cancelled, as the backend would report it. Every effect type is applied here: a new
+        one fails type-checking (``assert_never``) until it is."""
         stop: StopRun | None = None
         back: SetState | None = None
         hold: HoldUntil | None = None
         for effect in step.effects:
-            if isinstance(effect, SetState):
-                job.failures += effect.counted
-                if effect.state in TERMINAL_JOB_STATES:
-                    self._end(job, at, effect.state, effect.reason)
-                else:
-                    back = effect
-                    self._back_to_waiting(job, at, effect)
-            elif isinstance(effect, Offer):
-                self._offer(job, at)
-            elif isinstance(effect, WaitForDependencies):
-                self._dependencies.hold(job)
-                job.reason = effect.reason
-            elif isinstance(effect, StopRun):
-                stop = effect
-            elif isinstance(effect, HoldUntil):
-                hold = effect
-            elif isinstance(effect, FreeArraySlot):
-                for following in self._slots.release(job):
-                    self._enqueue(following, at, ScenarioJobState.QUEUED)
-            elif isinstance(effect, ReleaseDependents):
-                for waiter in self._dependencies.ended(job.name):
-                    self._step(waiter, at, DependencyEnded(job.name))
+            match effect:
+                case SetState(state=state):
+                    job.failures += effect.counted
+                    if state in TERMINAL_JOB_STATES:
+                        self._end(job, at, state, effect.reason)
+                    elif state is JobState.HELD:
+                        self._hold(job, at, effect.reason)
+                    elif job.state is ScenarioJobState.HELD:
+                        self._unhold(job, at, effect.reason)
+                    else:
+                        back = effect
+                        self._back_to_waiting(job, at, effect)
+                case Offer():
+                    self._offer(job, at)
+                case WaitForDependencies(reason=reason):
+                    self._dependencies.hold(job)
+                    job.reason = reason
+                case StartRun():
+                    assert decision is not None
+                    self._run(job, decision, at)
+                case GrowRun():
+                    assert decision is not None
+                    self._grow(job, decision, at)
+                case StopRun():
+                    stop = effect
+                case HoldUntil():
+                    hold = effect
+                case FreeArraySlot():
+                    for following in self._slots.release(job):
+                        self._enqueue(following, at, ScenarioJobState.QUEUED)
+                case ReleaseDependents():
+                    for waiter in self._dependencies.ended(job.name):
+                        self._step(waiter, at, DependencyEnded(job.name))
+                case _:
+                    assert_never(effect)
         if back is not None:
             self._wait_again(job, at, back, hold)
         elif stop is not None and job.state is ScenarioJobState.RUNNING:
@@ -269,3 +297,24 @@ class LifecycleInterpreter:
         if not job.held:
             job.held = True
             self._backlog.remove(job.job)
+
+    def _hold(self, job: SimJob, at: float, reason: str) -> None:
+        """A user held the queued job: out of the queue (and its array's slot) until
+        released."""
+        if self._queued.pop(job.name, None) is not None and not job.held:
+            self._backlog.remove(job.job)
+        job.held = False
+        self._dependencies.release(job)
+        self._victim_waits.forget(job.name)
+        for following in self._slots.stopped(job):
+            self._enqueue(following, at, ScenarioJobState.QUEUED)
+        job.state = ScenarioJobState.HELD
+        job.reason = reason
+        self.events.append(Event(at, job.name, "held", reason=reason))
+        self._moved(job)
+
+    def _unhold(self, job: SimJob, at: float, reason: str) -> None:
+        """A user released the held job: it waits in its queue again."""
+        job.reason = reason  # until a round (or its dependencies, its array) says more
+        self._enqueue(job, at, ScenarioJobState.QUEUED)
+        self.events.append(Event(at, job.name, "released", reason=reason))

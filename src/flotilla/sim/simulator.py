@@ -25,13 +25,11 @@ from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
 from flotilla.lifecycle import gangs, machine
-from flotilla.lifecycle.effects import (
-    GrowRun,
-    StartRun,
-)
 from flotilla.lifecycle.events import (
     CancelRequested,
     Evicted,
+    HoldRequested,
+    ReleaseRequested,
     RunEnded,
     Scheduled,
     TimerFired,
@@ -59,6 +57,10 @@ from flotilla.sim.holds import ArraySlots
 from flotilla.sim.interpreter import LifecycleInterpreter
 from flotilla.sim.live import start_live_runs
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
+
+HELD_BY_SCENARIO = "held by the scenario"
+"""The reason of a scenario's hold (``hold_at``); the replay asks the service with it."""
+RELEASED_BY_SCENARIO = "released by the scenario"
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,10 @@ class Simulator(LifecycleInterpreter):
             return self._step(job, at, CancelRequested())
         if kind is Timer.STOPPED:
             return self._stopped(job, at)
+        if kind is Timer.HOLD:
+            return self._step(job, at, HoldRequested(HELD_BY_SCENARIO))
+        if kind is Timer.RELEASE:
+            return self._step(job, at, ReleaseRequested(RELEASED_BY_SCENARIO))
         if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
@@ -309,11 +315,7 @@ class Simulator(LifecycleInterpreter):
                     job.reason = f"decision from t={result.time:g} dropped: {unfit}"
                     continue
             event = Scheduled(decision.assignment.cluster, len(decision.assignment.placements))
-            for effect in machine.step(self._view(job), event).effects:
-                if isinstance(effect, StartRun):
-                    self._run(job, decision, now)
-                elif isinstance(effect, GrowRun):
-                    self._grow(job, decision, now)
+            self._interpret(job, now, machine.step(self._view(job), event), decision)
             applied += 1
         # Per waiting job, every cycle: no dictionary built, no per-job state check.
         set_waiting_reasons(self._queued, result.pending)
@@ -431,6 +433,10 @@ class Simulator(LifecycleInterpreter):
             self._schedule_timer(job.spec.submit_at, Timer.SUBMIT, job.name)
             if job.spec.cancel_at is not None:
                 self._schedule_timer(job.spec.cancel_at, Timer.CANCEL, job.name)
+            if job.spec.hold_at is not None:
+                self._schedule_timer(job.spec.hold_at, Timer.HOLD, job.name)
+            if job.spec.release_at is not None:
+                self._schedule_timer(job.spec.release_at, Timer.RELEASE, job.name)
         for spec in self.scenario.clusters:
             if spec.fail_at is not None:
                 self._schedule_timer(spec.fail_at, Timer.CLUSTER_FAILURE, spec.name)

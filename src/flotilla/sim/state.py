@@ -106,6 +106,10 @@ class Timer(IntEnum):
     """A running job's ``min_runtime`` is over: it may be a preemption victim now."""
     STOPPED = 8
     """A preempted run's grace is over: it stopped, and its resources are free."""
+    HOLD = 9
+    """A user holds the job (``hold_at``)."""
+    RELEASE = 10
+    """A user releases the held job (``release_at``)."""
 
 
 def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str]) -> None:
