@@ -88,6 +88,38 @@ class RequeueRequested:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class DispatchAccepted:
+    """The job's leased run was handed to its cluster's backend, which took it."""
+
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRefused:
+    """The backend refused the job's run for good (``rejected by c: …``), or the run could
+    not be put together (a secret that cannot be opened)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Faulted:
+    """A step of the host about this one job failed with an error of the job's own (its
+    spec, its placement, its retry policy: ``failed inside the scheduler (…)``), contained
+    so that the other jobs go on."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyNeverMet:
+    """A dependency of the waiting job ended in a way its condition does not accept: the
+    branch not taken (``reason`` names it)."""
+
+    reason: str
+
+
 class TimerKind(Enum):
     GANG_TIMEOUT = "gang_timeout"
     """A queued gang's ``gang.timeout`` passed since it became schedulable."""
@@ -111,9 +143,17 @@ Event = (
     | HoldRequested
     | ReleaseRequested
     | RequeueRequested
+    | DispatchAccepted
+    | DispatchRefused
+    | Faulted
+    | DependencyNeverMet
     | TimerFired
 )
 
 Command = CancelRequested | HoldRequested | ReleaseRequested | RequeueRequested
 """What a user asks of a job: answered from its state alone (``machine.command``), so the
 store applies it in the transaction that takes the request, without reading the job's spec."""
+
+Outcome = DispatchAccepted | DispatchRefused | Faulted | DependencyNeverMet
+"""What the host saw happen to a job's attempt outside its run: answered from the job's state
+alone (``machine.outcome``)."""

@@ -36,9 +36,14 @@ from flotilla.lifecycle.events import (
     CancelRequested,
     Command,
     DependencyEnded,
+    DependencyNeverMet,
+    DispatchAccepted,
+    DispatchRefused,
     Event,
     Evicted,
+    Faulted,
     HoldRequested,
+    Outcome,
     ReleaseRequested,
     RequeueRequested,
     RunEnded,
@@ -99,12 +104,9 @@ def step(job: JobView, event: Event) -> Transition:
                 return NOTHING
             return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
         case CancelRequested() | HoldRequested() | ReleaseRequested() | RequeueRequested():
-            answer = command(job.state, event, cancel_requested=job.cancel_requested)
-            moved = answer.state
-            if moved is None or moved.state in (JobState.HELD, JobState.QUEUED):
-                return answer
-            at = answer.effects.index(moved) + 1  # the slot is freed right after the move
-            return Transition((*answer.effects[:at], *_slot(job), *answer.effects[at:]))
+            return _with_slot(job, command(job.state, event, cancel_requested=job.cancel_requested))
+        case DispatchAccepted() | DispatchRefused() | Faulted() | DependencyNeverMet():
+            return _with_slot(job, outcome(job.state, event))
         case RunStarted():
             if job.state in (JobState.LEASED, JobState.PENDING):
                 return Transition((SetState(JobState.RUNNING, STARTED_REASON),))
@@ -156,6 +158,40 @@ def command(
             return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason)))
 
 
+def outcome(state: JobState | None, event: Outcome) -> Transition:
+    """What the host saw happen to a job in ``state`` outside its run — a dispatch taken or
+    refused, a contained fault, a dependency never met — from its state alone (``step`` adds
+    the array slot a throttled element frees). ``state`` None: the host does not know it (a
+    fault it contained): the answer for any job not ended yet."""
+    if state in TERMINAL_JOB_STATES:
+        return NOTHING
+    match event:
+        case DispatchAccepted(cluster=cluster):
+            if state is not JobState.LEASED:
+                return NOTHING
+            return Transition((SetState(JobState.PENDING, f"dispatched to {cluster}"),))
+        case DispatchRefused(reason=reason):
+            if state not in ACTIVE_JOB_STATES:
+                return NOTHING
+            return Transition((SetState(JobState.FAILED, reason), ReleaseDependents()))
+        case Faulted(reason=reason):
+            return Transition((SetState(JobState.FAILED, reason), ReleaseDependents()))
+        case DependencyNeverMet(reason=reason):
+            if state not in (None, JobState.QUEUED, JobState.HELD, JobState.PREEMPTED):
+                return NOTHING
+            return Transition((SetState(rules.UNMET_END, reason), ReleaseDependents()))
+
+
+def _with_slot(job: JobView, answer: Transition) -> Transition:
+    """``answer`` with the array slot a throttled element frees when it leaves its place
+    (ends, or goes back to waiting), right after its move."""
+    moved = answer.state
+    if moved is None or moved.state in (JobState.HELD, JobState.QUEUED, JobState.PENDING):
+        return answer
+    at = answer.effects.index(moved) + 1
+    return Transition((*answer.effects[:at], *_slot(job), *answer.effects[at:]))
+
+
 def _throttled(job: JobView) -> bool:
     array = job.spec.array
     return array is not None and array.parallelism is not None
@@ -194,7 +230,7 @@ def _dependencies(job: JobView) -> Transition:
         return NOTHING
     found, reason = dependency_reason(job.dependencies)
     if found is Verdict.NEVER:  # the branch not taken: skipped, an end that is no failure
-        return _end(job, rules.UNMET_END, reason)
+        return _with_slot(job, outcome(job.state, DependencyNeverMet(reason)))
     if found is Verdict.WAITING:
         return Transition((WaitForDependencies(reason),))
     return Transition((Offer(),))

@@ -87,6 +87,22 @@ def view_of(
     )
 
 
+def change_for(
+    job_id: str,
+    step: Step,
+    run: str | None = None,
+    *,
+    exit_code: int | None = None,
+    message: str | None = None,
+) -> Transition | None:
+    """The store transition that applies the core's ``SetState`` in ``step`` to ``job_id``
+    (its run ``run``), or None when the core moves it nowhere."""
+    change = step.state
+    if change is None:
+        return None
+    return Transition(job_id, change.state, change.reason, run, exit_code, message)
+
+
 def transition_for(
     job: JobRecord,
     step: Step,
@@ -101,12 +117,12 @@ def transition_for(
     if change is None:
         return None
     if change.state is JobState.SUCCEEDED:
-        return Transition(job.id, JobState.SUCCEEDED, change.reason, run, exit_code=0)
+        return Transition(job.id, change.state, change.reason, run, exit_code=0)
     if change.state is JobState.CANCELLED and ended.status is RunEnd.CANCELLED:
-        return Transition(job.id, JobState.CANCELLED, change.reason, run)
+        return Transition(job.id, change.state, change.reason, run)
     if not change.counted:
         if change.state is JobState.QUEUED:
-            return Transition(job.id, JobState.QUEUED, change.reason, run)
+            return Transition(job.id, change.state, change.reason, run)
         return Transition(
             job.id,
             change.state,

@@ -29,9 +29,10 @@ from flotilla.backends.interface import (
 )
 from flotilla.faults import crash_point
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.effects import StopRun
+from flotilla.lifecycle.effects import SetState, StopRun
 from flotilla.lifecycle.events import (
     CancelRequested,
+    Faulted,
     RunEnded,
     RunStarted,
     TimerFired,
@@ -47,6 +48,7 @@ from flotilla.service.engine_times import with_engine_times
 from flotilla.service.engines import level_of
 from flotilla.service.gpu_metrics import GpuUseMetrics
 from flotilla.service.retry import (
+    change_for,
     counted_failures,
     end_of,
     failure_reason,
@@ -299,16 +301,9 @@ class RunTransitions:
             raise
         except Exception as error:  # its retry policy cannot be applied (a delay past any date)
             why = self._context.faults.note("its retry policy", job.id, error)
-            return [
-                Transition(
-                    job.id,
-                    JobState.FAILED,
-                    f"{reason}; {why}" if reason else why,
-                    run.id,
-                    exit_code=exit_code,
-                    message=message,
-                )
-            ]
+            faulted = machine.outcome(job.state, Faulted(f"{reason}; {why}" if reason else why))
+            failed = change_for(job.id, faulted, run.id, exit_code=exit_code, message=message)
+            return [] if failed is None else [failed]
         change = transition_for(job, step, ended, run.id)
         return [] if change is None else [change]
 
@@ -489,10 +484,10 @@ class RunTransitions:
                     since = max(since, found.updated_at.timestamp())
         return since
 
-    def fail_unmet_dependencies(self, never: Mapping[str, tuple[JobState, str]]) -> None:
+    def fail_unmet_dependencies(self, never: Mapping[str, SetState]) -> None:
         """Queued jobs whose dependency can never be met end (skipped, or failed when it
         could not be read), naming it (one write)."""
-        self.record([Transition(job_id, end, why) for job_id, (end, why) in never.items()])
+        self.record([Transition(job_id, end.state, end.reason) for job_id, end in never.items()])
 
 
 def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:
