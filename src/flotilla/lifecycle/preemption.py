@@ -11,9 +11,18 @@ grace (``preemption.grace``; a job without one stops at once).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from flotilla.model.job import JobSpec
+
+T = TypeVar("T")
+
+
+def victims_of(stopping: Mapping[str, Sequence[T]], job: str, gang: str | None) -> Sequence[T]:
+    """The victims still stopping that ``job`` was placed by evicting: a round evicts for a
+    job, or for a named ``gang`` of which ``job`` is a member (``Eviction.by``)."""
+    return stopping.get(job) or (stopping.get(gang, ()) if gang else ())
 
 
 def grace_of(spec: JobSpec) -> float:

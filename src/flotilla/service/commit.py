@@ -21,7 +21,9 @@ from flotilla.faults import crash_point
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import machine
 from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
-from flotilla.lifecycle.events import Evicted, Scheduled
+from flotilla.lifecycle.events import Evicted
+from flotilla.lifecycle.preemption import victims_of
+from flotilla.lifecycle.rounds import evictions, placements
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
@@ -118,22 +120,22 @@ class Committer:
         context = self._context
         read = context.jobdb.read_txn()
         stopping: dict[str, list[JobRecord]] = {}
-        for eviction in result.preempted:
-            victim = read.get(eviction.job)
+        for evict in evictions(result):
+            victim = read.get(evict.job)
             if victim is None or victim.run is None or victim.state not in ACTIVE_JOB_STATES:
                 continue
             with context.faults.contain("its eviction", victim.id, victim.run.id):
-                if self._evict_one(victim, eviction.reason):
-                    stopping.setdefault(eviction.by, []).append(victim)
+                if self._evict_one(victim, evict.event):
+                    stopping.setdefault(evict.by, []).append(victim)
         return stopping
 
-    def _evict_one(self, victim: JobRecord, reason: str) -> bool:
+    def _evict_one(self, victim: JobRecord, evicted: Evicted) -> bool:
         """Stop ``victim``'s run; True while it still stops (it keeps its nodes till then)."""
         context = self._context
         run = victim.run
         assert run is not None
         gone = True
-        for effect in machine.step(view_of(victim), Evicted(reason)).effects:
+        for effect in machine.step(view_of(victim), evicted).effects:
             if isinstance(effect, StopRun):
                 self._transitions.awaiting_stop[run.id] = victim.id
                 backend = context.backends.get(run.cluster)
@@ -178,13 +180,11 @@ class Committer:
         current = CurrentState(self._context.jobdb, state) if checked else None
         requests = []
         growing: list[tuple[JobRecord, ScheduledJob, GrowRun]] = []
-        for decision in result.scheduled:
-            record = read.get(decision.job.name)
+        for place in placements(result):
+            record, decision = read.get(place.job), place.decision
             if record is None:
                 continue
-            assignment = decision.assignment
-            event = Scheduled(assignment.cluster, len(assignment.placements))
-            effect = next(iter(machine.step(view_of(record), event).effects), None)
+            effect = next(iter(machine.step(view_of(record), place.event).effects), None)
             if isinstance(effect, GrowRun):
                 with self._context.faults.contain("recording its growth", record.id):
                     if current is None or current.room_for(decision.assignment) is None:
@@ -193,11 +193,9 @@ class Committer:
             if not isinstance(effect, StartRun) or record.state is not JobState.QUEUED:
                 continue  # a preempted job is re-queued before the service leases it again
             gang = decision.job.gang
-            victims = stopping.get(record.id) or (
-                stopping.get(gang.name) if gang is not None and gang.name else None
-            )
+            victims = victims_of(stopping, record.id, gang.name if gang is not None else None)
             if victims:
-                state.reasons[record.id] = self._context.holds.wait(record.id, victims)
+                state.reasons[record.id] = self._context.holds.wait(record.id, list(victims))
                 continue
             with self._context.faults.contain("recording its placement", record.id):
                 if current is not None:

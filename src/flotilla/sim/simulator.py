@@ -27,15 +27,14 @@ from flotilla.framework.snapshot import BacklogView, scheduling_config
 from flotilla.lifecycle import gangs, machine
 from flotilla.lifecycle.events import (
     CancelRequested,
-    Evicted,
     HoldRequested,
     ReleaseRequested,
     RunEnded,
-    Scheduled,
     TimerFired,
     TimerKind,
 )
-from flotilla.lifecycle.preemption import VictimWaits
+from flotilla.lifecycle.preemption import VictimWaits, victims_of
+from flotilla.lifecycle.rounds import evictions, placements
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
@@ -294,28 +293,25 @@ class Simulator(LifecycleInterpreter):
                     job.reason = f"decision from t={result.time:g} dropped: {why}"
         stopping: dict[str, list[str]] = {}
         """Preemptor (a job, or a named gang) → its victims whose runs are still stopping."""
-        for eviction in result.preempted:
-            victim = self.job_by_name[eviction.job]
-            self._step(victim, now, Evicted(eviction.reason))
+        for evict in evictions(result):
+            victim = self.job_by_name[evict.job]
+            self._step(victim, now, evict.event)
             if victim.stopping:
-                stopping.setdefault(eviction.by, []).append(victim.name)
+                stopping.setdefault(evict.by, []).append(victim.name)
         applied = 0
-        for decision in result.scheduled:
-            job = self.job_by_name[decision.job.name]
+        for place in placements(result):
+            job, decision = self.job_by_name[place.job], place.decision
             gang = decision.job.gang
-            victims = stopping.get(job.name) or (
-                stopping.get(gang.name) if gang is not None and gang.name else None
-            )
+            victims = victims_of(stopping, job.name, gang.name if gang is not None else None)
             if victims and job.waiting:
-                self._wait_for_victims(job, victims)
+                self._wait_for_victims(job, list(victims))
                 continue
-            if dropped is not None:
+            if dropped is not None or stopping:  # what the stopping victims hold is no room
                 unfit = self.room_for(decision.assignment)
                 if unfit is not None:
                     job.reason = f"decision from t={result.time:g} dropped: {unfit}"
                     continue
-            event = Scheduled(decision.assignment.cluster, len(decision.assignment.placements))
-            self._interpret(job, now, machine.step(self._view(job), event), decision)
+            self._interpret(job, now, machine.step(self._view(job), place.event), decision)
             applied += 1
         # Per waiting job, every cycle: no dictionary built, no per-job state check.
         set_waiting_reasons(self._queued, result.pending)
