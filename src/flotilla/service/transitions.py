@@ -38,6 +38,7 @@ from flotilla.lifecycle.events import (
     TimerFired,
     TimerKind,
 )
+from flotilla.lifecycle.gangs import fails_with
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
 from flotilla.model.job import JobSpec
 from flotilla.service.checkpoints import new_checkpoints
@@ -460,13 +461,21 @@ class RunTransitions:
             self._writes.flush()
 
     def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:
-        """Queued gangs past their timeout fail, with the last reason they waited for."""
+        """Queued gangs past their timeout fail, with the last reason they waited for; a
+        named gang's queued members fail together (``lifecycle/gangs.py``, ``fails_with``)."""
         now = time.time()
-        for job in gangs:
+        queued = list(gangs)
+        due: dict[str, JobRecord] = {}
+        for job in queued:
             with self._context.faults.contain("its gang timeout", job.id):
                 gang = job.spec.gang
-                if gang is None or now - self._waiting_since(job) <= gang.timeout:
-                    continue
+                if gang is not None and now - self._waiting_since(job) > gang.timeout:
+                    due[job.id] = job
+        named = {fails_with(job.spec) for job in due.values()} - {None}
+        if named:
+            due.update((job.id, job) for job in queued if fails_with(job.spec) in named)
+        for job in due.values():
+            with self._context.faults.contain("its gang timeout", job.id):
                 view = view_of(job, last_reason=self._context.reasons.get(job.id))
                 change = machine.step(view, TimerFired(TimerKind.GANG_TIMEOUT)).state
                 if change is not None:

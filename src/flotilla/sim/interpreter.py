@@ -36,6 +36,7 @@ from flotilla.lifecycle.events import (
 from flotilla.lifecycle.events import (
     Event as LifecycleEvent,
 )
+from flotilla.lifecycle.gangs import fails_with
 from flotilla.lifecycle.machine import Transition
 from flotilla.lifecycle.preemption import VictimWaits, grace_of
 from flotilla.lifecycle.runs import RunEnd
@@ -204,12 +205,9 @@ class LifecycleInterpreter:
         gang = job.spec.gang
         assert gang is not None
         members = [job]
-        if gang.name:
-            members = [
-                other
-                for other in self._queued.values()
-                if other.spec.gang is not None and other.spec.gang.name == gang.name
-            ]
+        named = fails_with(job.spec)
+        if named is not None:
+            members = [other for other in self._queued.values() if fails_with(other.spec) == named]
         for member in members:
             self._step(member, at, TimerFired(TimerKind.GANG_TIMEOUT))
         return True
