@@ -20,10 +20,11 @@ from flotilla.backends.interface import CancelOutcome
 from flotilla.faults import crash_point
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
+from flotilla.lifecycle.effects import GrowRun
 from flotilla.lifecycle.events import Evicted
 from flotilla.lifecycle.preemption import victims_of
 from flotilla.lifecycle.rounds import evictions, placements
+from flotilla.service import effects
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
@@ -135,18 +136,18 @@ class Committer:
         run = victim.run
         assert run is not None
         gone = True
-        for effect in machine.step(view_of(victim), evicted).effects:
-            if isinstance(effect, StopRun):
-                self._transitions.awaiting_stop[run.id] = victim.id
-                backend = context.backends.get(run.cluster)
-                if backend is not None:
-                    stop = backend.cancel(preemption_request(run.id, victim.spec, effect.reason))
-                    gone = stop.outcome in (
-                        CancelOutcome.UNKNOWN_RUN,
-                        CancelOutcome.ALREADY_FINISHED,
-                    )
-            elif isinstance(effect, SetState):
-                self._transitions.transition(victim.id, effect.state, effect.reason, run=run.id)
+        answer = effects.read(machine.step(view_of(victim), evicted))
+        if answer.stop is not None:
+            self._transitions.awaiting_stop[run.id] = victim.id
+            backend = context.backends.get(run.cluster)
+            if backend is not None:
+                asked = preemption_request(run.id, victim.spec, answer.stop.reason)
+                outcome = backend.cancel(asked).outcome
+                gone = outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED)
+        if answer.state is not None:
+            self._transitions.transition(
+                victim.id, answer.state.state, answer.state.reason, run=run.id
+            )
         context.metrics.preemptions.labels(queue=victim.queue).inc()
         if gone and run.id in self._transitions.awaiting_stop:
             self._transitions.requeue_preempted(run.id)  # nothing left to stop: room now
@@ -184,13 +185,14 @@ class Committer:
             record, decision = read.get(place.job), place.decision
             if record is None:
                 continue
-            effect = next(iter(machine.step(view_of(record), place.event).effects), None)
-            if isinstance(effect, GrowRun):
+            answer = effects.read(machine.step(view_of(record), place.event))
+            if answer.grow is not None:
                 with self._context.faults.contain("recording its growth", record.id):
                     if current is None or current.room_for(decision.assignment) is None:
-                        growing.append((record, decision, effect))
+                        growing.append((record, decision, answer.grow))
                 continue
-            if not isinstance(effect, StartRun) or record.state is not JobState.QUEUED:
+            start = answer.start
+            if start is None or record.state is not JobState.QUEUED:
                 continue  # a preempted job is re-queued before the service leases it again
             gang = decision.job.gang
             victims = victims_of(stopping, record.id, gang.name if gang is not None else None)
@@ -206,9 +208,9 @@ class Committer:
                 requests.append(
                     RunRequest(
                         job_id=record.id,
-                        cluster=effect.cluster,
+                        cluster=start.cluster,
                         assignment=decision.assignment.to_json(),
-                        reason=effect.reason,
+                        reason=start.reason,
                     )
                 )
         return requests, growing

@@ -16,12 +16,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus, signal_words
-from flotilla.lifecycle.effects import HoldUntil
 from flotilla.lifecycle.events import RunEnded
 from flotilla.lifecycle.machine import Transition as Step
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
 from flotilla.lifecycle.view import DependencyView, JobView
 from flotilla.model import RetryCause
+from flotilla.service import effects
 from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 
 
@@ -133,7 +133,7 @@ def transition_for(
         )
     not_before = None
     reason = change.reason
-    hold = next((e for e in step.effects if isinstance(e, HoldUntil)), None)
+    hold = effects.read(step).hold
     if change.state is JobState.QUEUED and hold is not None:
         not_before = (now or datetime.now(UTC)) + timedelta(seconds=hold.seconds)
         reason = hold.note(reason, not_before.strftime("%Y-%m-%dT%H:%M:%SZ"))

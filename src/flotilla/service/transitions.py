@@ -29,7 +29,7 @@ from flotilla.backends.interface import (
 )
 from flotilla.faults import crash_point
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.effects import SetState, StopRun
+from flotilla.lifecycle.effects import SetState
 from flotilla.lifecycle.events import (
     CancelRequested,
     Faulted,
@@ -41,6 +41,7 @@ from flotilla.lifecycle.events import (
 from flotilla.lifecycle.gangs import fails_with
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
 from flotilla.model.job import JobSpec
+from flotilla.service import effects
 from flotilla.service.checkpoints import new_checkpoints
 from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spec_from_record
 from flotilla.service.containment import NOT_CONTAINED
@@ -415,14 +416,7 @@ class RunTransitions:
         assert job.run is not None
         if job.run.id in self._cancelling:
             return
-        stop = next(
-            (
-                e
-                for e in machine.step(view_of(job), CancelRequested()).effects
-                if isinstance(e, StopRun)
-            ),
-            None,
-        )
+        stop = effects.read(machine.step(view_of(job), CancelRequested())).stop
         if stop is None:
             return
         trace("loop-seen", job.id)
