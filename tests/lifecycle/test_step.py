@@ -196,7 +196,7 @@ ROWS = [
         "requeued, its run's stop confirmed: queued as requested",
         job(S.PREEMPTED, last_reason="requeue requested by alice"),
         RunEnded(RunEnd.CANCELLED),
-        (SetState(S.QUEUED, "re-queued as requested"),),
+        (SetState(S.QUEUED, "re-queued once its run stopped: requeue requested by alice"),),
     ),
     Row("queued, requeue requested: nothing", job(S.QUEUED), RequeueRequested("x"), ()),
     Row("failed, requeue requested: nothing", job(S.FAILED), RequeueRequested("x"), ()),
@@ -272,7 +272,7 @@ ROWS = [
         "preempted, its run's stop confirmed: re-queued",
         job(S.PREEMPTED),
         RunEnded(RunEnd.CANCELLED),
-        (SetState(S.QUEUED, "re-queued after preemption"),),
+        (SetState(S.QUEUED, "re-queued once its run stopped"),),
     ),
     Row(
         "queued (re-queued when its cluster was lost), the old run ends: nothing (an orphan)",

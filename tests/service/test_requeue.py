@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flotilla.lifecycle.machine import REQUEUED_AS_REQUESTED
+from flotilla.lifecycle.machine import REQUEUED_AFTER_STOP
 from flotilla.store import ConflictError, JobState, RunState
 from tests.service.test_service_loop import Service
 
@@ -37,7 +37,7 @@ def test_a_running_job_requeued_is_stopped_and_runs_again_as_a_new_attempt(
     assert runs[0].state is RunState.PREEMPTED
     moves = [(e.to_state, e.reason) for e in service.store.events(job) if e.to_state]
     assert (JobState.PREEMPTED, "requeue requested by alice") in moves
-    assert (JobState.QUEUED, REQUEUED_AS_REQUESTED) in moves
+    assert (JobState.QUEUED, f"{REQUEUED_AFTER_STOP}: requeue requested by alice") in moves
 
 
 def test_a_job_that_ended_cannot_be_requeued_and_a_queued_one_is_left_as_it_is(

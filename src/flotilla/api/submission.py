@@ -172,8 +172,9 @@ def check_service_fields(
     problems: list[str] = []
     if spec.submit_at != 0:
         problems.append("submit_at: only meaningful in a simulation scenario")
-    if spec.cancel_at is not None:
-        problems.append("cancel_at: only meaningful in a simulation scenario")
+    for scenario_only in ("cancel_at", "hold_at", "release_at"):
+        if getattr(spec, scenario_only) is not None:
+            problems.append(f"{scenario_only}: only meaningful in a simulation scenario")
     if (
         priority_classes is not None
         and spec.priority_class is not None

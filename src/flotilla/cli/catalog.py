@@ -11,7 +11,7 @@ import typer
 from flotilla.cli.client import ServerOption, api, fail
 from flotilla.cli.output import Output, OutputOption, emit
 from flotilla.cli.render import age, console, resources
-from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
+from flotilla.lifecycle.states import ACTIVE_STATE_NAMES, TERMINAL_STATE_NAMES
 from flotilla.model.quantity import format_quantity
 from flotilla.sdk.connection import DEFAULT_SERVER
 
@@ -35,7 +35,7 @@ def queues(output: OutputOption = Output.TABLE, server: ServerOption = DEFAULT_S
     table = Table(*columns, box=None, header_style="bold")
     for queue in found:
         count = counts.get(queue.name, {})
-        running = sum(count.get(state, 0) for state in ("leased", "pending", "running"))
+        running = sum(count.get(state, 0) for state in ACTIVE_STATE_NAMES)
         row = [
             queue.name,
             f"{queue.weight:g}",

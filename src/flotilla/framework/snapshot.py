@@ -33,7 +33,9 @@ class RunningJob:
     job: SchedulingJob
     assignment: Assignment
     started_at: float = 0.0
-    """When the current run was scheduled: preemption takes the youngest first."""
+    """When the current run started (after its cluster's start-up delay; a run not started
+    yet: when it will, or now): preemption takes the youngest first, and its protection
+    (``min_runtime``) and the work it would lose count from then."""
     last_checkpoint_at: float | None = None
     """When the run last reported a checkpoint (``flotilla.checkpoint()``), if it did: the
     work a preemption loses is counted from there (``framework/preemption.py``)."""

@@ -58,13 +58,64 @@ class RunEnded:
 
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
-    """A user asked to cancel the job."""
+    """A user asked to cancel the job; ``reason`` says who asked (and why), the cancelled
+    job's reason when it ends at once."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRequested:
+    """A user asked to hold the queued job (Slurm's ``scontrol hold``): the scheduler passes
+    it by until it is released."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequested:
+    """A user released the held job (Slurm's ``scontrol release``): it waits in the queue
+    again."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class RequeueRequested:
     """A user asked to requeue the job (Slurm's ``scontrol requeue``): its run is stopped and
     the job waits in the queue for a new one. ``reason`` says who asked (and why)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchAccepted:
+    """The job's leased run was handed to its cluster's backend, which took it."""
+
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRefused:
+    """The backend refused the job's run for good (``rejected by c: …``), or the run could
+    not be put together (a secret that cannot be opened)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Faulted:
+    """A step of the host about this one job failed with an error of the job's own (its
+    spec, its placement, its retry policy: ``failed inside the scheduler (…)``), contained
+    so that the other jobs go on."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyNeverMet:
+    """A dependency of the waiting job ended in a way its condition does not accept: the
+    branch not taken (``reason`` names it)."""
 
     reason: str
 
@@ -89,6 +140,20 @@ Event = (
     | RunStarted
     | RunEnded
     | CancelRequested
+    | HoldRequested
+    | ReleaseRequested
     | RequeueRequested
+    | DispatchAccepted
+    | DispatchRefused
+    | Faulted
+    | DependencyNeverMet
     | TimerFired
 )
+
+Command = CancelRequested | HoldRequested | ReleaseRequested | RequeueRequested
+"""What a user asks of a job: answered from its state alone (``machine.command``), so the
+store applies it in the transaction that takes the request, without reading the job's spec."""
+
+Outcome = DispatchAccepted | DispatchRefused | Faulted | DependencyNeverMet
+"""What the host saw happen to a job's attempt outside its run: answered from the job's state
+alone (``machine.outcome``)."""

@@ -41,6 +41,14 @@ def label(spec: JobSpec) -> str:
     return (spec.gang.name if spec.gang is not None else None) or spec.name
 
 
+def fails_with(spec: JobSpec) -> str | None:
+    """The named gang whose waiting members time out together: when one member's
+    ``gang.timeout`` passes, every member still waiting fails with it (the gang can no longer
+    be whole). None: a gang of one job, which times out alone."""
+    gang = spec.gang
+    return gang.name if gang is not None and gang.name else None
+
+
 def timeout_reason(spec: JobSpec, last: str | None) -> str:
     """Why a queued gang failed: it could not be placed within its timeout, and the last
     reason it waited for."""

@@ -34,9 +34,17 @@ from flotilla.lifecycle.effects import (
 )
 from flotilla.lifecycle.events import (
     CancelRequested,
+    Command,
     DependencyEnded,
+    DependencyNeverMet,
+    DispatchAccepted,
+    DispatchRefused,
     Event,
     Evicted,
+    Faulted,
+    HoldRequested,
+    Outcome,
+    ReleaseRequested,
     RequeueRequested,
     RunEnded,
     RunStarted,
@@ -55,10 +63,12 @@ from flotilla.lifecycle.states import (
 from flotilla.lifecycle.view import DependencyView, JobView
 
 STARTED_REASON = "started"
-REQUEUED_AFTER_PREEMPTION = "re-queued after preemption"
+REQUEUED_AFTER_STOP = "re-queued once its run stopped"
+"""Where a preempted (or requeued) job goes once its run's stop is confirmed; its reason
+names why the run was stopped, in words only (``re-queued once its run stopped: requeue
+requested by alice``): no reason is read back to decide anything."""
 REQUEUE_REQUESTED = "requeue requested"
-"""How the reason of a requeue a user asked for starts (``requeue requested by alice``)."""
-REQUEUED_AS_REQUESTED = "re-queued as requested"
+"""How the API words a requeue a user asked for (``requeue requested by alice``)."""
 CANCELLED_REASON = "cancelled"
 CANCEL_STOP_REASON = "cancelled by request"
 
@@ -93,25 +103,16 @@ def step(job: JobView, event: Event) -> Transition:
             if job.state not in ACTIVE_JOB_STATES:
                 return NOTHING
             return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
-        case RequeueRequested(reason=reason):
-            # Like an eviction: the run is stopped and, once its stop is confirmed, the job
-            # is queued again for a new run. A job that waits already stays as it is; an
-            # ended one has no run to requeue (the interpreter refuses it).
-            if job.state not in ACTIVE_JOB_STATES:
-                return NOTHING
-            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason), *_slot(job)))
+        case CancelRequested() | HoldRequested() | ReleaseRequested() | RequeueRequested():
+            return _with_slot(job, command(job.state, event, cancel_requested=job.cancel_requested))
+        case DispatchAccepted() | DispatchRefused() | Faulted() | DependencyNeverMet():
+            return _with_slot(job, outcome(job.state, event))
         case RunStarted():
             if job.state in (JobState.LEASED, JobState.PENDING):
                 return Transition((SetState(JobState.RUNNING, STARTED_REASON),))
             return NOTHING
         case RunEnded():
             return _run_ended(job, event)
-        case CancelRequested():
-            if job.state is None or job.state in TERMINAL_JOB_STATES:
-                return NOTHING
-            if job.state in ACTIVE_JOB_STATES:
-                return Transition((StopRun(CANCEL_STOP_REASON),))
-            return _end(job, JobState.CANCELLED, CANCELLED_REASON)
         case TimerFired(kind=TimerKind.GANG_TIMEOUT):
             if job.state not in WAITING_JOB_STATES or job.spec.gang is None:
                 return NOTHING
@@ -121,6 +122,74 @@ def step(job: JobView, event: Event) -> Transition:
                 return NOTHING
             return Transition((Offer(),))
     raise TypeError(f"not a lifecycle event: {event!r}")  # pragma: no cover
+
+
+def command(
+    state: JobState | None, event: Command, *, cancel_requested: bool = False
+) -> Transition:
+    """What a user's command does to a job in ``state``, from its state alone: the store
+    answers it in the request's transaction (``store/cancels.py``, ``requeues.py``,
+    ``holds.py``) and the simulator at its timers. ``step`` adds the array slot a waiting
+    element frees. NOTHING: the command does not apply (the host says why, or leaves the job
+    as it is)."""
+    match event:
+        case CancelRequested(reason=reason):
+            if state is None or state in TERMINAL_JOB_STATES:
+                return NOTHING
+            if state in ACTIVE_JOB_STATES:  # it ends cancelled when its run does
+                return Transition((StopRun(CANCEL_STOP_REASON),))
+            return Transition(
+                (SetState(JobState.CANCELLED, reason or CANCELLED_REASON), ReleaseDependents())
+            )
+        case HoldRequested(reason=reason):
+            if state is not JobState.QUEUED:
+                return NOTHING
+            return Transition((SetState(JobState.HELD, reason),))
+        case ReleaseRequested(reason=reason):
+            if state is not JobState.HELD:
+                return NOTHING
+            return Transition((SetState(JobState.QUEUED, reason),))
+        case RequeueRequested(reason=reason):
+            # Like an eviction: the run is stopped and, once its stop is confirmed, the job
+            # is queued again for a new run. A job that waits already stays as it is; an
+            # ended one has no run to requeue (the host refuses it).
+            if state not in ACTIVE_JOB_STATES or cancel_requested:
+                return NOTHING
+            return Transition((StopRun(reason), SetState(JobState.PREEMPTED, reason)))
+
+
+def outcome(state: JobState | None, event: Outcome) -> Transition:
+    """What the host saw happen to a job in ``state`` outside its run — a dispatch taken or
+    refused, a contained fault, a dependency never met — from its state alone (``step`` adds
+    the array slot a throttled element frees). ``state`` None: the host does not know it (a
+    fault it contained): the answer for any job not ended yet."""
+    if state in TERMINAL_JOB_STATES:
+        return NOTHING
+    match event:
+        case DispatchAccepted(cluster=cluster):
+            if state is not JobState.LEASED:
+                return NOTHING
+            return Transition((SetState(JobState.PENDING, f"dispatched to {cluster}"),))
+        case DispatchRefused(reason=reason):
+            if state not in ACTIVE_JOB_STATES:
+                return NOTHING
+            return Transition((SetState(JobState.FAILED, reason), ReleaseDependents()))
+        case Faulted(reason=reason):
+            return Transition((SetState(JobState.FAILED, reason), ReleaseDependents()))
+        case DependencyNeverMet(reason=reason):
+            if state not in (None, JobState.QUEUED, JobState.HELD, JobState.PREEMPTED):
+                return NOTHING
+            return Transition((SetState(rules.UNMET_END, reason), ReleaseDependents()))
+
+
+def _with_slot(job: JobView, answer: Transition) -> Transition:
+    """``answer`` with the array slot a throttled element frees when it leaves its place
+    (ends, or goes back to waiting), right after its move."""
+    moved = answer.state
+    if moved is None or moved.state in (JobState.HELD, JobState.QUEUED, JobState.PENDING):
+        return answer
+    at = answer.effects.index(moved) + 1
+    return Transition((*answer.effects[:at], *_slot(job), *answer.effects[at:]))
 
 
 def _throttled(job: JobView) -> bool:
@@ -161,7 +230,7 @@ def _dependencies(job: JobView) -> Transition:
         return NOTHING
     found, reason = dependency_reason(job.dependencies)
     if found is Verdict.NEVER:  # the branch not taken: skipped, an end that is no failure
-        return _end(job, rules.UNMET_END, reason)
+        return _with_slot(job, outcome(job.state, DependencyNeverMet(reason)))
     if found is Verdict.WAITING:
         return Transition((WaitForDependencies(reason),))
     return Transition((Offer(),))
@@ -180,11 +249,11 @@ def _scheduled(job: JobView, cluster: str, placements: int) -> Transition:
 
 def _run_ended(job: JobView, event: RunEnded) -> Transition:
     if job.state is JobState.PREEMPTED:  # the evicted (or requeued) run's stop is confirmed
-        asked = (job.last_reason or "").startswith(REQUEUE_REQUESTED)
+        why = job.last_reason
         return Transition(
             (
                 SetState(
-                    JobState.QUEUED, REQUEUED_AS_REQUESTED if asked else REQUEUED_AFTER_PREEMPTION
+                    JobState.QUEUED, f"{REQUEUED_AFTER_STOP}: {why}" if why else REQUEUED_AFTER_STOP
                 ),
             )
         )

@@ -76,6 +76,9 @@ simulator (whose states share the service's names) compare against."""
 
 WAITING_STATE_NAMES: frozenset[str] = frozenset(state.value for state in WAITING_JOB_STATES)
 
+ACTIVE_STATE_NAMES: frozenset[str] = frozenset(state.value for state in ACTIVE_JOB_STATES)
+"""The states of a job that holds a run, by name: what a scenario calls ``running``."""
+
 SUCCESSFUL_STATE_NAMES: frozenset[str] = frozenset(state.value for state in SUCCESSFUL_JOB_STATES)
 
 ACTIVE_RUN_STATES: frozenset[RunState] = frozenset(

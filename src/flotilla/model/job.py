@@ -191,6 +191,10 @@ class JobSpec(Strict):
     submit_at: Seconds = 0
     duration: Seconds | None = None
     cancel_at: Seconds | None = None
+    hold_at: Seconds | None = None
+    """Scenario: a user holds the job then (``flotilla hold``); only a queued job is held."""
+    release_at: Seconds | None = None
+    """Scenario: a user releases the held job then (``flotilla release``)."""
     priority: int | None = None
     priority_class: str | None = None
     preemptible: bool | None = None

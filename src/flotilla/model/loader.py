@@ -255,6 +255,10 @@ def check_references(scenario: Scenario) -> list[str]:
             )
         if job.cancel_at is not None and job.cancel_at < job.submit_at:
             problems.append(f"jobs[{index}].cancel_at: is before submit_at ({job.submit_at:g})")
+        if job.hold_at is not None and job.hold_at < job.submit_at:
+            problems.append(f"jobs[{index}].hold_at: is before submit_at ({job.submit_at:g})")
+        if job.release_at is not None and (job.hold_at is None or job.release_at < job.hold_at):
+            problems.append(f"jobs[{index}].release_at: needs a hold_at at or before it")
         job_names += [(f"jobs[{index}].name", name) for name in job.job_names()]
         if job.gang is not None and job.gang.name is not None:
             gang_members.setdefault(job.gang.name, []).append(index)

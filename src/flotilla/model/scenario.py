@@ -73,6 +73,9 @@ class ScenarioJobState(StrEnum):
     ``leased`` and ``pending`` besides)."""
 
     QUEUED = "queued"
+    HELD = "held"
+    """Held by a user (``hold_at``) until released (``release_at``): the scheduler passes it
+    by."""
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

@@ -18,16 +18,19 @@ ready for the next replay.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from flotilla.api.schemas import Cluster, Event, Job, JobDetail
-from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
+from flotilla.lifecycle.states import ACTIVE_STATE_NAMES, TERMINAL_STATE_NAMES
 from flotilla.replay.plan import PlannedJob, ReplayPlan, Step
 from flotilla.sdk import Client, NotFound
 from flotilla.sdk.calls import JobFilter
+from flotilla.sdk.errors import Conflict
+from flotilla.sim.simulator import HELD_BY_SCENARIO, RELEASED_BY_SCENARIO
 
 TERMINAL = TERMINAL_STATE_NAMES
 READY_LIMIT = 120.0
@@ -201,6 +204,14 @@ def _take(
     for planned in step.cancel:
         if planned.name in ids:
             client.cancel(ids[planned.name], reason="cancelled by the scenario")
+    for planned in step.hold:
+        if planned.name in ids:
+            with contextlib.suppress(Conflict):  # not queued then: the simulator's core
+                client.hold(ids[planned.name], reason=HELD_BY_SCENARIO)  # does nothing either
+    for planned in step.release:
+        if planned.name in ids:
+            with contextlib.suppress(Conflict):
+                client.release(ids[planned.name], reason=RELEASED_BY_SCENARIO)
 
 
 def _fail(client: Client, plan: ReplayPlan, names: list[str], failed: dict[str, float]) -> None:
@@ -377,7 +388,7 @@ def _nothing_pending(
         if state in TERMINAL:
             continue
         planned: PlannedJob = by_id[job_id]
-        if state in ("leased", "pending", "running"):
+        if state in ACTIVE_STATE_NAMES:
             if planned.duration is not None:
                 return False
             continue

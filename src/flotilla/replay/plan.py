@@ -62,13 +62,15 @@ class PlannedJob:
 class Step:
     """Something to do at scenario time ``at``: fail clusters (first, as the simulator's
     cluster failures come before its submissions of the same time), submit jobs (one
-    request, file order, as the simulator's submissions of one time are sequenced) or cancel
-    jobs."""
+    request, file order, as the simulator's submissions of one time are sequenced), cancel,
+    hold or release jobs (in that order, as the simulator's timers)."""
 
     at: float
     fail: list[str] = field(default_factory=list)
     submit: list[dict[str, Any]] = field(default_factory=list)
     cancel: list[PlannedJob] = field(default_factory=list)
+    hold: list[PlannedJob] = field(default_factory=list)
+    release: list[PlannedJob] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,10 @@ def plan_replay(scenario: Scenario, speed: float, *, paced: bool = True) -> Repl
             jobs.append(job)
             if spec.cancel_at is not None:
                 steps.setdefault(spec.cancel_at, Step(spec.cancel_at)).cancel.append(job)
+            if spec.hold_at is not None:
+                steps.setdefault(spec.hold_at, Step(spec.hold_at)).hold.append(job)
+            if spec.release_at is not None:
+                steps.setdefault(spec.release_at, Step(spec.release_at)).release.append(job)
     return ReplayPlan(
         scenario=scenario,
         speed=speed,
@@ -225,7 +231,7 @@ def submission(spec: JobSpec, speed: float) -> dict[str, Any]:
     """The job as the service's API takes it: the scenario-only fields gone, its duration
     in the payload for the ``sim`` backend, its wall-clock durations scaled."""
     body = spec.model_dump(mode="json", exclude_none=True)
-    for scenario_only in ("submit_at", "cancel_at"):
+    for scenario_only in ("submit_at", "cancel_at", "hold_at", "release_at"):
         body.pop(scenario_only, None)
     duration = FOREVER if spec.duration is None else spec.duration / speed
     if spec.duration is not None:

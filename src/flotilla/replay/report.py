@@ -16,11 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from flotilla.api.schemas import Event, JobDetail, Run
-from flotilla.lifecycle.states import TERMINAL_STATE_NAMES
+from flotilla.lifecycle.states import (
+    ACTIVE_STATE_NAMES,
+    TERMINAL_STATE_NAMES,
+    WAITING_STATE_NAMES,
+)
 from flotilla.replay.driver import Observed
 
-RUNNING = frozenset({"leased", "pending", "running"})
-WAITING = frozenset({"queued", "preempted"})
+RUNNING = ACTIVE_STATE_NAMES
+WAITING = WAITING_STATE_NAMES
 ENDS = TERMINAL_STATE_NAMES
 
 

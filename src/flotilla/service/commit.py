@@ -1,7 +1,9 @@
 """Committing a scheduling round's decisions: evictions, then growth, leases and dispatch.
 
-Evictions stop their runs (the job is re-queued when the backend confirms the stop) and free
-their nodes in the snapshot's tables, so decisions that count on that room fit. The leases of
+Evictions stop their runs (the job is re-queued when the backend confirms the stop); a
+victim keeps its nodes until then, and its preemptor is not leased but held out of the
+backlog until every victim's run stopped (``victims.py``, the lifecycle core's rule in
+``lifecycle/preemption.py``); the next round places it. The leases of
 a round are recorded in one fenced transaction (``queued → leased``, one run each), with the
 transitions that wait for it (``writes.py``), and then dispatched. A running non-strict gang
 that took more replicas is recorded and handed to its backend (``growth.py``). In async mode,
@@ -14,16 +16,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from flotilla.backends.interface import CancelOutcome
 from flotilla.faults import crash_point
-from flotilla.framework.interfaces import Assignment
 from flotilla.framework.snapshot import CycleResult, ScheduledJob
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.effects import GrowRun, SetState, StartRun, StopRun
-from flotilla.lifecycle.events import Evicted, Scheduled
+from flotilla.lifecycle.effects import GrowRun
+from flotilla.lifecycle.events import Evicted
+from flotilla.lifecycle.preemption import victims_of
+from flotilla.lifecycle.rounds import evictions, placements
+from flotilla.service import effects
 from flotilla.service.context import LoopContext
 from flotilla.service.dispatch import Dispatcher
 from flotilla.service.growth import Growth
-from flotilla.service.records import job_from_record
 from flotilla.service.retry import view_of
 from flotilla.service.snapshots import CurrentState, LoopSnapshot
 from flotilla.service.transitions import RunTransitions, preemption_request
@@ -60,8 +64,8 @@ class Committer:
         *,
         dropped: Mapping[str, str] | None = None,
     ) -> None:
-        self._evict(result, state)
-        requests, growing = self._run_requests(result, state, dropped)
+        stopping = self._evict(result)
+        requests, growing = self._run_requests(result, state, dropped, stopping)
         context = self._context
         self._grow(growing)
         self.growth.incomplete = (
@@ -111,37 +115,44 @@ class Committer:
                 waited = (job.run.created_at - job.submitted_at).total_seconds()
                 self._context.metrics.queue_wait.labels(queue=job.queue).observe(max(0.0, waited))
 
-    def _evict(self, result: CycleResult, state: LoopSnapshot) -> None:
+    def _evict(self, result: CycleResult) -> dict[str, list[JobRecord]]:
+        """Stop the victims' runs; by preemptor (a job, or a named gang), the victims whose
+        runs still stop."""
         context = self._context
         read = context.jobdb.read_txn()
-        for eviction in result.preempted:
-            victim = read.get(eviction.job)
+        stopping: dict[str, list[JobRecord]] = {}
+        for evict in evictions(result):
+            victim = read.get(evict.job)
             if victim is None or victim.run is None or victim.state not in ACTIVE_JOB_STATES:
                 continue
             with context.faults.contain("its eviction", victim.id, victim.run.id):
-                self._evict_one(victim, eviction.reason, state)
+                if self._evict_one(victim, evict.event):
+                    stopping.setdefault(evict.by, []).append(victim)
+        return stopping
 
-    def _evict_one(self, victim: JobRecord, reason: str, state: LoopSnapshot) -> None:
+    def _evict_one(self, victim: JobRecord, evicted: Evicted) -> bool:
+        """Stop ``victim``'s run; True while it still stops (it keeps its nodes till then)."""
         context = self._context
-        assert victim.run is not None
-        for effect in machine.step(view_of(victim), Evicted(reason)).effects:
-            if isinstance(effect, StopRun):
-                backend = context.backends.get(victim.run.cluster)
-                if backend is not None:
-                    backend.cancel(preemption_request(victim.run.id, victim.spec, effect.reason))
-                    self._transitions.awaiting_stop[victim.run.id] = victim.id
-            elif isinstance(effect, SetState):
-                self._transitions.transition(
-                    victim.id, effect.state, effect.reason, run=victim.run.id
-                )
-        context.metrics.preemptions.labels(queue=victim.queue).inc()
-        cluster = state.clusters.get(victim.run.cluster)
-        if cluster is not None:
-            held = Assignment.from_json(
-                victim.run.assignment, job_from_record(victim, cluster.nodes.space), cluster
+        run = victim.run
+        assert run is not None
+        gone = True
+        answer = effects.read(machine.step(view_of(victim), evicted))
+        if answer.stop is not None:
+            self._transitions.awaiting_stop[run.id] = victim.id
+            backend = context.backends.get(run.cluster)
+            if backend is not None:
+                asked = preemption_request(run.id, victim.spec, answer.stop.reason)
+                outcome = backend.cancel(asked).outcome
+                gone = outcome in (CancelOutcome.UNKNOWN_RUN, CancelOutcome.ALREADY_FINISHED)
+        if answer.state is not None:
+            self._transitions.transition(
+                victim.id, answer.state.state, answer.state.reason, run=run.id
             )
-            for placement in held.placements if held else ():
-                cluster.nodes.release(placement.row, placement.request, placement.gpus)
+        context.metrics.preemptions.labels(queue=victim.queue).inc()
+        if gone and run.id in self._transitions.awaiting_stop:
+            self._transitions.requeue_preempted(run.id)  # nothing left to stop: room now
+            return False
+        return run.id in self._transitions.awaiting_stop
 
     def _grow(self, growing: list[tuple[JobRecord, ScheduledJob, GrowRun]]) -> None:
         """Non-strict gangs that took more replicas (``growth.py``): recorded, the JobDb
@@ -155,28 +166,39 @@ class Committer:
             self.growth.hand_over(grown)
 
     def _run_requests(
-        self, result: CycleResult, state: LoopSnapshot, dropped: Mapping[str, str] | None
+        self,
+        result: CycleResult,
+        state: LoopSnapshot,
+        dropped: Mapping[str, str] | None,
+        stopping: Mapping[str, list[JobRecord]],
     ) -> tuple[list[RunRequest], list[tuple[JobRecord, ScheduledJob, GrowRun]]]:
         """The leases of the queued jobs decided, and the running gangs that grew: what the
-        lifecycle core makes of each decision (``Scheduled``: ``StartRun`` or ``GrowRun``)."""
+        lifecycle core makes of each decision (``Scheduled``: ``StartRun`` or ``GrowRun``).
+        A job placed by preempting victims whose runs still stop is not leased: it waits for
+        them, and every other decision must fit beside the room they still hold."""
         read = self._context.jobdb.read_txn()
-        current = CurrentState(self._context.jobdb, state) if dropped is not None else None
+        checked = dropped is not None or bool(stopping)
+        current = CurrentState(self._context.jobdb, state) if checked else None
         requests = []
         growing: list[tuple[JobRecord, ScheduledJob, GrowRun]] = []
-        for decision in result.scheduled:
-            record = read.get(decision.job.name)
+        for place in placements(result):
+            record, decision = read.get(place.job), place.decision
             if record is None:
                 continue
-            assignment = decision.assignment
-            event = Scheduled(assignment.cluster, len(assignment.placements))
-            effect = next(iter(machine.step(view_of(record), event).effects), None)
-            if isinstance(effect, GrowRun):
+            answer = effects.read(machine.step(view_of(record), place.event))
+            if answer.grow is not None:
                 with self._context.faults.contain("recording its growth", record.id):
                     if current is None or current.room_for(decision.assignment) is None:
-                        growing.append((record, decision, effect))
+                        growing.append((record, decision, answer.grow))
                 continue
-            if not isinstance(effect, StartRun) or record.state is not JobState.QUEUED:
+            start = answer.start
+            if start is None or record.state is not JobState.QUEUED:
                 continue  # a preempted job is re-queued before the service leases it again
+            gang = decision.job.gang
+            victims = victims_of(stopping, record.id, gang.name if gang is not None else None)
+            if victims:
+                state.reasons[record.id] = self._context.holds.wait(record.id, list(victims))
+                continue
             with self._context.faults.contain("recording its placement", record.id):
                 if current is not None:
                     unfit = current.room_for(decision.assignment)
@@ -186,9 +208,9 @@ class Committer:
                 requests.append(
                     RunRequest(
                         job_id=record.id,
-                        cluster=effect.cluster,
+                        cluster=start.cluster,
                         assignment=decision.assignment.to_json(),
-                        reason=effect.reason,
+                        reason=start.reason,
                     )
                 )
         return requests, growing

@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from sqlalchemy.exc import DataError, SQLAlchemyError, StatementError
 
 from flotilla.backends.interface import BackendUnavailable
-from flotilla.store import JobState, StoreError, Transition
+from flotilla.lifecycle import machine
+from flotilla.lifecycle.events import Faulted
+from flotilla.store import StoreError, Transition
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,11 @@ class JobFaults:
     def fail(self, stage: str, job_id: str, run_id: str | None, error: Exception) -> None:
         """Fail the job for ``error`` at the next flush."""
         reason = self.note(stage, job_id, error)
-        self._failed[job_id] = Transition(job_id, JobState.FAILED, reason, run_id)
+        # The job's state is not at hand here: the core's answer for any job not ended yet
+        # (the write skips one that ended meanwhile).
+        failed = machine.outcome(None, Faulted(reason)).state
+        assert failed is not None
+        self._failed[job_id] = Transition(job_id, failed.state, failed.reason, run_id)
 
     def note(self, stage: str, job_id: str, error: Exception) -> str:
         """Log ``error`` (once per job) and return the reason the job fails with."""

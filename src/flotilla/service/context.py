@@ -15,6 +15,7 @@ from flotilla.jobdb import JobDb
 from flotilla.secrets import SecretBox
 from flotilla.service.containment import JobFaults
 from flotilla.service.metrics import SchedulerMetrics
+from flotilla.service.victims import PreemptorHolds
 from flotilla.store import Lease, Store
 
 
@@ -33,6 +34,8 @@ class LoopContext:
     pace: Callable[[], None] = field(default=lambda: None)
     """Called between the items of the loop's long walks (dispatching a batch, the running
     jobs of a snapshot): ``Precedence.pace``, so a GET or a cancel need not wait for them."""
+    holds: PreemptorHolds = field(default_factory=PreemptorHolds)
+    """Preemptors held until their victims' runs stopped (``victims.py``)."""
     faults: JobFaults = field(default_factory=JobFaults)
     """Jobs failed by an error inside one of the loop's per-job steps (``containment.py``),
     written with the next flush."""

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from flotilla.jobdb import ReadTxn
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.dependencies import UNMET_END, Verdict
+from flotilla.lifecycle.dependencies import Verdict
+from flotilla.lifecycle.effects import SetState
+from flotilla.lifecycle.events import DependencyNeverMet, Faulted
 from flotilla.lifecycle.view import DependencyView
 from flotilla.service.containment import NOT_CONTAINED, JobFaults
-from flotilla.store import DependencyRecord, JobRecord, JobState
+from flotilla.store import DependencyRecord, JobRecord
 
 __all__ = ["DependencyGate", "DependencyStatus", "Verdict", "dependency_status"]
 
@@ -73,7 +75,7 @@ class DependencyGate:
         """Held job id → its queued record."""
         self.reasons: dict[str, str] = {}
         """Held job id → what it waits for (kept current from the change feed)."""
-        self.never: dict[str, tuple[JobState, str]] = {}
+        self.never: dict[str, SetState] = {}
         """Job id → where it ends and why it can never start: skipped (a dependency ended as
         its condition does not accept), or failed (its dependencies could not be read)."""
         self._waiters: dict[str, set[str]] = {}
@@ -103,12 +105,12 @@ class DependencyGate:
             raise
         except Exception as error:  # this job's own: it fails, the others go on
             note = self.faults.note("its dependencies", record.id, error)
-            self.never[record.id] = (JobState.FAILED, note)
+            self._never(record, Faulted(note))
             return False
         if status.verdict is Verdict.MET:
             return True
         if status.verdict is Verdict.NEVER:
-            self.never[record.id] = (UNMET_END, status.reason)
+            self._never(record, DependencyNeverMet(status.reason))
             return False
         self.held[record.id] = record
         self.reasons[record.id] = status.reason
@@ -140,3 +142,10 @@ class DependencyGate:
                 if record is not None and self.admit(record, read):
                     released.append(record)
         return released
+
+    def _never(self, record: JobRecord, why: Faulted | DependencyNeverMet) -> None:
+        """``record`` can never start: where the lifecycle core sends it (skipped, or failed
+        when its dependencies could not be read), written by the leader."""
+        end = machine.outcome(record.state, why).state
+        if end is not None:
+            self.never[record.id] = end

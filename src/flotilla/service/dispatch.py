@@ -28,9 +28,12 @@ from flotilla.backends.interface import (
 )
 from flotilla.faults import crash_point
 from flotilla.framework.assignment_record import AssignmentRecord
+from flotilla.lifecycle import machine
+from flotilla.lifecycle.events import DispatchAccepted, DispatchRefused
 from flotilla.secrets import SecretError, has_secrets
 from flotilla.service.context import LoopContext
 from flotilla.service.engines import level_of
+from flotilla.service.retry import change_for, view_of
 from flotilla.service.transitions import RunTransitions
 from flotilla.store import TERMINAL_JOB_STATES, JobRecord, JobState, Transition
 from flotilla.tracing import job_ids, tracer
@@ -189,13 +192,13 @@ class Dispatcher:
         try:
             request = self.request_for(job)
         except SecretError as error:
-            return Transition(job.id, JobState.FAILED, str(error), run.id, message=str(error))
+            refused = machine.step(view_of(job), DispatchRefused(str(error)))
+            return change_for(job.id, refused, run.id, message=str(error))
         try:
             backend.dispatch(request)
         except DispatchRejected as error:
-            return Transition(
-                job.id, JobState.FAILED, f"rejected by {run.cluster}: {error}", run.id
-            )
+            why = f"rejected by {run.cluster}: {error}"
+            return change_for(job.id, machine.step(view_of(job), DispatchRefused(why)), run.id)
         except BackendUnavailable as error:
             log.log(
                 level_of(error),
@@ -206,7 +209,7 @@ class Dispatcher:
             )
             return None
         self._dispatched.add(run.id)
-        return Transition(job.id, JobState.PENDING, f"dispatched to {run.cluster}", run.id)
+        return change_for(job.id, machine.step(view_of(job), DispatchAccepted(run.cluster)), run.id)
 
 
 def array_env(job: JobRecord) -> dict[str, str]:

@@ -222,7 +222,11 @@ class SchedulingLoop:
             self._context, self._transitions, self._dispatcher, self._writes
         )
         self._snapshots = SnapshotBuilder(
-            store, self.jobdb, pace=self.precedence.pace, faults=self._context.faults
+            store,
+            self.jobdb,
+            pace=self.precedence.pace,
+            faults=self._context.faults,
+            holds=self._context.holds,
         )
         if fleet is not None:
             self._snapshots.cluster_order = fleet.cluster_names

@@ -16,12 +16,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flotilla.backends.interface import BackendRunState, RunStatus, signal_words
-from flotilla.lifecycle.effects import HoldUntil
 from flotilla.lifecycle.events import RunEnded
 from flotilla.lifecycle.machine import Transition as Step
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
 from flotilla.lifecycle.view import DependencyView, JobView
 from flotilla.model import RetryCause
+from flotilla.service import effects
 from flotilla.store import JobRecord, JobState, RunRecord, RunState, Transition
 
 
@@ -87,6 +87,22 @@ def view_of(
     )
 
 
+def change_for(
+    job_id: str,
+    step: Step,
+    run: str | None = None,
+    *,
+    exit_code: int | None = None,
+    message: str | None = None,
+) -> Transition | None:
+    """The store transition that applies the core's ``SetState`` in ``step`` to ``job_id``
+    (its run ``run``), or None when the core moves it nowhere."""
+    change = step.state
+    if change is None:
+        return None
+    return Transition(job_id, change.state, change.reason, run, exit_code, message)
+
+
 def transition_for(
     job: JobRecord,
     step: Step,
@@ -101,12 +117,12 @@ def transition_for(
     if change is None:
         return None
     if change.state is JobState.SUCCEEDED:
-        return Transition(job.id, JobState.SUCCEEDED, change.reason, run, exit_code=0)
+        return Transition(job.id, change.state, change.reason, run, exit_code=0)
     if change.state is JobState.CANCELLED and ended.status is RunEnd.CANCELLED:
-        return Transition(job.id, JobState.CANCELLED, change.reason, run)
+        return Transition(job.id, change.state, change.reason, run)
     if not change.counted:
         if change.state is JobState.QUEUED:
-            return Transition(job.id, JobState.QUEUED, change.reason, run)
+            return Transition(job.id, change.state, change.reason, run)
         return Transition(
             job.id,
             change.state,
@@ -117,7 +133,7 @@ def transition_for(
         )
     not_before = None
     reason = change.reason
-    hold = next((e for e in step.effects if isinstance(e, HoldUntil)), None)
+    hold = effects.read(step).hold
     if change.state is JobState.QUEUED and hold is not None:
         not_before = (now or datetime.now(UTC)) + timedelta(seconds=hold.seconds)
         reason = hold.note(reason, not_before.strftime("%Y-%m-%dT%H:%M:%SZ"))

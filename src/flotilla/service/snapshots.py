@@ -34,6 +34,7 @@ from flotilla.service.records import (
     space_for,
     unknown_resources,
 )
+from flotilla.service.victims import PreemptorHolds
 from flotilla.store import (
     ACTIVE_JOB_STATES,
     ClusterRecord,
@@ -91,10 +92,13 @@ class SnapshotBuilder:
         jobdb: JobDb,
         pace: Callable[[], None] = lambda: None,
         faults: JobFaults | None = None,
+        holds: PreemptorHolds | None = None,
     ) -> None:
         """``pace`` is called between the jobs a build walks (``Precedence.pace``); a job
-        whose conversion fails is failed through ``faults`` (``containment.py``)."""
+        whose conversion fails is failed through ``faults`` (``containment.py``); a
+        preemptor waiting for its victims is held back through ``holds`` (``victims.py``)."""
         self._store = store
+        self._holds = PreemptorHolds() if holds is None else holds
         self._jobdb = jobdb
         self._pace = pace
         self.faults = JobFaults() if faults is None else faults
@@ -205,6 +209,10 @@ class SnapshotBuilder:
         record = self._queued.get(job_id)
         if record is None:
             return
+        waits = self._holds.held(job_id)
+        if waits is not None:
+            self._unplaceable[job_id] = waits
+            return
         held = self._admission.admit(record, time.time())
         if held is not None:
             self._unplaceable[job_id] = held
@@ -241,8 +249,11 @@ class SnapshotBuilder:
             self._reload(read)
         records = self._ordered(self._store.list_clusters())
         active_records = [job for state in ACTIVE_JOB_STATES for job in read.jobs_in_state(state)]
+        # Preempted runs not yet seen to stop still hold their nodes: no candidate for a
+        # victim any more, but no room for another job either (``victims.py``).
+        stopping = read.jobs_in_state(JobState.PREEMPTED)
         cluster_specs = [ClusterSpec.model_validate(record.spec) for record in records]
-        space = space_for(cluster_specs, [job.spec for job in active_records])
+        space = space_for(cluster_specs, [job.spec for job in (*active_records, *stopping)])
         self._use_space(space)
         clusters = {
             record.name: cluster_from_record(record, order, space)
@@ -250,7 +261,9 @@ class SnapshotBuilder:
         }
         running: list[RunningJob] = []
         pace = self._pace
-        for job in active_records:
+        now = time.time()
+        active = len(active_records)
+        for index, job in enumerate((*active_records, *stopping)):
             pace()
             if job.run is None or job.run.cluster not in clusters:
                 continue
@@ -263,12 +276,17 @@ class SnapshotBuilder:
                 continue
             for placement in assignment.placements:
                 cluster.nodes.allocate(placement.row, placement.request, placement.gpus)
+            if index >= active:
+                continue
             checkpoint = job.run.last_checkpoint_at
+            started = job.run.started_at
             running.append(
                 RunningJob(
                     engine_job,
                     assignment,
-                    job.run.created_at.timestamp(),
+                    # From the run's start: a run not started yet has lost no work and its
+                    # protection (``min_runtime``) has not begun.
+                    now if started is None else started.timestamp(),
                     None if checkpoint is None else checkpoint.timestamp(),
                 )
             )
@@ -279,6 +297,7 @@ class SnapshotBuilder:
         reasons: dict[str, str] = {}
         if include_queued:
             self._stale.update(self._admission.released(time.time()))
+            self._stale.update(self._holds.take_changed())
             while self._stale:
                 pace()
                 self._convert_contained(self._stale.pop(), space)

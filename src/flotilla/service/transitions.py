@@ -29,16 +29,19 @@ from flotilla.backends.interface import (
 )
 from flotilla.faults import crash_point
 from flotilla.lifecycle import machine
-from flotilla.lifecycle.effects import StopRun
+from flotilla.lifecycle.effects import SetState
 from flotilla.lifecycle.events import (
     CancelRequested,
+    Faulted,
     RunEnded,
     RunStarted,
     TimerFired,
     TimerKind,
 )
+from flotilla.lifecycle.gangs import fails_with
 from flotilla.lifecycle.runs import CAUSE_OF, RunEnd
 from flotilla.model.job import JobSpec
+from flotilla.service import effects
 from flotilla.service.checkpoints import new_checkpoints
 from flotilla.service.cluster_watch import ClusterSpecBuilder, ClusterWatch, spec_from_record
 from flotilla.service.containment import NOT_CONTAINED
@@ -47,6 +50,7 @@ from flotilla.service.engine_times import with_engine_times
 from flotilla.service.engines import level_of
 from flotilla.service.gpu_metrics import GpuUseMetrics
 from flotilla.service.retry import (
+    change_for,
     counted_failures,
     end_of,
     failure_reason,
@@ -91,6 +95,7 @@ class RunTransitions:
         """A new term: the old term's in-flight state is recovered from the store instead."""
         self.awaiting_stop.clear()
         self._cancelling.clear()
+        self._context.holds.clear()
         self.clusters.forget()
 
     # --- recording ------------------------------------------------------------------------
@@ -298,30 +303,25 @@ class RunTransitions:
             raise
         except Exception as error:  # its retry policy cannot be applied (a delay past any date)
             why = self._context.faults.note("its retry policy", job.id, error)
-            return [
-                Transition(
-                    job.id,
-                    JobState.FAILED,
-                    f"{reason}; {why}" if reason else why,
-                    run.id,
-                    exit_code=exit_code,
-                    message=message,
-                )
-            ]
+            faulted = machine.outcome(job.state, Faulted(f"{reason}; {why}" if reason else why))
+            failed = change_for(job.id, faulted, run.id, exit_code=exit_code, message=message)
+            return [] if failed is None else [failed]
         change = transition_for(job, step, ended, run.id)
         return [] if change is None else [change]
 
     # --- preemption -----------------------------------------------------------------------
 
     def requeue_preempted(self, run_id: str) -> None:
+        """The preempted (or requeued) run stopped: its job is queued again, and the
+        preemptors that waited only for it are offered again (``victims.py``)."""
         job_id = self.awaiting_stop.pop(run_id)
         job = self._context.jobdb.read_txn().get(job_id)
-        if job is None:
-            return
-        view = view_of(job, last_reason=job.reason)
-        change = machine.step(view, RunEnded(RunEnd.CANCELLED)).state
-        if change is not None and job.state is JobState.PREEMPTED:
-            self.transition(job_id, change.state, change.reason)
+        if job is not None:
+            view = view_of(job, last_reason=job.reason)
+            change = machine.step(view, RunEnded(RunEnd.CANCELLED)).state
+            if change is not None and job.state is JobState.PREEMPTED:
+                self.transition(job_id, change.state, change.reason)
+        self._context.holds.stopped(job_id)
 
     def stop_requeued(self) -> None:
         """Stop the runs of jobs a user requeued (``flotilla requeue``; the API moved them to
@@ -416,14 +416,7 @@ class RunTransitions:
         assert job.run is not None
         if job.run.id in self._cancelling:
             return
-        stop = next(
-            (
-                e
-                for e in machine.step(view_of(job), CancelRequested()).effects
-                if isinstance(e, StopRun)
-            ),
-            None,
-        )
+        stop = effects.read(machine.step(view_of(job), CancelRequested())).stop
         if stop is None:
             return
         trace("loop-seen", job.id)
@@ -462,13 +455,21 @@ class RunTransitions:
             self._writes.flush()
 
     def expire_gangs(self, gangs: Iterable[JobRecord]) -> None:
-        """Queued gangs past their timeout fail, with the last reason they waited for."""
+        """Queued gangs past their timeout fail, with the last reason they waited for; a
+        named gang's queued members fail together (``lifecycle/gangs.py``, ``fails_with``)."""
         now = time.time()
-        for job in gangs:
+        queued = list(gangs)
+        due: dict[str, JobRecord] = {}
+        for job in queued:
             with self._context.faults.contain("its gang timeout", job.id):
                 gang = job.spec.gang
-                if gang is None or now - self._waiting_since(job) <= gang.timeout:
-                    continue
+                if gang is not None and now - self._waiting_since(job) > gang.timeout:
+                    due[job.id] = job
+        named = {fails_with(job.spec) for job in due.values()} - {None}
+        if named:
+            due.update((job.id, job) for job in queued if fails_with(job.spec) in named)
+        for job in due.values():
+            with self._context.faults.contain("its gang timeout", job.id):
                 view = view_of(job, last_reason=self._context.reasons.get(job.id))
                 change = machine.step(view, TimerFired(TimerKind.GANG_TIMEOUT)).state
                 if change is not None:
@@ -486,10 +487,10 @@ class RunTransitions:
                     since = max(since, found.updated_at.timestamp())
         return since
 
-    def fail_unmet_dependencies(self, never: Mapping[str, tuple[JobState, str]]) -> None:
+    def fail_unmet_dependencies(self, never: Mapping[str, SetState]) -> None:
         """Queued jobs whose dependency can never be met end (skipped, or failed when it
         could not be read), naming it (one write)."""
-        self.record([Transition(job_id, end, why) for job_id, (end, why) in never.items()])
+        self.record([Transition(job_id, end.state, end.reason) for job_id, end in never.items()])
 
 
 def preemption_request(run_id: str, spec: JobSpec, reason: str) -> CancelRequest:

@@ -45,7 +45,7 @@ def build_report(sim: Simulator) -> dict[str, Any]:
                 "finished_at": None if job.finished_at is None else _number(job.finished_at),
                 "preemptions": job.preemptions,
                 "reason": job.reason
-                if job.waiting or job.state is ScenarioJobState.FAILED
+                if job.waiting or job.state in (ScenarioJobState.FAILED, ScenarioJobState.HELD)
                 else None,
                 "priority": job.job.priority,
             }

@@ -25,18 +25,16 @@ from flotilla.framework.quota import QuotaTree
 from flotilla.framework.resources import EPSILON, ResourceSpace
 from flotilla.framework.snapshot import BacklogView, scheduling_config
 from flotilla.lifecycle import gangs, machine
-from flotilla.lifecycle.effects import (
-    GrowRun,
-    StartRun,
-)
 from flotilla.lifecycle.events import (
     CancelRequested,
-    Evicted,
+    HoldRequested,
+    ReleaseRequested,
     RunEnded,
-    Scheduled,
     TimerFired,
     TimerKind,
 )
+from flotilla.lifecycle.preemption import VictimWaits, victims_of
+from flotilla.lifecycle.rounds import evictions, placements
 from flotilla.lifecycle.runs import RunEnd
 from flotilla.model.errors import SpecError
 from flotilla.model.scenario import Mode, Scenario, ScenarioJobState
@@ -58,6 +56,10 @@ from flotilla.sim.holds import ArraySlots
 from flotilla.sim.interpreter import LifecycleInterpreter
 from flotilla.sim.live import start_live_runs
 from flotilla.sim.state import Event, Moment, SimJob, Timer, set_waiting_reasons
+
+HELD_BY_SCENARIO = "held by the scenario"
+"""The reason of a scenario's hold (``hold_at``); the replay asks the service with it."""
+RELEASED_BY_SCENARIO = "released by the scenario"
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class Simulator(LifecycleInterpreter):
         self._partial: set[str] = set()
         """Running non-strict gangs with replicas still to place."""
         self._slots = ArraySlots(self.job_by_name)
+        self._victim_waits = VictimWaits()
+        """Preemptors held until their victims' runs stopped (``lifecycle/preemption.py``)."""
         self._terminal = 0
         self.preemptions = 0
         self._queue_allocated: dict[str, np.ndarray] = {}
@@ -161,6 +165,12 @@ class Simulator(LifecycleInterpreter):
             return self._step(job, at, TimerFired(TimerKind.BACKOFF))
         if kind is Timer.CANCEL:
             return self._step(job, at, CancelRequested())
+        if kind is Timer.STOPPED:
+            return self._stopped(job, at)
+        if kind is Timer.HOLD:
+            return self._step(job, at, HoldRequested(HELD_BY_SCENARIO))
+        if kind is Timer.RELEASE:
+            return self._step(job, at, ReleaseRequested(RELEASED_BY_SCENARIO))
         if run != job.run or job.state is not ScenarioJobState.RUNNING:
             return False  # a timer of an earlier attempt
         if kind is Timer.START:
@@ -182,14 +192,22 @@ class Simulator(LifecycleInterpreter):
             self._schedule_timer(at + job.spec.duration, Timer.FINISH, job.name, job.run)
 
     def _release(self, job: SimJob, at: float) -> None:
+        self._leave_running(job)
+        self._free(job, at)
+
+    def _leave_running(self, job: SimJob) -> None:
+        """No longer a running job: not in the snapshot's running set, not a victim."""
+        self._running.pop(job.name, None)
+        self._running_views.pop(job.name, None)
+        self._partial.discard(job.name)
+
+    def _free(self, job: SimJob, at: float) -> None:
+        """The run's resources go back to its nodes."""
         assert job.assignment is not None
         cluster = self.cluster_by_name[job.assignment.cluster]
         for placement in job.assignment.placements:
             cluster.nodes.release(placement.row, placement.request, placement.gpus)
         self._account(at, -job.assignment.held(len(self.space)), job.job.queue)
-        self._running.pop(job.name, None)
-        self._running_views.pop(job.name, None)
-        self._partial.discard(job.name)
 
     def _lose_cluster(self, at: float, cluster: Cluster) -> bool:
         cluster.state = ClusterState.UNREACHABLE
@@ -273,22 +291,27 @@ class Simulator(LifecycleInterpreter):
                 job = self.job_by_name[name]
                 if job.waiting:
                     job.reason = f"decision from t={result.time:g} dropped: {why}"
-        for eviction in result.preempted:
-            self._step(self.job_by_name[eviction.job], now, Evicted(eviction.reason))
+        stopping: dict[str, list[str]] = {}
+        """Preemptor (a job, or a named gang) → its victims whose runs are still stopping."""
+        for evict in evictions(result):
+            victim = self.job_by_name[evict.job]
+            self._step(victim, now, evict.event)
+            if victim.stopping:
+                stopping.setdefault(evict.by, []).append(victim.name)
         applied = 0
-        for decision in result.scheduled:
-            job = self.job_by_name[decision.job.name]
-            if dropped is not None:
+        for place in placements(result):
+            job, decision = self.job_by_name[place.job], place.decision
+            gang = decision.job.gang
+            victims = victims_of(stopping, job.name, gang.name if gang is not None else None)
+            if victims and job.waiting:
+                self._wait_for_victims(job, list(victims))
+                continue
+            if dropped is not None or stopping:  # what the stopping victims hold is no room
                 unfit = self.room_for(decision.assignment)
                 if unfit is not None:
                     job.reason = f"decision from t={result.time:g} dropped: {unfit}"
                     continue
-            event = Scheduled(decision.assignment.cluster, len(decision.assignment.placements))
-            for effect in machine.step(self._view(job), event).effects:
-                if isinstance(effect, StartRun):
-                    self._run(job, decision, now)
-                elif isinstance(effect, GrowRun):
-                    self._grow(job, decision, now)
+            self._interpret(job, now, machine.step(self._view(job), place.event), decision)
             applied += 1
         # Per waiting job, every cycle: no dictionary built, no per-job state check.
         set_waiting_reasons(self._queued, result.pending)
@@ -332,7 +355,13 @@ class Simulator(LifecycleInterpreter):
         job.assignment = Assignment(
             job.assignment.cluster, job.assignment.placements + assignment.placements
         )
-        self._running_views[job.name] = RunningJob(job.job, job.assignment, job.scheduled_at or now)
+        previous = self._running_views.get(job.name)
+        self._running_views[job.name] = RunningJob(
+            job.job,
+            job.assignment,
+            previous.started_at if previous is not None else now,
+            previous.last_checkpoint_at if previous is not None else None,
+        )
         self.events.append(
             Event(now, job.name, gangs.GROWTH_EVENT, assignment.cluster, assignment.nodes)
         )
@@ -350,19 +379,21 @@ class Simulator(LifecycleInterpreter):
         job.state = ScenarioJobState.RUNNING
         self._moved(job)
         job.assignment = assignment
-        self._running_views[job.name] = RunningJob(job.job, assignment, now)
+        delay = self.startup_delay[assignment.cluster]
+        # Its run starts after the cluster's start-up delay: its protection (``min_runtime``)
+        # and the work a preemption would lose count from then, not from this decision.
+        self._running_views[job.name] = RunningJob(job.job, assignment, now + delay)
         self._note_partial(job)
         job.reason = None
         job.run += 1
         job.attempts += 1
         if job.job.min_runtime is not None:  # a victim from then on: wake a round
             self._schedule_timer(
-                now + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
+                now + delay + job.job.min_runtime, Timer.PROTECTION_ENDS, job.name, job.run
             )
         if job.first_scheduled_at is None:
             job.first_scheduled_at = now
         self.events.append(Event(now, job.name, "scheduled", assignment.cluster, assignment.nodes))
-        delay = self.startup_delay[assignment.cluster]
         if delay > 0:
             self._schedule_timer(now + delay, Timer.START, job.name, job.run)
         else:
@@ -398,6 +429,10 @@ class Simulator(LifecycleInterpreter):
             self._schedule_timer(job.spec.submit_at, Timer.SUBMIT, job.name)
             if job.spec.cancel_at is not None:
                 self._schedule_timer(job.spec.cancel_at, Timer.CANCEL, job.name)
+            if job.spec.hold_at is not None:
+                self._schedule_timer(job.spec.hold_at, Timer.HOLD, job.name)
+            if job.spec.release_at is not None:
+                self._schedule_timer(job.spec.release_at, Timer.RELEASE, job.name)
         for spec in self.scenario.clusters:
             if spec.fail_at is not None:
                 self._schedule_timer(spec.fail_at, Timer.CLUSTER_FAILURE, spec.name)

@@ -44,7 +44,10 @@ class SimJob:
     failures: int = 0
     """Failures its ``retry`` policy counted."""
     held: bool = False
-    """Queued but held out of the backlog (a retry backoff, its array's parallelism)."""
+    """Queued but held out of the backlog (a retry backoff, its array's parallelism, victims
+    of its preemption still stopping)."""
+    stopping: bool = False
+    """Preempted, its run still stopping (its grace): it holds its resources until then."""
 
     @property
     def name(self) -> str:
@@ -53,7 +56,7 @@ class SimJob:
     @property
     def waiting(self) -> bool:
         """Queued, or preempted and not yet rescheduled: the scheduler considers it."""
-        return self.state in WAITING_STATES
+        return self.state in WAITING_STATES and not self.stopping
 
     @property
     def terminal(self) -> bool:
@@ -101,6 +104,12 @@ class Timer(IntEnum):
     RETRY = 6
     PROTECTION_ENDS = 7
     """A running job's ``min_runtime`` is over: it may be a preemption victim now."""
+    STOPPED = 8
+    """A preempted run's grace is over: it stopped, and its resources are free."""
+    HOLD = 9
+    """A user holds the job (``hold_at``)."""
+    RELEASE = 10
+    """A user releases the held job (``release_at``)."""
 
 
 def set_waiting_reasons(waiting: Mapping[str, SimJob], pending: Mapping[str, str]) -> None:

@@ -1,7 +1,9 @@
-"""Cancels inside one session: a waiting job is cancelled at once (a transition, as the
-scheduler's are: ``cycle.py``), an active one gets ``cancel_requested`` for the scheduler to
-stop its run. Its own module because it builds on both ``jobs.py`` (serials, locks, events)
-and ``cycle.py`` (transitions), which builds on ``jobs.py``: no import circle.
+"""Cancels inside one session, as the lifecycle core answers ``CancelRequested``
+(``machine.command``): a waiting job is cancelled at once (its ``SetState``, a transition as
+the scheduler's are: ``cycle.py``), an active one's ``StopRun`` is recorded as
+``cancel_requested`` for the scheduler to stop its run. Its own module because it builds on
+both ``jobs.py`` (serials, locks, events) and ``cycle.py`` (transitions), which builds on
+``jobs.py``: no import circle.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from flotilla.lifecycle.effects import ReleaseDependents, SetState, StopRun
+from flotilla.lifecycle.events import CancelRequested
+from flotilla.lifecycle.machine import command
 from flotilla.store.bulk import update_rows
 from flotilla.store.cycle import apply_transitions
 from flotilla.store.jobs import JOBS, event_row, insert_events, lock_jobs, reserve_serials
 from flotilla.store.protocol import Transition
-from flotilla.store.states import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, JobState
+from flotilla.store.states import JobState
 
 
 def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: datetime) -> list[str]:
@@ -33,15 +38,19 @@ def cancel_many(session: Session, job_ids: Sequence[str], reason: str, now: date
     for offset, job_id in enumerate(job_ids):
         job = jobs[job_id]
         state = JobState(job["state"])
-        if state in TERMINAL_JOB_STATES or job["cancel_requested"] or job_id in seen:
+        if job["cancel_requested"] or job_id in seen:
             continue
         seen.add(job_id)
-        if state in ACTIVE_JOB_STATES:
-            job.update(cancel_requested=True, serial=serial + offset, updated_at=now)
-            requested.append(job)
-            events.append(event_row(job, now, "cancel_requested", state, state, reason))
-        else:
-            to_cancel.append(Transition(job_id, JobState.CANCELLED, reason))
+        for effect in command(state, CancelRequested(reason)).effects:
+            match effect:
+                case StopRun():
+                    job.update(cancel_requested=True, serial=serial + offset, updated_at=now)
+                    requested.append(job)
+                    events.append(event_row(job, now, "cancel_requested", state, state, reason))
+                case SetState(state=to, reason=why):
+                    to_cancel.append(Transition(job_id, to, why))
+                case ReleaseDependents():
+                    pass  # the scheduler's dependency gate follows the change feed
     if requested:
         # Only cancel_requested, serial and updated_at change: the reason stays the last
         # transition's.

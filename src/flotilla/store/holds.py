@@ -1,6 +1,7 @@
 """Hold and release inside one session (Slurm's ``scontrol hold`` / ``release``): a queued job
-is held, and the scheduler passes it by; a held job is released back to queued. Both are
-transitions of the lifecycle core's table, written as the scheduler's are (``cycle.py``).
+is held, and the scheduler passes it by; a held job is released back to queued. Both are the
+lifecycle core's answers (``HoldRequested``, ``ReleaseRequested``: ``machine.command``),
+written as the scheduler's transitions are (``cycle.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from flotilla.lifecycle.events import HoldRequested, ReleaseRequested
+from flotilla.lifecycle.machine import command
 from flotilla.store.cycle import apply_transitions
 from flotilla.store.errors import ConflictError
 from flotilla.store.jobs import lock_jobs, reserve_serials
@@ -33,10 +36,12 @@ def move(
         state = JobState(jobs[job_id]["state"])
         if state is to:
             continue
-        if state is not wanted:
+        asked = HoldRequested(reason) if to is JobState.HELD else ReleaseRequested(reason)
+        moved = command(state, asked).state
+        if moved is None:
             verb = "held" if to is JobState.HELD else "released"
             raise ConflictError(f"job {job_id} is {state}: only a {wanted} job can be {verb}")
-        changes.append(Transition(job_id, to, reason))
+        changes.append(Transition(job_id, moved.state, moved.reason))
     if changes:
         apply_transitions(session, changes, now, reserve_serials(session, len(changes)))
     return list(job_ids)

@@ -11,11 +11,14 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from flotilla.lifecycle.effects import SetState
+from flotilla.lifecycle.events import RequeueRequested
+from flotilla.lifecycle.machine import command
 from flotilla.store.cycle import apply_transitions
 from flotilla.store.errors import ConflictError
 from flotilla.store.jobs import lock_jobs, reserve_serials
 from flotilla.store.protocol import Transition
-from flotilla.store.states import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, JobState
+from flotilla.store.states import TERMINAL_JOB_STATES, JobState
 
 
 def requeue(session: Session, job_ids: Sequence[str], reason: str, now: datetime) -> list[str]:
@@ -34,8 +37,11 @@ def requeue(session: Session, job_ids: Sequence[str], reason: str, now: datetime
             )
         if job["cancel_requested"]:
             raise ConflictError(f"job {job_id} is being cancelled: it cannot be requeued")
-        if state in ACTIVE_JOB_STATES:
-            changes.append(Transition(job_id, JobState.PREEMPTED, reason, job["run_id"]))
+        # The core's answer: its SetState here, its StopRun by the scheduling loop, which
+        # stops the runs of preempted jobs it does not follow yet.
+        moved = command(state, RequeueRequested(reason)).state
+        if isinstance(moved, SetState):
+            changes.append(Transition(job_id, moved.state, moved.reason, job["run_id"]))
     if changes:
         apply_transitions(session, changes, now, reserve_serials(session, len(changes)))
     return list(job_ids)

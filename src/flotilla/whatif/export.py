@@ -235,7 +235,16 @@ def _running(job: JobRecord, now: datetime, clusters: set[str]) -> LiveRun | Non
     )
 
 
-_DROPPED = ("payload", "hold_if_unfit", "array", "count", "priority_class", "cancel_at")
+_DROPPED = (
+    "payload",
+    "hold_if_unfit",
+    "array",
+    "count",
+    "priority_class",
+    "cancel_at",
+    "hold_at",
+    "release_at",
+)
 
 
 def _job(
